@@ -1,0 +1,64 @@
+"""The ``greenserve`` command line.
+
+Sub-commands are discovered from :mod:`greenserve.commands` (one module per command), so
+each capability adds its own command without editing this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from greenserve import commands
+
+__all__ = ["build_parser", "main"]
+
+
+def _command_modules() -> dict[str, ModuleType]:
+    found: dict[str, ModuleType] = {}
+    for info in pkgutil.iter_modules(commands.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+        name = getattr(module, "NAME", None)
+        if isinstance(name, str):
+            found[name] = module
+    return found
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
+    """Build the top-level parser with one sub-parser per discovered command."""
+    parser = argparse.ArgumentParser(
+        prog="greenserve",
+        description="Carbon- and energy-aware control plane for LLM serving.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    modules = _command_modules()
+    for name in sorted(modules):
+        module = modules[name]
+        cmd_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(cmd_parser)
+    return parser, modules
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI and return the process exit status."""
+    parser, modules = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    result: int = modules[args.command].run(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""``greenserve bench <name>``: run one benchmark and print its result."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from greenserve.bench import discover
+
+__all__ = ["HELP", "NAME", "add_arguments", "run"]
+
+NAME = "bench"
+HELP = "run a benchmark; with --json the last stdout line is its result as one JSON object"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one sub-parser per benchmark module."""
+    sub = parser.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    for name, module in sorted(discover().items()):
+        bench_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        bench_parser.add_argument(
+            "--json", action="store_true", help="print the result as JSON on the last line"
+        )
+        module.add_arguments(bench_parser)
+
+
+def _print_human(result: dict[str, Any]) -> None:
+    width = max((len(k) for k in result), default=0)
+    for key, value in result.items():
+        shown = json.dumps(value) if isinstance(value, dict | list) else value
+        print(f"{key:<{width}}  {shown}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the chosen benchmark; JSON goes to stdout, progress to stderr."""
+    module = discover()[args.bench]
+    started = time.perf_counter()
+    result: dict[str, Any] = module.run(args)
+    result.setdefault("bench", args.bench)
+    result.setdefault("bench_wall_s", round(time.perf_counter() - started, 3))
+    if args.json:
+        sys.stdout.write(json.dumps(result, default=float) + "\n")
+    else:
+        _print_human(result)
+    return 0

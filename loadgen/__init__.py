@@ -1,0 +1,1 @@
+"""Trace replay against a running stack, and the offline cluster simulator."""

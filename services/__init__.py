@@ -1,0 +1,1 @@
+"""One package per GreenServe service: a pure core plus a thin asyncio shell."""
