@@ -1,0 +1,1 @@
+"""The worker service: pure cores plus a thin asyncio shell (service.py, __main__.py)."""
