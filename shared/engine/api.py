@@ -97,6 +97,7 @@ class Engine(Protocol):
     def now_s(self) -> float:
         """Current engine time."""
         ...
+
     @property
     def clock_mhz(self) -> float: ...
     @property
@@ -113,6 +114,7 @@ class Engine(Protocol):
     def energy_j(self) -> float:
         """Cumulative energy of the instance since creation (like NVML's counter)."""
         ...
+
     @property
     def has_work(self) -> bool: ...
 
