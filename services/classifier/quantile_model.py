@@ -114,10 +114,19 @@ class LogHistogram:
         return float(self.max_tokens)
 
     def fraction_below(self, tokens: int) -> float:
-        """Return the weighted share of samples below ``tokens`` (bin resolution)."""
+        """Return the weighted share of samples below ``tokens``.
+
+        Exact unless ``tokens`` falls strictly between the smallest and largest length seen in
+        its bin; then that bin's weight is split linearly between them.
+        """
         if self._total == 0.0:
             return 0.0
-        return sum(self._weights[: self._bin(tokens)]) / self._total
+        index = self._bin(tokens)
+        below = sum(self._weights[:index])
+        weight, low, high = self._weights[index], self._lowest[index], self._highest[index]
+        if weight > 0.0 and tokens > low:
+            below += weight if tokens > high else weight * (tokens - low) / (high - low + 1)
+        return below / self._total
 
 
 @dataclass(slots=True)
