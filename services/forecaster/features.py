@@ -1,0 +1,158 @@
+"""The hourly grid every model reads, and the feature matrix of the gradient-boosted model.
+
+:func:`to_grid` turns a :class:`~services.forecaster.sources.CarbonHistory` into gap-free
+arrays, filling gaps *causally* (forward fill), so a filled input never carries a later
+value back in time. :func:`gbm_features` builds, for many origins at once, one row per
+(origin, horizon) with calendar, lag, level and fuel-share features, all read from
+``y[:o]`` (see :mod:`services.forecaster.baselines` for the index conventions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from services.forecaster.baselines import DAY, TEMPLATE_DAYS
+from services.forecaster.sources import CarbonHistory
+
+__all__ = ["FLOOR_G", "HourlyGrid", "gbm_features", "log_ratio", "to_grid"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+FLOOR_G: Final = 1.0
+"""Intensity floor (gCO2/kWh) before taking logs: some zones (CA-ON) touch zero."""
+
+
+@dataclass(frozen=True, slots=True)
+class HourlyGrid:
+    """A region's history on a gap-free hourly UTC grid."""
+
+    start: pd.Timestamp
+    """Timestamp of index 0."""
+    y: FloatArray
+    """Intensity, gaps forward-filled."""
+    observed: BoolArray
+    """True where ``y`` is a real observation (False where it was filled)."""
+    shares: FloatArray
+    """``(T, S)`` fuel or low-carbon shares, forward-filled; ``S`` may be 0."""
+    share_names: tuple[str, ...]
+    """Column names of ``shares``."""
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def index_of(self, stamp: pd.Timestamp) -> int:
+        """Return the grid index of an hourly timestamp (may lie past the end)."""
+        return int((stamp - self.start) // pd.Timedelta(hours=1))
+
+    def times(self) -> pd.DatetimeIndex:
+        """Return the grid's timestamps."""
+        return pd.date_range(self.start, periods=len(self.y), freq="h")
+
+
+def _causal_fill(values: FloatArray) -> FloatArray:
+    """Forward-fill NaNs along axis 0; a leading gap takes the first valid value."""
+    frame = pd.DataFrame(values).ffill().bfill()
+    return frame.to_numpy(dtype=np.float64)
+
+
+def to_grid(history: CarbonHistory) -> HourlyGrid:
+    """Put a history on a gap-free hourly grid, filling gaps causally.
+
+    Raises:
+        ValueError: when the history has no observation at all.
+    """
+    series = history.intensity.sort_index()
+    if series.notna().sum() == 0:
+        raise ValueError(f"history of {history.region} has no observation")
+    series = series[~series.index.duplicated(keep="last")]
+    grid = pd.date_range(series.index[0].floor("h"), series.index[-1].floor("h"), freq="h")
+    hourly = series.resample("h").mean().reindex(grid)
+    raw = hourly.to_numpy(dtype=np.float64)
+    if history.fuel_mix is not None and len(history.fuel_mix.columns):
+        mix = history.fuel_mix.resample("h").mean().reindex(grid)
+        shares = _causal_fill(mix.to_numpy(dtype=np.float64))
+        names = tuple(str(c) for c in mix.columns)
+    else:
+        shares, names = np.zeros((len(grid), 0)), ()
+    return HourlyGrid(
+        start=grid[0],
+        y=_causal_fill(raw[:, None])[:, 0],
+        observed=~np.isnan(raw),
+        shares=shares,
+        share_names=names,
+    )
+
+
+def log_ratio(numerator: FloatArray, denominator: FloatArray) -> FloatArray:
+    """Return ``log(max(a, floor) / max(b, floor))``, the scale-free error the GBM learns."""
+    return np.log(np.maximum(numerator, FLOOR_G)) - np.log(np.maximum(denominator, FLOOR_G))
+
+
+def _calendar(grid: HourlyGrid, targets: IntArray) -> list[FloatArray]:
+    hours = targets.astype(np.float64) + grid.start.hour
+    hour_of_day = np.mod(hours, DAY)
+    day_number = np.floor(hours / DAY) + (grid.start.dayofweek)
+    start_doy = float(grid.start.dayofyear - 1)
+    year_phase = 2.0 * np.pi * (start_doy + targets / DAY) / 365.25
+    return [hour_of_day, np.mod(day_number, 7.0), np.sin(year_phase), np.cos(year_phase)]
+
+
+def gbm_features(
+    grid: HourlyGrid,
+    origins: IntArray,
+    horizon_h: int,
+    template: FloatArray,
+    candidates: dict[str, FloatArray],
+) -> tuple[FloatArray, list[str]]:
+    """Build the GBM design matrix: one row per (origin, horizon), origin-major.
+
+    Args:
+        grid: the region's hourly grid.
+        origins: origin indices (first forecast hour); only ``y[:o]`` is read.
+        horizon_h: hours forecast per origin.
+        template: ``(n, H)`` 7-day template, the ratio's denominator.
+        candidates: ``(n, H)`` forecasts of the reference models (seasonal naive, template +
+            level, Holt-Winters), fed as log-ratios to the template.
+
+    Returns:
+        The ``(n * H, F)`` matrix and its column names.
+    """
+    y, n = grid.y, len(origins)
+    steps = np.arange(1, horizon_h + 1, dtype=np.int64)
+    targets = origins[:, None] + steps[None, :] - 1
+    columns: dict[str, FloatArray] = {"horizon_h": np.broadcast_to(steps, (n, horizon_h))}
+    for name, values in zip(
+        ("hour_utc", "weekday", "year_sin", "year_cos"), _calendar(grid, targets), strict=True
+    ):
+        columns[name] = values
+    for name, forecast in candidates.items():
+        columns[f"lr_{name}"] = log_ratio(forecast, template)
+    columns["log_template"] = np.log(np.maximum(template, 1.0))
+
+    last = y[origins - 1]
+    same_hour_days = y[(origins - 1)[:, None] - DAY * np.arange(1, TEMPLATE_DAYS + 1)[None, :]]
+    recent = y[origins[:, None] - np.arange(1, TEMPLATE_DAYS * DAY + 1)[None, :]]
+    per_origin: dict[str, FloatArray] = {
+        "lr_last_vs_template": log_ratio(last, same_hour_days.mean(axis=1)),
+        "lr_last_vs_day_ago": log_ratio(last, y[origins - 1 - DAY]),
+        "lr_day_vs_week": log_ratio(recent[:, :DAY].mean(axis=1), recent.mean(axis=1)),
+        "lr_3h_vs_day": log_ratio(recent[:, :3].mean(axis=1), recent[:, :DAY].mean(axis=1)),
+        "day_volatility": np.std(np.diff(np.log(np.maximum(recent[:, :DAY], 1.0))), axis=1),
+    }
+    for j, share in enumerate(grid.share_names):
+        now = grid.shares[origins - 1, j]
+        week = grid.shares[origins[:, None] - np.arange(1, TEMPLATE_DAYS * DAY + 1)[None, :], j]
+        per_origin[f"share_{share}"] = now
+        per_origin[f"share_{share}_vs_week"] = now - week.mean(axis=1)
+    for name, values in per_origin.items():
+        columns[name] = np.broadcast_to(values[:, None], (n, horizon_h))
+    names = list(columns)
+    matrix = np.stack([np.asarray(columns[c], dtype=np.float64).ravel() for c in names], axis=1)
+    return matrix, names

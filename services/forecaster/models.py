@@ -1,0 +1,304 @@
+"""The carbon forecaster: reference models, a gradient-boosted ratio model, and the chooser.
+
+:func:`fit_forecaster` fits everything on a history (split in time into a fitting part and
+a validation part), picks per horizon bucket the candidate with the lowest validation MAPE
+(single models or equal blends), derives p10/p90 from that candidate's validation
+residual quantiles per horizon, then refits the boosted model on the whole history.
+:meth:`CarbonForecaster.forecast` issues one forecast; :meth:`CarbonForecaster.predict`
+does many origins at once for the backtest. Both read only ``y[:origin]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from services.forecaster.baselines import (
+    HoltWintersParams,
+    fit_holt_winters,
+    holt_winters,
+    min_history_h,
+    same_hour_yesterday,
+    seven_day_template,
+    template_plus_level,
+)
+from services.forecaster.features import HourlyGrid, gbm_features, log_ratio, to_grid
+from services.forecaster.gbm import RatioBooster, fit_ratio_booster
+from services.forecaster.sources import CarbonHistory, EmissionFactor, Signal
+
+__all__ = [
+    "BLENDS",
+    "BUCKETS",
+    "CarbonForecast",
+    "CarbonForecaster",
+    "ForecasterConfig",
+    "fit_forecaster",
+    "mape_by_horizon",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+BUCKETS: Final = ((1, 6), (7, 24), (25, 48))
+"""Disjoint horizon buckets (hours, inclusive) in which one candidate is chosen."""
+BLENDS: Final = (("gbm", "hw"), ("gbm", "template_level"), ("hw", "template_level"))
+"""Equal-weight blends offered to the chooser beside the single models."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForecasterConfig:
+    """Settings of :func:`fit_forecaster`."""
+
+    horizon_h: int = 48
+    """Longest horizon the forecaster is fitted and validated for."""
+    validation_fraction: float = 0.3
+    """Share of the usable history (the latest part) held out to choose and calibrate."""
+    train_stride_h: int = 3
+    """Spacing of training origins for the boosted model (every hour is redundant)."""
+    validation_stride_h: int = 6
+    """Spacing of validation origins."""
+    hw_fit_days: int = 60
+    """Days of the fitting part used to estimate the Holt-Winters parameters."""
+    quantile_pool_h: int = 2
+    """Horizons either side pooled when estimating residual quantiles."""
+    seed: int = 0
+    """Random seed of the boosted model."""
+
+    def __post_init__(self) -> None:
+        if self.horizon_h < 1 or self.horizon_h > BUCKETS[-1][1]:
+            raise ValueError(f"horizon_h must be in 1..{BUCKETS[-1][1]}")
+        if not 0.05 <= self.validation_fraction <= 0.5:
+            raise ValueError("validation_fraction must be in [0.05, 0.5]")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CarbonForecast:
+    """An hourly carbon-intensity forecast with p10/p90 bounds."""
+
+    region: str
+    issued_at: pd.Timestamp
+    """Timestamp of the first value (the origin); inputs ended at least 1 h before it."""
+    step_s: int
+    """Seconds between values (3600)."""
+    values: tuple[float, ...]
+    """Point forecast, gCO2/kWh."""
+    p10: tuple[float, ...]
+    """10th percentile per step."""
+    p90: tuple[float, ...]
+    """90th percentile per step."""
+    signal: Signal
+    emission_factor: EmissionFactor
+    model: str
+    """Which candidate produced each horizon bucket, e.g. ``"1-6h:hw|7-24h:gbm"``."""
+
+    def times(self) -> pd.DatetimeIndex:
+        """Return the timestamp of every value."""
+        return pd.date_range(self.issued_at, periods=len(self.values), freq=f"{self.step_s}s")
+
+
+def mape_by_horizon(forecast: FloatArray, actual: FloatArray, mask: FloatArray) -> FloatArray:
+    """Return MAPE (%) per horizon column over rows where ``mask`` is 1; floor 1 g/kWh."""
+    errors = np.abs(forecast - actual) / np.maximum(np.abs(actual), 1.0) * mask
+    counts = np.maximum(mask.sum(axis=0), 1.0)
+    result: FloatArray = 100.0 * errors.sum(axis=0) / counts
+    return result
+
+
+def _reference_forecasts(
+    grid: HourlyGrid, origins: IntArray, horizon_h: int, hw: HoltWintersParams
+) -> tuple[FloatArray, dict[str, FloatArray]]:
+    y = grid.y
+    template = seven_day_template(y, origins, horizon_h)
+    return template, {
+        "same_hour_yesterday": same_hour_yesterday(y, origins, horizon_h),
+        "template_level": template_plus_level(y, origins, horizon_h),
+        "hw": holt_winters(y, origins, horizon_h, hw),
+    }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CarbonForecaster:
+    """A fitted forecaster for one region; immutable and safe to share."""
+
+    region: str
+    signal: Signal
+    emission_factor: EmissionFactor
+    horizon_h: int
+    hw_params: HoltWintersParams
+    booster: RatioBooster
+    choice: tuple[str, ...]
+    """Chosen candidate per horizon (index h - 1)."""
+    log_quantiles: FloatArray
+    """``(H, 2)`` p10/p90 of log(actual / forecast) per horizon on validation."""
+    validation_mape: dict[str, list[float]] = field(default_factory=dict)
+    """Validation MAPE per candidate and bucket of :data:`BUCKETS`, for reports."""
+
+    def predict(
+        self, grid: HourlyGrid, origins: IntArray, horizon_h: int | None = None
+    ) -> dict[str, FloatArray]:
+        """Forecast many origins of one grid at once.
+
+        Returns:
+            ``(n, H)`` arrays: every candidate, ``"chosen"``, ``"p10"`` and ``"p90"``.
+
+        Raises:
+            ValueError: when an origin has too little history or lies past the grid end.
+        """
+        horizon = self.horizon_h if horizon_h is None else horizon_h
+        if horizon > self.horizon_h:
+            raise ValueError(f"fitted for {self.horizon_h} h, asked for {horizon} h")
+        origins = np.asarray(origins, dtype=np.int64)
+        need = min_history_h(self.horizon_h)
+        if origins.size and (origins.min() < need or origins.max() > len(grid)):
+            raise ValueError(f"each origin needs {need} h of history and must be <= grid end")
+        template, out = _reference_forecasts(grid, origins, self.horizon_h, self.hw_params)
+        features, _ = gbm_features(grid, origins, self.horizon_h, template, out)
+        out["gbm"] = template * np.exp(self.booster.predict(features).reshape(template.shape))
+        for first, second in BLENDS:
+            out[f"{first}+{second}"] = 0.5 * (out[first] + out[second])
+        columns = np.arange(self.horizon_h)
+        chosen = np.stack([out[name][:, h] for h, name in zip(columns, self.choice, strict=True)])
+        out["chosen"] = chosen.T.copy()
+        out["p10"] = out["chosen"] * np.exp(self.log_quantiles[:, 0])[None, :]
+        out["p90"] = out["chosen"] * np.exp(self.log_quantiles[:, 1])[None, :]
+        return {name: values[:, :horizon] for name, values in out.items()}
+
+    def forecast(
+        self, history_until_origin: CarbonHistory, origin: pd.Timestamp, horizon_h: int = 24
+    ) -> CarbonForecast:
+        """Issue the forecast for ``[origin, origin + horizon_h)``.
+
+        Anything in ``history_until_origin`` later than ``origin - 1 h`` is ignored, so a
+        caller cannot leak the future; if the newest point is older, the gap is forecast
+        too and dropped.
+        """
+        origin = pd.Timestamp(origin).floor("h")
+        grid = to_grid(history_until_origin.until(origin - pd.Timedelta(hours=1)))
+        gap = grid.index_of(origin) - len(grid)
+        if gap + horizon_h > self.horizon_h:
+            raise ValueError(f"history ends {gap} h before the origin; too stale to forecast")
+        result = self.predict(grid, np.array([len(grid)]), gap + horizon_h)
+        cut = slice(gap, gap + horizon_h)
+        return CarbonForecast(
+            region=self.region,
+            issued_at=origin,
+            step_s=3600,
+            values=tuple(float(v) for v in result["chosen"][0, cut]),
+            p10=tuple(float(v) for v in result["p10"][0, cut]),
+            p90=tuple(float(v) for v in result["p90"][0, cut]),
+            signal=self.signal,
+            emission_factor=self.emission_factor,
+            model=self.describe_choice(),
+        )
+
+    def describe_choice(self) -> str:
+        """Return the chosen candidate per bucket, e.g. ``"1-6h:hw|7-24h:gbm"``."""
+        parts = [
+            f"{lo}-{hi}h:{self.choice[lo - 1]}" for lo, hi in BUCKETS if lo <= self.horizon_h
+        ]
+        return "|".join(parts)
+
+
+def _origins(first: int, last: int, stride: int, grid_start: pd.Timestamp) -> IntArray:
+    """Origins in ``[first, last]`` aligned to UTC hours that are multiples of ``stride``."""
+    offset = (-(grid_start.hour + first)) % stride
+    return np.arange(first + offset, last + 1, stride, dtype=np.int64)
+
+
+def _choose(
+    predictions: dict[str, FloatArray], actual: FloatArray, mask: FloatArray, horizon_h: int
+) -> tuple[tuple[str, ...], dict[str, list[float]]]:
+    scores = {name: mape_by_horizon(p, actual, mask) for name, p in predictions.items()}
+    per_bucket: dict[str, list[float]] = {name: [] for name in scores}
+    choice: list[str] = []
+    for lo, hi in BUCKETS:
+        if lo > horizon_h:
+            break
+        cols = slice(lo - 1, min(hi, horizon_h))
+        for name, score in scores.items():
+            per_bucket[name].append(round(float(score[cols].mean()), 3))
+        best = min(scores, key=lambda name: float(scores[name][cols].mean()))
+        choice.extend([best] * (cols.stop - cols.start))
+    return tuple(choice), per_bucket
+
+
+def _log_quantiles(
+    predictions: dict[str, FloatArray], choice: tuple[str, ...], actual: FloatArray,
+    mask: FloatArray, pool: int,
+) -> FloatArray:
+    horizon = len(choice)
+    residual = np.stack(
+        [log_ratio(actual[:, h], predictions[choice[h]][:, h]) for h in range(horizon)], axis=1
+    )
+    quantiles = np.zeros((horizon, 2))
+    for h in range(horizon):
+        cols = slice(max(0, h - pool), min(horizon, h + pool + 1))
+        sample = residual[:, cols][mask[:, cols] > 0]
+        quantiles[h] = np.quantile(sample, [0.1, 0.9]) if sample.size else (0.0, 0.0)
+    return quantiles
+
+
+def fit_forecaster(
+    history: CarbonHistory,
+    fuel_mix: pd.DataFrame | None = None,
+    config: ForecasterConfig | None = None,
+) -> CarbonForecaster:
+    """Fit, choose and calibrate a forecaster on one region's history.
+
+    Args:
+        history: the training history (everything in it is treated as the past).
+        fuel_mix: shares to use instead of ``history.fuel_mix`` (same index), if given.
+        config: settings; defaults to :class:`ForecasterConfig`.
+
+    Raises:
+        ValueError: when the history is too short to fit and validate.
+    """
+    cfg = config if config is not None else ForecasterConfig()
+    if fuel_mix is not None:
+        history = CarbonHistory(
+            region=history.region, intensity=history.intensity, fuel_mix=fuel_mix,
+            signal=history.signal, emission_factor=history.emission_factor,
+            source=history.source,
+        )
+    grid = to_grid(history)
+    horizon, need = cfg.horizon_h, min_history_h(cfg.horizon_h)
+    last_origin = len(grid) - horizon
+    split = need + int((1.0 - cfg.validation_fraction) * (last_origin - need))
+    if split - horizon - need < 30 * 24 or last_origin - split < 14 * 24:
+        raise ValueError(f"history of {history.region} too short to fit and validate")
+    hw_start = max(0, split - cfg.hw_fit_days * 24)
+    hw_params = fit_holt_winters(grid.y[hw_start:split])
+
+    def training_set(first: int, last: int) -> tuple[FloatArray, FloatArray, FloatArray]:
+        origins = _origins(first, last, cfg.train_stride_h, grid.start)
+        template, refs = _reference_forecasts(grid, origins, horizon, hw_params)
+        features, _ = gbm_features(grid, origins, horizon, template, refs)
+        targets = origins[:, None] + np.arange(horizon)[None, :]
+        target = log_ratio(grid.y[targets], template).ravel()
+        return features, target, grid.observed[targets].ravel().astype(np.float64)
+
+    # Fitting origins stop H hours before the split so no fitted target reaches validation.
+    booster = fit_ratio_booster(*training_set(need, split - horizon), seed=cfg.seed)
+    provisional = CarbonForecaster(
+        region=history.region, signal=history.signal, emission_factor=history.emission_factor,
+        horizon_h=horizon, hw_params=hw_params, booster=booster,
+        choice=("gbm",) * horizon, log_quantiles=np.zeros((horizon, 2)),
+    )
+    val_origins = _origins(split, last_origin, cfg.validation_stride_h, grid.start)
+    predictions = provisional.predict(grid, val_origins)
+    for derived in ("chosen", "p10", "p90"):
+        predictions.pop(derived)
+    targets = val_origins[:, None] + np.arange(horizon)[None, :]
+    actual, mask = grid.y[targets], grid.observed[targets].astype(np.float64)
+    choice, scores = _choose(predictions, actual, mask, horizon)
+    quantiles = _log_quantiles(predictions, choice, actual, mask, cfg.quantile_pool_h)
+    return CarbonForecaster(
+        region=history.region, signal=history.signal, emission_factor=history.emission_factor,
+        horizon_h=horizon, hw_params=hw_params,
+        booster=fit_ratio_booster(*training_set(need, last_origin), seed=cfg.seed),
+        choice=choice, log_quantiles=quantiles, validation_mape=scores,
+    )

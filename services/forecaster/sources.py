@@ -1,0 +1,234 @@
+"""Carbon-intensity sources behind one interface, and the CSV loaders.
+
+Every source yields a :class:`CarbonHistory`: an hourly UTC series of grid carbon intensity
+in gCO2/kWh, optionally with a fuel-mix frame (shares in [0, 1]), labelled with its signal
+("average" or "marginal") and emission-factor type ("direct" or "lifecycle"), as the
+carbon-aware-sdk and the Electricity Maps / WattTime APIs label theirs.
+
+The loaders here are the only functions in the forecaster that touch files; the models are
+pure. The HTTP clients for the public APIs live in :mod:`services.forecaster.api_clients`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Final, Literal, Protocol, runtime_checkable
+
+import pandas as pd
+
+from shared.paths import data_path
+
+__all__ = [
+    "EIA_FUELS",
+    "EIA_REGIONS",
+    "EM_YEARS",
+    "EM_ZONES",
+    "CarbonHistory",
+    "CarbonSource",
+    "CsvCarbonSource",
+    "EmissionFactor",
+    "Signal",
+    "load_eia_csv",
+    "load_em_csv",
+]
+
+Signal = Literal["average", "marginal"]
+"""Average intensity of the generation mix, or the marginal (MOER) rate."""
+EmissionFactor = Literal["direct", "lifecycle"]
+"""Direct (stack) emissions only, or life-cycle (LCA) emissions."""
+
+EIA_REGIONS: Final = ("AZPS", "BPAT", "CISO", "MISO", "NYIS", "PJM", "WAAT")
+"""Balancing authorities in ``carbon/`` (EIA-930, 2022)."""
+EIA_FUELS: Final = ("WND", "SUN", "WAT", "OIL", "NG", "COL", "NUC", "OTH")
+"""Fuel columns of the EIA-930 files, generation in MW."""
+EM_ZONES: Final = ("US-CAL-CISO", "US-MIDA-PJM", "US-NY-NYIS", "CA-ON", "DE-LU", "GB", "JP-TK")
+"""Electricity Maps zones in ``carbon_em/``."""
+EM_YEARS: Final = (2021, 2022, 2023, 2024)
+"""Years available per zone in ``carbon_em/``."""
+
+_EM_COLUMNS: Final = {
+    "direct": "Carbon Intensity gCO₂eq/kWh (direct)",
+    "lifecycle": "Carbon Intensity gCO₂eq/kWh (LCA)",
+}
+_EM_SHARES: Final = {"low_carbon": "Low Carbon Percentage", "renewable": "Renewable Percentage"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CarbonHistory:
+    """Hourly carbon-intensity history of one region."""
+
+    region: str
+    """Balancing authority or zone name."""
+    intensity: pd.Series
+    """gCO2/kWh on an hourly, sorted, unique UTC ``DatetimeIndex``; gaps may be NaN."""
+    fuel_mix: pd.DataFrame | None
+    """Generation shares in [0, 1] on the same index, one column per fuel, or ``None``."""
+    signal: Signal
+    """What the values mean: average or marginal intensity."""
+    emission_factor: EmissionFactor
+    """Which emission factors produced the values."""
+    source: str
+    """Where the data came from (file or API), for provenance in forecasts."""
+
+    def until(self, end: pd.Timestamp) -> CarbonHistory:
+        """Return the history with every point after ``end`` dropped (inclusive bound)."""
+        mix = None if self.fuel_mix is None else self.fuel_mix.loc[:end]
+        return CarbonHistory(
+            region=self.region,
+            intensity=self.intensity.loc[:end],
+            fuel_mix=mix,
+            signal=self.signal,
+            emission_factor=self.emission_factor,
+            source=self.source,
+        )
+
+
+@runtime_checkable
+class CarbonSource(Protocol):
+    """Anything that can supply a region's carbon-intensity history.
+
+    The asyncio shell awaits it; CSV sources run their loader in a thread, API clients do
+    HTTP. Both return the same :class:`CarbonHistory`.
+    """
+
+    @property
+    def region(self) -> str:
+        """Region the source serves."""
+        ...
+
+    @property
+    def signal(self) -> Signal:
+        """Signal label of the values this source returns."""
+        ...
+
+    @property
+    def emission_factor(self) -> EmissionFactor:
+        """Emission-factor type of the values this source returns."""
+        ...
+
+    async def history(self, start: datetime, end: datetime) -> CarbonHistory:
+        """Return hourly history for ``[start, end]`` (UTC)."""
+        ...
+
+
+def _regular_hourly(frame: pd.DataFrame) -> pd.DataFrame:
+    """Sort, drop duplicate stamps and put the frame on a gap-free hourly grid (NaN in gaps)."""
+    frame = frame[~frame.index.duplicated(keep="last")].sort_index()
+    grid = pd.date_range(frame.index[0], frame.index[-1], freq="h", tz="UTC")
+    return frame.reindex(grid)
+
+
+def load_eia_csv(region: str, path: Path | None = None) -> CarbonHistory:
+    """Load one EIA-930 balancing authority (``carbon/<BA>.csv``): ``avg_CI`` and fuel shares.
+
+    Args:
+        region: balancing authority, one of :data:`EIA_REGIONS` (or any file's stem).
+        path: file to read; defaults to the reference-data file for ``region``.
+
+    Returns:
+        Average direct intensity with the generation shares of the EIA fuels.
+    """
+    file = path if path is not None else data_path("carbon", f"{region}.csv")
+    raw = pd.read_csv(file, index_col=0)
+    raw.index = pd.to_datetime(raw.index, utc=True)
+    frame = _regular_hourly(raw)
+    generation = frame[list(EIA_FUELS)].clip(lower=0.0)
+    total = generation.sum(axis=1, min_count=1)
+    shares = generation.div(total.where(total > 0), axis=0)
+    return CarbonHistory(
+        region=region,
+        intensity=frame["avg_CI"].astype(float).rename("gco2_per_kwh"),
+        fuel_mix=shares,
+        signal="average",
+        # EIA-930 derived avg_CI uses combustion factors per fuel (dc-rl); no life-cycle terms.
+        emission_factor="direct",
+        source=str(file),
+    )
+
+
+def load_em_csv(
+    zone: str,
+    years: Sequence[int] = EM_YEARS,
+    emission_factor: EmissionFactor = "direct",
+    folder: Path | None = None,
+) -> CarbonHistory:
+    """Load one Electricity Maps zone (``carbon_em/<ZONE>_<YEAR>.csv``), years concatenated.
+
+    Args:
+        zone: zone id, one of :data:`EM_ZONES`.
+        years: years to concatenate, in any order.
+        emission_factor: which intensity column to return.
+        folder: folder holding the files; defaults to the reference-data ``carbon_em``.
+
+    Returns:
+        Average intensity, with low-carbon and renewable shares as the fuel-mix frame.
+    """
+    parts = []
+    for year in sorted(years):
+        file = (
+            folder / f"{zone}_{year}.csv"
+            if folder is not None
+            else data_path("carbon_em", f"{zone}_{year}.csv")
+        )
+        parts.append(pd.read_csv(file))
+    raw = pd.concat(parts, ignore_index=True)
+    raw.index = pd.to_datetime(raw.iloc[:, 0], utc=True)
+    frame = _regular_hourly(raw)
+    shares = pd.DataFrame(
+        {name: frame[column].astype(float) / 100.0 for name, column in _EM_SHARES.items()},
+        index=frame.index,
+    )
+    return CarbonHistory(
+        region=zone,
+        intensity=frame[_EM_COLUMNS[emission_factor]].astype(float).rename("gco2_per_kwh"),
+        fuel_mix=shares,
+        signal="average",
+        emission_factor=emission_factor,
+        source=f"carbon_em/{zone}_{{{','.join(str(y) for y in sorted(years))}}}.csv",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CsvCarbonSource:
+    """A :class:`CarbonSource` over the reference CSV files (replayed history).
+
+    Attributes:
+        region: EIA balancing authority or Electricity Maps zone.
+        kind: ``"eia"`` for ``carbon/`` or ``"em"`` for ``carbon_em/``.
+        emission_factor: for ``"em"``, which column to read (EIA is always direct).
+    """
+
+    region: str
+    kind: Literal["eia", "em"] = "eia"
+    emission_factor: EmissionFactor = "direct"
+    signal: Signal = "average"
+
+    def __post_init__(self) -> None:
+        if self.kind == "eia" and self.emission_factor != "direct":
+            raise ValueError("the EIA-930 files carry direct intensity only")
+
+    def load(self) -> CarbonHistory:
+        """Read the whole file(s) synchronously."""
+        if self.kind == "eia":
+            return load_eia_csv(self.region)
+        return load_em_csv(self.region, emission_factor=self.emission_factor)
+
+    async def history(self, start: datetime, end: datetime) -> CarbonHistory:
+        """Return ``[start, end]`` of the file's history, reading it off the event loop."""
+        full = await asyncio.to_thread(self.load)
+        lo, hi = pd.Timestamp(start), pd.Timestamp(end)
+        lo = lo.tz_localize("UTC") if lo.tzinfo is None else lo
+        hi = hi.tz_localize("UTC") if hi.tzinfo is None else hi
+        mix = None if full.fuel_mix is None else full.fuel_mix.loc[lo:hi]
+        return CarbonHistory(
+            region=full.region,
+            intensity=full.intensity.loc[lo:hi],
+            fuel_mix=mix,
+            signal=full.signal,
+            emission_factor=full.emission_factor,
+            source=full.source,
+        )
