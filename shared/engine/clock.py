@@ -34,9 +34,6 @@ class ClockSettings:
     memory_power_clock_independent_share: float = 0.4
     """Share of the memory-bound dynamic power drawn by HBM and I/O, which does not scale
     with the SM clock (the memory clock is never changed)."""
-    gpu_overhead_clock_share: float = 0.5
-    """Share of the per-layer kernel overhead that is GPU work (scales with 1/f); the rest
-    is launch latency on the host."""
 
     def __post_init__(self) -> None:
         if self.power_exponent < 1.0:
@@ -44,7 +41,6 @@ class ClockSettings:
         for name in (
             "memory_knee_fraction",
             "memory_power_clock_independent_share",
-            "gpu_overhead_clock_share",
         ):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:

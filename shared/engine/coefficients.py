@@ -8,7 +8,7 @@ neither scikit-learn nor scipy at run time.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Final
@@ -16,16 +16,22 @@ from typing import Any, Final
 __all__ = [
     "COEFFICIENTS_PATH",
     "COEFFICIENTS_VERSION",
+    "STACKS",
     "Coefficients",
     "GpuCoefficients",
     "coefficients_from_dict",
     "coefficients_to_dict",
     "default_coefficients",
+    "for_stack",
     "load_coefficients",
 ]
 
 COEFFICIENTS_VERSION: Final = 1
 """Schema version of the coefficient file; bump when a field changes meaning."""
+
+STACKS: Final = ("vllm", "splitwise")
+"""Serving stacks with fitted overheads: ``vllm`` (ML.ENERGY, vLLM v1, the engine's
+default) and ``splitwise`` (the Splitwise paper's measurements)."""
 
 COEFFICIENTS_PATH: Final = Path(__file__).with_name(f"coefficients_v{COEFFICIENTS_VERSION}.json")
 """The coefficient file shipped with the package."""
@@ -42,12 +48,20 @@ class GpuCoefficients:
     roofline_sharpness: float = 3.0
     """p in ``(t_compute^p + t_memory^p)^(1/p)``: a soft maximum, since kernels are
     neither purely compute- nor purely memory-bound near the ridge point."""
-    layer_overhead_s: float = 15e-6
-    """Fixed cost per transformer layer per iteration (kernel launches, norms, RoPE)."""
+    kernel_layer_s: float = 10e-6
+    """Fixed GPU time per layer per iteration (small kernels: norms, RoPE, adds); scales
+    with 1/clock. Fitted on Vidur's per-operator times."""
+    kernel_token_layer_s: float = 5e-9
+    """GPU time per token per layer of the element-wise kernels (memory-bound)."""
+    layer_overhead_s: float = 5e-6
+    """Host-side cost per layer per iteration of the serving stack (launches not hidden by
+    CUDA graphs); does not scale with the GPU clock."""
     iteration_overhead_s: float = 2e-3
-    """Fixed cost per iteration (scheduling, sampling, input preparation on the host)."""
+    """Fixed host cost per iteration (scheduling, sampling, input preparation)."""
     token_overhead_s: float = 0.0
-    """Cost per scheduled token outside the modelled GEMMs (element-wise kernels)."""
+    """Host cost per scheduled token (input preparation, detokenisation)."""
+    allreduce_extra_latency_s: float = 0.0
+    """Extra latency per all-reduce that the serving stack adds to NCCL's own."""
     allreduce_latency_s: dict[str, float] = field(default_factory=dict)
     """Latency of one all-reduce by TP degree (``"2"``, ``"4"``, ``"8"``)."""
     allreduce_bytes_per_s: dict[str, float] = field(default_factory=dict)
@@ -68,6 +82,11 @@ class Coefficients:
 
     version: int = COEFFICIENTS_VERSION
     gpus: dict[str, GpuCoefficients] = field(default_factory=dict)
+    """Engine coefficients: hardware terms plus the overheads of a current vLLM stack."""
+    stacks: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    """Overheads of each measured serving stack, ``stacks[stack][gpu][field]``: the
+    calibration sources ran different software, so their host overheads are fitted
+    separately while the hardware terms are shared."""
     provenance: dict[str, Any] = field(default_factory=dict)
     """What the fit used (files, split, residuals); informative only."""
 
@@ -108,7 +127,19 @@ def coefficients_from_dict(raw: dict[str, Any]) -> Coefficients:
     if version != COEFFICIENTS_VERSION:
         raise ValueError(f"coefficient file version {version}, expected {COEFFICIENTS_VERSION}")
     gpus = {name: GpuCoefficients(**values) for name, values in raw["gpus"].items()}
-    return Coefficients(version=version, gpus=gpus, provenance=dict(raw.get("provenance", {})))
+    return Coefficients(
+        version=version,
+        gpus=gpus,
+        stacks=dict(raw.get("stacks", {})),
+        provenance=dict(raw.get("provenance", {})),
+    )
+
+
+def for_stack(coefficients: Coefficients, gpu: str, stack: str) -> GpuCoefficients:
+    """Return ``gpu``'s coefficients with the overheads of serving ``stack``."""
+    base = coefficients.gpus[gpu]
+    overrides: dict[str, Any] = dict(coefficients.stacks.get(stack, {}).get(gpu, {}))
+    return replace(base, **overrides)
 
 
 @lru_cache(maxsize=4)
