@@ -117,13 +117,49 @@ class _SortedPool:
         """Mark a position taken."""
         self._taken[pos] = True
 
+    def reset(self, taken: Sequence[int] = ()) -> None:
+        """Make every position available, then take ``taken``."""
+        self._taken = [False] * len(self.index)
+        for pos in taken:
+            self._taken[pos] = True
+
     def release(self, pos: int) -> None:
         """Mark a position available again."""
         self._taken[pos] = False
 
 
+def _greedy_fill(
+    need: FloatArray, slots: IntArray, pool: _SortedPool
+) -> tuple[list[list[int]], FloatArray]:
+    """Fill each worker's slots toward its prompt-sum need; return picks and their sums."""
+    count = need.shape[0]
+    heap = [(-need[g] / slots[g], g) for g in range(count) if slots[g] > 0]
+    heapq.heapify(heap)
+    remaining = need.tolist()
+    left = slots.tolist()
+    picked: list[list[int]] = [[] for _ in range(count)]
+    sums = [0.0] * count
+    # Neediest worker per open slot first, so large prompts go where the deficit is largest.
+    while heap:
+        _, g = heapq.heappop(heap)
+        pos = pool.nearest(remaining[g] / left[g])
+        pool.take(pos)
+        picked[g].append(pos)
+        remaining[g] -= pool.size[pos]
+        sums[g] += pool.size[pos]
+        left[g] -= 1
+        if left[g] > 0:
+            heapq.heappush(heap, (-remaining[g] / left[g], g))
+    return picked, np.array(sums)
+
+
 def _fill_to_targets(
-    loads: FloatArray, slots: IntArray, prompts: FloatArray, members: IntArray, swaps: int
+    loads: FloatArray,
+    slots: IntArray,
+    prompts: FloatArray,
+    members: IntArray,
+    swaps: int,
+    levels: int,
 ) -> list[tuple[int, int]]:
     """Fill every open slot from ``members`` (more members than slots); return (item, worker)."""
     count, width = loads.shape
@@ -134,23 +170,28 @@ def _fill_to_targets(
     gaps = floor.max(axis=0)[None, :] - fixed
     rank = min(width - 1, max(0, math.ceil(width / count) - 1))
     need = np.partition(gaps, rank, axis=1)[:, rank]
-    heap = [(-need[g] / slots[g], g) for g in range(count) if slots[g] > 0]
-    heapq.heapify(heap)
-    remaining = need.tolist()
-    left = slots.tolist()
-    picked: list[list[int]] = [[] for _ in range(count)]
-    while heap:
-        _, g = heapq.heappop(heap)
-        pos = pool.nearest(remaining[g] / left[g])
-        pool.take(pos)
-        picked[g].append(pos)
-        remaining[g] -= pool.size[pos]
-        left[g] -= 1
-        if left[g] > 0:
-            heapq.heappush(heap, (-remaining[g] / left[g], g))
-    added = np.array([sum(pool.size[p] for p in items) for items in picked])
+    # A common level above the lowest feasible one leaves room to balance with larger
+    # prompts; the objective is flat in the level once balanced, so try a few and keep the
+    # best by the exact objective (earliest, i.e. lowest max, on ties).
+    step = 0.25 * pool.size[len(pool.size) // 2]
+    best: tuple[float, list[list[int]], FloatArray] | None = None
+    for level in range(max(1, levels)):
+        pool.reset()
+        picked, added = _greedy_fill(need + level * step * slots, slots, pool)
+        value = _objective(fixed, added)
+        if best is None or value < best[0] - 1e-9:
+            best = (value, picked, added)
+    assert best is not None
+    _, picked, added = best
+    pool.reset([p for items in picked for p in items])
     _exchange(fixed, added, picked, pool, rank, swaps)
     return [(pool.index[p], g) for g in range(count) for p in picked[g]]
+
+
+def _objective(fixed: FloatArray, added: FloatArray) -> float:
+    """Return the (IO) objective up to a constant: ``G * sum_h max - width * sum added``."""
+    loads = fixed + added[:, None]
+    return float(fixed.shape[0] * loads.max(axis=0).sum() - fixed.shape[1] * added.sum())
 
 
 def _exchange(
@@ -170,8 +211,10 @@ def _exchange(
         wish = ideal - added
         improved = False
         for g in np.argsort(-np.abs(wish)).tolist():
-            if not picked[g] or abs(wish[g]) < 1.0:
+            if abs(wish[g]) < 1.0:
                 break
+            if not picked[g]:
+                continue
             positions = [pool.nearest(pool.size[p] + wish[g]) for p in picked[g]]
             deltas = np.array(
                 [
@@ -203,6 +246,7 @@ def balance_future_assign(
     urgent_order: Sequence[int] = (),
     *,
     swap_rounds: int = 8,
+    levels: int = 4,
 ) -> IntArray:
     """Solve one BF-IO decision approximately.
 
@@ -212,6 +256,7 @@ def balance_future_assign(
         prompts: (W,) prompt tokens of the waiting candidates.
         urgent_order: candidate indices that must be admitted first, least laxity first.
         swap_rounds: exchange rounds after the greedy fill (0 disables them).
+        levels: common fill levels tried by the greedy (each costs one fill).
 
     Returns:
         (W,) worker index of each candidate, -1 when it stays queued.
@@ -239,7 +284,7 @@ def balance_future_assign(
             assign[i], loads[g] = g, loads[g] + trajectory
             slots[g] -= 1
         return assign
-    for item, g in _fill_to_targets(loads, slots, prompts, members, swap_rounds):
+    for item, g in _fill_to_targets(loads, slots, prompts, members, swap_rounds, levels):
         assign[item] = g
     return assign
 
@@ -281,10 +326,28 @@ class BalanceFuturePlacer:
         prompts = np.fromiter(
             (c.prompt_tokens for c in candidates), dtype=np.float64, count=len(candidates)
         )
-        threshold = self.urgent_laxity_s
-        urgent = [i for i, c in enumerate(candidates) if c.laxity_s <= threshold]
-        urgent.sort(key=lambda i: candidates[i].laxity_s)
+        laxity = np.fromiter(
+            (c.laxity_s for c in candidates), dtype=np.float64, count=len(candidates)
+        )
         base = base_trajectories(workers, self.horizon)
-        assign = balance_future_assign(base, free, prompts, urgent, swap_rounds=self.swap_rounds)
+        assign = self.assign_arrays(base, free, prompts, laxity)
         chosen = np.flatnonzero(assign >= 0).tolist()
         return [(candidates[i].request_id, workers[int(assign[i])].worker_id) for i in chosen]
+
+    def assign_arrays(
+        self, base: FloatArray, free_slots: IntArray, prompts: FloatArray, laxity: FloatArray
+    ) -> IntArray:
+        """Decide from arrays (the decode simulator's path; no Python objects per request).
+
+        Args:
+            base: (G, H+1) predicted load of running sequences (``base_from_arrays``).
+            free_slots: (G,) open slots.
+            prompts: (W,) prompt tokens of waiting candidates, in queue order.
+            laxity: (W,) scheduler laxity in seconds (inf when unknown).
+
+        Returns:
+            (W,) worker index per candidate, -1 when it stays queued.
+        """
+        urgent = np.flatnonzero(laxity <= self.urgent_laxity_s)
+        order = urgent[np.argsort(laxity[urgent], kind="stable")].tolist()
+        return balance_future_assign(base, free_slots, prompts, order, swap_rounds=self.swap_rounds)

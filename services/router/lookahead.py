@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 from services.router.placement import WorkerLoad
 
 __all__ = [
+    "base_from_arrays",
     "base_trajectories",
     "future_imbalance",
     "imbalance_per_step",
@@ -69,10 +70,10 @@ def base_trajectories(workers: Sequence[WorkerLoad], horizon: int) -> FloatArray
         itertools.chain.from_iterable(
             w.running_kv
             if len(w.running_kv) == w.running
-            else (w.kv_tokens / max(1, w.running),) * w.running
+            else (w.kv_tokens // max(1, w.running),) * w.running
             for w in workers
         ),
-        dtype=np.float64,
+        dtype=np.int64,
         count=total,
     )
     owner = np.repeat(np.arange(count), lengths)
@@ -80,7 +81,9 @@ def base_trajectories(workers: Sequence[WorkerLoad], horizon: int) -> FloatArray
     # reverse cumulative sum counts the sequences (and KV) alive at each h.
     finish = np.clip(remaining, 0, width) + owner * (width + 1)
     bins = count * (width + 1)
-    kv_drop = np.bincount(finish, weights=kv, minlength=bins).reshape(count, width + 1)
+    kv_drop = np.bincount(finish, weights=kv.astype(np.float64), minlength=bins).reshape(
+        count, width + 1
+    )
     seq_drop = np.bincount(finish, minlength=bins).reshape(count, width + 1)
     kv_alive = np.cumsum(kv_drop[:, ::-1], axis=1)[:, ::-1][:, 1:]
     seq_alive = np.cumsum(seq_drop[:, ::-1], axis=1)[:, ::-1][:, 1:]
@@ -95,3 +98,28 @@ def imbalance_per_step(loads: FloatArray) -> FloatArray:
 def future_imbalance(loads: FloatArray) -> float:
     """Return the (IO) objective: Eq. 2's imbalance summed over the lookahead window."""
     return float(imbalance_per_step(loads).sum())
+
+
+def base_from_arrays(
+    kv: FloatArray, remaining: NDArray[np.int64], active: NDArray[np.bool_], horizon: int
+) -> FloatArray:
+    """Return the (G, H+1) predicted load from (G, B) slot arrays, as a simulator holds them.
+
+    Args:
+        kv: current KV tokens of each slot's sequence.
+        remaining: predicted remaining output tokens of each slot's sequence.
+        active: which slots hold a running sequence.
+        horizon: lookahead H in decode steps.
+    """
+    count = kv.shape[0]
+    width = horizon + 1
+    steps = np.arange(width, dtype=np.float64)
+    # Sequences alive for h < r: one (G, H+2) drop histogram, then a reverse cumulative sum.
+    finish = np.clip(remaining, 0, width) + (np.arange(count) * (width + 1))[:, None]
+    finish, weights = finish[active], kv[active]
+    bins = count * (width + 1)
+    kv_drop = np.bincount(finish, weights=weights, minlength=bins).reshape(count, width + 1)
+    seq_drop = np.bincount(finish, minlength=bins).reshape(count, width + 1)
+    kv_alive = np.cumsum(kv_drop[:, ::-1], axis=1)[:, ::-1][:, 1:]
+    seq_alive = np.cumsum(seq_drop[:, ::-1], axis=1)[:, ::-1][:, 1:]
+    return np.asarray(kv_alive + seq_alive * steps, dtype=np.float64)

@@ -1,0 +1,243 @@
+"""A pure per-step decode simulator with a barrier, for comparing placers (BF-IO seed 003, Sec. 6).
+
+Model (seed 003 Sec. 1 and Eq. 6, made per worker):
+
+- G workers with B slots each; placement is sticky and non-preemptive.
+- Each step every running sequence emits one token; its KV grows by one; it leaves after
+  its true output length. Load ``L_g`` is the KV held by worker g (Eq. 1).
+- Per-worker step time is affine (:class:`StepTimeModel`):
+  ``t_g = base_s + per_kv_token_s * L_g + per_prefill_token_s * prefill_g``; the step takes
+  ``max_g t_g`` (the model-parallel barrier). ``prefill_g`` is nonzero only in the
+  *aggregated* mode, where the worker that admits a request also runs its prompt; in the
+  *disaggregated* mode requests reach the decode pool with their KV already built.
+- Power (:class:`PowerModel`): a worker draws ``busy_w`` while computing its own ``t_g``
+  and ``idle_w`` while waiting at the barrier; energy is summed over workers and steps
+  (seed 003 Eq. 10 with a two-level power curve in place of the stripped MFU curve).
+- The waiting pool is topped up to ``reveal_target`` from the request list whenever it
+  falls below it (the paper's online revelation, which keeps the system overloaded).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from services.router.bfio import BalanceFuturePlacer
+from services.router.lookahead import base_from_arrays
+from services.router.placement import Candidate, Placer, WorkerLoad
+
+__all__ = ["DecodeSimConfig", "DecodeSimResult", "PowerModel", "StepTimeModel", "simulate"]
+
+IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepTimeModel:
+    """Affine per-worker decode step time; the fitted values come from a loader."""
+
+    base_s: float
+    """Fixed cost of one step (weights read, collectives)."""
+    per_kv_token_s: float
+    """Attention cost per resident KV token."""
+    per_prefill_token_s: float = 0.0
+    """Cost per prompt token prefilled in the same step (aggregated mode only)."""
+
+    def worker_times(self, kv_load: FloatArray, prefill_tokens: FloatArray) -> FloatArray:
+        """Return each worker's own compute time for one step."""
+        return np.asarray(
+            self.base_s + self.per_kv_token_s * kv_load + self.per_prefill_token_s * prefill_tokens,
+            dtype=np.float64,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PowerModel:
+    """Two-level power of one worker: computing, or waiting at the barrier."""
+
+    busy_w: float
+    idle_w: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecodeSimConfig:
+    """One simulated run."""
+
+    workers: int = 16
+    batch: int = 72
+    steps: int = 2000
+    reveal_target: int = 1152
+    mode: Literal["disaggregated", "aggregated"] = "disaggregated"
+    lookahead: int = 80
+    """Steps of remaining-length lookahead the simulator exposes to placers (oracle)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class DecodeSimResult:
+    """Per-run aggregates (seed 003 Eqs. 7-10)."""
+
+    steps: int
+    tokens: int
+    time_s: float
+    energy_j: float
+    imbalance_sum: float
+    """Mean over steps of Eq. 2: ``sum_g (max L - L_g)`` in tokens."""
+    imbalance_gap: float
+    """Mean over steps of ``max L - mean L`` in tokens."""
+    idle_fraction: float
+    """Share of worker-time spent waiting at the barrier."""
+    tpot_s: float
+    """Mean over completed requests of (end - admission time) / output tokens (Eq. 9)."""
+    completed: int
+    decision_s: list[float] = field(default_factory=list)
+
+    @property
+    def throughput_tok_s(self) -> float:
+        """Generated tokens per second (Eq. 8)."""
+        return self.tokens / self.time_s
+
+    @property
+    def energy_per_token_j(self) -> float:
+        """Energy per generated token."""
+        return self.energy_j / self.tokens
+
+
+Decider = Callable[[FloatArray, FloatArray, IntArray, FloatArray], IntArray]
+
+
+def _object_decider(placer: Placer, config: DecodeSimConfig) -> Decider:
+    """Adapt a generic placer: build the snapshots the live router would build."""
+    ids = [f"w{g}" for g in range(config.workers)]
+    index = {worker_id: g for g, worker_id in enumerate(ids)}
+
+    def decide(
+        kv: FloatArray, remaining: FloatArray, pool: IntArray, prompts: FloatArray
+    ) -> IntArray:
+        active = remaining > 0
+        loads = [
+            WorkerLoad(
+                worker_id=ids[g],
+                free_slots=int(config.batch - active[g].sum()),
+                running=int(active[g].sum()),
+                kv_tokens=int(kv[g][active[g]].sum()),
+                predicted_remaining=tuple(remaining[g][active[g]].astype(int).tolist()),
+                running_kv=tuple(kv[g][active[g]].astype(int).tolist()),
+            )
+            for g in range(config.workers)
+        ]
+        cands = [
+            Candidate(request_id=str(i), prompt_tokens=int(prompts[i]), predicted_output_tokens=0)
+            for i in pool.tolist()
+        ]
+        assign = np.full(pool.shape[0], -1, dtype=np.int64)
+        position = {int(r): p for p, r in enumerate(pool.tolist())}
+        for request_id, worker_id in placer.place(cands, loads):
+            assign[position[int(request_id)]] = index[worker_id]
+        return assign
+
+    return decide
+
+
+def _array_decider(placer: BalanceFuturePlacer) -> Decider:
+    """BF-IO straight from the simulator's arrays (what the router's own state would be)."""
+
+    def decide(
+        kv: FloatArray, remaining: FloatArray, pool: IntArray, prompts: FloatArray
+    ) -> IntArray:
+        active = remaining > 0
+        base = base_from_arrays(kv, remaining.astype(np.int64), active, placer.horizon)
+        free = (~active).sum(axis=1).astype(np.int64)
+        laxity = np.full(pool.shape[0], np.inf)
+        return placer.assign_arrays(base, free, prompts[pool], laxity)
+
+    return decide
+
+
+def simulate(
+    prompts: IntArray,
+    outputs: IntArray,
+    placer: Placer,
+    config: DecodeSimConfig,
+    step_model: StepTimeModel,
+    power: PowerModel,
+) -> DecodeSimResult:
+    """Run one simulation and return its aggregates.
+
+    Args:
+        prompts: prompt tokens of the requests, in arrival order.
+        outputs: true output tokens of the requests (>= 1).
+        placer: the policy; BF-IO takes the array path, others get object snapshots.
+        config: fleet shape, run length, pool size and mode.
+        step_model: per-worker step time.
+        power: per-worker power levels.
+    """
+    count, batch = config.workers, config.batch
+    prompt_f = prompts.astype(np.float64)
+    decide = (
+        _array_decider(placer)
+        if isinstance(placer, BalanceFuturePlacer)
+        else _object_decider(placer, config)
+    )
+    kv = np.zeros((count, batch))
+    remaining = np.zeros((count, batch))  # 0 marks a free slot
+    owner = np.full((count, batch), -1, dtype=np.int64)
+    start = np.zeros(prompts.shape[0])
+    pool = np.zeros(0, dtype=np.int64)
+    revealed, clock, energy, tokens, idle_time, completed = 0, 0.0, 0.0, 0, 0.0, 0
+    tpot_sum, imb_sum, gap_sum = 0.0, 0.0, 0.0
+    decisions: list[float] = []
+    for _ in range(config.steps):
+        if pool.shape[0] < config.reveal_target and revealed < prompts.shape[0]:
+            extra = min(config.reveal_target - pool.shape[0], prompts.shape[0] - revealed)
+            pool = np.concatenate([pool, np.arange(revealed, revealed + extra)])
+            revealed += extra
+        prefill = np.zeros(count)
+        if pool.shape[0] and (remaining == 0).any():
+            began = time.perf_counter()
+            assign = decide(kv, remaining, pool, prompt_f)
+            decisions.append(time.perf_counter() - began)
+            for p in np.flatnonzero(assign >= 0).tolist():
+                g, request = int(assign[p]), int(pool[p])
+                slot = int(np.flatnonzero(remaining[g] == 0)[0])
+                kv[g, slot], remaining[g, slot], owner[g, slot] = (
+                    prompts[request],
+                    outputs[request],
+                    request,
+                )
+                start[request] = clock
+                prefill[g] += prompts[request]
+            pool = pool[assign < 0]
+        active = remaining > 0
+        load = (kv * active).sum(axis=1)
+        own = step_model.worker_times(load, prefill if config.mode == "aggregated" else prefill * 0)
+        step = float(own.max())
+        energy += float((power.busy_w * own + power.idle_w * (step - own)).sum())
+        idle_time += float((step - own).sum())
+        imb_sum += float(count * load.max() - load.sum())
+        gap_sum += float(load.max() - load.mean())
+        clock += step
+        tokens += int(active.sum())
+        kv += active
+        remaining -= active
+        done = active & (remaining == 0)
+        for request in owner[done].tolist():
+            tpot_sum += (clock - start[request]) / outputs[request]
+            completed += 1
+        owner[done] = -1
+    return DecodeSimResult(
+        steps=config.steps,
+        tokens=tokens,
+        time_s=clock,
+        energy_j=energy,
+        imbalance_sum=imb_sum / config.steps,
+        imbalance_gap=gap_sum / config.steps,
+        idle_fraction=idle_time / (clock * count) if clock else 0.0,
+        tpot_s=tpot_sum / completed if completed else float("nan"),
+        completed=completed,
+        decision_s=decisions,
+    )
