@@ -83,7 +83,8 @@ def test_resteer_prefers_same_pool_and_skips_started_or_hopeless_targets() -> No
     early = EmergencyState(rung=Rung.MAX_CLOCK, rung_since_s=0.0)
     state, actions = step(early, _view(0.1, requests, targets), CONFIG)
     assert (state.rung, actions) == (Rung.MAX_CLOCK, [])  # max clock still gets its dwell
-    state, actions = step(early, _view(2.0, requests, targets), CONFIG)
+    dwelt = EmergencyState(rung=Rung.MAX_CLOCK, rung_since_s=-2.0)
+    state, actions = step(dwelt, _view(0.1, requests, targets), CONFIG)
     assert state.rung is Rung.RESTEER
     assert actions == [ResteerRequest("a", "i0", "same")]
 
