@@ -1,0 +1,117 @@
+"""The embedded local stack: which services run, with which settings.
+
+One :class:`StackSpec` expands to one :class:`~shared.config.Settings` per process: the six
+control services, one dvfs agent per node and N simulated workers spread over regions
+(one pool per region). ``greenserve up`` writes each as a YAML file and starts
+``python -m services.<name>`` processes; tests run the same services in one event loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.config import Settings
+
+__all__ = ["CONTROL_SERVICES", "ServiceLaunch", "StackSpec", "pool_id_for", "stack_launches"]
+
+CONTROL_SERVICES = ("scheduler", "router", "planner", "forecaster", "classifier")
+"""Started before workers and dvfs agents, in this order (consumers before producers)."""
+
+
+def pool_id_for(region: str, gpu: str) -> str:
+    """Pool name of one region's GPUs of one type, e.g. ``pjm-a100``."""
+    return f"{region.lower()}-{gpu.split('-')[0].lower()}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StackSpec:
+    """What to run."""
+
+    namespace: str = "gs"
+    nats_url: str = "nats://127.0.0.1:4222"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    workers: int = 2
+    regions: tuple[str, ...] = ("PJM", "CISO")
+    gpu: str = "A100-80GB"
+    model: str = "llama-3-8b"
+    tp: int = 1
+    max_num_seqs: int = 64
+    speedup: float = 1.0
+    origin_wall_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Further settings sections merged into every process (e.g. ``{"scheduler": {...}}``)."""
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError("a stack needs at least one worker")
+        if not self.regions:
+            raise ValueError("a stack needs at least one region")
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceLaunch:
+    """One process of the stack."""
+
+    name: str
+    """Unique process name, e.g. ``worker-3`` or ``dvfs-node-pjm``."""
+    module: str
+    """Service package run with ``python -m``."""
+    settings: Settings
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def stack_launches(spec: StackSpec) -> list[ServiceLaunch]:
+    """Every process of the stack with its settings, in start order."""
+    used_regions = [spec.regions[i % len(spec.regions)] for i in range(spec.workers)]
+    regions = sorted(set(used_regions), key=spec.regions.index)
+    pools = [
+        {
+            "pool_id": pool_id_for(region, spec.gpu),
+            "region": region,
+            "gpu": spec.gpu,
+            "tp": spec.tp,
+            "instances": used_regions.count(region),
+        }
+        for region in regions
+    ]
+    common: dict[str, Any] = {
+        "namespace": spec.namespace,
+        "nats": {"url": spec.nats_url},
+        "redis": {"url": spec.redis_url},
+        "clock": {"speedup": spec.speedup, "origin_wall_s": spec.origin_wall_s},
+        "planner": {"static_pools": pools},
+        "forecaster": {"regions": list(spec.regions)},
+    }
+
+    def settings(**sections: Any) -> Settings:
+        return Settings(**_merge(_merge(common, spec.extra), sections))
+
+    launches = [ServiceLaunch(name, f"services.{name}", settings()) for name in CONTROL_SERVICES]
+    for region in regions:
+        node = f"node-{region.lower()}"
+        launches.append(
+            ServiceLaunch(f"dvfs-{node}", "services.dvfs", settings(dvfs={"node_id": node}))
+        )
+    for i, region in enumerate(used_regions):
+        worker = {
+            "worker_id": f"worker-{i}",
+            "pool_id": pool_id_for(region, spec.gpu),
+            "region": region,
+            "node_id": f"node-{region.lower()}",
+            "gpu": spec.gpu,
+            "model": spec.model,
+            "tp": spec.tp,
+            "max_num_seqs": spec.max_num_seqs,
+        }
+        launches.append(ServiceLaunch(f"worker-{i}", "services.worker", settings(worker=worker)))
+    return launches

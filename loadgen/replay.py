@@ -1,0 +1,177 @@
+"""Replay a trace onto the ingress stream and record what comes back.
+
+Requests are published to JetStream with ``Nats-Msg-Id`` = request id (a retried publish is
+not a second request) at ``t / speedup`` wall seconds after the start. Every chunk,
+completion and error addressed to this client is recorded; token indices deduplicate
+chunks a restarted worker may send twice. A request with neither a completion nor an error
+when the replay settles is *lost*.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from loadgen.traces import TraceRequest
+from proto.codec import DecodeError, decode_any, encode
+from proto.messages import Completion, ErrorReply, Request, TokenChunk, WorkerStats
+from proto.subjects import Subjects
+from shared.telemetry import inject_headers
+
+__all__ = ["ClientRecord", "ReplayResult", "WorkerEnergy", "replay"]
+
+REPLY_HEADER = "Gs-Reply"
+
+
+@dataclass(slots=True)
+class ClientRecord:
+    """What the client saw of one request (wall-clock seconds)."""
+
+    request_id: str
+    trace: TraceRequest
+    sent_at: float = 0.0
+    token_times: dict[int, float] = field(default_factory=dict)
+    completion: Completion | None = None
+    error: ErrorReply | None = None
+    duplicate_endings: int = 0
+
+    @property
+    def ended(self) -> bool:
+        """Whether a completion or an error arrived."""
+        return self.completion is not None or self.error is not None
+
+
+@dataclass(slots=True)
+class WorkerEnergy:
+    """First and last energy counter seen from one worker, with its samples."""
+
+    region: str
+    samples: list[tuple[float, float]] = field(default_factory=list)
+    """(wall time, cumulative energy J)."""
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    """Everything a replay observed."""
+
+    records: list[ClientRecord]
+    workers: dict[str, WorkerEnergy]
+    started_at: float
+    finished_at: float
+    speedup: float
+
+
+async def replay(
+    nc: Client,
+    subjects: Subjects,
+    trace: Sequence[TraceRequest],
+    *,
+    model: str,
+    speedup: float,
+    settle_timeout_s: float = 30.0,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> ReplayResult:
+    """Publish ``trace`` in (sped-up) real time and wait until every request ends or settles.
+
+    Args:
+        nc: a connected NATS client.
+        subjects: the stack's subjects.
+        trace: requests with arrival offsets in model seconds.
+        model: model name to request.
+        speedup: model seconds per wall second.
+        settle_timeout_s: after the last publish, wait at most this long (wall) without any
+            request ending before declaring the rest lost.
+        on_progress: called with (ended, total) as requests end.
+    """
+    js = nc.jetstream()
+    client_id = f"lg-{uuid.uuid4().hex[:12]}"
+    records = [ClientRecord(f"{client_id}-{i}", tr) for i, tr in enumerate(trace)]
+    by_id = {r.request_id: r for r in records}
+    workers: dict[str, WorkerEnergy] = {}
+    ended = 0
+    progress = asyncio.Event()
+
+    async def on_reply(msg: Msg) -> None:
+        nonlocal ended
+        try:
+            message = decode_any(msg.data)
+        except DecodeError:
+            return
+        rid = getattr(message, "request_id", None)
+        record = by_id.get(rid) if isinstance(rid, str) else None
+        if record is None:
+            return
+        if isinstance(message, TokenChunk):
+            for k, at in enumerate(message.token_times):
+                record.token_times.setdefault(message.first_index + k, at)
+        elif isinstance(message, Completion | ErrorReply):
+            if record.ended:
+                record.duplicate_endings += 1
+                return
+            if isinstance(message, Completion):
+                record.completion = message
+            else:
+                record.error = message
+            ended += 1
+            progress.set()
+            if on_progress is not None:
+                on_progress(ended, len(records))
+
+    async def on_stats(msg: Msg) -> None:
+        with contextlib.suppress(DecodeError):
+            message = decode_any(msg.data)
+            if isinstance(message, WorkerStats):
+                entry = workers.setdefault(message.worker_id, WorkerEnergy(message.region))
+                entry.samples.append((message.at, message.energy_j))
+
+    subs = [
+        await nc.subscribe(subjects.client_wildcard(client_id), cb=on_reply),
+        await nc.subscribe(subjects.worker_stats_wildcard, cb=on_stats),
+    ]
+    started = time.time()
+    pending: set[asyncio.Task[None]] = set()
+
+    async def publish(record: ClientRecord) -> None:
+        record.sent_at = time.time()
+        reply = subjects.client_reply(client_id, record.request_id)
+        req = Request(
+            request_id=record.request_id,
+            model=model,
+            reply_subject=reply,
+            sent_at=record.sent_at,
+            max_tokens=record.trace.output_tokens,
+            prompt_tokens=record.trace.prompt_tokens,
+            client_id=client_id,
+        )
+        headers = inject_headers({"Nats-Msg-Id": record.request_id, REPLY_HEADER: reply})
+        await js.publish(subjects.ingress_request, encode(req), headers=headers)
+
+    try:
+        for record in records:
+            delay = started + record.trace.t_s / speedup - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            task = asyncio.create_task(publish(record))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+        if pending:
+            await asyncio.gather(*pending)
+        while ended < len(records):
+            progress.clear()
+            try:
+                await asyncio.wait_for(progress.wait(), settle_timeout_s)
+            except TimeoutError:
+                break
+        await asyncio.sleep(0.2)  # late chunks and a last stats sample
+    finally:
+        for sub in subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+    return ReplayResult(records, workers, started, time.time(), speedup)

@@ -1,0 +1,198 @@
+"""Turn a replay into the shared run summary, a terminal table and a JSON file.
+
+Latencies are reported in model time (wall × speed-up), as the simulated GPUs experienced
+them; the dispatch overhead (ingress publish → worker accepted) is the control plane's own
+cost and is reported in wall milliseconds. Energy is the workers' counters (idle included);
+CO2 multiplies each counter increment by the region's measured hourly intensity.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from functools import cache
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from loadgen.replay import ReplayResult
+from shared.clock import ModelClock
+from shared.metrics.records import RequestRecord, RequestStatus
+from shared.metrics.summary import EnergyAccount, summarize
+
+__all__ = ["build_report", "print_report"]
+
+J_PER_KWH = 3.6e6
+
+
+@cache
+def _intensity(region: str) -> pd.Series | None:
+    from services.forecaster.sources import load_eia_csv
+    from shared.paths import DataDirError
+
+    try:
+        return load_eia_csv(region).intensity.dropna()
+    except (DataDirError, FileNotFoundError):
+        return None
+
+
+def _energy(result: ReplayResult, clock: ModelClock) -> EnergyAccount:
+    total_j = 0.0
+    co2_g = 0.0
+    co2_known = True
+    for worker in result.workers.values():
+        samples = sorted(worker.samples)
+        if len(samples) < 2:
+            continue
+        total_j += samples[-1][1] - samples[0][1]
+        series = _intensity(worker.region)
+        if series is None:
+            co2_known = False
+            continue
+        for (t0, e0), (_, e1) in itertools.pairwise(samples):
+            stamp = pd.Timestamp(clock.model_at(t0), unit="s", tz="UTC").floor("h")
+            position = min(int(series.index.searchsorted(stamp)), len(series) - 1)
+            co2_g += (e1 - e0) / J_PER_KWH * float(series.iloc[position])
+    return EnergyAccount(energy_j=total_j, co2_kg=co2_g / 1000.0 if co2_known else None)
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def build_report(result: ReplayResult, clock: ModelClock) -> dict[str, Any]:
+    """Summarise a replay: counts, latency percentiles, SLO metrics, energy and CO2."""
+    k = result.speedup
+    t0 = result.started_at
+    records: list[RequestRecord] = []
+    overheads_ms: list[float] = []
+    for rec in result.records:
+        done = rec.completion
+        status = (
+            RequestStatus.OK
+            if done
+            else RequestStatus.FAILED
+            if rec.error
+            else RequestStatus.TIMEOUT
+        )
+        times = [rec.token_times[i] for i in sorted(rec.token_times)]
+        records.append(
+            RequestRecord(
+                request_id=rec.request_id,
+                request_class=done.request_class if done else "?",
+                arrival_s=(rec.sent_at - t0) * k,
+                latency_budget_s=done.lat_s if done else math.nan,
+                first_token_s=(times[0] - t0) * k if times else None,
+                finish_s=(times[-1] - t0) * k if done and times else None,
+                output_tokens=done.output_tokens if done else len(times),
+                predicted_output_tokens=done.predicted_output_tokens if done else 0,
+                prompt_tokens=rec.trace.prompt_tokens,
+                status=status,
+                token_times_s=[(t - t0) * k for t in times],
+            )
+        )
+        if done:
+            overheads_ms.append((done.accepted_at - rec.sent_at) * 1000.0)
+    summary = summarize(records, energy=_energy(result, clock))
+    completed = sum(1 for r in result.records if r.completion)
+    failed = sum(1 for r in result.records if r.error)
+    mismatched = sum(
+        1
+        for r in result.records
+        if r.completion
+        and (
+            r.completion.output_tokens != r.trace.output_tokens
+            or len(r.token_times) != r.trace.output_tokens
+        )
+    )
+    span_model_s = max((result.finished_at - t0) * k, 1e-9)
+    overall = summary.overall.as_dict()
+    errors: dict[str, int] = {}
+    for r in result.records:
+        if r.error:
+            errors[r.error.code] = errors.get(r.error.code, 0) + 1
+    return {
+        "requests": len(result.records),
+        "completed": completed,
+        "failed": failed,
+        "lost": len(result.records) - completed - failed,
+        "duplicated": sum(r.duplicate_endings for r in result.records),
+        "token_mismatch": mismatched,
+        "errors": errors,
+        "throughput_rps": completed / span_model_s,
+        "p50_ttft_ms": _ms(overall["ttft_s"].get("p50")),
+        "p99_ttft_ms": _ms(overall["ttft_s"].get("p99")),
+        "p50_tbt_ms": _ms(overall["tbt_s"].get("p50")),
+        "p99_tbt_ms": _ms(overall["tbt_s"].get("p99")),
+        "p50_e2e_ms": _ms(overall["e2e_s"].get("p50")),
+        "p99_e2e_ms": _ms(overall["e2e_s"].get("p99")),
+        "p50_dispatch_overhead_ms": _pct(overheads_ms, 50),
+        "p99_dispatch_overhead_ms": _pct(overheads_ms, 99),
+        "slo_attainment": overall["slo_attainment"],
+        "violation_rate": overall["violation_rate"],
+        "jain": overall["jain"],
+        "energy_wh": summary.energy_wh,
+        "co2_kg": summary.co2_kg,
+        "tokens_per_joule": summary.tokens_per_joule,
+        "speedup": k,
+        "wall_s": result.finished_at - t0,
+        "per_class": {name: s.as_dict() for name, s in summary.per_class.items()},
+    }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
+def print_report(report: dict[str, Any], console: Console | None = None) -> None:
+    """Print the summary as two tables: outcome and latency (model ms)."""
+    console = console or Console(stderr=True)
+    outcome = Table(title="GreenServe replay")
+    for col in (
+        "requests",
+        "completed",
+        "failed",
+        "lost",
+        "throughput rps",
+        "energy Wh",
+        "CO2 kg",
+        "tok/J",
+    ):
+        outcome.add_column(col, justify="right")
+    outcome.add_row(
+        str(report["requests"]),
+        str(report["completed"]),
+        str(report["failed"]),
+        str(report["lost"]),
+        _fmt(report["throughput_rps"]),
+        _fmt(report["energy_wh"]),
+        _fmt(report["co2_kg"], 4),
+        _fmt(report["tokens_per_joule"]),
+    )
+    console.print(outcome)
+    latency = Table(title="latency (model time, ms)")
+    latency.add_column("metric")
+    for col in ("p50", "p99"):
+        latency.add_column(col, justify="right")
+    for name in ("ttft", "tbt", "e2e"):
+        latency.add_row(
+            name.upper(), _fmt(report[f"p50_{name}_ms"]), _fmt(report[f"p99_{name}_ms"])
+        )
+    latency.add_row(
+        "dispatch overhead (wall)",
+        _fmt(report["p50_dispatch_overhead_ms"]),
+        _fmt(report["p99_dispatch_overhead_ms"]),
+    )
+    console.print(latency)
+    console.print(
+        f"SLO attainment {_fmt(report['slo_attainment'], 4)}  violation rate "
+        f"{_fmt(report['violation_rate'], 4)}  Jain {_fmt(report['jain'], 3)}  "
+        f"errors {report['errors']}"
+    )
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"

@@ -1,0 +1,51 @@
+"""Redis key names, namespaced like subjects so stacks and tests never collide."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Keys"]
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """All Redis keys of one stack."""
+
+    prefix: str = "gs"
+
+    def worker(self, worker_id: str) -> str:
+        """Worker registration (hash of its WorkerStats fields), expires without heartbeats."""
+        return f"{self.prefix}:worker:{worker_id}"
+
+    @property
+    def worker_pattern(self) -> str:
+        """SCAN pattern over every registered worker."""
+        return f"{self.prefix}:worker:*"
+
+    @property
+    def plan(self) -> str:
+        """The current plan, encoded."""
+        return f"{self.prefix}:plan"
+
+    def forecast(self, region: str) -> str:
+        """The latest forecast of one region, encoded."""
+        return f"{self.prefix}:forecast:{region}"
+
+    @property
+    def queued(self) -> str:
+        """Hash request_id → encoded ClassifiedRequest held by the scheduler."""
+        return f"{self.prefix}:queued"
+
+    @property
+    def dispatched(self) -> str:
+        """Hash request_id → encoded Assignment (handed to the router, not yet done)."""
+        return f"{self.prefix}:dispatched"
+
+    def seen(self, request_id: str) -> str:
+        """Marker that a request id entered the scheduler once (deduplication)."""
+        return f"{self.prefix}:seen:{request_id}"
+
+    @property
+    def stack(self) -> str:
+        """Hash describing an embedded stack started by ``greenserve up``."""
+        return f"{self.prefix}:stack"

@@ -1,0 +1,303 @@
+"""Message types of protocol v1, as msgspec Structs encoded with MessagePack.
+
+Why msgspec rather than ``msgpack``: one declaration gives the schema, the encoder and a
+*validating* decoder (types, ranges, required fields) in C, so validation at the boundary
+costs nothing extra; ``tools/bench_codec.py`` measures it against msgpack + manual checks.
+
+Every struct is tagged (``type`` field on the wire) so a decoder can tell message kinds
+apart and a mis-addressed message fails validation instead of being misread. Times are
+wall-clock epoch seconds (``*_at``) unless named ``*_s`` (model seconds) or ``*_ms``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+import msgspec
+from msgspec import Meta, Struct
+
+__all__ = [
+    "MAX_TOKENS_LIMIT",
+    "Assignment",
+    "ClassifiedRequest",
+    "ClockCommand",
+    "ClockReply",
+    "Completion",
+    "DispatchReply",
+    "DvfsReport",
+    "ErrorReply",
+    "Forecast",
+    "GpuReport",
+    "Plan",
+    "PoolPlan",
+    "PullReply",
+    "PullRequest",
+    "Request",
+    "RequeueRequest",
+    "RouteWeight",
+    "SubmitReply",
+    "TokenChunk",
+    "WorkerStats",
+]
+
+MAX_TOKENS_LIMIT: Final = 1 << 20
+"""No model we serve has a context beyond a million tokens; larger counts are malformed."""
+
+Id = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,128}$")]
+Subject = Annotated[str, Meta(min_length=1, max_length=512)]
+TokenCount = Annotated[int, Meta(ge=1, le=MAX_TOKENS_LIMIT)]
+NonNegInt = Annotated[int, Meta(ge=0)]
+NonNeg = Annotated[float, Meta(ge=0.0)]
+Mhz = Annotated[float, Meta(ge=0.0, le=5000.0)]
+
+
+class _Message(Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=False):
+    """Base of every message: tagged, immutable, keyword-only."""
+
+
+class Request(_Message, tag="gs.v1.request", frozen=True, kw_only=True):
+    """A client's inference request, as published on the ingress subject."""
+
+    request_id: Id
+    model: Annotated[str, Meta(min_length=1, max_length=128)]
+    reply_subject: Subject
+    sent_at: NonNeg
+    max_tokens: TokenCount
+    """Most output tokens; with ``ignore_eos`` the exact number generated (trace replay)."""
+    prompt_tokens: TokenCount | None = None
+    """Input length when the client knows it (trace replay); else ``prompt`` is tokenised."""
+    prompt: Annotated[str, Meta(max_length=4_000_000)] | None = None
+    ignore_eos: bool = True
+    stream: bool = True
+    client_id: Id | None = None
+
+
+class ClassifiedRequest(_Message, tag="gs.v1.classified", frozen=True, kw_only=True):
+    """A request after classification: sizes, class, deadlines and its pool."""
+
+    request: Request
+    input_tokens: TokenCount
+    predicted_output_tokens: TokenCount
+    request_class: Annotated[str, Meta(min_length=1, max_length=16)]
+    pool_id: Id
+    region: Id
+    arrival_s: float
+    """Model time of arrival (the scheduler's clock)."""
+    ttft_slo_ms: NonNeg
+    tbt_slo_ms: NonNeg
+    profile_ttft_ms: NonNeg
+    """No-queue TTFT of the pool's configuration (from its profile)."""
+    profile_tbt_ms: NonNeg
+    """TBT of the pool's configuration (from its profile)."""
+    lat_s: NonNeg
+    """No-queue execution time estimate: N̂·TBT + TTFT (FREESH Eq. 6)."""
+    deadline_s: float
+    """Model time by which the request should finish (arrival + α_LLF·Lat)."""
+    classified_at: NonNeg
+
+
+class SubmitReply(_Message, tag="gs.v1.submit_reply", frozen=True, kw_only=True):
+    """Scheduler's answer to a submit: accepted (stored) or a duplicate of a known id."""
+
+    request_id: Id
+    accepted: bool
+    duplicate: bool = False
+
+
+class PullRequest(_Message, tag="gs.v1.pull", frozen=True, kw_only=True):
+    """Router asks the scheduler for up to ``slots`` admitted requests of one pool."""
+
+    pool_id: Id
+    slots: Annotated[int, Meta(ge=0, le=100_000)]
+    router_id: Id
+
+
+class PullReply(_Message, tag="gs.v1.pull_reply", frozen=True, kw_only=True):
+    """Requests the scheduler admitted, best first by its queue discipline."""
+
+    requests: list[ClassifiedRequest]
+    queued: NonNegInt = 0
+
+
+class RequeueRequest(_Message, tag="gs.v1.requeue", frozen=True, kw_only=True):
+    """Router returns requests it could not place (workers vanished or refused)."""
+
+    requests: list[ClassifiedRequest]
+
+
+class Assignment(_Message, tag="gs.v1.assignment", frozen=True, kw_only=True):
+    """A request handed to a worker (kept in Redis until done, for recovery)."""
+
+    request: ClassifiedRequest
+    worker_id: Id
+    dispatched_at: NonNeg
+
+
+class DispatchReply(_Message, tag="gs.v1.dispatch_reply", frozen=True, kw_only=True):
+    """Worker's answer to a dispatch."""
+
+    request_id: Id
+    worker_id: Id
+    accepted: bool
+    accepted_at: NonNeg
+    reason: str = ""
+
+
+class TokenChunk(_Message, tag="gs.v1.chunk", frozen=True, kw_only=True):
+    """Output tokens of one request; several tokens may be coalesced in one chunk."""
+
+    request_id: Id
+    worker_id: Id
+    first_index: NonNegInt
+    token_times: list[float]
+    """Wall time each token was produced (the worker's clock)."""
+    text: str | None = None
+
+
+class Completion(_Message, tag="gs.v1.completion", frozen=True, kw_only=True):
+    """A request finished: its sizes, timestamps and attributed energy."""
+
+    request_id: Id
+    worker_id: Id
+    pool_id: Id
+    region: Id
+    request_class: str
+    input_tokens: TokenCount
+    output_tokens: NonNegInt
+    sent_at: NonNeg
+    accepted_at: NonNeg
+    first_token_at: NonNeg
+    finished_at: NonNeg
+    energy_j: NonNeg
+    """The request's share of its instance's energy (split by tokens per iteration)."""
+    preemptions: NonNegInt = 0
+    finish_reason: str = "length"
+    predicted_output_tokens: NonNegInt = 0
+    lat_s: NonNeg = 0.0
+    """No-queue latency estimate the deadline was based on (violation window 5·Lat)."""
+
+
+class ErrorReply(_Message, tag="gs.v1.error", frozen=True, kw_only=True):
+    """A clear, final error for one request (or a dead letter when the id is unknown)."""
+
+    code: Annotated[str, Meta(min_length=1, max_length=64)]
+    reason: Annotated[str, Meta(max_length=2048)]
+    service: str
+    request_id: Id | None = None
+    at: NonNeg = 0.0
+
+
+class WorkerStats(_Message, tag="gs.v1.worker_stats", frozen=True, kw_only=True):
+    """A worker's state, published periodically and stored as its heartbeat."""
+
+    worker_id: Id
+    pool_id: Id
+    region: Id
+    node_id: Id
+    gpu: str
+    model: str
+    tp: Annotated[int, Meta(ge=1, le=64)]
+    running: NonNegInt
+    waiting: NonNegInt
+    max_num_seqs: NonNegInt
+    free_slots: NonNegInt
+    kv_blocks_used: NonNegInt
+    kv_blocks_total: NonNegInt
+    clock_mhz: Mhz
+    power_w: NonNeg
+    energy_j: NonNeg
+    tokens_out: NonNegInt
+    at: NonNeg
+    backend: str = "sim"
+    draining: bool = False
+    kv_block_size: Annotated[int, Meta(ge=1)] = 16
+
+
+class RouteWeight(_Message, tag="gs.v1.route", frozen=True, kw_only=True):
+    """Share of one request class sent to one pool."""
+
+    pool_id: Id
+    weight: NonNeg
+
+
+class PoolPlan(_Message, tag="gs.v1.pool", frozen=True, kw_only=True):
+    """One pool of the plan: where, on what, how many instances, at which clock."""
+
+    pool_id: Id
+    region: Id
+    gpu: str
+    tp: Annotated[int, Meta(ge=1, le=64)]
+    instances: NonNegInt
+    clock_mhz: Mhz | None = None
+    classes: list[str] = msgspec.field(default_factory=list)
+    ttft_ms: NonNeg = 0.0
+    """Profiled no-queue TTFT of this pool's configuration (laxity input)."""
+    tbt_ms: NonNeg = 0.0
+    """Profiled TBT of this pool's configuration (laxity input)."""
+
+
+class Plan(_Message, tag="gs.v1.plan", frozen=True, kw_only=True):
+    """The planner's decision for one epoch."""
+
+    epoch: NonNegInt
+    issued_at: NonNeg
+    valid_until: NonNeg
+    scheme: str
+    pools: list[PoolPlan]
+    routes: dict[str, list[RouteWeight]]
+    """Request class → pools and weights; class ``*`` is the default route."""
+    objective: str = "static"
+    status: str = "ok"
+
+
+class Forecast(_Message, tag="gs.v1.forecast", frozen=True, kw_only=True):
+    """Hourly carbon-intensity forecast of one region (gCO2/kWh)."""
+
+    region: Id
+    issued_at: NonNeg
+    start_s: float
+    """Model time (epoch seconds, UTC) of the first value."""
+    step_s: Annotated[int, Meta(gt=0)]
+    values: list[float]
+    p10: list[float]
+    p90: list[float]
+    signal: str = "average"
+    emission_factor: str = "direct"
+    model: str = "history"
+
+
+class ClockCommand(_Message, tag="gs.v1.clock", frozen=True, kw_only=True):
+    """Set a worker's GPU clock (all GPUs of the instance)."""
+
+    worker_id: Id
+    clock_mhz: Mhz
+    issued_by: str
+    reason: str = ""
+    issued_at: NonNeg = 0.0
+
+
+class ClockReply(_Message, tag="gs.v1.clock_reply", frozen=True, kw_only=True):
+    """The clock a worker applied (snapped to a supported step) or why it refused."""
+
+    worker_id: Id
+    applied_mhz: Mhz
+    accepted: bool
+    reason: str = ""
+
+
+class GpuReport(_Message, tag="gs.v1.gpu_report", frozen=True, kw_only=True):
+    """One instance's clock and power, as the dvfs agent sees it."""
+
+    worker_id: Id
+    clock_mhz: Mhz
+    power_w: NonNeg
+    energy_j: NonNeg
+
+
+class DvfsReport(_Message, tag="gs.v1.dvfs_report", frozen=True, kw_only=True):
+    """A dvfs agent's periodic report for its node."""
+
+    node_id: Id
+    at: NonNeg
+    mode: str
+    gpus: list[GpuReport]

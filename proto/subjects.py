@@ -1,0 +1,155 @@
+"""NATS subject names, versioned. Services never spell a subject as a literal.
+
+Every subject starts with a *prefix* (default ``gs``) and the protocol version, so two
+stacks (or two tests) can share one NATS server without hearing each other:
+``gs.v1.ingress.request``. Tokens are lowercase and dot-separated.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = ["PROTOCOL_VERSION", "QUEUE_GROUPS", "Subjects", "valid_token"]
+
+PROTOCOL_VERSION: Final = "v1"
+"""Bumped when a message changes incompatibly; old and new stacks then never cross."""
+
+QUEUE_GROUPS: Final = {
+    "classifier": "classifier",
+    "scheduler": "scheduler",
+    "router": "router",
+    "planner": "planner",
+}
+"""One queue group per service, so replicas share the work of a subject."""
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+def valid_token(token: str) -> bool:
+    """Return whether ``token`` may appear as one subject token (ids, pools, regions)."""
+    return bool(_TOKEN.match(token))
+
+
+def _check(token: str, what: str) -> str:
+    if not valid_token(token):
+        raise ValueError(f"{what} {token!r} is not a valid subject token ([A-Za-z0-9_-]{{1,128}})")
+    return token
+
+
+@dataclass(frozen=True, slots=True)
+class Subjects:
+    """All subjects of one stack, derived from its prefix."""
+
+    prefix: str = "gs"
+
+    def __post_init__(self) -> None:
+        _check(self.prefix, "prefix")
+
+    @property
+    def _base(self) -> str:
+        return f"{self.prefix}.{PROTOCOL_VERSION}"
+
+    # --- ingress (JetStream) ---------------------------------------------------------
+    @property
+    def ingress_request(self) -> str:
+        """Clients publish :class:`proto.messages.Request` here (JetStream, durable)."""
+        return f"{self._base}.ingress.request"
+
+    @property
+    def ingress_wildcard(self) -> str:
+        """Subjects captured by the ingress stream."""
+        return f"{self._base}.ingress.>"
+
+    @property
+    def ingress_stream(self) -> str:
+        """JetStream stream name of the ingress (work-queue retention)."""
+        return f"{self.prefix.upper().replace('-', '_')}_INGRESS"
+
+    # --- classifier → scheduler → router → worker --------------------------------------
+    @property
+    def scheduler_submit(self) -> str:
+        """Request/reply: classifier hands a ClassifiedRequest to the scheduler."""
+        return f"{self._base}.scheduler.submit"
+
+    @property
+    def scheduler_pull(self) -> str:
+        """Request/reply: the router asks for admitted requests when slots free up."""
+        return f"{self._base}.scheduler.pull"
+
+    @property
+    def scheduler_requeue(self) -> str:
+        """Request/reply: the router returns requests it could not place."""
+        return f"{self._base}.scheduler.requeue"
+
+    def scheduler_ready(self, pool_id: str) -> str:
+        """Event: the scheduler has queued work for ``pool_id``."""
+        return f"{self._base}.scheduler.ready.{_check(pool_id, 'pool id')}"
+
+    @property
+    def scheduler_ready_wildcard(self) -> str:
+        """All pools' ready events."""
+        return f"{self._base}.scheduler.ready.*"
+
+    def worker_dispatch(self, worker_id: str) -> str:
+        """Request/reply: the router hands a request to one worker."""
+        return f"{self._base}.worker.{_check(worker_id, 'worker id')}.dispatch"
+
+    def worker_clock(self, worker_id: str) -> str:
+        """Request/reply: the dvfs agent sets one worker's GPU clock."""
+        return f"{self._base}.worker.{_check(worker_id, 'worker id')}.clock"
+
+    def worker_stats(self, worker_id: str) -> str:
+        """Event: a worker's periodic statistics."""
+        return f"{self._base}.stats.worker.{_check(worker_id, 'worker id')}"
+
+    @property
+    def worker_stats_wildcard(self) -> str:
+        """All workers' statistics."""
+        return f"{self._base}.stats.worker.*"
+
+    @property
+    def request_done(self) -> str:
+        """Event: a request ended (Completion or ErrorReply), for bookkeeping services."""
+        return f"{self._base}.request.done"
+
+    def client_reply(self, client_id: str, request_id: str) -> str:
+        """Where a client receives the stream of one request."""
+        return (
+            f"{self._base}.client.{_check(client_id, 'client id')}."
+            f"{_check(request_id, 'request id')}"
+        )
+
+    def client_wildcard(self, client_id: str) -> str:
+        """Everything addressed to one client."""
+        return f"{self._base}.client.{_check(client_id, 'client id')}.*"
+
+    # --- control loops -----------------------------------------------------------------
+    @property
+    def plan(self) -> str:
+        """Event: the planner's current plan."""
+        return f"{self._base}.plan.current"
+
+    def forecast(self, region: str) -> str:
+        """Event: carbon-intensity forecast of one region."""
+        return f"{self._base}.forecast.carbon.{_check(region, 'region')}"
+
+    @property
+    def forecast_wildcard(self) -> str:
+        """All regions' forecasts."""
+        return f"{self._base}.forecast.carbon.*"
+
+    def dvfs_report(self, node_id: str) -> str:
+        """Event: a dvfs agent's clock and power report for its node."""
+        return f"{self._base}.dvfs.report.{_check(node_id, 'node id')}"
+
+    @property
+    def dvfs_report_wildcard(self) -> str:
+        """All nodes' dvfs reports."""
+        return f"{self._base}.dvfs.report.*"
+
+    @property
+    def errors(self) -> str:
+        """Dead letters: messages that could not even be attributed to a request."""
+        return f"{self._base}.errors"

@@ -1,0 +1,154 @@
+"""Classifier shell: pull from the durable ingress stream, classify, hand off, then ack.
+
+A message is acked only after the scheduler confirmed it stored the request, so a
+classifier killed at any point loses nothing: JetStream redelivers the unacked message to
+another (or the restarted) classifier, and the scheduler drops the duplicate by id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from proto.codec import DecodeError, decode
+from proto.messages import Completion, Plan, Request, SubmitReply
+from services.classifier.classes import default_slos, make_predictor, scheme_by_name
+from services.classifier.pipeline import ClassifierCore
+from shared.bus import ensure_ingress_stream, request
+from shared.counters import ERRORS, MESSAGES
+from shared.errors import RequestRejectedError
+from shared.lifecycle import ServiceContext
+from shared.plan_watch import watch_plan
+from shared.replies import reply_error
+
+__all__ = ["NAME", "REPLY_HEADER", "build_core", "serve"]
+
+NAME = "classifier"
+REPLY_HEADER = "Gs-Reply"
+"""Clients also put their reply subject in this header, so even an undecodable payload
+gets an error reply."""
+
+logger = logging.getLogger(__name__)
+
+
+def build_core(ctx: ServiceContext) -> ClassifierCore:
+    """Build the pure core from settings."""
+    cfg = ctx.settings.classifier
+    scheme = scheme_by_name(cfg.scheme)
+    tokenize = None
+    if cfg.tokenizer_path:
+        from services.classifier.tokenizer import load_tokenizer
+
+        tokenize = load_tokenizer(cfg.tokenizer_path)
+    return ClassifierCore(
+        scheme=scheme,
+        slos=default_slos(scheme),
+        predictor=make_predictor(cfg.predictor, scheme=scheme),
+        models=cfg.models,
+        max_context_tokens=cfg.max_context_tokens,
+        alpha_llf=cfg.alpha_llf,
+        default_ttft_ms=cfg.default_ttft_ms,
+        default_tbt_ms=cfg.default_tbt_ms,
+        tokenize=tokenize,
+    )
+
+
+async def serve(ctx: ServiceContext) -> None:
+    """Run until ``ctx.stop`` is set."""
+    core = build_core(ctx)
+
+    def on_plan(plan: Plan) -> None:
+        scheme = scheme_by_name(plan.scheme) if plan.scheme != core.scheme.name else None
+        core.update_plan(plan, scheme)
+        logger.info("following plan epoch %d (%d pools)", plan.epoch, len(plan.pools))
+
+    subs = [await watch_plan(ctx, on_plan)]
+
+    async def on_done(msg: Msg) -> None:
+        with contextlib.suppress(DecodeError):
+            done = decode(msg.data, Completion)
+            core.observe(done.input_tokens, done.output_tokens)
+
+    subs.append(await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done))
+
+    nats_cfg = ctx.settings.nats
+    await ensure_ingress_stream(ctx.js, ctx.subjects)
+    psub = await ctx.js.pull_subscribe(
+        ctx.subjects.ingress_request,
+        durable="classifier",
+        stream=ctx.subjects.ingress_stream,
+        config=ConsumerConfig(
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=nats_cfg.ack_wait_s,
+            max_deliver=nats_cfg.max_deliver,
+            max_ack_pending=4096,
+        ),
+    )
+    batch = ctx.settings.classifier.fetch_batch
+    try:
+        while not ctx.stop.is_set():
+            try:
+                msgs = await psub.fetch(batch, timeout=0.5)
+            except (nats.errors.TimeoutError, TimeoutError):
+                continue
+            except nats.errors.ConnectionClosedError:
+                break
+            await asyncio.gather(*(_handle(ctx, core, m) for m in msgs))
+    finally:
+        for sub in subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+
+async def _handle(ctx: ServiceContext, core: ClassifierCore, msg: Msg) -> None:
+    try:
+        req = decode(msg.data, Request)
+    except DecodeError as exc:
+        reply_to = (msg.headers or {}).get(REPLY_HEADER)
+        await reply_error(
+            ctx.nc,
+            ctx.subjects,
+            service=NAME,
+            code="malformed",
+            reason=str(exc),
+            reply_subject=reply_to,
+        )
+        await msg.term()  # permanent: never redeliver a malformed message
+        return
+    MESSAGES.labels(NAME, "Request").inc()
+    with ctx.tracer.start_as_current_span("classify", attributes={"request.id": req.request_id}):
+        try:
+            classified = core.classify(
+                req, arrival_s=ctx.clock.model_at(req.sent_at), now_wall=time.time()
+            )
+        except RequestRejectedError as exc:
+            await reply_error(
+                ctx.nc, ctx.subjects, service=NAME, code=exc.code, reason=exc.reason, request=req
+            )
+            await msg.ack()
+            return
+        try:
+            reply = await request(
+                ctx.nc,
+                ctx.subjects.scheduler_submit,
+                classified,
+                SubmitReply,
+                ctx.settings.nats.request_timeout_s,
+            )
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError) as exc:
+            # The scheduler is away or restarting: let JetStream redeliver soon.
+            ERRORS.labels(NAME, "handoff").inc()
+            logger.warning("hand-off of %s failed (%s); will be redelivered", req.request_id, exc)
+            await msg.nak(delay=0.5)
+            return
+    if reply.accepted or reply.duplicate:
+        await msg.ack()
+    else:
+        await msg.nak(delay=0.5)

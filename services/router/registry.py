@@ -1,0 +1,116 @@
+"""The router's view of workers: stats heartbeats plus its own in-flight bookkeeping.
+
+Free slots come from the router's own count of requests it dispatched and has not seen end
+(stats lag behind by up to one period, and two quick placements must not both take the
+last slot); the worker's stats add KV use and liveness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from proto.messages import ClassifiedRequest, WorkerStats
+from services.router.placement import WorkerLoad
+
+__all__ = ["InFlight", "WorkerRegistry"]
+
+
+@dataclass(slots=True)
+class InFlight:
+    """A request the router placed on a worker."""
+
+    request: ClassifiedRequest
+    worker_id: str
+    placed_model_s: float
+
+
+@dataclass(slots=True)
+class _Worker:
+    stats: WorkerStats
+    seen_wall_s: float
+    requests: set[str] = field(default_factory=set)
+
+
+class WorkerRegistry:
+    """Workers by pool, their liveness and the requests placed on them."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout_s = timeout_s
+        self._workers: dict[str, _Worker] = {}
+        self._inflight: dict[str, InFlight] = {}
+        # Ids that ended before their dispatch reply was processed (a very short request).
+        self._ended_early: set[str] = set()
+
+    def update(self, stats: WorkerStats, now_wall_s: float) -> None:
+        """Record a heartbeat."""
+        worker = self._workers.get(stats.worker_id)
+        if worker is None:
+            self._workers[stats.worker_id] = _Worker(stats, now_wall_s)
+        else:
+            worker.stats = stats
+            worker.seen_wall_s = now_wall_s
+
+    def placed(self, request: ClassifiedRequest, worker_id: str, now_model_s: float) -> bool:
+        """Record that a worker accepted a request; False if it has already ended."""
+        rid = request.request.request_id
+        if rid in self._ended_early:
+            self._ended_early.discard(rid)
+            return False
+        self._inflight[rid] = InFlight(request, worker_id, now_model_s)
+        worker = self._workers.get(worker_id)
+        if worker is not None:
+            worker.requests.add(rid)
+        return True
+
+    def ended(self, request_id: str) -> InFlight | None:
+        """Forget a finished request; return what was known of it."""
+        flight = self._inflight.pop(request_id, None)
+        if flight is None:
+            if len(self._ended_early) > 10_000:
+                self._ended_early.clear()  # bounded: only races of a few ms land here
+            self._ended_early.add(request_id)
+        else:
+            worker = self._workers.get(flight.worker_id)
+            if worker is not None:
+                worker.requests.discard(request_id)
+        return flight
+
+    def expire(self, now_wall_s: float) -> list[InFlight]:
+        """Drop workers silent for longer than the timeout; return their orphaned requests."""
+        orphans: list[InFlight] = []
+        for worker_id, worker in list(self._workers.items()):
+            if now_wall_s - worker.seen_wall_s > self._timeout_s:
+                del self._workers[worker_id]
+                orphans.extend(
+                    self._inflight.pop(rid) for rid in worker.requests if rid in self._inflight
+                )
+        return orphans
+
+    def pools(self) -> set[str]:
+        """Pools that have at least one live worker."""
+        return {w.stats.pool_id for w in self._workers.values() if not w.stats.draining}
+
+    def loads(self, pool_id: str, now_model_s: float) -> list[WorkerLoad]:
+        """Snapshot of a pool's live workers for a placement decision."""
+        loads: list[WorkerLoad] = []
+        for worker_id, worker in self._workers.items():
+            stats = worker.stats
+            if stats.pool_id != pool_id or stats.draining:
+                continue
+            remaining: list[int] = []
+            for rid in worker.requests:
+                flight = self._inflight[rid]
+                tbt_s = max(flight.request.profile_tbt_ms / 1000.0, 1e-3)
+                done = int((now_model_s - flight.placed_model_s) / tbt_s)
+                remaining.append(max(1, flight.request.predicted_output_tokens - done))
+            free = max(0, stats.max_num_seqs - len(worker.requests))
+            loads.append(
+                WorkerLoad(
+                    worker_id=worker_id,
+                    free_slots=free,
+                    running=len(worker.requests),
+                    kv_tokens=stats.kv_blocks_used * stats.kv_block_size,
+                    predicted_remaining=tuple(remaining),
+                )
+            )
+        return loads

@@ -1,0 +1,208 @@
+"""Scheduler shell: per-pool queues, stored in Redis, drained by routers that have room.
+
+Durability: a submitted request is written to Redis (``queued``) before the classifier is
+told "accepted"; a pulled request moves to ``dispatched`` (as an Assignment without a
+worker) until the router records its worker or it ends. A restarted scheduler reloads its
+queues from Redis; a pulled request that no router placed in time goes back to the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from nats.aio.msg import Msg
+
+from proto.codec import DecodeError, decode, decode_any, encode
+from proto.messages import (
+    Assignment,
+    ClassifiedRequest,
+    PullReply,
+    PullRequest,
+    RequeueRequest,
+    SubmitReply,
+)
+from services.scheduler.queueing import QueueDiscipline, QueuedRequest, make_discipline
+from shared.bus import serve as serve_subject
+from shared.lifecycle import ServiceContext
+from shared.store import as_bytes
+
+__all__ = ["NAME", "UNPLACED_WORKER", "SchedulerState", "serve"]
+
+NAME = "scheduler"
+UNPLACED_WORKER = "-"
+"""Worker id of an Assignment pulled by a router but not yet placed."""
+PULL_TIMEOUT_S = 10.0
+"""A pulled request the router has not placed within this wall time is re-queued."""
+SEEN_TTL_S = 6 * 3600
+
+logger = logging.getLogger(__name__)
+
+
+class SchedulerState:
+    """Queues per pool (pure; the shell persists every change to Redis)."""
+
+    def __init__(self, discipline: str) -> None:
+        self._discipline = discipline
+        self._queues: dict[str, QueueDiscipline] = {}
+
+    def queue(self, pool_id: str) -> QueueDiscipline:
+        """The queue of one pool, created on first use."""
+        q = self._queues.get(pool_id)
+        if q is None:
+            q = self._queues[pool_id] = make_discipline(self._discipline)
+        return q
+
+    def push(self, request: ClassifiedRequest) -> None:
+        """Queue a request in its pool."""
+        self.queue(request.pool_id).push(
+            QueuedRequest(
+                request_id=request.request.request_id,
+                arrival_s=request.arrival_s,
+                prompt_tokens=request.input_tokens,
+                predicted_output_tokens=request.predicted_output_tokens,
+                ttft_s=request.profile_ttft_ms / 1000.0,
+                tbt_s=request.profile_tbt_ms / 1000.0,
+                payload=request,
+            )
+        )
+
+    def pop(self, pool_id: str, slots: int, now_s: float) -> list[ClassifiedRequest]:
+        """Remove up to ``slots`` requests, best first by the discipline."""
+        q = self.queue(pool_id)
+        out: list[ClassifiedRequest] = []
+        while len(out) < slots:
+            item = q.pop(now_s)
+            if item is None:
+                break
+            assert isinstance(item.payload, ClassifiedRequest)
+            out.append(item.payload)
+        return out
+
+    def remove(self, request_id: str) -> bool:
+        """Drop a queued request from whichever pool holds it."""
+        return any(q.remove(request_id) is not None for q in self._queues.values())
+
+    def backlog(self) -> dict[str, int]:
+        """Queued requests per pool (non-empty pools only)."""
+        return {pool: len(q) for pool, q in self._queues.items() if len(q)}
+
+
+async def serve(ctx: ServiceContext) -> None:
+    """Run until ``ctx.stop`` is set."""
+    state = SchedulerState(ctx.settings.scheduler.discipline)
+    keys, redis, subjects = ctx.keys, ctx.redis, ctx.subjects
+    restored = 0
+    for raw in (await redis.hgetall(keys.queued)).values():
+        with contextlib.suppress(DecodeError):
+            state.push(decode(as_bytes(raw), ClassifiedRequest))
+            restored += 1
+    if restored:
+        logger.info("restored %d queued requests from redis", restored)
+
+    async def on_submit(req: ClassifiedRequest, _msg: Msg) -> SubmitReply:
+        rid = req.request.request_id
+        fresh = await redis.set(keys.seen(rid), b"1", nx=True, ex=SEEN_TTL_S)
+        if not fresh:
+            return SubmitReply(request_id=rid, accepted=False, duplicate=True)
+        await redis.hset(keys.queued, rid, encode(req))
+        state.push(req)
+        await ctx.nc.publish(subjects.scheduler_ready(req.pool_id), b"")
+        return SubmitReply(request_id=rid, accepted=True)
+
+    async def on_pull(pull: PullRequest, _msg: Msg) -> PullReply:
+        taken = state.pop(pull.pool_id, pull.slots, ctx.clock.now())
+        if taken:
+            now = time.time()
+            pipe = redis.pipeline(transaction=True)
+            for req in taken:
+                rid = req.request.request_id
+                held = Assignment(request=req, worker_id=UNPLACED_WORKER, dispatched_at=now)
+                pipe.hset(keys.dispatched, rid, encode(held))
+                pipe.hdel(keys.queued, rid)
+            await pipe.execute()
+        return PullReply(requests=taken, queued=len(state.queue(pull.pool_id)))
+
+    async def on_requeue(body: RequeueRequest, _msg: Msg) -> SubmitReply:
+        await _requeue(ctx, state, body.requests)
+        rid = body.requests[0].request.request_id if body.requests else "none"
+        return SubmitReply(request_id=rid, accepted=True)
+
+    async def on_done(msg: Msg) -> None:
+        with contextlib.suppress(DecodeError):
+            ended = decode_any(msg.data)
+            rid = getattr(ended, "request_id", None)
+            if rid:
+                await redis.hdel(keys.dispatched, rid)
+                # An error can end a request that is still queued (e.g. shed by the ladder).
+                if await redis.hdel(keys.queued, rid):
+                    state.remove(rid)
+
+    queue = "scheduler"
+    subs = [
+        await serve_subject(
+            ctx.nc,
+            subjects.scheduler_submit,
+            ClassifiedRequest,
+            on_submit,
+            service=NAME,
+            queue=queue,
+        ),
+        await serve_subject(
+            ctx.nc, subjects.scheduler_pull, PullRequest, on_pull, service=NAME, queue=queue
+        ),
+        await serve_subject(
+            ctx.nc,
+            subjects.scheduler_requeue,
+            RequeueRequest,
+            on_requeue,
+            service=NAME,
+            queue=queue,
+        ),
+        await ctx.nc.subscribe(subjects.request_done, cb=on_done),
+    ]
+    period = ctx.settings.scheduler.ready_period_ms / 1000.0
+    last_reap = 0.0
+    try:
+        while not ctx.stop.is_set():
+            for pool_id in state.backlog():
+                await ctx.nc.publish(subjects.scheduler_ready(pool_id), b"")
+            if time.time() - last_reap >= 1.0:
+                last_reap = time.time()
+                await _reap_unplaced(ctx, state)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ctx.stop.wait(), period)
+    finally:
+        for sub in subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+
+async def _requeue(
+    ctx: ServiceContext, state: SchedulerState, requests: list[ClassifiedRequest]
+) -> None:
+    pipe = ctx.redis.pipeline(transaction=True)
+    for req in requests:
+        rid = req.request.request_id
+        pipe.hset(ctx.keys.queued, rid, encode(req))
+        pipe.hdel(ctx.keys.dispatched, rid)
+    await pipe.execute()
+    for req in requests:
+        state.push(req)
+        await ctx.nc.publish(ctx.subjects.scheduler_ready(req.pool_id), b"")
+
+
+async def _reap_unplaced(ctx: ServiceContext, state: SchedulerState) -> None:
+    """Re-queue requests a router pulled but never placed (the router died)."""
+    now = time.time()
+    stale: list[ClassifiedRequest] = []
+    for raw in (await ctx.redis.hgetall(ctx.keys.dispatched)).values():
+        with contextlib.suppress(DecodeError):
+            held = decode(as_bytes(raw), Assignment)
+            if held.worker_id == UNPLACED_WORKER and now - held.dispatched_at > PULL_TIMEOUT_S:
+                stale.append(held.request)
+    if stale:
+        logger.warning("re-queueing %d requests pulled but never placed", len(stale))
+        await _requeue(ctx, state, stale)

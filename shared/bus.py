@@ -1,0 +1,164 @@
+"""NATS and JetStream helpers: connection, the durable ingress stream, typed request/reply.
+
+Handlers registered with :func:`serve` receive decoded, validated messages; a payload that
+fails validation gets an ``ErrorReply`` (when the sender asked for a reply) and a counter,
+never a crash and never a retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import msgspec
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import NotFoundError
+
+from proto.codec import DecodeError, decode, encode
+from proto.messages import ErrorReply
+from proto.subjects import Subjects
+from shared.config import NatsSettings
+from shared.counters import ERRORS, MESSAGES
+from shared.telemetry import inject_headers
+
+__all__ = [
+    "connect_nats",
+    "ensure_ingress_stream",
+    "publish",
+    "request",
+    "serve",
+]
+
+logger = logging.getLogger(__name__)
+
+In = TypeVar("In", bound=msgspec.Struct)
+Out = TypeVar("Out", bound=msgspec.Struct)
+
+
+async def connect_nats(settings: NatsSettings, name: str) -> Client:
+    """Connect to NATS with reconnects that never give up (a restarted server is normal)."""
+
+    async def on_error(exc: Exception) -> None:
+        logger.warning("nats error: %s", exc)
+
+    async def on_disconnect() -> None:
+        logger.warning("nats disconnected")
+
+    async def on_reconnect() -> None:
+        logger.info("nats reconnected")
+
+    options: dict[str, Any] = {
+        "servers": [settings.url],
+        "name": name,
+        "connect_timeout": settings.connect_timeout_s,
+        "reconnect_time_wait": settings.reconnect_wait_s,
+        "max_reconnect_attempts": settings.max_reconnect_attempts,
+        "error_cb": on_error,
+        "disconnected_cb": on_disconnect,
+        "reconnected_cb": on_reconnect,
+    }
+    if settings.user:
+        options["user"] = settings.user
+        options["password"] = settings.password
+    return await nats.connect(**options)
+
+
+async def ensure_ingress_stream(
+    js: JetStreamContext, subjects: Subjects, max_age_s: float = 3600.0
+) -> None:
+    """Create the ingress stream if missing: file-backed, work-queue retention.
+
+    Work-queue retention deletes a message once acked, so an acked request is owned by the
+    scheduler and an unacked one is redelivered to another classifier. ``duplicate_window``
+    lets clients publish with ``Nats-Msg-Id`` and retry without creating duplicates.
+    """
+    config = StreamConfig(
+        name=subjects.ingress_stream,
+        subjects=[subjects.ingress_wildcard],
+        retention=RetentionPolicy.WORK_QUEUE,
+        storage=StorageType.FILE,
+        max_age=max_age_s,
+        duplicate_window=min(120.0, max_age_s),
+    )
+    try:
+        await js.stream_info(subjects.ingress_stream)
+    except NotFoundError:
+        await js.add_stream(config)
+
+
+async def publish(
+    nc: Client, subject: str, message: msgspec.Struct, headers: dict[str, str] | None = None
+) -> None:
+    """Publish one message, carrying the current trace context."""
+    await nc.publish(subject, encode(message), headers=inject_headers(headers))
+
+
+async def request(
+    nc: Client,
+    subject: str,
+    message: msgspec.Struct,
+    reply_type: type[Out],
+    timeout_s: float,
+    headers: dict[str, str] | None = None,
+) -> Out:
+    """Send a request and decode the reply as ``reply_type``.
+
+    Raises:
+        DecodeError: the reply is malformed, or is an ErrorReply (its reason in the message).
+        nats.errors.TimeoutError / NoRespondersError: nobody answered in time.
+    """
+    msg = await nc.request(
+        subject, encode(message), timeout=timeout_s, headers=inject_headers(headers)
+    )
+    try:
+        return decode(msg.data, reply_type)
+    except DecodeError:
+        error = decode(msg.data, ErrorReply)
+        raise DecodeError(f"{error.service} answered {error.code}: {error.reason}") from None
+
+
+async def serve(
+    nc: Client,
+    subject: str,
+    kind: type[In],
+    handler: Callable[[In, Msg], Awaitable[msgspec.Struct | None]],
+    *,
+    service: str,
+    queue: str = "",
+) -> Subscription:
+    """Subscribe ``handler`` to ``subject`` with decoding, error replies and counters."""
+
+    async def callback(msg: Msg) -> None:
+        try:
+            message = decode(msg.data, kind)
+        except DecodeError as exc:
+            ERRORS.labels(service, "malformed").inc()
+            logger.warning("rejected malformed %s on %s: %s", kind.__name__, msg.subject, exc)
+            if msg.reply:
+                await _reply_error(msg, service, "malformed", str(exc))
+            return
+        MESSAGES.labels(service, kind.__name__).inc()
+        try:
+            result = await handler(message, msg)
+        except Exception as exc:  # handler boundary: log, count, answer, keep serving
+            ERRORS.labels(service, "internal").inc()
+            logger.exception("handler for %s failed", msg.subject)
+            if msg.reply:
+                await _reply_error(msg, service, "internal", f"{type(exc).__name__}: {exc}")
+            return
+        if result is not None and msg.reply:
+            await msg.respond(encode(result))
+
+    return await nc.subscribe(subject, queue=queue, cb=callback)
+
+
+async def _reply_error(msg: Msg, service: str, code: str, reason: str) -> None:
+    error = ErrorReply(code=code, reason=reason[:2048], service=service, at=time.time())
+    await msg.respond(encode(error))

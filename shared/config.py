@@ -1,0 +1,234 @@
+"""Typed settings, loaded once in each service's ``__main__`` and passed down.
+
+Sources, highest priority first: keyword arguments, environment variables
+(``GREENSERVE_<SECTION>__<FIELD>``, e.g. ``GREENSERVE_WORKER__GPU=H100-80GB``), one YAML
+config file named by ``GREENSERVE_CONFIG``, then the defaults here. Every period, timeout
+and limit carries its unit in its name.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+__all__ = [
+    "CONFIG_FILE_ENV",
+    "ClassifierSettings",
+    "ClockSettings",
+    "DvfsSettings",
+    "ForecasterSettings",
+    "NatsSettings",
+    "PlannerSettings",
+    "RedisSettings",
+    "RouterSettings",
+    "SchedulerSettings",
+    "Settings",
+    "TelemetrySettings",
+    "WorkerSettings",
+    "load_settings",
+]
+
+CONFIG_FILE_ENV = "GREENSERVE_CONFIG"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NatsSettings(_Section):
+    """Connection to NATS (JetStream enabled)."""
+
+    url: str = "nats://127.0.0.1:4222"
+    connect_timeout_s: float = 5.0
+    reconnect_wait_s: float = 0.5
+    max_reconnect_attempts: int = -1
+    request_timeout_s: float = 2.0
+    ack_wait_s: float = 5.0
+    """JetStream redelivers an ingress message not acked within this time."""
+    max_deliver: int = 20
+    user: str | None = None
+    password: str | None = None
+
+
+class RedisSettings(_Section):
+    """Connection to Redis."""
+
+    url: str = "redis://127.0.0.1:6379/0"
+    socket_timeout_s: float = 2.0
+
+
+class TelemetrySettings(_Section):
+    """OpenTelemetry: off unless an OTLP endpoint is given."""
+
+    otlp_endpoint: str | None = None
+    """OTLP/HTTP traces endpoint, e.g. ``http://jaeger:4318/v1/traces``."""
+    log_level: str = "INFO"
+    log_json: bool = False
+
+
+class ClockSettings(_Section):
+    """Model time: simulated workers and the load generator share a speed-up factor."""
+
+    speedup: float = Field(default=1.0, gt=0.0)
+    origin_wall_s: float | None = None
+    """Wall time that maps to ``origin_model_s``; ``None`` means process start."""
+    origin_model_s: float = 1_656_633_600.0
+    """Model time (UTC epoch s) at the origin; default 2022-07-01, inside the carbon data."""
+
+
+class ClassifierSettings(_Section):
+    """Classifier: sizes, class, SLO and pool of each request."""
+
+    scheme: str = "dynamollm9"
+    predictor: str = "oracle"
+    tokenizer_path: str | None = None
+    models: tuple[str, ...] = (
+        "llama-3-8b",
+        "llama-2-7b",
+        "llama-2-13b",
+        "llama-2-70b",
+        "llama-3-70b",
+    )
+    """Models this deployment serves; others are rejected with ``unknown_model``."""
+    max_context_tokens: int = 8192
+    """Prompt + output beyond this is rejected with ``too_long``."""
+    alpha_llf: float = 1.4
+    """Client window W = α_LLF · Lat (FREESH Eq. 6)."""
+    default_ttft_ms: float = 250.0
+    default_tbt_ms: float = 50.0
+    fetch_batch: int = 64
+
+
+class SchedulerSettings(_Section):
+    """Scheduler: per-pool queues."""
+
+    discipline: str = "fcfs"
+    ready_period_ms: float = 50.0
+    """While a pool has queued work, remind routers this often (covers lost events)."""
+
+
+class RouterSettings(_Section):
+    """Router: places admitted requests on workers."""
+
+    placer: str = "least-loaded"
+    router_id: str = "router-0"
+    tick_ms: float = 20.0
+    """Wall period of the placement loop when woken by no event."""
+    worker_timeout_s: float = 3.0
+    """A worker silent this long is considered gone; its requests are re-queued."""
+
+
+class WorkerSettings(_Section):
+    """Worker shim: one engine instance."""
+
+    worker_id: str = "worker-0"
+    pool_id: str = "main"
+    region: str = "PJM"
+    node_id: str = "node-0"
+    backend: str = "sim"
+    gpu: str = "A100-80GB"
+    model: str = "llama-3-8b"
+    tp: int = 1
+    max_num_seqs: int = 64
+    stats_period_s: float = 0.5
+    """Wall period of stats/heartbeat publishing."""
+    heartbeat_ttl_s: float = 3.0
+    stream_flush_ms: float = 50.0
+    """Tokens of one request produced within this wall window go out in one chunk."""
+    vllm_url: str = "http://127.0.0.1:8000"
+
+
+class DvfsSettings(_Section):
+    """DVFS agent: one per node."""
+
+    node_id: str = "node-0"
+    mode: str = "fixed"
+    clock_mhz: float | None = None
+    """Fixed clock; ``None`` keeps each GPU at its maximum."""
+    period_s: float = 1.0
+    """Model-time control period (scaled by the speed-up in the live stack)."""
+    allowed_issuers: tuple[str, ...] = ("dvfs", "planner")
+
+
+class ForecasterSettings(_Section):
+    """Forecaster: carbon intensity per region."""
+
+    regions: tuple[str, ...] = ("CISO", "PJM", "BPAT")
+    source: str = "eia"
+    """``eia`` reads ``carbon/<region>.csv``; ``em`` reads ``carbon_em/<zone>_<year>.csv``."""
+    refresh_s: float = 300.0
+    horizon_h: int = 24
+
+
+class PlannerSettings(_Section):
+    """Planner: pool plan every epoch."""
+
+    epoch_s: float = 1800.0
+    mode: str = "static"
+    static_pools: tuple[dict[str, Any], ...] = (
+        {"pool_id": "main", "region": "PJM", "gpu": "A100-80GB", "tp": 1, "instances": 1},
+    )
+    """Pools of the static plan (fields of ``proto.messages.PoolPlan``)."""
+    scheme: str = "dynamollm9"
+
+
+class Settings(BaseSettings):
+    """Every setting of a GreenServe deployment."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="GREENSERVE_",
+        env_nested_delimiter="__",
+        frozen=True,
+        extra="forbid",
+    )
+
+    namespace: str = "gs"
+    """Prefix of every subject, stream and Redis key of this stack."""
+    data_dir: Path | None = None
+    nats: NatsSettings = NatsSettings()
+    redis: RedisSettings = RedisSettings()
+    telemetry: TelemetrySettings = TelemetrySettings()
+    clock: ClockSettings = ClockSettings()
+    classifier: ClassifierSettings = ClassifierSettings()
+    scheduler: SchedulerSettings = SchedulerSettings()
+    router: RouterSettings = RouterSettings()
+    worker: WorkerSettings = WorkerSettings()
+    dvfs: DvfsSettings = DvfsSettings()
+    forecaster: ForecasterSettings = ForecasterSettings()
+    planner: PlannerSettings = PlannerSettings()
+    shutdown_timeout_s: float = 5.0
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Add the YAML file named by ``GREENSERVE_CONFIG`` below the environment."""
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = os.environ.get(CONFIG_FILE_ENV)
+        if config_file:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_file))
+        sources.append(file_secret_settings)
+        return tuple(sources)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Load settings from the environment and config file, with explicit overrides on top."""
+    settings = Settings(**overrides)
+    if settings.data_dir is not None:
+        # shared.paths reads the environment, so one data dir serves every module.
+        os.environ.setdefault("GREENSERVE_DATA_DIR", str(settings.data_dir))
+    return settings

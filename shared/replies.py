@@ -1,0 +1,51 @@
+"""Ending a request with a clear error, the same way from every service."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from nats.aio.client import Client
+
+from proto.codec import encode
+from proto.messages import ErrorReply, Request
+from proto.subjects import Subjects
+from shared.counters import ERRORS
+
+__all__ = ["reply_error"]
+
+logger = logging.getLogger(__name__)
+
+
+async def reply_error(
+    nc: Client,
+    subjects: Subjects,
+    *,
+    service: str,
+    code: str,
+    reason: str,
+    request: Request | None = None,
+    reply_subject: str | None = None,
+) -> None:
+    """Send an ErrorReply to the client and to the ``request.done`` bookkeeping subject.
+
+    Without a request (undecodable payload) and no reply subject, the error goes to the
+    dead-letter subject so it is still visible and counted.
+    """
+    ERRORS.labels(service, code).inc()
+    error = ErrorReply(
+        code=code,
+        reason=reason[:2048],
+        service=service,
+        request_id=request.request_id if request else None,
+        at=time.time(),
+    )
+    payload = encode(error)
+    target = request.reply_subject if request else reply_subject
+    if target:
+        await nc.publish(target, payload)
+    else:
+        await nc.publish(subjects.errors, payload)
+    if request is not None:
+        await nc.publish(subjects.request_done, payload)
+    logger.info("request %s ended with %s: %s", error.request_id, code, reason)

