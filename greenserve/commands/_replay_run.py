@@ -1,0 +1,76 @@
+"""Replay a trace onto a running stack and report (used by replay, demo and bench e2e)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from greenserve.local import StackState
+from loadgen.replay import replay
+from loadgen.report import build_report
+from loadgen.traces import TraceRequest, load_azure_trace, resolve_trace, synthetic_trace
+from proto.subjects import Subjects
+from shared.bus import connect_nats
+from shared.clock import ModelClock
+from shared.config import ClockSettings, NatsSettings
+
+__all__ = ["replay_on_stack", "trace_from_args"]
+
+
+def trace_from_args(args: argparse.Namespace) -> list[TraceRequest]:
+    """The requests chosen by the replay options."""
+    if args.synthetic_rate is not None:
+        trace = synthetic_trace(
+            rate_rps=args.synthetic_rate, duration_s=args.duration or 60.0, cv=args.cv
+        )
+    else:
+        trace = load_azure_trace(
+            resolve_trace(args.trace), start_s=args.start, duration_s=args.duration
+        )
+    return trace[: args.max_requests] if args.max_requests is not None else trace
+
+
+def replay_on_stack(
+    state: StackState, trace: list[TraceRequest], *, progress: bool = True
+) -> dict[str, Any]:
+    """Replay ``trace`` at the stack's speed-up; return the report."""
+
+    async def run() -> dict[str, Any]:
+        nc = await connect_nats(NatsSettings(url=state.nats_url), "greenserve-replay")
+        try:
+            with Progress(
+                TextColumn("replay"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                disable=not progress,
+                transient=False,
+            ) as bar:
+                task = bar.add_task("replay", total=len(trace))
+                result = await replay(
+                    nc,
+                    Subjects(state.namespace),
+                    trace,
+                    model=state.model,
+                    speedup=state.speedup,
+                    on_progress=lambda done, _total: bar.update(task, completed=done),
+                )
+        finally:
+            await nc.close()
+        clock = ModelClock(state.speedup, state.origin_wall_s, ClockSettings().origin_model_s)
+        return build_report(result, clock)
+
+    return asyncio.run(run())
+
+
+def write_json(report: dict[str, Any], path: object) -> None:
+    """Write the report as JSON when a path is given."""
+    from pathlib import Path
+
+    if isinstance(path, Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2, default=float))

@@ -1,0 +1,68 @@
+"""Arguments shared by commands that start a stack or replay onto one."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from greenserve.local import DEFAULT_STATE_DIR
+from greenserve.stack import StackSpec
+
+__all__ = ["add_replay_arguments", "add_stack_arguments", "spec_from_args"]
+
+
+def add_stack_arguments(parser: argparse.ArgumentParser, *, speedup: float = 1.0) -> None:
+    """Options describing the stack to start."""
+    parser.add_argument("--workers", type=int, default=4, help="simulated workers (default 4)")
+    parser.add_argument(
+        "--regions",
+        default="PJM,CISO,BPAT",
+        help="comma-separated regions (EIA codes), one pool each",
+    )
+    parser.add_argument("--gpu", default="A100-80GB", help="GPU type of the simulated workers")
+    parser.add_argument("--model", default="llama-3-8b", help="model served")
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel degree per worker")
+    parser.add_argument(
+        "--speedup", type=float, default=speedup, help="model seconds per wall second"
+    )
+    parser.add_argument("--namespace", default="gs", help="subject/key prefix of this stack")
+    parser.add_argument("--nats-url", default=None, help="use this NATS instead of starting one")
+    parser.add_argument("--redis-url", default=None, help="use this Redis instead of starting one")
+    parser.add_argument(
+        "--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="where logs and state go"
+    )
+
+
+def spec_from_args(args: argparse.Namespace) -> StackSpec:
+    """Build the stack spec from parsed options."""
+    return StackSpec(
+        namespace=args.namespace,
+        workers=args.workers,
+        regions=tuple(r.strip() for r in args.regions.split(",") if r.strip()),
+        gpu=args.gpu,
+        model=args.model,
+        tp=args.tp,
+        speedup=args.speedup,
+    )
+
+
+def add_replay_arguments(
+    parser: argparse.ArgumentParser, *, duration_s: float | None = None
+) -> None:
+    """Options choosing the trace window to replay."""
+    parser.add_argument(
+        "--trace", default="conv", help="conv, code, or a path to an Azure-format CSV"
+    )
+    parser.add_argument("--start", type=float, default=0.0, help="trace offset to start at (s)")
+    parser.add_argument(
+        "--duration", type=float, default=duration_s, help="trace seconds to replay"
+    )
+    parser.add_argument("--max-requests", type=int, default=None, help="replay at most this many")
+    parser.add_argument(
+        "--synthetic-rate",
+        type=float,
+        default=None,
+        help="replay Poisson arrivals at this rate instead",
+    )
+    parser.add_argument("--cv", type=float, default=1.0, help="synthetic inter-arrival CV (Gamma)")
+    parser.add_argument("--out", type=Path, default=None, help="write the JSON report here")

@@ -1,0 +1,47 @@
+"""``greenserve replay``: replay a trace onto the running stack and print the report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from greenserve.commands._replay_run import replay_on_stack, trace_from_args, write_json
+from greenserve.commands._stack_args import add_replay_arguments
+from greenserve.local import DEFAULT_STATE_DIR, load_state
+from loadgen.report import print_report
+
+__all__ = ["HELP", "NAME", "add_arguments", "run"]
+
+NAME = "replay"
+HELP = "replay an Azure-format or synthetic trace onto the running stack (see `greenserve up`)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Trace options."""
+    add_replay_arguments(parser, duration_s=120.0)
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    parser.add_argument(
+        "--json", action="store_true", help="print the report as JSON on the last line"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Replay and report; the speed-up is the stack's."""
+    try:
+        state = load_state(args.state_dir)
+    except FileNotFoundError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    trace = trace_from_args(args)
+    if not trace:
+        print("the chosen trace window holds no requests", file=sys.stderr)
+        return 1
+    print(f"replaying {len(trace)} requests at speed-up {state.speedup:g}", file=sys.stderr)
+    report = replay_on_stack(state, trace)
+    print_report(report)
+    write_json(report, args.out)
+    if args.json:
+        print(json.dumps(report, default=float))
+    return 0 if report["lost"] == 0 else 2

@@ -1,0 +1,204 @@
+"""A local stack on this machine: embedded servers, service processes and a state file.
+
+``greenserve up`` starts one and records it in ``<state_dir>/stack.json`` so that
+``greenserve down``/``status``/``replay`` in other shells can find it; ``demo`` and the
+e2e benchmark start one, use it and stop it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from greenserve.runner import ProcessGroup, start_process
+from greenserve.stack import StackSpec, stack_launches
+from proto.keys import Keys
+from shared.servers import ServerProcess, start_nats, start_redis
+
+__all__ = [
+    "DEFAULT_STATE_DIR",
+    "LocalStack",
+    "StackState",
+    "load_state",
+    "start_local_stack",
+    "stop_state",
+]
+
+DEFAULT_STATE_DIR = Path(".greenserve")
+STATE_FILE = "stack.json"
+
+
+@dataclass(slots=True)
+class StackState:
+    """What ``greenserve up`` started (JSON in the state dir)."""
+
+    namespace: str
+    nats_url: str
+    redis_url: str
+    speedup: float
+    origin_wall_s: float
+    model: str
+    workers: int
+    pids: dict[str, int] = field(default_factory=dict)
+    server_pids: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class LocalStack:
+    """A running local stack (this process is its parent)."""
+
+    state: StackState
+    state_dir: Path
+    group: ProcessGroup
+    servers: list[ServerProcess]
+
+    def save(self) -> Path:
+        """Write the state file."""
+        path = self.state_dir / STATE_FILE
+        path.write_text(json.dumps(asdict(self.state), indent=2))
+        return path
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Wait until every worker is registered and a plan is published.
+
+        Raises:
+            RuntimeError: a service exited, or readiness did not come in time (names the logs).
+        """
+        asyncio.run(_wait_ready(self, timeout_s))
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Stop services (graceful drain), then the servers we started."""
+        self.group.stop(timeout_s)
+        for server in self.servers:
+            server.stop()
+        with contextlib.suppress(FileNotFoundError):
+            (self.state_dir / STATE_FILE).unlink()
+
+
+async def _wait_ready(stack: LocalStack, timeout_s: float) -> None:
+    from redis.asyncio import Redis
+
+    keys = Keys(stack.state.namespace)
+    redis = Redis.from_url(stack.state.redis_url)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            dead = stack.group.dead()
+            if dead:
+                logs = ", ".join(str(stack.state_dir / "logs" / f"{n}.log") for n in dead)
+                raise RuntimeError(
+                    f"services exited during start-up: {', '.join(dead)}; see {logs}"
+                )
+            workers = [k async for k in redis.scan_iter(match=keys.worker_pattern)]
+            if len(workers) >= stack.state.workers and await redis.exists(keys.plan):
+                return
+            await asyncio.sleep(0.2)
+    finally:
+        await redis.aclose()
+    raise RuntimeError(
+        f"stack not ready within {timeout_s} s; logs are in {stack.state_dir / 'logs'}"
+    )
+
+
+def start_local_stack(
+    spec: StackSpec,
+    state_dir: Path = DEFAULT_STATE_DIR,
+    *,
+    nats_url: str | None = None,
+    redis_url: str | None = None,
+) -> LocalStack:
+    """Start servers (unless URLs are given) and every service process of ``spec``."""
+    state_dir = state_dir.resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    servers: list[ServerProcess] = []
+    try:
+        if nats_url is None:
+            servers.append(start_nats(state_dir / "nats"))
+            nats_url = servers[-1].url
+        if redis_url is None:
+            servers.append(start_redis(state_dir / "redis"))
+            redis_url = servers[-1].url
+        origin = time.time()
+        spec = _replace(spec, nats_url=nats_url, redis_url=redis_url, origin_wall_s=origin)
+        procs = {launch.name: start_process(launch, state_dir) for launch in stack_launches(spec)}
+    except BaseException:
+        for server in servers:
+            server.stop()
+        raise
+    state = StackState(
+        namespace=spec.namespace,
+        nats_url=nats_url,
+        redis_url=redis_url,
+        speedup=spec.speedup,
+        origin_wall_s=origin,
+        model=spec.model,
+        workers=spec.workers,
+        pids={name: proc.pid for name, proc in procs.items()},
+        server_pids={s.name: s.proc.pid for s in servers},
+    )
+    stack = LocalStack(state, state_dir, ProcessGroup(procs), servers)
+    stack.save()
+    return stack
+
+
+def _replace(spec: StackSpec, **changes: Any) -> StackSpec:
+    from dataclasses import replace
+
+    return replace(spec, **changes)
+
+
+def load_state(state_dir: Path = DEFAULT_STATE_DIR) -> StackState:
+    """Read the state file of a stack started by ``greenserve up``.
+
+    Raises:
+        FileNotFoundError: no stack is recorded there.
+    """
+    path = state_dir / STATE_FILE
+    if not path.exists():
+        raise FileNotFoundError(
+            f"no running stack recorded in {path}; start one with `greenserve up`"
+        )
+    return StackState(**json.loads(path.read_text()))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_state(state_dir: Path = DEFAULT_STATE_DIR, timeout_s: float = 15.0) -> list[str]:
+    """Stop a stack recorded in the state dir (from another process); return what was stopped."""
+    state = load_state(state_dir)
+    stopped: list[str] = []
+    for group in (state.pids, state.server_pids):
+        for name, pid in group.items():
+            if _alive(pid):
+                os.kill(pid, signal.SIGTERM)
+                stopped.append(name)
+        deadline = time.monotonic() + timeout_s
+        for pid in group.values():
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    (state_dir / STATE_FILE).unlink()
+    return stopped
+
+
+def alive(pid: int) -> bool:
+    """Whether a process exists."""
+    return _alive(pid)
