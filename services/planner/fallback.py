@@ -57,7 +57,9 @@ def _cover_partition(
                 (_unit_cost(problem, region, c, settings) / c.max_qps, region, c)
                 for region in problem.regions
                 for c in configs
-                if c.partition == partition and c.request_class == cls and c.max_qps > 0
+                if c.partition == partition
+                and c.request_class == cls
+                and c.max_qps > 0
                 and problem.region_share_limits.get((cls, region), 1.0) > 0
             ),
             key=lambda item: (item[0], item[1], item[2].mode, item[2].clock_mhz or 0.0),

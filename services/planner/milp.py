@@ -131,7 +131,9 @@ def _counts(model: PlannerModel, values: dict[str, float]) -> dict[tuple[str, Se
     return {key: round(values.get(var.name, 0.0)) for key, var in model.x.items()}
 
 
-def _chosen_partition(model: PlannerModel, problem: PlanningProblem, values: dict[str, float]) -> str:
+def _chosen_partition(
+    model: PlannerModel, problem: PlanningProblem, values: dict[str, float]
+) -> str:
     if not model.q:
         return problem.partition_names()[0]
     return max(model.q, key=lambda s: values.get(model.q[s].name, 0.0))

@@ -57,7 +57,9 @@ def peak_demand(problem: PlanningProblem) -> dict[tuple[str, str], float]:
     return {key: problem.alpha * max(series) for key, series in problem.demand_qps.items()}
 
 
-def _instance_bounds(problem: PlanningProblem, configs: tuple[ServingConfig, ...]) -> dict[XKey, int]:
+def _instance_bounds(
+    problem: PlanningProblem, configs: tuple[ServingConfig, ...]
+) -> dict[XKey, int]:
     bounds: dict[XKey, int] = {}
     for region in problem.regions:
         for config in configs:
@@ -95,7 +97,9 @@ def build_model(
     partitions = problem.partition_names()
     q: dict[str, pulp.LpVariable] = {}
     if len(partitions) > 1:
-        q = {s: pulp.LpVariable(f"q{index}", cat=pulp.LpBinary) for index, s in enumerate(partitions)}
+        q = {
+            s: pulp.LpVariable(f"q{index}", cat=pulp.LpBinary) for index, s in enumerate(partitions)
+        }
         lp += pulp.lpSum(q.values()) == 1, "one_partition"
         for (region, config), var in x.items():
             lp += var <= bounds[(region, config)] * q[config.partition]
@@ -183,6 +187,8 @@ def _add_region_shares(
         if share <= 0 or share >= 1:
             continue  # 0 is handled by not creating variables; 1 never binds
         total = [(v, k[1].max_qps) for k, v in x.items() if k[1].request_class == cls]
-        local = [(v, k[1].max_qps) for k, v in x.items() if k[1].request_class == cls and k[0] == region]
+        local = [
+            (v, k[1].max_qps) for k, v in x.items() if k[1].request_class == cls and k[0] == region
+        ]
         if local:
             lp += pulp.LpAffineExpression(local) <= share * pulp.LpAffineExpression(total)

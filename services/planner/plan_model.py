@@ -26,6 +26,7 @@ __all__ = [
     "allocation_costs",
     "assemble_plan",
     "capacity_by_class",
+    "demand_shortfall",
     "routing_weights",
 ]
 
@@ -154,6 +155,24 @@ def capacity_by_class(allocations: tuple[Allocation, ...]) -> dict[str, dict[str
     return {cls: dict(by_region) for cls, by_region in capacity.items()}
 
 
+def demand_shortfall(
+    allocations: tuple[Allocation, ...], problem: PlanningProblem, partition: str
+) -> dict[str, float]:
+    """α × peak demand minus capacity, per class of ``partition`` where it is positive.
+
+    Use it to check whether an old plan still covers a new forecast (overhead gate).
+    """
+    capacity = capacity_by_class(tuple(a for a in allocations if a.partition == partition))
+    shortfall: dict[str, float] = {}
+    for (part, cls), series in sorted(problem.demand_qps.items()):
+        if part != partition:
+            continue
+        missing = problem.alpha * max(series) - sum(capacity.get(cls, {}).values())
+        if missing > 1e-9:
+            shortfall[cls] = missing
+    return shortfall
+
+
 def routing_weights(allocations: tuple[Allocation, ...]) -> dict[str, dict[str, float]]:
     """Share of each class's demand to send to each region: its share of the class's capacity.
 
@@ -206,18 +225,17 @@ def assemble_plan(
                 for (region, config), count in counts.items()
                 if count > 0
             ),
-            key=lambda a: (a.region, a.request_class, a.gpu_type, a.tensor_parallel, a.mode,
-                           a.clock_mhz or 0.0),
+            key=lambda a: (
+                a.region,
+                a.request_class,
+                a.gpu_type,
+                a.tensor_parallel,
+                a.mode,
+                a.clock_mhz or 0.0,
+            ),
         )
     )
-    capacity = capacity_by_class(allocations)
-    shortfall: dict[str, float] = {}
-    for (part, cls), series in sorted(problem.demand_qps.items()):
-        if part != partition:
-            continue
-        missing = problem.alpha * max(series) - sum(capacity.get(cls, {}).values())
-        if missing > 1e-9:
-            shortfall[cls] = missing
+    shortfall = demand_shortfall(allocations, problem, partition)
     return Plan(
         status=status,
         objective=objective,

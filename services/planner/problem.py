@@ -1,4 +1,4 @@
-"""Inputs of the epoch planner: serving configurations, one epoch's problem, SLO and solver settings.
+"""Planner inputs: serving configurations, one epoch's problem, SLO and solver settings.
 
 The planner solves FREESH Eq. 1 (seed 000 §1.4) generalised with DynamoLLM's clock dimension
 (seed 001 Eq. 1): a *configuration* is one profile row, i.e. (partition, request class, GPU

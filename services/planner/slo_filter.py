@@ -35,9 +35,7 @@ class SloVerdict:
         return not self.violations
 
 
-def e2e_limits(
-    configs: Iterable[ServingConfig], policy: SloPolicy
-) -> dict[tuple[str, str], float]:
+def e2e_limits(configs: Iterable[ServingConfig], policy: SloPolicy) -> dict[tuple[str, str], float]:
     """E2E limit per (partition, class): the tighter of the relative and absolute limits."""
     by_class: dict[tuple[str, str], list[float]] = defaultdict(list)
     for config in configs:
