@@ -55,4 +55,5 @@ async def test_conversation_trace_completes_through_all_services(
         assert done is not None
         assert done.first_token_at <= done.finished_at
         assert done.output_tokens == record.trace.output_tokens
-    assert report["energy_wh"] is not None and report["energy_wh"] > 0
+    assert report["energy_wh"] is not None
+    assert report["energy_wh"] > 0
