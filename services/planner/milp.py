@@ -6,7 +6,7 @@ Call :func:`solve_plan`. The order of work:
 2. Eq. 1 (see :mod:`services.planner.milp_model`) with the primary objective — carbon
    (Σ λ·P·Δt, Eq. 1a) or energy (MinEnergy, λ = 1) — then, if a tie-break is set, a second
    solve that fixes the primary at its optimum (+1e-6 relative) and optimises the secondary.
-   Default (``TieBreak.AUTO``): MinEnergy breaks ties by least carbon, carbon by least energy.
+   Default (``TieBreak.AUTO``): MinEnergy breaks ties by least carbon; carbon has no tie-break.
 3. If Eq. 1 is infeasible: the same model with a shortfall slack per (partition, class);
    stages are least uncovered demand share, then the primary, then the tie-break. The plan is
    flagged ``FALLBACK_SHORTFALL`` and carries the shortfall per class.
@@ -47,14 +47,17 @@ class _Outcome:
     time_limited: bool
     values: dict[str, float] = field(default_factory=dict)
     solve_s: float = 0.0
+    mip_gap: float | None = None
     notes: list[str] = field(default_factory=list)
 
 
 def resolve_tie_break(settings: PlannerSettings) -> TieBreak:
-    """The secondary objective actually used (``AUTO`` → the other metric, minimised)."""
+    """The secondary objective actually used (``AUTO``: least carbon for MinEnergy, none for
+    the carbon objective)."""
     tie = settings.tie_break
     if tie is TieBreak.AUTO:
-        tie = TieBreak.MIN_CARBON if settings.objective is Objective.ENERGY else TieBreak.MIN_ENERGY
+        # Carbon ties are rare (λ differs by region and step), so carbon skips the second solve.
+        tie = TieBreak.MIN_CARBON if settings.objective is Objective.ENERGY else TieBreak.NONE
     same = (settings.objective is Objective.ENERGY and tie is TieBreak.MIN_ENERGY) or (
         settings.objective is Objective.CARBON and tie is TieBreak.MIN_CARBON
     )
@@ -92,6 +95,15 @@ def _has_solution(model: PlannerModel) -> bool:
     return bool(lp.valid(eps=1e-5))
 
 
+def _reported_gap(model: PlannerModel) -> float | None:
+    """Relative MIP gap HiGHS proved for the last solve; ``None`` for CBC (pulp hides it)."""
+    solver_model = getattr(model.problem, "solverModel", None)
+    if solver_model is None:
+        return None
+    gap = float(solver_model.getInfo().mip_gap)
+    return gap if gap == gap and gap != float("inf") else None  # NaN/inf when not a MIP
+
+
 def _solve_lexicographic(
     model: PlannerModel,
     stages: list[pulp.LpAffineExpression],
@@ -116,6 +128,8 @@ def _solve_lexicographic(
                 outcome.notes.append(f"stage {index} returned no solution; kept stage {index - 1}")
             break
         outcome.solved = True
+        if index == 0:
+            outcome.mip_gap = _reported_gap(model)
         outcome.values = {v.name: float(v.varValue or 0.0) for v in model.problem.variables()}
         if model.problem.sol_status != pulp.LpSolutionOptimal:
             outcome.time_limited = True
@@ -194,6 +208,7 @@ def solve_plan(problem: PlanningProblem, settings: PlannerSettings | None = None
             solve_s=solve_s,
             build_s=build_s,
             solver=solver_name,
+            mip_gap=outcome.mip_gap,
             notes=tuple(notes),
         )
     if not settings.fallback:

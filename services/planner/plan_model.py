@@ -109,6 +109,8 @@ class Plan:
     build_s: float = 0.0
     """Wall time spent building the model(s)."""
     solver: str = ""
+    mip_gap: float | None = None
+    """Relative gap the solver proved for the primary objective (HiGHS only)."""
     notes: tuple[str, ...] = ()
 
     @property
@@ -199,6 +201,7 @@ def assemble_plan(
     solve_s: float = 0.0,
     build_s: float = 0.0,
     solver: str = "",
+    mip_gap: float | None = None,
     notes: tuple[str, ...] = (),
 ) -> Plan:
     """Turn instance counts per (region, configuration) into a :class:`Plan`.
@@ -250,5 +253,6 @@ def assemble_plan(
         solve_s=solve_s,
         build_s=build_s,
         solver=solver,
+        mip_gap=mip_gap,
         notes=notes,
     )
