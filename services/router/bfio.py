@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -40,6 +41,9 @@ __all__ = ["BalanceFuturePlacer", "balance_future_assign"]
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+
+_PROMPT = operator.attrgetter("prompt_tokens")
+_LAXITY = operator.attrgetter("laxity_s")
 
 
 def _column_top_two(loads: FloatArray) -> tuple[FloatArray, IntArray, FloatArray]:
@@ -87,7 +91,7 @@ class _SortedPool:
     """
 
     def __init__(self, prompts: FloatArray, members: IntArray) -> None:
-        order = members[np.argsort(prompts[members], kind="stable")]
+        order = members[np.argsort(prompts[members])]
         self.index: list[int] = order.tolist()
         self.size: list[float] = prompts[order].tolist()
         self._taken = [False] * len(self.index)
@@ -202,41 +206,52 @@ def _exchange(
     rank: int,
     rounds: int,
 ) -> None:
-    """Improve ``picked`` in place by single swaps with the pool, accepting exact gains."""
-    width = fixed.shape[1]
+    """Improve ``picked`` in place by single swaps with the pool, accepting exact gains.
+
+    Each round scores, for every picked item at once, the swap toward its worker's ideal
+    prompt sum (nearest available prompt, found by one vectorised search), and applies the
+    best strictly improving one.
+    """
+    count, width = fixed.shape
+    rows = [g for g in range(count) if picked[g]]
+    if not rows:
+        return
+    row_index = np.array(rows)
+    pair_rows = np.array([g for g in rows for _ in picked[g]])
+    pair_row_slot = np.searchsorted(row_index, pair_rows)
+    old = np.array([p for g in rows for p in picked[g]])
+    size = np.asarray(pool.size)
+    taken = np.zeros(size.shape[0], dtype=bool)
+    taken[old] = True
     for _ in range(rounds):
         loads = fixed + added[:, None]
-        others = _others_max(loads)
-        ideal = np.partition(others - fixed, rank, axis=1)[:, rank]
-        wish = ideal - added
-        improved = False
-        for g in np.argsort(-np.abs(wish)).tolist():
-            if abs(wish[g]) < 1.0:
-                break
-            if not picked[g]:
-                continue
-            positions = [pool.nearest(pool.size[p] + wish[g]) for p in picked[g]]
-            deltas = np.array(
-                [
-                    pool.size[q] - pool.size[p] if q >= 0 else 0.0
-                    for p, q in zip(picked[g], positions, strict=True)
-                ]
-            )
-            # Exact change of G*sum(max) - sum(L) for row g moving by each delta.
-            now = np.maximum(others[g], loads[g]).sum()
-            after = np.maximum(others[g][None, :], loads[g][None, :] + deltas[:, None]).sum(axis=1)
-            gain = fixed.shape[0] * (now - after) + width * deltas
-            best = int(np.argmax(gain))
-            if gain[best] > 1e-9 and positions[best] >= 0:
-                old = picked[g][best]
-                pool.take(positions[best])
-                pool.release(old)
-                picked[g][best] = positions[best]
-                added[g] += deltas[best]
-                improved = True
-                break
-        if not improved:
-            return
+        top, arg, second = _column_top_two(loads)
+        others = np.where(row_index[:, None] == arg[None, :], second[None, :], top[None, :])
+        wish = np.partition(others - fixed[row_index], rank, axis=1)[:, rank] - added[row_index]
+        pair_wish = wish[pair_row_slot]
+        free = np.flatnonzero(~taken)
+        if free.size == 0:
+            break
+        target = size[old] + pair_wish
+        right = np.minimum(np.searchsorted(size[free], target), free.size - 1)
+        left = np.maximum(right - 1, 0)
+        nearer = np.abs(size[free[left]] - target) <= np.abs(size[free[right]] - target)
+        new = free[np.where(nearer, left, right)]
+        delta = np.where(np.abs(pair_wish) >= 1.0, size[new] - size[old], 0.0)
+        pair_others = others[pair_row_slot]
+        pair_loads = loads[pair_rows]
+        # Exact change of G*sum_h(max) - sum_h(sum_g L) when one row moves by delta.
+        now = np.maximum(pair_others, pair_loads).sum(axis=1)
+        after = np.maximum(pair_others, pair_loads + delta[:, None]).sum(axis=1)
+        gain = count * (now - after) + width * delta
+        best = int(np.argmax(gain))
+        if gain[best] <= 1e-9:
+            break
+        taken[new[best]], taken[old[best]] = True, False
+        old[best] = new[best]
+        added[pair_rows[best]] += delta[best]
+    for g in rows:
+        picked[g] = old[pair_rows == g].tolist()
 
 
 def balance_future_assign(
@@ -245,7 +260,7 @@ def balance_future_assign(
     prompts: FloatArray,
     urgent_order: Sequence[int] = (),
     *,
-    swap_rounds: int = 8,
+    swap_rounds: int = 3,
     levels: int = 4,
 ) -> IntArray:
     """Solve one BF-IO decision approximately.
@@ -299,7 +314,7 @@ class BalanceFuturePlacer:
         *,
         horizon: int = 80,
         urgent_laxity_s: float = DEFAULT_URGENT_LAXITY_S,
-        swap_rounds: int = 8,
+        swap_rounds: int = 3,
     ) -> None:
         """Create the placer.
 
@@ -323,12 +338,8 @@ class BalanceFuturePlacer:
         free = np.fromiter((w.free_slots for w in workers), dtype=np.int64, count=len(workers))
         if free.max() <= 0:
             return []
-        prompts = np.fromiter(
-            (c.prompt_tokens for c in candidates), dtype=np.float64, count=len(candidates)
-        )
-        laxity = np.fromiter(
-            (c.laxity_s for c in candidates), dtype=np.float64, count=len(candidates)
-        )
+        prompts = np.fromiter(map(_PROMPT, candidates), dtype=np.float64, count=len(candidates))
+        laxity = np.fromiter(map(_LAXITY, candidates), dtype=np.float64, count=len(candidates))
         base = base_trajectories(workers, self.horizon)
         assign = self.assign_arrays(base, free, prompts, laxity)
         chosen = np.flatnonzero(assign >= 0).tolist()

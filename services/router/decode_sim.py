@@ -71,10 +71,11 @@ class DecodeSimConfig:
     workers: int = 16
     batch: int = 72
     steps: int = 2000
+    """Steps to run; 0 runs every request to completion (a fixed workload)."""
     reveal_target: int = 1152
     mode: Literal["disaggregated", "aggregated"] = "disaggregated"
-    lookahead: int = 80
-    """Steps of remaining-length lookahead the simulator exposes to placers (oracle)."""
+    warmup_steps: int = 0
+    """Steps run before measuring (the cold start fills an empty fleet in one decision)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -94,7 +95,11 @@ class DecodeSimResult:
     tpot_s: float
     """Mean over completed requests of (end - admission time) / output tokens (Eq. 9)."""
     completed: int
+    mean_load: float
+    """Mean over steps and workers of the resident KV tokens."""
     decision_s: list[float] = field(default_factory=list)
+    decision_open_slots: list[int] = field(default_factory=list)
+    """Open slots at each timed decision (separates cold start from steady state)."""
 
     @property
     def throughput_tok_s(self) -> float:
@@ -188,56 +193,95 @@ def simulate(
     owner = np.full((count, batch), -1, dtype=np.int64)
     start = np.zeros(prompts.shape[0])
     pool = np.zeros(0, dtype=np.int64)
-    revealed, clock, energy, tokens, idle_time, completed = 0, 0.0, 0.0, 0, 0.0, 0
-    tpot_sum, imb_sum, gap_sum = 0.0, 0.0, 0.0
-    decisions: list[float] = []
-    for _ in range(config.steps):
+    revealed, clock, steps_run = 0, 0.0, 0
+    totals = _Totals()
+    limit = config.steps or 10**9
+    while steps_run < limit:
+        drained = revealed == prompts.shape[0] and not pool.size and not (remaining > 0).any()
+        if config.steps == 0 and drained:
+            break
+        steps_run += 1
+        measuring = steps_run > config.warmup_steps
         if pool.shape[0] < config.reveal_target and revealed < prompts.shape[0]:
             extra = min(config.reveal_target - pool.shape[0], prompts.shape[0] - revealed)
             pool = np.concatenate([pool, np.arange(revealed, revealed + extra)])
             revealed += extra
         prefill = np.zeros(count)
         if pool.shape[0] and (remaining == 0).any():
+            totals.decision_slots.append(int((remaining == 0).sum()))
             began = time.perf_counter()
             assign = decide(kv, remaining, pool, prompt_f)
-            decisions.append(time.perf_counter() - began)
+            totals.decisions.append(time.perf_counter() - began)
             for p in np.flatnonzero(assign >= 0).tolist():
                 g, request = int(assign[p]), int(pool[p])
                 slot = int(np.flatnonzero(remaining[g] == 0)[0])
-                kv[g, slot], remaining[g, slot], owner[g, slot] = (
-                    prompts[request],
-                    outputs[request],
-                    request,
-                )
-                start[request] = clock
+                kv[g, slot], remaining[g, slot] = prompts[request], outputs[request]
+                owner[g, slot] = request
+                # TPOT counts only requests admitted inside the measured window.
+                start[request] = clock if measuring else -1.0
                 prefill[g] += prompts[request]
             pool = pool[assign < 0]
         active = remaining > 0
         load = (kv * active).sum(axis=1)
         own = step_model.worker_times(load, prefill if config.mode == "aggregated" else prefill * 0)
         step = float(own.max())
-        energy += float((power.busy_w * own + power.idle_w * (step - own)).sum())
-        idle_time += float((step - own).sum())
-        imb_sum += float(count * load.max() - load.sum())
-        gap_sum += float(load.max() - load.mean())
         clock += step
-        tokens += int(active.sum())
         kv += active
         remaining -= active
         done = active & (remaining == 0)
-        for request in owner[done].tolist():
-            tpot_sum += (clock - start[request]) / outputs[request]
-            completed += 1
+        if measuring:
+            totals.add_step(load, own, step, power)
+            totals.tokens += int(active.sum())
+            for request in owner[done].tolist():
+                if start[request] >= 0:
+                    totals.tpot_sum += (clock - start[request]) / outputs[request]
+                    totals.completed += 1
         owner[done] = -1
-    return DecodeSimResult(
-        steps=config.steps,
-        tokens=tokens,
-        time_s=clock,
-        energy_j=energy,
-        imbalance_sum=imb_sum / config.steps,
-        imbalance_gap=gap_sum / config.steps,
-        idle_fraction=idle_time / (clock * count) if clock else 0.0,
-        tpot_s=tpot_sum / completed if completed else float("nan"),
-        completed=completed,
-        decision_s=decisions,
-    )
+    return totals.result(count)
+
+
+@dataclass(slots=True)
+class _Totals:
+    """Running sums over the measured (post-warm-up) steps."""
+
+    steps: int = 0
+    tokens: int = 0
+    time_s: float = 0.0
+    energy_j: float = 0.0
+    idle_s: float = 0.0
+    imbalance: float = 0.0
+    gap: float = 0.0
+    load: float = 0.0
+    tpot_sum: float = 0.0
+    completed: int = 0
+    decisions: list[float] = field(default_factory=list)
+    decision_slots: list[int] = field(default_factory=list)
+
+    def add_step(self, load: FloatArray, own: FloatArray, step: float, power: PowerModel) -> None:
+        """Account one barrier step: Eq. 2 imbalance, tokens, time and energy."""
+        count = load.shape[0]
+        self.steps += 1
+        self.time_s += step
+        self.energy_j += float((power.busy_w * own + power.idle_w * (step - own)).sum())
+        self.idle_s += float((step - own).sum())
+        self.imbalance += float(count * load.max() - load.sum())
+        self.gap += float(load.max() - load.mean())
+        self.load += float(load.mean())
+
+    def result(self, count: int) -> DecodeSimResult:
+        """Return the per-run aggregates."""
+        steps = max(1, self.steps)
+        return DecodeSimResult(
+            steps=self.steps,
+            tokens=self.tokens,
+            time_s=self.time_s,
+            energy_j=self.energy_j,
+            imbalance_sum=self.imbalance / steps,
+            imbalance_gap=self.gap / steps,
+            idle_fraction=self.idle_s / (self.time_s * count) if self.time_s else 0.0,
+            tpot_s=self.tpot_sum / self.completed if self.completed else float("nan"),
+            completed=self.completed,
+            mean_load=self.load / steps,
+            decision_s=self.decisions,
+            decision_open_slots=self.decision_slots,
+        )

@@ -256,7 +256,7 @@ def _make_bfio(params: dict[str, float]) -> Placer:
     return BalanceFuturePlacer(
         horizon=int(params.get("horizon", 80)),
         urgent_laxity_s=float(params.get("urgent_laxity_s", DEFAULT_URGENT_LAXITY_S)),
-        swap_rounds=int(params.get("swap_rounds", 8)),
+        swap_rounds=int(params.get("swap_rounds", 3)),
     )
 
 
