@@ -38,6 +38,7 @@ __all__ = [
     "episode_problem",
     "load_freesh",
     "load_profiles_csv",
+    "write_profiles_csv",
 ]
 
 FREESH_STEP_S: Final = 300.0
@@ -117,6 +118,25 @@ def load_profiles_csv(path: Path) -> tuple[ServingConfig, ...]:
             )
         )
     return tuple(configs)
+
+
+def write_profiles_csv(path: Path, configs: tuple[ServingConfig, ...]) -> None:
+    """Write configurations in the FREESH profiles format plus ``clock_mhz``."""
+    header = [
+        "partition", "request_type", "mode", "gpu_type", "gpus", "tensor_parallel",
+        "power_w", "max_qps", "e2e_s", "tbt_ms", "ttft_ms", "clock_mhz",
+    ]  # fmt: skip
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        for c in configs:
+            writer.writerow(
+                [
+                    c.partition, c.request_class, c.mode, c.gpu_type, c.gpus, c.tensor_parallel,
+                    c.power_w, c.max_qps, c.e2e_s, c.tbt_ms, c.ttft_ms,
+                    "" if c.clock_mhz is None else c.clock_mhz,
+                ]
+            )  # fmt: skip
 
 
 def load_freesh(
