@@ -1,0 +1,50 @@
+"""Unit tests of the router's worker registry."""
+
+from __future__ import annotations
+
+from proto.messages import WorkerStats
+from services.router.registry import WorkerRegistry
+from tests.unit.spine.test_worker_streams import _classified
+
+
+def _stats(wid: str, pool: str = "p", max_seqs: int = 2) -> WorkerStats:
+    return WorkerStats(
+        worker_id=wid, pool_id=pool, region="PJM", node_id="n", gpu="A100-80GB", model="m", tp=1,
+        running=0, waiting=0, max_num_seqs=max_seqs, free_slots=max_seqs, kv_blocks_used=0,
+        kv_blocks_total=100, clock_mhz=1410.0, power_w=0.0, energy_j=0.0, tokens_out=0, at=0.0,
+    )  # fmt: skip
+
+
+def test_free_slots_count_the_routers_own_placements() -> None:
+    """Test that two placements take two slots before any heartbeat reports them."""
+    reg = WorkerRegistry(timeout_s=3.0)
+    reg.update(_stats("w1"), now_wall_s=0.0)
+    assert reg.loads("p", 0.0)[0].free_slots == 2
+    assert reg.placed(_classified("a", 10), "w1", 0.0)
+    assert reg.placed(_classified("b", 10), "w1", 0.0)
+    load = reg.loads("p", 0.0)[0]
+    assert load.free_slots == 0
+    assert sorted(load.predicted_remaining) == [10, 10]
+    reg.ended("a")
+    assert reg.loads("p", 0.0)[0].free_slots == 1
+
+
+def test_a_silent_worker_expires_and_hands_back_its_requests() -> None:
+    """Test that a worker past its heartbeat timeout is dropped and its requests are orphaned."""
+    reg = WorkerRegistry(timeout_s=3.0)
+    reg.update(_stats("w1"), now_wall_s=0.0)
+    reg.update(_stats("w2"), now_wall_s=0.0)
+    reg.placed(_classified("a", 10), "w1", 0.0)
+    reg.update(_stats("w2"), now_wall_s=4.0)
+    orphans = reg.expire(now_wall_s=4.5)
+    assert [o.request.request.request_id for o in orphans] == ["a"]
+    assert [w.worker_id for w in reg.loads("p", 0.0)] == ["w2"]
+
+
+def test_a_request_that_ends_before_its_dispatch_reply_is_not_recorded() -> None:
+    """Test that the done-before-accept race does not leak a slot."""
+    reg = WorkerRegistry(timeout_s=3.0)
+    reg.update(_stats("w1"), now_wall_s=0.0)
+    reg.ended("fast")
+    assert not reg.placed(_classified("fast", 1), "w1", 0.0)
+    assert reg.loads("p", 0.0)[0].free_slots == 2

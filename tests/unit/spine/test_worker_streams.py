@@ -1,0 +1,65 @@
+"""Unit tests of the worker's stream bookkeeping."""
+
+from __future__ import annotations
+
+from proto.messages import ClassifiedRequest, Request
+from services.worker.streams import StreamBook
+
+
+def _classified(rid: str, out: int) -> ClassifiedRequest:
+    req = Request(
+        request_id=rid,
+        model="m",
+        reply_subject=f"reply.{rid}",
+        sent_at=0.0,
+        max_tokens=out,
+        prompt_tokens=10,
+    )
+    return ClassifiedRequest(
+        request=req,
+        input_tokens=10,
+        predicted_output_tokens=out,
+        request_class="SS",
+        pool_id="p",
+        region="PJM",
+        arrival_s=0.0,
+        ttft_slo_ms=250.0,
+        tbt_slo_ms=100.0,
+        profile_ttft_ms=50.0,
+        profile_tbt_ms=10.0,
+        lat_s=1.0,
+        deadline_s=1.4,
+        classified_at=0.0,
+    )
+
+
+def test_first_token_is_flushed_at_once_and_later_tokens_are_coalesced() -> None:
+    """Test that TTFT never waits for the coalescing window but later tokens do."""
+    book = StreamBook("w", flush_s=0.1)
+    book.open(_classified("a", 5), accepted_at=0.0)
+    chunks, _ = book.on_iteration(("a",), (), (), 1.0, at=1.00)
+    assert [c.first_index for _, c in chunks] == [0]
+    chunks, _ = book.on_iteration(("a",), (), (), 1.0, at=1.01)
+    assert chunks == []
+    chunks, _ = book.on_iteration(("a",), (), (), 1.0, at=1.12)
+    assert [(c.first_index, len(c.token_times)) for _, c in chunks] == [(1, 2)]
+
+
+def test_completion_carries_every_token_and_the_energy_share() -> None:
+    """Test that the last chunk and the completion account for every token exactly once."""
+    book = StreamBook("w", flush_s=10.0)
+    book.open(_classified("a", 3), accepted_at=0.5)
+    book.open(_classified("b", 1), accepted_at=0.5)
+    sent: list[int] = []
+    done = []
+    for i, (emitted, finished) in enumerate([(("a", "b"), ("b",)), (("a",), ()), (("a",), ("a",))]):
+        chunks, completions = book.on_iteration(emitted, finished, (), 2.0, at=1.0 + i)
+        sent += [len(c.token_times) for _, c in chunks if c.request_id == "a"]
+        done += [c for _, c in completions]
+    assert sum(sent) == 3
+    by_id = {c.request_id: c for c in done}
+    assert by_id["a"].output_tokens == 3
+    assert by_id["b"].output_tokens == 1
+    assert by_id["a"].energy_j + by_id["b"].energy_j == 6.0
+    assert by_id["a"].first_token_at <= by_id["a"].finished_at
+    assert len(book) == 0
