@@ -111,7 +111,8 @@ class ClassifierSettings(_Section):
 class SchedulerSettings(_Section):
     """Scheduler: per-pool queues."""
 
-    discipline: str = "fcfs"
+    discipline: str = "llf"
+    """Queue discipline: llf (FREESH Eq. 6, default), fcfs, edf, srtf or ssjf."""
     ready_period_ms: float = 50.0
     """While a pool has queued work, remind routers this often (covers lost events)."""
 
