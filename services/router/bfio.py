@@ -93,8 +93,10 @@ class _SortedPool:
     def __init__(self, prompts: FloatArray, members: IntArray) -> None:
         order = members[np.argsort(prompts[members])]
         self.index: list[int] = order.tolist()
-        self.size: list[float] = prompts[order].tolist()
+        self.sizes: FloatArray = prompts[order]
+        self.size: list[float] = self.sizes.tolist()
         self._taken = [False] * len(self.index)
+        self._marked: list[int] = []
 
     def nearest(self, target: float) -> int:
         """Return the position of the available prompt nearest ``target`` (-1 if none)."""
@@ -120,12 +122,15 @@ class _SortedPool:
     def take(self, pos: int) -> None:
         """Mark a position taken."""
         self._taken[pos] = True
+        self._marked.append(pos)
 
     def reset(self, taken: Sequence[int] = ()) -> None:
         """Make every position available, then take ``taken``."""
-        self._taken = [False] * len(self.index)
+        for pos in self._marked:
+            self._taken[pos] = False
+        self._marked = []
         for pos in taken:
-            self._taken[pos] = True
+            self.take(pos)
 
     def release(self, pos: int) -> None:
         """Mark a position available again."""
@@ -214,13 +219,13 @@ def _exchange(
     """
     count, width = fixed.shape
     rows = [g for g in range(count) if picked[g]]
-    if not rows:
+    if not rows or rounds <= 0:
         return
     row_index = np.array(rows)
     pair_rows = np.array([g for g in rows for _ in picked[g]])
     pair_row_slot = np.searchsorted(row_index, pair_rows)
     old = np.array([p for g in rows for p in picked[g]])
-    size = np.asarray(pool.size)
+    size = pool.sizes
     taken = np.zeros(size.shape[0], dtype=bool)
     taken[old] = True
     for _ in range(rounds):

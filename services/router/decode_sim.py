@@ -119,6 +119,7 @@ def _object_decider(placer: Placer, config: DecodeSimConfig) -> Decider:
     """Adapt a generic placer: build the snapshots the live router would build."""
     ids = [f"w{g}" for g in range(config.workers)]
     index = {worker_id: g for g, worker_id in enumerate(ids)}
+    made: dict[int, Candidate] = {}
 
     def decide(
         kv: FloatArray, remaining: FloatArray, pool: IntArray, prompts: FloatArray
@@ -135,14 +136,18 @@ def _object_decider(placer: Placer, config: DecodeSimConfig) -> Decider:
             )
             for g in range(config.workers)
         ]
-        cands = [
-            Candidate(request_id=str(i), prompt_tokens=int(prompts[i]), predicted_output_tokens=0)
-            for i in pool.tolist()
-        ]
+        # Candidates persist while queued, as in the live scheduler; build each once.
+        for i in pool.tolist():
+            if i not in made:
+                made[i] = Candidate(
+                    request_id=str(i), prompt_tokens=int(prompts[i]), predicted_output_tokens=0
+                )
+        cands = [made[i] for i in pool.tolist()]
         assign = np.full(pool.shape[0], -1, dtype=np.int64)
         position = {int(r): p for p, r in enumerate(pool.tolist())}
         for request_id, worker_id in placer.place(cands, loads):
             assign[position[int(request_id)]] = index[worker_id]
+            del made[int(request_id)]
         return assign
 
     return decide
