@@ -6,7 +6,8 @@ Call :func:`solve_plan`. The order of work:
 2. Eq. 1 (see :mod:`services.planner.milp_model`) with the primary objective — carbon
    (Σ λ·P·Δt, Eq. 1a) or energy (MinEnergy, λ = 1) — then, if a tie-break is set, a second
    solve that fixes the primary at its optimum (+1e-6 relative) and optimises the secondary.
-   Default (``TieBreak.AUTO``): MinEnergy breaks ties by least carbon; carbon has no tie-break.
+   Default (``TieBreak.AUTO``): MinEnergy breaks ties by least carbon; carbon has none, unless
+   negative λ is clamped (then least energy, since workers at λ = 0 cost nothing).
 3. If Eq. 1 is infeasible: the same model with a shortfall slack per (partition, class);
    stages are least uncovered demand share, then the primary, then the tie-break. The plan is
    flagged ``FALLBACK_SHORTFALL`` and carries the shortfall per class.
@@ -52,12 +53,18 @@ class _Outcome:
 
 
 def resolve_tie_break(settings: PlannerSettings) -> TieBreak:
-    """The secondary objective actually used (``AUTO``: least carbon for MinEnergy, none for
-    the carbon objective)."""
+    """The secondary objective actually used.
+
+    ``AUTO``: least carbon for MinEnergy; for carbon, none, or least energy when λ is clamped.
+    """
     tie = settings.tie_break
     if tie is TieBreak.AUTO:
-        # Carbon ties are rare (λ differs by region and step), so carbon skips the second solve.
-        tie = TieBreak.MIN_CARBON if settings.objective is Objective.ENERGY else TieBreak.NONE
+        # Carbon ties are rare (λ differs by region and step), so carbon skips the second solve,
+        # except when λ is clamped at 0: workers in such regions are then free and tie.
+        if settings.objective is Objective.ENERGY:
+            tie = TieBreak.MIN_CARBON
+        else:
+            tie = TieBreak.NONE if settings.negative_intensity_fill else TieBreak.MIN_ENERGY
     same = (settings.objective is Objective.ENERGY and tie is TieBreak.MIN_ENERGY) or (
         settings.objective is Objective.CARBON and tie is TieBreak.MIN_CARBON
     )

@@ -52,7 +52,8 @@ class TieBreak(enum.StrEnum):
     """
 
     AUTO = "auto"
-    """Least carbon for the energy objective; no tie-break for carbon (its ties are rare)."""
+    """Least carbon for the energy objective; none for carbon (its ties are rare), or least
+    energy when negative λ is clamped (workers at λ = 0 are free)."""
     NONE = "none"
     """Whatever plan the solver returns first (solver-dependent)."""
     MIN_CARBON = "min_carbon"

@@ -1,0 +1,97 @@
+"""Tests of DynamoLLM's reconfiguration gate and staggered waves."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.planner.overhead_gate import (
+    TransitionCosts,
+    count_transitions,
+    gate_plans,
+    reconfiguration_gate,
+    transition_cost,
+)
+from services.planner.plan_model import Allocation
+from services.planner.stagger import stagger_changes
+
+
+def _alloc(
+    cls: str,
+    tp: int,
+    instances: int,
+    *,
+    clock: float | None = None,
+    power: float = 100.0,
+    region: str = "r1",
+) -> Allocation:
+    return Allocation(
+        region=region, partition="a", request_class=cls, gpu_type="A100", tensor_parallel=tp,
+        clock_mhz=clock, instances=instances, gpus_per_instance=tp, power_w=power, max_qps=1.0,
+    )  # fmt: skip
+
+
+def test_gate_switches_only_when_saving_beats_transition_cost() -> None:
+    """Test that (P_old − P_new) × remaining time must exceed the cost."""
+    yes = reconfiguration_gate(old_rate=500, new_rate=400, remaining_s=100, transition=9_000)
+    no = reconfiguration_gate(old_rate=500, new_rate=400, remaining_s=80, transition=9_000)
+    assert yes.reconfigure
+    assert yes.saving == pytest.approx(10_000)
+    assert not no.reconfigure
+
+
+def test_gate_forces_a_switch_when_the_old_plan_misses_demand() -> None:
+    """Test that an old plan that no longer covers the forecast is replaced regardless."""
+    decision = reconfiguration_gate(
+        old_rate=100, new_rate=900, remaining_s=600, transition=1e9, old_covers_demand=False
+    )
+    assert decision.reconfigure
+
+
+def test_clock_only_changes_count_as_cheap_reclocks() -> None:
+    """Test that moving instances between clocks of a pool is priced as re-clocks."""
+    old = (_alloc("SS", 4, 2, clock=1980.0),)
+    new = (_alloc("SS", 4, 2, clock=1200.0), _alloc("SS", 2, 1))
+    counts = count_transitions(old, new)
+    assert counts[("r1", "A100", 4, "a", "SS")].reclocks == 2
+    assert counts[("r1", "A100", 2, "a", "SS")].starts == 1
+    costs = TransitionCosts(start_s=10.0, start_power_w_per_gpu=100.0, reclock_j=1.0)
+    assert transition_cost(old, new, costs) == pytest.approx(2 * 1.0 + 10.0 * 2 * 100.0)
+
+
+def test_gate_plans_weighs_a_startup_against_the_power_saved() -> None:
+    """Test that replacing a 400 W TP8 by a 150 W TP4 pays off only with enough time left."""
+    old = (_alloc("SS", 8, 1, power=400.0),)
+    new = (_alloc("SS", 4, 1, power=150.0),)
+    costs = TransitionCosts(start_s=33.0, start_power_w_per_gpu=110.0)
+    start_j = 33.0 * 4 * 110.0
+    assert gate_plans(old, new, remaining_s=start_j / 250.0 + 1, costs=costs).reconfigure
+    assert not gate_plans(old, new, remaining_s=start_j / 250.0 - 1, costs=costs).reconfigure
+
+
+def test_stagger_starts_new_instances_before_stopping_old_ones() -> None:
+    """Test make-before-break: a class's stops come in a later wave than its starts."""
+    old = (_alloc("SS", 8, 1, power=400.0),)
+    new = (_alloc("SS", 4, 2, power=150.0),)
+    staged = stagger_changes(old, new, {("r1", "A100"): 16}, max_changes_per_wave=4)
+    actions = [[c.action for c in wave] for wave in staged.waves]
+    assert actions == [["start", "start"], ["stop"]]
+    assert not staged.capacity_dip
+
+
+def test_stagger_limits_wave_size_and_orders_by_saving() -> None:
+    """Test that waves hold at most N changes and the biggest saver goes first."""
+    old = (_alloc("SS", 2, 2, power=300.0), _alloc("LL", 2, 2, power=100.0))
+    staged = stagger_changes(old, (), {("r1", "A100"): 8}, max_changes_per_wave=1)
+    assert [len(w) for w in staged.waves] == [1, 1, 1, 1]
+    assert [w[0].request_class for w in staged.waves] == ["SS", "SS", "LL", "LL"]
+
+
+def test_stagger_breaks_before_making_when_gpus_are_all_taken() -> None:
+    """Test that a full inventory forces a stop first and flags the capacity dip."""
+    old = (_alloc("SS", 4, 1), _alloc("LL", 4, 1))
+    new = (_alloc("SS", 2, 2), _alloc("LL", 2, 2))
+    staged = stagger_changes(old, new, {("r1", "A100"): 8}, max_changes_per_wave=8)
+    assert staged.capacity_dip
+    assert staged.waves[0][0].action == "stop"
+    started = sum(c.action == "start" for w in staged.waves for c in w)
+    assert started == 4
