@@ -1,0 +1,150 @@
+"""MIAD clock control: multiplicative increase on congestion, additive decrease otherwise.
+
+FREESH §2.3, Eq. 5a/5b, every 1 s per TP instance::
+
+    congested:      f ← min(M · f, f_max)     (5a)
+    not congested:  f ← max(f − δ, f_min)     (5b)
+
+with M = 2.0, δ = 100 MHz (the setting FREESH App. D.7 / Table 10 chose) and
+f ∈ [≈300 MHz, f_max]. Congestion is judged per request type against the FREESH Table 7
+thresholds. The paper leaves open how the samples of one period are reduced before the
+comparison; that reduction is :attr:`MiadConfig.aggregation` (default ``"max"``: any request
+over any threshold, the literal reading of "any latency metric observed exceeds"). μ-Serve
+runs the same controller per GPU (seed 004); here one controller serves one instance.
+
+The controller keeps its own unsnapped target so that −100 MHz steps are not eaten by
+snapping to the GPU's 15 MHz grid; it resynchronises when another actor (planner,
+emergency ladder) moved the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+import numpy as np
+
+from services.dvfs.controller import LatencyWindow, Observation, SloThresholds, snap_clock
+
+__all__ = ["FREESH_TABLE7", "Aggregation", "MiadConfig", "MiadController", "is_congested"]
+
+Aggregation = Literal["max", "p99", "p90", "p50", "mean"]
+"""How one period's samples of a metric are reduced before comparing with its threshold."""
+
+FREESH_TABLE7: Final[Mapping[str, SloThresholds]] = {
+    "SS": SloThresholds(ttft_s=0.300, tbt_s=0.150, e2e_s=7.0),
+    "SL": SloThresholds(ttft_s=0.300, tbt_s=0.150, e2e_s=27.0),
+    "LS": SloThresholds(ttft_s=0.600, tbt_s=0.150, e2e_s=10.0),
+    "LL": SloThresholds(ttft_s=0.600, tbt_s=0.150, e2e_s=30.0),
+}
+"""FREESH Table 7: the congestion thresholds that trigger multiplicative increase."""
+
+_PERCENTILE: Final = {"p99": 99.0, "p90": 90.0, "p50": 50.0}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MiadConfig:
+    """Parameters of MIAD (defaults: FREESH's chosen (2.0, 100 MHz) on an A100)."""
+
+    increase_factor: float = 2.0
+    """M of Eq. 5a."""
+    decrease_mhz: float = 100.0
+    """δ of Eq. 5b."""
+    min_clock_mhz: float = 300.0
+    """f_min: FREESH observed ≈300 MHz as the floor on A100."""
+    max_clock_mhz: float | None = None
+    """f_max; ``None`` means the GPU's highest supported clock."""
+    period_s: float = 1.0
+    thresholds: Mapping[str, SloThresholds] = field(default_factory=lambda: dict(FREESH_TABLE7))
+    """Per request type; types not listed use ``default_type``'s thresholds."""
+    default_type: str = "SS"
+    aggregation: Aggregation = "max"
+    """Reduction of a period's samples per metric (unspecified in FREESH, see module doc)."""
+    queue_triggers: bool = False
+    """Also count a non-empty engine queue as congestion (FREESH: "or load is rising")."""
+
+    def __post_init__(self) -> None:
+        if self.increase_factor <= 1.0:
+            raise ValueError("increase_factor must be > 1")
+        if self.decrease_mhz <= 0.0 or self.period_s <= 0.0 or self.min_clock_mhz <= 0.0:
+            raise ValueError("decrease_mhz, period_s and min_clock_mhz must be > 0")
+        if self.default_type not in self.thresholds:
+            raise ValueError(f"default_type {self.default_type!r} has no thresholds")
+
+
+def _reduce(samples: tuple[float, ...], aggregation: Aggregation) -> float:
+    if aggregation == "max":
+        return max(samples)
+    if aggregation == "mean":
+        return float(np.mean(samples))
+    return float(np.percentile(samples, _PERCENTILE[aggregation]))
+
+
+def is_congested(
+    latencies: Mapping[str, LatencyWindow],
+    thresholds: Mapping[str, SloThresholds],
+    *,
+    aggregation: Aggregation = "max",
+    default_type: str = "SS",
+) -> bool:
+    """Return whether any request type's reduced TTFT, TBT or E2E exceeds its threshold.
+
+    Args:
+        latencies: one period's samples by request type.
+        thresholds: limits by request type (FREESH Table 7).
+        aggregation: how samples of one metric are reduced.
+        default_type: whose thresholds apply to a type missing from ``thresholds``.
+    """
+    for request_type, window in latencies.items():
+        limit = thresholds.get(request_type, thresholds[default_type])
+        for samples, bound in (
+            (window.ttft_s, limit.ttft_s),
+            (window.tbt_s, limit.tbt_s),
+            (window.e2e_s, limit.e2e_s),
+        ):
+            if samples and _reduce(samples, aggregation) > bound:
+                return True
+    return False
+
+
+class MiadController:
+    """FREESH Eq. 5a/5b on one instance; see the module docstring."""
+
+    def __init__(self, config: MiadConfig | None = None) -> None:
+        """Start with no target; the first decision begins from the observed clock."""
+        self._config = config or MiadConfig()
+        self._target_mhz: float | None = None
+
+    @property
+    def config(self) -> MiadConfig:
+        """The controller's parameters."""
+        return self._config
+
+    @property
+    def period_s(self) -> float:
+        """The control period (FREESH: 1 s)."""
+        return self._config.period_s
+
+    def decide(self, observation: Observation) -> float:
+        """Apply Eq. 5a on congestion, Eq. 5b otherwise; return the snapped clock."""
+        cfg = self._config
+        clocks = observation.supported_clocks_mhz
+        f_max = min(cfg.max_clock_mhz or observation.max_clock_mhz, observation.max_clock_mhz)
+        f_min = min(max(cfg.min_clock_mhz, clocks[0]), f_max)
+        target = self._target_mhz
+        # Someone else moved the clock (planner, emergency ladder): continue from there.
+        if target is None or abs(snap_clock(target, clocks) - observation.clock_mhz) > 1.0:
+            target = observation.clock_mhz
+        congested = is_congested(
+            observation.latencies,
+            cfg.thresholds,
+            aggregation=cfg.aggregation,
+            default_type=cfg.default_type,
+        ) or (cfg.queue_triggers and observation.num_waiting > 0)
+        if congested:
+            target = min(target * cfg.increase_factor, f_max)
+        else:
+            target = max(target - cfg.decrease_mhz, f_min)
+        self._target_mhz = target
+        return snap_clock(target, clocks)

@@ -1,0 +1,165 @@
+"""Predictive clock control: the lowest clock that still meets TBT and every deadline.
+
+throttLL'eM §3.3 (seed 002): project batch and KV over future iterations
+(:mod:`services.dvfs.projection`, Eq. 1–2), predict each iteration's throughput with the
+learned IPS model (:mod:`services.dvfs.perf_model`), and binary-search the supported clocks
+for the lowest one at which
+
+- the mean projected time between tokens, mean(1 / T[j]) over the horizon, stays within
+  the TBT SLO (throttLL'eM: 200 ms), and
+- every request's projected finish, now + T̂_R[l_i] with T̂_R the cumulative sum of 1/T
+  (Eq. 3) and l_i its last iteration, lands before its deadline (Eq. 4).
+
+A request that misses its deadline even at the maximum clock is "lost": throttLL'eM then
+applies the maximum clock as best effort (``lost_policy="max_clock"``); ``"ignore"`` leaves
+lost requests out of the check instead. The paper re-plans on every admission; here the
+agent calls :meth:`PredictiveController.decide` every period, which sees new arrivals at the
+next period at the latest. The IPS model must be monotone in clock (it is fitted with a
+monotone constraint), which is what makes the binary search exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from services.dvfs.controller import Observation
+from services.dvfs.perf_model import IpsPredictor
+from services.dvfs.projection import Projection, project
+
+__all__ = ["PredictiveConfig", "PredictiveController", "lowest_feasible_clock"]
+
+FloatArray = NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PredictiveConfig:
+    """Parameters of predictive control (defaults: throttLL'eM's SLOs)."""
+
+    tbt_slo_s: float = 0.2
+    """Mean time-between-tokens bound (throttLL'eM: 200 ms; FREESH Table 7: 150 ms)."""
+    period_s: float = 1.0
+    min_clock_mhz: float | None = None
+    """Lowest clock the search may return; ``None``: the GPU's lowest supported clock."""
+    deadline_margin_s: float = 0.0
+    """Slack kept before every deadline (prefill of queued work, clock-switch delay)."""
+    lost_policy: Literal["max_clock", "ignore"] = "max_clock"
+    max_segments: int = 32
+    """Horizon segments evaluated per probe (see :mod:`services.dvfs.projection`)."""
+
+    def __post_init__(self) -> None:
+        if self.tbt_slo_s <= 0.0 or self.period_s <= 0.0 or self.max_segments < 1:
+            raise ValueError("tbt_slo_s, period_s and max_segments must be positive")
+
+
+def _project_times(
+    model: IpsPredictor, projection: Projection, clock_mhz: float
+) -> tuple[float, FloatArray]:
+    """Return (projected mean TBT, per request projected seconds to its last token)."""
+    ips = model.predict_ips(
+        projection.batch, projection.kv_blocks, np.full(projection.batch.size, clock_mhz)
+    )
+    seconds_per_iteration = 1.0 / ips
+    mean_tbt = float(np.dot(seconds_per_iteration, projection.iterations)) / projection.horizon
+    elapsed = np.cumsum(np.repeat(seconds_per_iteration, projection.iterations))  # Eq. 3
+    return mean_tbt, elapsed[projection.finish_iteration]
+
+
+def lowest_feasible_clock(
+    model: IpsPredictor,
+    projection: Projection,
+    slack_s: FloatArray,
+    clocks_mhz: tuple[float, ...],
+    *,
+    tbt_slo_s: float,
+    lost_policy: Literal["max_clock", "ignore"] = "max_clock",
+) -> tuple[float, int]:
+    """Binary-search ``clocks_mhz`` (ascending) for the lowest clock meeting the SLOs.
+
+    Args:
+        model: the IPS model.
+        projection: the Eq. 1–2 projection of the instance's requests.
+        slack_s: per request (projection order), seconds from now until its deadline.
+        clocks_mhz: candidate clocks, ascending, not empty.
+        tbt_slo_s: bound on the projected mean time between tokens.
+        lost_policy: what to do with requests that miss even at the highest clock.
+
+    Returns:
+        The chosen clock and the number of lost requests.
+    """
+    mean_tbt, finish = _project_times(model, projection, clocks_mhz[-1])
+    lost = finish > slack_s  # Eq. 4 fails even at the highest clock
+    if mean_tbt > tbt_slo_s or (lost.any() and lost_policy == "max_clock"):
+        return clocks_mhz[-1], int(lost.sum())
+    keep = ~lost
+
+    def feasible(clock: float) -> bool:
+        tbt, done = _project_times(model, projection, clock)
+        return tbt <= tbt_slo_s and bool((done[keep] <= slack_s[keep]).all())
+
+    low, high = 0, len(clocks_mhz) - 1  # invariant: clocks_mhz[high] is feasible
+    while low < high:
+        middle = (low + high) // 2
+        if feasible(clocks_mhz[middle]):
+            high = middle
+        else:
+            low = middle + 1
+    return clocks_mhz[high], int(lost.sum())
+
+
+class PredictiveController:
+    """throttLL'eM's throttling controller on one instance; see the module docstring."""
+
+    def __init__(self, model: IpsPredictor, config: PredictiveConfig | None = None) -> None:
+        """Use ``model`` (fitted for this instance's GPU, model and TP) to predict IPS."""
+        self._model = model
+        self._config = config or PredictiveConfig()
+        self._lost = 0
+
+    @property
+    def config(self) -> PredictiveConfig:
+        """The controller's parameters."""
+        return self._config
+
+    @property
+    def period_s(self) -> float:
+        """How often the agent re-plans."""
+        return self._config.period_s
+
+    @property
+    def lost_requests(self) -> int:
+        """Requests found unable to meet their deadline at the last decision."""
+        return self._lost
+
+    def decide(self, observation: Observation) -> float:
+        """Return the lowest supported clock that meets TBT and every deadline."""
+        cfg = self._config
+        floor = cfg.min_clock_mhz if cfg.min_clock_mhz is not None else 0.0
+        clocks = tuple(c for c in observation.supported_clocks_mhz if c >= floor)
+        clocks = clocks or (observation.max_clock_mhz,)
+        if not observation.requests:
+            self._lost = 0
+            return clocks[0]
+        projection = project(
+            observation.requests,
+            block_size=observation.block_size,
+            max_segments=cfg.max_segments,
+        )
+        start = observation.now_s + cfg.deadline_margin_s
+        slack = np.fromiter(
+            (r.deadline_s - start for r in observation.requests),
+            np.float64,
+            len(observation.requests),
+        )
+        clock, self._lost = lowest_feasible_clock(
+            self._model,
+            projection,
+            slack,
+            clocks,
+            tbt_slo_s=cfg.tbt_slo_s,
+            lost_policy=cfg.lost_policy,
+        )
+        return clock
