@@ -265,8 +265,8 @@ def balance_future_assign(
     prompts: FloatArray,
     urgent_order: Sequence[int] = (),
     *,
-    swap_rounds: int = 3,
-    levels: int = 4,
+    swap_rounds: int = 2,
+    levels: int = 2,
 ) -> IntArray:
     """Solve one BF-IO decision approximately.
 
@@ -319,7 +319,9 @@ class BalanceFuturePlacer:
         *,
         horizon: int = 80,
         urgent_laxity_s: float = DEFAULT_URGENT_LAXITY_S,
-        swap_rounds: int = 3,
+        swap_rounds: int = 2,
+        levels: int = 2,
+        refill: bool = False,
     ) -> None:
         """Create the placer.
 
@@ -327,12 +329,17 @@ class BalanceFuturePlacer:
             horizon: lookahead H in decode steps (the paper runs 0 and 80).
             urgent_laxity_s: candidates at or below this laxity are admitted first.
             swap_rounds: exchange rounds after the greedy fill.
+            levels: common fill levels the greedy tries.
+            refill: assume slots freed inside the window are refilled at once by a
+                pool-mean prompt (our option; the paper's window ignores refills).
         """
         if horizon < 0:
             raise ValueError(f"horizon must be >= 0, got {horizon}")
         self.horizon = horizon
         self.urgent_laxity_s = urgent_laxity_s
         self.swap_rounds = swap_rounds
+        self.levels = levels
+        self.refill = refill
 
     def place(
         self, candidates: Sequence[Candidate], workers: Sequence[WorkerLoad]
@@ -345,10 +352,14 @@ class BalanceFuturePlacer:
             return []
         prompts = np.fromiter(map(_PROMPT, candidates), dtype=np.float64, count=len(candidates))
         laxity = np.fromiter(map(_LAXITY, candidates), dtype=np.float64, count=len(candidates))
-        base = base_trajectories(workers, self.horizon)
+        base = base_trajectories(workers, self.horizon, self.refill_tokens(prompts))
         assign = self.assign_arrays(base, free, prompts, laxity)
         chosen = np.flatnonzero(assign >= 0).tolist()
         return [(candidates[i].request_id, workers[int(assign[i])].worker_id) for i in chosen]
+
+    def refill_tokens(self, prompts: FloatArray) -> float:
+        """Return the prompt size assumed to refill freed slots (0 when refills are off)."""
+        return float(prompts.mean()) if self.refill and prompts.size else 0.0
 
     def assign_arrays(
         self, base: FloatArray, free_slots: IntArray, prompts: FloatArray, laxity: FloatArray
@@ -366,4 +377,6 @@ class BalanceFuturePlacer:
         """
         urgent = np.flatnonzero(laxity <= self.urgent_laxity_s)
         order = urgent[np.argsort(laxity[urgent], kind="stable")].tolist()
-        return balance_future_assign(base, free_slots, prompts, order, swap_rounds=self.swap_rounds)
+        return balance_future_assign(
+            base, free_slots, prompts, order, swap_rounds=self.swap_rounds, levels=self.levels
+        )

@@ -98,6 +98,9 @@ class DecodeSimResult:
     mean_load: float
     """Mean over steps and workers of the resident KV tokens."""
     decision_s: list[float] = field(default_factory=list)
+    """Wall time of each decision, including any wait for a CPU on a shared machine."""
+    decision_cpu_s: list[float] = field(default_factory=list)
+    """Thread CPU time of each decision (robust to other processes on the machine)."""
     decision_open_slots: list[int] = field(default_factory=list)
     """Open slots at each timed decision (separates cold start from steady state)."""
 
@@ -160,7 +163,8 @@ def _array_decider(placer: BalanceFuturePlacer) -> Decider:
         kv: FloatArray, remaining: FloatArray, pool: IntArray, prompts: FloatArray
     ) -> IntArray:
         active = remaining > 0
-        base = base_from_arrays(kv, remaining.astype(np.int64), active, placer.horizon)
+        refill = placer.refill_tokens(prompts[pool])
+        base = base_from_arrays(kv, remaining.astype(np.int64), active, placer.horizon, refill)
         free = (~active).sum(axis=1).astype(np.int64)
         laxity = np.full(pool.shape[0], np.inf)
         return placer.assign_arrays(base, free, prompts[pool], laxity)
@@ -214,9 +218,10 @@ def simulate(
         prefill = np.zeros(count)
         if pool.shape[0] and (remaining == 0).any():
             totals.decision_slots.append(int((remaining == 0).sum()))
-            began = time.perf_counter()
+            began, began_cpu = time.perf_counter(), time.thread_time()
             assign = decide(kv, remaining, pool, prompt_f)
             totals.decisions.append(time.perf_counter() - began)
+            totals.decisions_cpu.append(time.thread_time() - began_cpu)
             for p in np.flatnonzero(assign >= 0).tolist():
                 g, request = int(assign[p]), int(pool[p])
                 slot = int(np.flatnonzero(remaining[g] == 0)[0])
@@ -260,6 +265,7 @@ class _Totals:
     tpot_sum: float = 0.0
     completed: int = 0
     decisions: list[float] = field(default_factory=list)
+    decisions_cpu: list[float] = field(default_factory=list)
     decision_slots: list[int] = field(default_factory=list)
 
     def add_step(self, load: FloatArray, own: FloatArray, step: float, power: PowerModel) -> None:
@@ -288,5 +294,6 @@ class _Totals:
             completed=self.completed,
             mean_load=self.load / steps,
             decision_s=self.decisions,
+            decision_cpu_s=self.decisions_cpu,
             decision_open_slots=self.decision_slots,
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -37,7 +38,9 @@ def new_request_trajectory(prompt_tokens: float, horizon: int) -> FloatArray:
     return prompt_tokens + np.arange(horizon + 1, dtype=np.float64)
 
 
-def base_trajectories(workers: Sequence[WorkerLoad], horizon: int) -> FloatArray:
+def base_trajectories(
+    workers: Sequence[WorkerLoad], horizon: int, refill_tokens: float = 0.0
+) -> FloatArray:
     """Return the (G, H+1) predicted load of each worker's running sequences.
 
     Sequences without a prediction are assumed to survive the window; sequences without a
@@ -46,6 +49,7 @@ def base_trajectories(workers: Sequence[WorkerLoad], horizon: int) -> FloatArray
     Args:
         workers: worker snapshots, in placement order.
         horizon: lookahead H in decode steps (0 = current loads only).
+        refill_tokens: prompt size assumed to refill each slot freed in the window (0 = none).
     """
     count = len(workers)
     width = horizon + 1
@@ -53,7 +57,6 @@ def base_trajectories(workers: Sequence[WorkerLoad], horizon: int) -> FloatArray
     # and B=72 this is ~5k sequences and must cost well under the 1 ms decision budget.
     lengths = [w.running for w in workers]
     total = sum(lengths)
-    steps = np.arange(width, dtype=np.float64)
     if total == 0:
         return np.zeros((count, width), dtype=np.float64)
     remaining = np.fromiter(
@@ -81,13 +84,36 @@ def base_trajectories(workers: Sequence[WorkerLoad], horizon: int) -> FloatArray
     # reverse cumulative sum counts the sequences (and KV) alive at each h.
     finish = np.clip(remaining, 0, width) + owner * (width + 1)
     bins = count * (width + 1)
-    kv_drop = np.bincount(finish, weights=kv.astype(np.float64), minlength=bins).reshape(
-        count, width + 1
+    kv_drop = np.bincount(finish, weights=kv.astype(np.float64), minlength=bins)
+    seq_drop = np.bincount(finish, minlength=bins)
+    return _loads_from_drops(
+        kv_drop.reshape(count, width + 1), seq_drop.reshape(count, width + 1), refill_tokens
     )
-    seq_drop = np.bincount(finish, minlength=bins).reshape(count, width + 1)
+
+
+def _loads_from_drops(
+    kv_drop: NDArray[np.floating[Any]] | NDArray[np.integer[Any]],
+    seq_drop: NDArray[np.integer[Any]],
+    refill_tokens: float,
+) -> FloatArray:
+    """Turn (G, H+2) finish-step histograms into (G, H+1) predicted loads.
+
+    With ``refill_tokens > 0`` every finished slot is assumed refilled at once by a request
+    of that prompt size, which then grows by one token a step: in the overloaded regime the
+    pool always has a request for a freed slot (seed 003, Def. 1). This is our option, not
+    the paper's (its window ignores future admissions).
+    """
+    width = kv_drop.shape[1] - 1
+    steps = np.arange(width, dtype=np.float64)
     kv_alive = np.cumsum(kv_drop[:, ::-1], axis=1)[:, ::-1][:, 1:]
     seq_alive = np.cumsum(seq_drop[:, ::-1], axis=1)[:, ::-1][:, 1:]
-    return np.asarray(kv_alive + seq_alive * steps, dtype=np.float64)
+    loads = kv_alive + seq_alive * steps
+    if refill_tokens > 0.0:
+        finished = np.cumsum(seq_drop[:, :width], axis=1)
+        # A slot freed at step f holds refill + (h - f) at h >= f: sum_f<=h (h - f) = cumsum.
+        grown = np.cumsum(finished, axis=1) - finished
+        loads = loads + refill_tokens * finished + grown
+    return np.asarray(loads, dtype=np.float64)
 
 
 def imbalance_per_step(loads: FloatArray) -> FloatArray:
@@ -101,7 +127,11 @@ def future_imbalance(loads: FloatArray) -> float:
 
 
 def base_from_arrays(
-    kv: FloatArray, remaining: NDArray[np.int64], active: NDArray[np.bool_], horizon: int
+    kv: FloatArray,
+    remaining: NDArray[np.int64],
+    active: NDArray[np.bool_],
+    horizon: int,
+    refill_tokens: float = 0.0,
 ) -> FloatArray:
     """Return the (G, H+1) predicted load from (G, B) slot arrays, as a simulator holds them.
 
@@ -110,16 +140,14 @@ def base_from_arrays(
         remaining: predicted remaining output tokens of each slot's sequence.
         active: which slots hold a running sequence.
         horizon: lookahead H in decode steps.
+        refill_tokens: prompt size assumed to refill each slot freed in the window (0 = none).
     """
     count = kv.shape[0]
     width = horizon + 1
-    steps = np.arange(width, dtype=np.float64)
     # Sequences alive for h < r: one (G, H+2) drop histogram, then a reverse cumulative sum.
     finish = np.clip(remaining, 0, width) + (np.arange(count) * (width + 1))[:, None]
     finish, weights = finish[active], kv[active]
     bins = count * (width + 1)
     kv_drop = np.bincount(finish, weights=weights, minlength=bins).reshape(count, width + 1)
     seq_drop = np.bincount(finish, minlength=bins).reshape(count, width + 1)
-    kv_alive = np.cumsum(kv_drop[:, ::-1], axis=1)[:, ::-1][:, 1:]
-    seq_alive = np.cumsum(seq_drop[:, ::-1], axis=1)[:, ::-1][:, 1:]
-    return np.asarray(kv_alive + seq_alive * steps, dtype=np.float64)
+    return _loads_from_drops(kv_drop, seq_drop, refill_tokens)

@@ -256,7 +256,9 @@ def _make_bfio(params: dict[str, float]) -> Placer:
     return BalanceFuturePlacer(
         horizon=int(params.get("horizon", 80)),
         urgent_laxity_s=float(params.get("urgent_laxity_s", DEFAULT_URGENT_LAXITY_S)),
-        swap_rounds=int(params.get("swap_rounds", 3)),
+        swap_rounds=int(params.get("swap_rounds", 2)),
+        levels=int(params.get("levels", 2)),
+        refill=bool(params.get("refill", 0.0)),
     )
 
 
@@ -285,7 +287,8 @@ def make_placer(name: str, **params: float) -> Placer:
     Args:
         name: one of :data:`PLACER_NAMES` (``"bfio"`` is BF-IO, seed 003).
         **params: policy parameters; all accept ``urgent_laxity_s``; ``p2c`` takes ``seed``
-            and ``choices``; ``bfio`` takes ``horizon`` (H steps) and ``swap_rounds``.
+            and ``choices``; ``bfio`` takes ``horizon`` (H steps), ``swap_rounds``,
+            ``levels`` and ``refill`` (1 = assume freed slots are refilled inside the window).
 
     Raises:
         ValueError: for an unknown name.

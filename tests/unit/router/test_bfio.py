@@ -135,3 +135,14 @@ def test_bfio_is_deterministic() -> None:
     first = balance_future_assign(base, free, prompts)
     second = balance_future_assign(base, free, prompts)
     assert np.array_equal(first, second)
+
+
+def test_refill_lookahead_adds_a_growing_request_to_each_freed_slot() -> None:
+    """Test that with refills a slot freed at step f holds refill + (h - f) from then on."""
+    kv = np.array([[100.0, 10.0]])
+    remaining = np.array([[2, 9]])
+    active = np.array([[True, True]])
+    plain = base_from_arrays(kv, remaining, active, 4)
+    refilled = base_from_arrays(kv, remaining, active, 4, refill_tokens=50.0)
+    assert plain[0].tolist() == [110.0, 112.0, 12.0, 13.0, 14.0]
+    assert (refilled - plain)[0].tolist() == [0.0, 0.0, 50.0, 51.0, 52.0]
