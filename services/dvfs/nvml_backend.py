@@ -1,0 +1,229 @@
+"""Clock backend for real NVIDIA GPUs through NVML (``pynvml`` from ``nvidia-ml-py``).
+
+One backend drives one instance: all of its GPUs get the same locked SM clock (FREESH
+§2.3, throttLL'eM §3.3). Clocks are snapped to the graphics clocks NVML lists as supported
+by every GPU of the instance at its highest memory clock; the memory clock is never
+changed. ``nvmlDeviceSetGpuLockedClocks`` needs root (or admin clock permission); locked
+clocks are reset when the backend closes, so a crashed or stopped agent does not leave
+GPUs throttled. Keeping one NVML session open avoids the 50–80 ms of re-launching
+``nvidia-smi`` per change (DynamoLLM §4.3).
+
+The backend is opt-in (``enabled=True`` must be passed, from a setting) and tests inject a
+fake module object through ``nvml=``; the simulated engine is the other backend.
+"""
+
+# ruff: noqa: N802  (method names mirror pynvml's C-style API, which a fake must match)
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Protocol, Self, cast
+
+from services.dvfs.controller import snap_clock
+
+__all__ = [
+    "NvmlBackend",
+    "NvmlBackendError",
+    "NvmlDisabledError",
+    "NvmlModule",
+    "NvmlUnavailableError",
+    "load_pynvml",
+]
+
+
+class NvmlBackendError(RuntimeError):
+    """NVML refused or failed an operation."""
+
+
+class NvmlUnavailableError(NvmlBackendError, ImportError):
+    """``pynvml`` is not installed."""
+
+
+class NvmlDisabledError(NvmlBackendError):
+    """NVML clock control was not enabled by the settings."""
+
+
+class NvmlModule(Protocol):
+    """The part of ``pynvml`` the backend uses (what a fake must provide)."""
+
+    NVML_CLOCK_SM: int
+    NVML_CLOCK_MEM: int
+    NVMLError: type[Exception]
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any: ...
+    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int: ...
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int: ...
+    def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int) -> int: ...
+    def nvmlDeviceGetSupportedMemoryClocks(self, handle: Any) -> Sequence[int]: ...
+    def nvmlDeviceGetSupportedGraphicsClocks(
+        self, handle: Any, memory_clock_mhz: int
+    ) -> Sequence[int]: ...
+    def nvmlDeviceSetGpuLockedClocks(self, handle: Any, min_mhz: int, max_mhz: int) -> None: ...
+    def nvmlDeviceResetGpuLockedClocks(self, handle: Any) -> None: ...
+
+
+def load_pynvml() -> NvmlModule:
+    """Import ``pynvml``.
+
+    Raises:
+        NvmlUnavailableError: when it is not installed.
+    """
+    try:
+        module = importlib.import_module("pynvml")
+    except ImportError as exc:
+        raise NvmlUnavailableError(
+            "NVML clock control needs the optional package nvidia-ml-py "
+            "(pip install nvidia-ml-py); the simulator backend needs nothing"
+        ) from exc
+    return cast(NvmlModule, module)
+
+
+class NvmlBackend:
+    """Reads power, energy and clocks of one instance's GPUs and locks their SM clock."""
+
+    def __init__(
+        self, gpu_indices: Sequence[int], *, enabled: bool, nvml: NvmlModule | None = None
+    ) -> None:
+        """Open NVML and the GPUs of the instance.
+
+        Args:
+            gpu_indices: NVML indices of the instance's GPUs (one clock for all).
+            enabled: the opt-in setting; ``False`` refuses to touch any GPU.
+            nvml: the NVML module (default: import ``pynvml``); tests pass a fake.
+
+        Raises:
+            NvmlDisabledError: when ``enabled`` is false.
+            NvmlUnavailableError: when ``pynvml`` is missing.
+            NvmlBackendError: when NVML fails or no clock is common to all GPUs.
+        """
+        if not enabled:
+            raise NvmlDisabledError(
+                "NVML clock control is opt-in; enable it in the dvfs settings on hosts "
+                "where the agent may lock GPU clocks"
+            )
+        if not gpu_indices:
+            raise ValueError("an instance needs at least one GPU")
+        self._nvml = nvml if nvml is not None else load_pynvml()
+        self._locked = False
+        self._open = False
+        with self._errors("initialise NVML"):
+            self._nvml.nvmlInit()
+        self._open = True
+        try:
+            with self._errors("open GPUs"):
+                self._handles = [self._nvml.nvmlDeviceGetHandleByIndex(i) for i in gpu_indices]
+                self._clocks = self._common_clocks()
+        except BaseException:
+            self.close()
+            raise
+
+    def _errors(self, action: str) -> _NvmlErrors:
+        return _NvmlErrors(self._nvml.NVMLError, action)
+
+    def _common_clocks(self) -> tuple[float, ...]:
+        common: set[int] | None = None
+        for handle in self._handles:
+            memory = max(self._nvml.nvmlDeviceGetSupportedMemoryClocks(handle))
+            clocks = set(self._nvml.nvmlDeviceGetSupportedGraphicsClocks(handle, memory))
+            common = clocks if common is None else common & clocks
+        if not common:
+            raise NvmlBackendError("the instance's GPUs share no supported graphics clock")
+        return tuple(float(c) for c in sorted(common))
+
+    @property
+    def supported_clocks_mhz(self) -> tuple[float, ...]:
+        """Graphics clocks every GPU of the instance supports, ascending."""
+        return self._clocks
+
+    @property
+    def locked(self) -> bool:
+        """Whether this backend has locked the clocks (and will reset them on close)."""
+        return self._locked
+
+    def power_w(self) -> float:
+        """Current power of the instance (all GPUs), in watts."""
+        with self._errors("read power"):
+            return sum(self._nvml.nvmlDeviceGetPowerUsage(h) for h in self._handles) / 1000.0
+
+    def energy_j(self) -> float:
+        """Energy counter of the instance (sum over GPUs since driver load), in joules."""
+        with self._errors("read energy"):
+            total_mj = sum(self._nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in self._handles)
+        return total_mj / 1000.0
+
+    def clock_mhz(self) -> float:
+        """Current SM clock (the lowest over the instance's GPUs)."""
+        with self._errors("read clocks"):
+            return float(
+                min(self._nvml.nvmlDeviceGetClockInfo(h, self._nvml.NVML_CLOCK_SM)
+                    for h in self._handles)
+            )  # fmt: skip
+
+    def set_clock_mhz(self, mhz: float) -> float:
+        """Lock every GPU of the instance to the supported clock nearest ``mhz``.
+
+        Returns:
+            The clock applied.
+
+        Raises:
+            NvmlBackendError: when NVML refuses (usually: not running as root).
+        """
+        applied = snap_clock(mhz, self._clocks)
+        with self._errors(f"lock clocks at {applied:.0f} MHz"):
+            for handle in self._handles:
+                self._locked = True  # reset on close even if a later GPU fails
+                self._nvml.nvmlDeviceSetGpuLockedClocks(handle, int(applied), int(applied))
+        return applied
+
+    def reset_clocks(self) -> None:
+        """Give the GPUs back to the driver's default clock management."""
+        with self._errors("reset clocks"):
+            for handle in self._handles:
+                self._nvml.nvmlDeviceResetGpuLockedClocks(handle)
+        self._locked = False
+
+    def close(self) -> None:
+        """Reset locked clocks and shut NVML down (idempotent)."""
+        if not self._open:
+            return
+        try:
+            if self._locked:
+                self.reset_clocks()
+        finally:
+            self._open = False
+            with self._errors("shut NVML down"):
+                self._nvml.nvmlShutdown()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class _NvmlErrors:
+    """Turns the module's ``NVMLError`` into :class:`NvmlBackendError` with the action."""
+
+    def __init__(self, error_type: type[Exception], action: str) -> None:
+        self._error_type = error_type
+        self._action = action
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc is not None and isinstance(exc, self._error_type):
+            raise NvmlBackendError(f"NVML could not {self._action}: {exc}") from exc

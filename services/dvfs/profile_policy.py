@@ -1,0 +1,110 @@
+"""Profile-based clock choice: DynamoLLM's instance manager (seed 001 §2.4), every 5 s.
+
+From a profile of the instance (load × clock → energy, TTFT, TBT), interpolate every
+profiled clock's row at the measured load (DynamoLLM interpolates loads with SciPy
+``interp1d``; linear interpolation is the same here), drop the clocks whose TTFT or TBT
+breaks the SLO, and pick the one with the least energy. When no clock meets the SLO the
+highest clock is the best effort. Loads beyond the profile are clamped to its ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from services.dvfs.controller import Observation, snap_clock
+
+__all__ = ["ProfilePoint", "ProfilePolicy", "ProfilePolicyConfig", "ProfileTable"]
+
+FloatArray = NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProfilePoint:
+    """One profiled operating point of an instance."""
+
+    load_rps: float
+    clock_mhz: float
+    energy_j: float
+    """Energy of the instance over the profiling run (or per second: only order matters)."""
+    ttft_s: float
+    tbt_s: float
+
+
+class ProfileTable:
+    """Profiled points on a load × clock grid (every clock at every load)."""
+
+    def __init__(self, points: Sequence[ProfilePoint]) -> None:
+        """Index the points.
+
+        Raises:
+            ValueError: when the points do not form a complete load × clock grid.
+        """
+        loads = sorted({p.load_rps for p in points})
+        clocks = sorted({p.clock_mhz for p in points})
+        if not loads or len(points) != len(loads) * len(clocks):
+            raise ValueError("profile points must cover every load at every clock exactly once")
+        grid = np.full((3, len(clocks), len(loads)), np.nan)
+        for p in points:
+            row, col = clocks.index(p.clock_mhz), loads.index(p.load_rps)
+            grid[:, row, col] = (p.energy_j, p.ttft_s, p.tbt_s)
+        if np.isnan(grid).any():
+            raise ValueError("profile points must cover every load at every clock exactly once")
+        self._loads = np.asarray(loads, dtype=np.float64)
+        self._clocks = tuple(clocks)
+        self._grid = grid
+
+    @property
+    def clocks_mhz(self) -> tuple[float, ...]:
+        """Profiled clocks, ascending."""
+        return self._clocks
+
+    def at_load(self, load_rps: float) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Return (energy, TTFT, TBT) per profiled clock, interpolated at ``load_rps``."""
+        energy, ttft, tbt = (
+            np.array([np.interp(load_rps, self._loads, row) for row in self._grid[k]])
+            for k in range(3)
+        )
+        return energy, ttft, tbt
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProfilePolicyConfig:
+    """SLO and period of the profile policy (DynamoLLM: 5 s)."""
+
+    ttft_slo_s: float
+    tbt_slo_s: float
+    period_s: float = 5.0
+    load_headroom: float = 1.0
+    """Multiplies the measured load before the lookup (>1 plans for growth)."""
+
+
+class ProfilePolicy:
+    """Filter profiled clocks by SLO at the measured load, then take the least energy."""
+
+    def __init__(self, table: ProfileTable, config: ProfilePolicyConfig) -> None:
+        """Use ``table`` (this instance's profile) under ``config``'s SLO."""
+        self._table = table
+        self._config = config
+
+    @property
+    def period_s(self) -> float:
+        """The control period."""
+        return self._config.period_s
+
+    def choose_clock(self, load_rps: float) -> float:
+        """Return the profiled clock with least energy among those meeting the SLO."""
+        energy, ttft, tbt = self._table.at_load(load_rps * self._config.load_headroom)
+        feasible = (ttft <= self._config.ttft_slo_s) & (tbt <= self._config.tbt_slo_s)
+        if not feasible.any():
+            return self._table.clocks_mhz[-1]
+        candidates = np.flatnonzero(feasible)
+        return self._table.clocks_mhz[int(candidates[np.argmin(energy[candidates])])]
+
+    def decide(self, observation: Observation) -> float:
+        """Choose by the load of the last period and snap to a supported clock."""
+        chosen = self.choose_clock(observation.arrival_rate_rps)
+        return snap_clock(chosen, observation.supported_clocks_mhz)
