@@ -98,10 +98,8 @@ def log_ratio(numerator: FloatArray, denominator: FloatArray) -> FloatArray:
 def _calendar(grid: HourlyGrid, targets: IntArray) -> list[FloatArray]:
     hours = targets.astype(np.float64) + grid.start.hour
     hour_of_day = np.mod(hours, DAY)
-    day_number = np.floor(hours / DAY) + (grid.start.dayofweek)
-    start_doy = float(grid.start.dayofyear - 1)
-    year_phase = 2.0 * np.pi * (start_doy + targets / DAY) / 365.25
-    return [hour_of_day, np.mod(day_number, 7.0), np.sin(year_phase), np.cos(year_phase)]
+    day_number = np.floor(hours / DAY) + grid.start.dayofweek
+    return [hour_of_day, np.mod(day_number, 7.0)]
 
 
 def gbm_features(
@@ -128,13 +126,10 @@ def gbm_features(
     steps = np.arange(1, horizon_h + 1, dtype=np.int64)
     targets = origins[:, None] + steps[None, :] - 1
     columns: dict[str, FloatArray] = {"horizon_h": np.broadcast_to(steps, (n, horizon_h))}
-    for name, values in zip(
-        ("hour_utc", "weekday", "year_sin", "year_cos"), _calendar(grid, targets), strict=True
-    ):
+    for name, values in zip(("hour_utc", "weekday"), _calendar(grid, targets), strict=True):
         columns[name] = values
     for name, forecast in candidates.items():
         columns[f"lr_{name}"] = log_ratio(forecast, template)
-    columns["log_template"] = np.log(np.maximum(template, 1.0))
 
     last = y[origins - 1]
     same_hour_days = y[(origins - 1)[:, None] - DAY * np.arange(1, TEMPLATE_DAYS + 1)[None, :]]
@@ -146,7 +141,9 @@ def gbm_features(
         "lr_3h_vs_day": log_ratio(recent[:, :3].mean(axis=1), recent[:, :DAY].mean(axis=1)),
         "day_volatility": np.std(np.diff(np.log(np.maximum(recent[:, :DAY], 1.0))), axis=1),
     }
+    same_hour = targets - DAY * (-(-steps // DAY))[None, :]
     for j, share in enumerate(grid.share_names):
+        columns[f"share_{share}_same_hour"] = grid.shares[same_hour, j]
         now = grid.shares[origins - 1, j]
         week = grid.shares[origins[:, None] - np.arange(1, TEMPLATE_DAYS * DAY + 1)[None, :], j]
         per_origin[f"share_{share}"] = now

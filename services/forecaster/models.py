@@ -45,7 +45,12 @@ IntArray = npt.NDArray[np.int64]
 
 BUCKETS: Final = ((1, 6), (7, 24), (25, 48))
 """Disjoint horizon buckets (hours, inclusive) in which one candidate is chosen."""
-BLENDS: Final = (("gbm", "hw"), ("gbm", "template_level"), ("hw", "template_level"))
+BLENDS: Final[tuple[tuple[str, ...], ...]] = (
+    ("gbm", "hw"),
+    ("gbm", "template_level"),
+    ("hw", "template_level"),
+    ("gbm", "hw", "template_level"),
+)
 """Equal-weight blends offered to the chooser beside the single models."""
 
 
@@ -57,7 +62,7 @@ class ForecasterConfig:
     """Longest horizon the forecaster is fitted and validated for."""
     validation_fraction: float = 0.3
     """Share of the usable history (the latest part) held out to choose and calibrate."""
-    train_stride_h: int = 3
+    train_stride_h: int = 2
     """Spacing of training origins for the boosted model (every hour is redundant)."""
     validation_stride_h: int = 6
     """Spacing of validation origins."""
@@ -158,8 +163,8 @@ class CarbonForecaster:
         template, out = _reference_forecasts(grid, origins, self.horizon_h, self.hw_params)
         features, _ = gbm_features(grid, origins, self.horizon_h, template, out)
         out["gbm"] = template * np.exp(self.booster.predict(features).reshape(template.shape))
-        for first, second in BLENDS:
-            out[f"{first}+{second}"] = 0.5 * (out[first] + out[second])
+        for members in BLENDS:
+            out["+".join(members)] = np.mean([out[name] for name in members], axis=0)
         columns = np.arange(self.horizon_h)
         chosen = np.stack([out[name][:, h] for h, name in zip(columns, self.choice, strict=True)])
         out["chosen"] = chosen.T.copy()
@@ -197,9 +202,7 @@ class CarbonForecaster:
 
     def describe_choice(self) -> str:
         """Return the chosen candidate per bucket, e.g. ``"1-6h:hw|7-24h:gbm"``."""
-        parts = [
-            f"{lo}-{hi}h:{self.choice[lo - 1]}" for lo, hi in BUCKETS if lo <= self.horizon_h
-        ]
+        parts = [f"{lo}-{hi}h:{self.choice[lo - 1]}" for lo, hi in BUCKETS if lo <= self.horizon_h]
         return "|".join(parts)
 
 
@@ -227,8 +230,11 @@ def _choose(
 
 
 def _log_quantiles(
-    predictions: dict[str, FloatArray], choice: tuple[str, ...], actual: FloatArray,
-    mask: FloatArray, pool: int,
+    predictions: dict[str, FloatArray],
+    choice: tuple[str, ...],
+    actual: FloatArray,
+    mask: FloatArray,
+    pool: int,
 ) -> FloatArray:
     horizon = len(choice)
     residual = np.stack(
@@ -260,8 +266,11 @@ def fit_forecaster(
     cfg = config if config is not None else ForecasterConfig()
     if fuel_mix is not None:
         history = CarbonHistory(
-            region=history.region, intensity=history.intensity, fuel_mix=fuel_mix,
-            signal=history.signal, emission_factor=history.emission_factor,
+            region=history.region,
+            intensity=history.intensity,
+            fuel_mix=fuel_mix,
+            signal=history.signal,
+            emission_factor=history.emission_factor,
             source=history.source,
         )
     grid = to_grid(history)
@@ -284,9 +293,14 @@ def fit_forecaster(
     # Fitting origins stop H hours before the split so no fitted target reaches validation.
     booster = fit_ratio_booster(*training_set(need, split - horizon), seed=cfg.seed)
     provisional = CarbonForecaster(
-        region=history.region, signal=history.signal, emission_factor=history.emission_factor,
-        horizon_h=horizon, hw_params=hw_params, booster=booster,
-        choice=("gbm",) * horizon, log_quantiles=np.zeros((horizon, 2)),
+        region=history.region,
+        signal=history.signal,
+        emission_factor=history.emission_factor,
+        horizon_h=horizon,
+        hw_params=hw_params,
+        booster=booster,
+        choice=("gbm",) * horizon,
+        log_quantiles=np.zeros((horizon, 2)),
     )
     val_origins = _origins(split, last_origin, cfg.validation_stride_h, grid.start)
     predictions = provisional.predict(grid, val_origins)
@@ -297,8 +311,13 @@ def fit_forecaster(
     choice, scores = _choose(predictions, actual, mask, horizon)
     quantiles = _log_quantiles(predictions, choice, actual, mask, cfg.quantile_pool_h)
     return CarbonForecaster(
-        region=history.region, signal=history.signal, emission_factor=history.emission_factor,
-        horizon_h=horizon, hw_params=hw_params,
+        region=history.region,
+        signal=history.signal,
+        emission_factor=history.emission_factor,
+        horizon_h=horizon,
+        hw_params=hw_params,
         booster=fit_ratio_booster(*training_set(need, last_origin), seed=cfg.seed),
-        choice=choice, log_quantiles=quantiles, validation_mape=scores,
+        choice=choice,
+        log_quantiles=quantiles,
+        validation_mape=scores,
     )
