@@ -94,6 +94,8 @@ class ClassifiedRequest(_Message, tag="gs.v1.classified", frozen=True, kw_only=T
     deadline_s: float
     """Model time by which the request should finish (arrival + α_LLF·Lat)."""
     classified_at: NonNeg
+    trace: dict[str, str] = msgspec.field(default_factory=dict)
+    """W3C trace context of the classify span, so the trace survives the queue."""
 
 
 class SubmitReply(_Message, tag="gs.v1.submit_reply", frozen=True, kw_only=True):

@@ -20,13 +20,14 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
+from opentelemetry import trace
 
 from proto.codec import DecodeError, decode, encode
 from proto.messages import ErrorReply
 from proto.subjects import Subjects
 from shared.config import NatsSettings
 from shared.counters import ERRORS, MESSAGES
-from shared.telemetry import inject_headers
+from shared.telemetry import inject_headers, span_from_headers
 
 __all__ = [
     "connect_nats",
@@ -145,14 +146,23 @@ async def serve(
                 await _reply_error(msg, service, "malformed", str(exc))
             return
         MESSAGES.labels(service, kind.__name__).inc()
-        try:
-            result = await handler(message, msg)
-        except Exception as exc:  # handler boundary: log, count, answer, keep serving
-            ERRORS.labels(service, "internal").inc()
-            logger.exception("handler for %s failed", msg.subject)
-            if msg.reply:
-                await _reply_error(msg, service, "internal", f"{type(exc).__name__}: {exc}")
-            return
+        tracer = trace.get_tracer(f"greenserve.{service}")
+        with span_from_headers(
+            tracer,
+            f"{service} {kind.__name__}",
+            msg.headers,
+            **{"messaging.destination.name": msg.subject},
+        ) as span:
+            try:
+                result = await handler(message, msg)
+            except Exception as exc:  # handler boundary: log, count, answer, keep serving
+                ERRORS.labels(service, "internal").inc()
+                logger.exception("handler for %s failed", msg.subject)
+                span.record_exception(exc)
+                span.set_status(trace.StatusCode.ERROR)
+                if msg.reply:
+                    await _reply_error(msg, service, "internal", f"{type(exc).__name__}: {exc}")
+                return
         if result is not None and msg.reply:
             await msg.respond(encode(result))
 

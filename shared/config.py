@@ -73,6 +73,9 @@ class TelemetrySettings(_Section):
     """OTLP/HTTP traces endpoint, e.g. ``http://jaeger:4318/v1/traces``."""
     log_level: str = "INFO"
     log_json: bool = False
+    metrics_port: int | None = None
+    """Serve Prometheus ``/metrics`` and ``/healthz`` on this port; ``None`` turns it off."""
+    metrics_host: str = "127.0.0.1"
 
 
 class ClockSettings(_Section):

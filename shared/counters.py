@@ -1,12 +1,22 @@
-"""Counters every service shares (Prometheus client registry; exported in issue 7's /metrics)."""
+"""Prometheus metrics every service shares, exported on ``/metrics`` (telemetry.metrics_port)."""
 
 from __future__ import annotations
 
 from typing import Final
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge, Histogram
 
-__all__ = ["ERRORS", "MESSAGES"]
+__all__ = [
+    "DECISIONS",
+    "ERRORS",
+    "GPU_CLOCK_MHZ",
+    "GPU_ENERGY_J",
+    "GPU_POWER_W",
+    "MESSAGES",
+    "QUEUE_DEPTH",
+    "REQUESTS",
+    "REQUEST_LATENCY_S",
+]
 
 ERRORS: Final = Counter(
     "greenserve_errors_total",
@@ -17,4 +27,27 @@ ERRORS: Final = Counter(
 
 MESSAGES: Final = Counter(
     "greenserve_messages_total", "Messages handled, by service and kind", ["service", "kind"]
+)
+
+REQUESTS: Final = Counter(
+    "greenserve_requests_total", "Requests classified, by class and pool", ["request_class", "pool"]
+)
+
+QUEUE_DEPTH: Final = Gauge("greenserve_queue_depth", "Requests queued per pool", ["pool"])
+
+DECISIONS: Final = Counter(
+    "greenserve_placements_total", "Placement decisions, by placer and pool", ["placer", "pool"]
+)
+
+REQUEST_LATENCY_S: Final = Histogram(
+    "greenserve_request_latency_seconds",
+    "Wall-clock latency seen by the worker, by phase (ttft, e2e) and class",
+    ["phase", "request_class"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+
+GPU_CLOCK_MHZ: Final = Gauge("greenserve_gpu_clock_mhz", "SM clock per instance", ["worker"])
+GPU_POWER_W: Final = Gauge("greenserve_gpu_power_watts", "Power per instance", ["worker"])
+GPU_ENERGY_J: Final = Gauge(
+    "greenserve_gpu_energy_joules", "Cumulative energy per instance (like NVML)", ["worker"]
 )

@@ -26,6 +26,7 @@ from shared.bus import connect_nats
 from shared.clock import ModelClock
 from shared.config import Settings, load_settings
 from shared.logs import setup_logging
+from shared.metrics_http import start_metrics_server
 from shared.store import connect_redis
 from shared.telemetry import setup_tracing
 
@@ -57,6 +58,10 @@ async def service_context(name: str, settings: Settings) -> AsyncIterator[Servic
         provider = setup_tracing(name, settings.telemetry.otlp_endpoint)
         if provider is not None:
             stack.callback(provider.shutdown)
+        telemetry = settings.telemetry
+        if telemetry.metrics_port is not None:
+            runner = await start_metrics_server(telemetry.metrics_host, telemetry.metrics_port)
+            stack.push_async_callback(runner.cleanup)
         redis = connect_redis(settings.redis)
         stack.push_async_callback(redis.aclose)
         nc = await connect_nats(settings.nats, f"greenserve-{name}")

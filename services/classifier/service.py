@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 
+import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -21,11 +22,12 @@ from proto.messages import Completion, Plan, Request, SubmitReply
 from services.classifier.classes import default_slos, make_predictor, scheme_by_name
 from services.classifier.pipeline import ClassifierCore
 from shared.bus import ensure_ingress_stream, request
-from shared.counters import ERRORS, MESSAGES
+from shared.counters import ERRORS, MESSAGES, REQUESTS
 from shared.errors import RequestRejectedError
 from shared.lifecycle import ServiceContext
 from shared.plan_watch import watch_plan
 from shared.replies import reply_error
+from shared.telemetry import inject_headers, span_from_headers
 
 __all__ = ["NAME", "REPLY_HEADER", "build_core", "serve"]
 
@@ -123,11 +125,13 @@ async def _handle(ctx: ServiceContext, core: ClassifierCore, msg: Msg) -> None:
         await msg.term()  # permanent: never redeliver a malformed message
         return
     MESSAGES.labels(NAME, "Request").inc()
-    with ctx.tracer.start_as_current_span("classify", attributes={"request.id": req.request_id}):
+    with span_from_headers(ctx.tracer, "classify", msg.headers, **{"request.id": req.request_id}):
         try:
             classified = core.classify(
                 req, arrival_s=ctx.clock.model_at(req.sent_at), now_wall=time.time()
             )
+            # The scheduler queues the request; its trace context must travel with it.
+            classified = msgspec.structs.replace(classified, trace=inject_headers())
         except RequestRejectedError as exc:
             await reply_error(
                 ctx.nc, ctx.subjects, service=NAME, code=exc.code, reason=exc.reason, request=req
@@ -149,6 +153,8 @@ async def _handle(ctx: ServiceContext, core: ClassifierCore, msg: Msg) -> None:
             await msg.nak(delay=0.5)
             return
     if reply.accepted or reply.duplicate:
+        if reply.accepted:
+            REQUESTS.labels(classified.request_class, classified.pool_id).inc()
         await msg.ack()
     else:
         await msg.nak(delay=0.5)

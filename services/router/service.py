@@ -30,8 +30,9 @@ from proto.messages import (
 from services.router.placement import Candidate, Placer, make_placer
 from services.router.registry import WorkerRegistry
 from shared.bus import request
-from shared.counters import ERRORS
+from shared.counters import DECISIONS, ERRORS
 from shared.lifecycle import ServiceContext
+from shared.telemetry import extract_context
 
 __all__ = ["NAME", "serve"]
 
@@ -122,6 +123,7 @@ async def _place_pool(
         for rid, r in by_id.items()
     ]
     pairs = placer.place(candidates, loads)
+    DECISIONS.labels(placer.name, pool_id).inc(len(pairs))
     placed_ids = {rid for rid, _ in pairs}
     results = await asyncio.gather(
         *(_dispatch(ctx, registry, by_id[rid], worker_id, now_model) for rid, worker_id in pairs)
@@ -142,7 +144,9 @@ async def _dispatch(
 ) -> bool:
     rid = req.request.request_id
     with ctx.tracer.start_as_current_span(
-        "dispatch", attributes={"request.id": rid, "worker.id": worker_id}
+        "dispatch",
+        context=extract_context(req.trace),
+        attributes={"request.id": rid, "worker.id": worker_id},
     ):
         try:
             reply = await request(

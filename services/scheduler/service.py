@@ -26,6 +26,7 @@ from proto.messages import (
 )
 from services.scheduler.queueing import QueueDiscipline, QueuedRequest, make_discipline
 from shared.bus import serve as serve_subject
+from shared.counters import QUEUE_DEPTH
 from shared.lifecycle import ServiceContext
 from shared.store import as_bytes
 
@@ -109,6 +110,7 @@ async def serve(ctx: ServiceContext) -> None:
             return SubmitReply(request_id=rid, accepted=False, duplicate=True)
         await redis.hset(keys.queued, rid, encode(req))
         state.push(req)
+        QUEUE_DEPTH.labels(req.pool_id).set(len(state.queue(req.pool_id)))
         await ctx.nc.publish(subjects.scheduler_ready(req.pool_id), b"")
         return SubmitReply(request_id=rid, accepted=True)
 
@@ -123,7 +125,9 @@ async def serve(ctx: ServiceContext) -> None:
                 pipe.hset(keys.dispatched, rid, encode(held))
                 pipe.hdel(keys.queued, rid)
             await pipe.execute()
-        return PullReply(requests=taken, queued=len(state.queue(pull.pool_id)))
+        depth = len(state.queue(pull.pool_id))
+        QUEUE_DEPTH.labels(pull.pool_id).set(depth)
+        return PullReply(requests=taken, queued=depth)
 
     async def on_requeue(body: RequeueRequest, _msg: Msg) -> SubmitReply:
         await _requeue(ctx, state, body.requests)

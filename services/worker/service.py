@@ -17,12 +17,14 @@ import time
 
 import nats.errors
 from nats.aio.msg import Msg
+from opentelemetry import context as otel_context
 
 from proto.codec import DecodeError, encode
 from proto.messages import (
     ClassifiedRequest,
     ClockCommand,
     ClockReply,
+    Completion,
     DispatchReply,
     RequeueRequest,
     SubmitReply,
@@ -31,6 +33,7 @@ from proto.messages import (
 from services.worker.streams import StreamBook
 from shared.bus import request
 from shared.bus import serve as serve_subject
+from shared.counters import GPU_CLOCK_MHZ, GPU_ENERGY_J, GPU_POWER_W, REQUEST_LATENCY_S
 from shared.engine import Engine, EngineConfig, EngineRequest, create_engine
 from shared.lifecycle import ServiceContext
 from shared.replies import reply_error
@@ -59,6 +62,7 @@ class WorkerShim:
         self._tokens_out = 0
         self._last_energy = (0.0, 0.0)  # (engine time, energy) at the previous stats
         self._power_w = 0.0
+        self._trace_parents: dict[str, otel_context.Context] = {}
 
     def _wall_of(self, engine_s: float) -> float:
         return self._wall0 + engine_s / self._speedup
@@ -114,6 +118,8 @@ class WorkerShim:
             )
             return reply
         self._book.open(req, now)
+        # The generate span is recorded at completion, as a child of this dispatch span.
+        self._trace_parents[rid] = otel_context.get_current()
         self._work.set()
         return reply
 
@@ -159,11 +165,31 @@ class WorkerShim:
             for subject, chunk in chunks:
                 await nc.publish(subject, encode(chunk))
             for subject, done in completions:
+                self._record_completion(done)
                 payload = encode(done)
                 await nc.publish(subject, payload)
                 await nc.publish(self._ctx.subjects.request_done, payload)
             if not len(self._book):
                 self._emptied.set()
+
+    def _record_completion(self, done: Completion) -> None:
+        REQUEST_LATENCY_S.labels("ttft", done.request_class).observe(
+            done.first_token_at - done.sent_at
+        )
+        REQUEST_LATENCY_S.labels("e2e", done.request_class).observe(done.finished_at - done.sent_at)
+        parent = self._trace_parents.pop(done.request_id, None)
+        span = self._ctx.tracer.start_span(
+            "generate",
+            context=parent,
+            start_time=int(done.accepted_at * 1e9),
+            attributes={
+                "request.id": done.request_id,
+                "gen_ai.usage.input_tokens": done.input_tokens,
+                "gen_ai.usage.output_tokens": done.output_tokens,
+                "greenserve.energy_j": done.energy_j,
+            },
+        )
+        span.end(end_time=int(done.finished_at * 1e9))
 
     def stats(self) -> WorkerStats:
         """Current statistics (also the heartbeat)."""
@@ -200,6 +226,9 @@ class WorkerShim:
     async def publish_stats(self) -> None:
         """Publish stats and refresh the Redis registration."""
         stats = self.stats()
+        GPU_CLOCK_MHZ.labels(stats.worker_id).set(stats.clock_mhz)
+        GPU_POWER_W.labels(stats.worker_id).set(stats.power_w)
+        GPU_ENERGY_J.labels(stats.worker_id).set(stats.energy_j)
         payload = encode(stats)
         await self._ctx.nc.publish(self._ctx.subjects.worker_stats(self._cfg.worker_id), payload)
         ttl_ms = int(self._cfg.heartbeat_ttl_s * 1000)
@@ -224,6 +253,7 @@ class WorkerShim:
         for req in leftovers:
             self._engine.abort(req.request.request_id)
             self._book.drop(req.request.request_id)
+            self._trace_parents.pop(req.request.request_id, None)
         if leftovers:
             logger.warning("handing %d unfinished requests back to the scheduler", len(leftovers))
             with contextlib.suppress(
