@@ -1,0 +1,321 @@
+"""The discrete-event cluster simulator: arrivals, pools, instances and control loops.
+
+Virtual time only. Arrivals come from the trace in order; a heap holds the other events
+(control ticks at their own periods, instance start-up, and "a slot frees" wakes). Engines
+advance lazily (:mod:`loadgen.simulator.instance`): an instance is stepped up to ``t`` only
+when a decision at ``t`` needs it, which keeps per-event work small. Each request goes
+through the production cores: classifier (class, pool, ``Lat``), the pool's queue discipline,
+the pool's placer, the engine; clocks through the dvfs controller.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from proto.messages import Request
+from services.classifier.classes import default_slos, make_predictor, scheme_by_name
+from services.classifier.pipeline import ClassifierCore
+from services.router.placement import Candidate, WorkerLoad
+from services.scheduler.laxity import laxity_s, remaining_time_s
+from services.scheduler.queueing import QueuedRequest
+from shared.engine import EngineConfig
+from shared.errors import RequestRejectedError
+
+from loadgen.simulator.carbon import CarbonClock
+from loadgen.simulator.control import ControlLoops
+from loadgen.simulator.instance import RequestState, SimInstance
+from loadgen.simulator.policies import PolicySet
+from loadgen.simulator.pools import Pool, build_pools, routing_plan
+from loadgen.simulator.results import SimResult, build_result
+from loadgen.simulator.scenario import Scenario
+from loadgen.traces import TraceRequest
+
+__all__ = ["ClusterSimulator", "simulate"]
+
+_WAKE, _READY, _TICK = 0, 1, 2
+Progress = Callable[[float], None]
+
+
+class ClusterSimulator:
+    """One run of one policy set over one trace on one scenario."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        policy: PolicySet,
+        trace: Sequence[TraceRequest],
+        *,
+        carbon: CarbonClock | None = None,
+        record_token_times: bool = False,
+        progress: Progress | None = None,
+    ) -> None:
+        """Prepare pools, classifier and control loops; nothing runs until :meth:`run`."""
+        self.scenario = scenario
+        self.policy = policy
+        self.trace = trace
+        self.record_token_times = record_token_times
+        self.progress = progress
+        span = (trace[-1].t_s if trace else 0.0) + 3600.0
+        self.carbon = carbon or CarbonClock.from_eia(
+            [(r.name, r.carbon) for r in scenario.regions], scenario.start_utc, span
+        )
+        self.scheme = scheme_by_name(scenario.slo.scheme)
+        self.slos = default_slos(self.scheme)
+        self.pools = build_pools(scenario, policy)
+        self.pool_by_id = {p.pool_id: p for p in self.pools}
+        self.max_num_seqs = scenario.engine.max_num_seqs
+        self.classifier = ClassifierCore(
+            scheme=self.scheme,
+            slos=self.slos,
+            predictor=make_predictor(
+                policy.predictor, scheme=self.scheme, **dict(policy.predictor_params)
+            ),
+            models=[scenario.model],
+            max_context_tokens=scenario.slo.max_context_tokens,
+            alpha_llf=scenario.slo.alpha_llf,
+            default_ttft_ms=1000.0,
+            default_tbt_ms=100.0,
+        )
+        self.states: list[RequestState] = []
+        self.outstanding = 0
+        self.retired: list[SimInstance] = []
+        self.now_s = 0.0
+        self._heap: list[tuple[float, int, int, object]] = []
+        self._seq = itertools.count()
+        self.control = ControlLoops(self)
+
+    # -- events -------------------------------------------------------------------------
+    def schedule(self, t_s: float, kind: int, payload: object) -> None:
+        """Push an event; ties keep insertion order, so runs are deterministic."""
+        heapq.heappush(self._heap, (t_s, next(self._seq), kind, payload))
+
+    def run(self) -> SimResult:
+        """Simulate until every request has completed or been rejected."""
+        self.control.start()
+        trace = self.trace
+        heap = self._heap
+        index, total = 0, len(trace)
+        while True:
+            next_arrival = trace[index].t_s if index < total else float("inf")
+            if heap and heap[0][0] <= next_arrival:
+                t_s, _, kind, payload = heapq.heappop(heap)
+                self.now_s = t_s
+                if kind == _WAKE:
+                    assert isinstance(payload, SimInstance)
+                    payload.wake_pending = False
+                    self.dispatch(self.pool_by_id[payload.pool_id], t_s)
+                elif kind == _READY:
+                    assert isinstance(payload, SimInstance)
+                    self.update_routes(t_s)
+                    self.dispatch(self.pool_by_id[payload.pool_id], t_s)
+                else:
+                    assert callable(payload)
+                    if payload(t_s) and index >= total and self.outstanding == 0:
+                        break
+            elif index < total:
+                self.now_s = next_arrival
+                self.arrive(index, trace[index])
+                index += 1
+            else:
+                break
+        return build_result(self)
+
+    # -- requests -----------------------------------------------------------------------
+    def arrive(self, index: int, item: TraceRequest) -> None:
+        """Classify one arrival and queue it in its pool (or reject it)."""
+        t_s = item.t_s
+        state = RequestState(index, t_s, item.prompt_tokens, item.output_tokens)
+        if self.record_token_times:
+            state.token_times = []
+        self.states.append(state)
+        request = Request(
+            request_id=state.request_id,
+            model=self.scenario.model,
+            reply_subject="sim",
+            sent_at=t_s,
+            max_tokens=item.output_tokens,
+            prompt_tokens=item.prompt_tokens,
+            ignore_eos=True,
+        )
+        try:
+            classified = self.classifier.classify(request, arrival_s=t_s, now_wall=t_s)
+        except RequestRejectedError:
+            state.rejected = True
+            return
+        pool = self.pool_by_id[classified.pool_id]
+        state.predicted = classified.predicted_output_tokens
+        state.request_class = classified.request_class
+        state.pool = pool.pool_id
+        state.lat_s = classified.lat_s
+        state.ttft_profile_s = pool.ttft_s
+        state.tbt_profile_s = pool.tbt_s
+        self.outstanding += 1
+        self.control.on_arrival(t_s)
+        pool.queue.push(
+            QueuedRequest(
+                request_id=state.request_id,
+                arrival_s=t_s,
+                prompt_tokens=state.prompt,
+                predicted_output_tokens=state.predicted,
+                ttft_s=pool.ttft_s,
+                tbt_s=pool.tbt_s,
+                payload=state,
+            )
+        )
+        self.dispatch(pool, t_s)
+
+    def on_finish(self, instance: SimInstance, state: RequestState, t_s: float) -> None:
+        """A request produced its last token at ``t_s``."""
+        self.outstanding -= 1
+        self.classifier.observe(state.prompt, state.output)
+
+    def dispatch(self, pool: Pool, t_s: float) -> None:
+        """Offer queued requests to the placer for the pool's free slots (router pull)."""
+        queue = pool.queue
+        if not len(queue):
+            return
+        ready = [i for i in pool.instances if not i.draining and i.ready_s <= t_s]
+        for instance in ready:
+            instance.advance(t_s)
+        cap = self.max_num_seqs
+        open_instances = [i for i in ready if i.free_slots(cap) > 0]
+        capacity = sum(i.free_slots(cap) for i in open_instances)
+        if capacity > 0:
+            self._place(pool, open_instances, capacity, t_s)
+        if len(queue):
+            self._schedule_wakes(ready, t_s)
+
+    def _place(self, pool: Pool, instances: list[SimInstance], capacity: int, t_s: float) -> None:
+        queue = pool.queue
+        taken: list[QueuedRequest] = []
+        while len(taken) < capacity and (item := queue.pop(t_s)) is not None:
+            taken.append(item)
+        window = self.scenario.slo.alpha_llf
+        candidates = [
+            Candidate(
+                request_id=q.request_id,
+                prompt_tokens=q.prompt_tokens,
+                predicted_output_tokens=q.predicted_output_tokens,
+                laxity_s=laxity_s(
+                    q.arrival_s,
+                    window * q.latency_s,
+                    remaining_time_s(q.predicted_output_tokens, 0, q.ttft_s, q.tbt_s),
+                    t_s,
+                ),
+            )
+            for q in taken
+        ]
+        block = pool.config.block_size
+        loads = [
+            WorkerLoad(
+                worker_id=i.instance_id,
+                free_slots=i.free_slots(self.max_num_seqs),
+                running=len(i.requests),
+                kv_tokens=i.engine.kv_blocks_used * block,
+            )
+            for i in instances
+        ]
+        by_id = {i.instance_id: i for i in instances}
+        placed = dict(pool.placer.place(candidates, loads))
+        for item in taken:
+            worker = placed.get(item.request_id)
+            if worker is None:
+                queue.push(item)
+                continue
+            state = item.payload
+            assert isinstance(state, RequestState)
+            try:
+                by_id[worker].add(state, t_s)
+            except ValueError:
+                state.rejected = True
+                self.outstanding -= 1
+
+    def _schedule_wakes(self, instances: list[SimInstance], t_s: float) -> None:
+        bound = t_s + self.control.wake_bound_s
+        for instance in instances:
+            if not instance.wake_pending and instance.free_slots(self.max_num_seqs) <= 0:
+                instance.wake_pending = True
+                self.schedule(max(instance.run_to_next_finish(bound), t_s), _WAKE, instance)
+
+    # -- instances ----------------------------------------------------------------------
+    def start_instance(self, pool: Pool, t_s: float, *, warm: bool) -> SimInstance | None:
+        """Start an instance in the pool's first free slot; ``warm`` skips the start delay."""
+        used = {int(i.instance_id.rsplit("#", 1)[1]) for i in pool.instances}
+        slot = next((k for k in range(pool.max_instances) if k not in used), None)
+        if slot is None:
+            return None
+        region, gpu = pool.slots[slot]
+        delay = 0.0 if warm else self.scenario.delays.instance_start_s
+        config = pool.config if gpu == pool.config.gpu else _with_gpu(pool, gpu)
+        instance = SimInstance(
+            f"{pool.pool_id}#{slot}",
+            pool_id=pool.pool_id,
+            region=region,
+            config=config,
+            start_s=t_s,
+            ready_s=t_s + delay,
+            on_finish=self.on_finish,
+        )
+        pool.instances.append(instance)
+        if delay > 0:
+            self.schedule(t_s + delay, _READY, instance)
+        return instance
+
+    def routing_weights(self) -> dict[str, float]:
+        """Route each pool in proportion to its live, ready instances."""
+        now = self.now_s
+        ready = {p.pool_id: float(sum(1 for i in p.live() if i.ready_s <= now)) for p in self.pools}
+        if any(ready.values()):
+            return ready
+        # Every live instance is still starting: queue where they will come up.
+        return {p.pool_id: float(len(p.live())) for p in self.pools}
+
+    def resteer_orphans(self, t_s: float) -> None:
+        """Move the queue of a pool left without live instances to the best-staffed pool."""
+        staffed = [p for p in self.pools if p.live()]
+        if not staffed:
+            return
+        target = max(staffed, key=lambda p: len(p.live()))
+        for pool in self.pools:
+            if pool.live() or not len(pool.queue):
+                continue
+            while (item := pool.queue.pop(t_s)) is not None:
+                state = item.payload
+                assert isinstance(state, RequestState)
+                state.pool = target.pool_id
+                target.queue.push(item)
+            self.dispatch(target, t_s)
+
+    def update_routes(self, t_s: float) -> None:
+        """Give the classifier a plan that matches the live instances."""
+        plan = routing_plan(self.pools, self.routing_weights(), self.scheme.name, t_s)
+        self.classifier.update_plan(plan)
+
+    def schedule_tick(self, t_s: float, tick: Callable[[float], bool]) -> None:
+        """Register a control tick; it returns True when the run may end after it."""
+        self.schedule(t_s, _TICK, tick)
+
+
+def _with_gpu(pool: Pool, gpu: str) -> EngineConfig:
+    return replace(pool.config, gpu=gpu)
+
+
+def simulate(
+    scenario: Scenario,
+    policy: PolicySet,
+    trace: Sequence[TraceRequest],
+    *,
+    record_token_times: bool = False,
+    progress: Progress | None = None,
+) -> SimResult:
+    """Run one policy set over ``trace`` on ``scenario`` and return its result."""
+    started = time.perf_counter()
+    result = ClusterSimulator(
+        scenario, policy, trace, record_token_times=record_token_times, progress=progress
+    ).run()
+    result.wall_s = time.perf_counter() - started
+    return result

@@ -1,0 +1,280 @@
+"""Control loops of the simulated cluster: clock (dvfs), instance scaling, and sampling.
+
+Each loop is a tick at its own period (scenario ``control``): the dvfs tick asks each
+instance's clock controller (FREESH MIAD, Eq. 5a/5b, from ``services.dvfs``) for a clock and
+charges ``clock_change_s`` of stall on a change; the scale tick resizes the fleet (reactive
+policies) and orders regions by forecast carbon; the sample tick reads every engine's energy
+counter, prices it with the region's hourly intensity, and records the report's time series.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from loadgen.simulator.instance import SimInstance
+from loadgen.simulator.policies import instances_needed, miad_available
+
+if TYPE_CHECKING:
+    from loadgen.simulator.cluster import ClusterSimulator
+
+__all__ = ["ControlLoops", "Series"]
+
+J_PER_KWH = 3.6e6
+
+
+@dataclass(slots=True)
+class Series:
+    """The report's time series, one entry per sample tick."""
+
+    t_s: list[float] = field(default_factory=list)
+    power_w: list[float] = field(default_factory=list)
+    clock_mhz: list[float] = field(default_factory=list)
+    active_gpus: list[int] = field(default_factory=list)
+    co2_g_per_s: list[float] = field(default_factory=list)
+    queued: list[int] = field(default_factory=list)
+    outstanding: list[int] = field(default_factory=list)
+    power_w_by_region: dict[str, list[float]] = field(default_factory=dict)
+
+
+class ControlLoops:
+    """The ticks of one simulation, and the energy/CO2 accounting they drive."""
+
+    def __init__(self, sim: ClusterSimulator) -> None:
+        """Bind to a simulator; :meth:`start` brings the initial fleet up."""
+        self.sim = sim
+        control = sim.scenario.control
+        self.use_miad = sim.policy.clock == "miad" and miad_available()
+        self.clock_note = (
+            "miad"
+            if self.use_miad
+            else ("max (services.dvfs MIAD not available)" if sim.policy.clock == "miad" else "max")
+        )
+        self.wake_bound_s = min(
+            control.sample_period_s, control.dvfs_period_s if self.use_miad else float("inf")
+        )
+        self.series = Series()
+        self.energy_j = 0.0
+        self.co2_g = 0.0
+        self.gpu_seconds = 0.0
+        self.energy_by_region: dict[str, float] = defaultdict(float)
+        self.co2_by_region: dict[str, float] = defaultdict(float)
+        self._seen_j: dict[int, float] = {}
+        self._last_sample_s = 0.0
+        self._peak_load = 0
+        self.scale_events = 0
+        self.clock_changes = 0
+        self.end_s = 0.0
+
+    # -- set-up ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start every instance warm (sized for peak), then let reactive policies trim."""
+        sim = self.sim
+        for pool in sim.pools:
+            for _ in range(pool.max_instances):
+                self._new(pool, 0.0, warm=True)
+        sim.update_routes(0.0)
+        control = sim.scenario.control
+        sim.schedule_tick(control.sample_period_s, self._sample_tick)
+        if self.use_miad:
+            sim.schedule_tick(control.dvfs_period_s, self._dvfs_tick)
+        if sim.policy.scaling == "reactive":
+            sim.schedule_tick(control.scale_period_s, self._scale_tick)
+
+    def _new(self, pool: Any, t_s: float, *, warm: bool) -> None:
+        instance = self.sim.start_instance(pool, t_s, warm=warm)
+        if instance is not None and self.use_miad:
+            from services.dvfs.miad import MiadConfig, MiadController
+
+            instance.controller = MiadController(
+                MiadConfig(
+                    period_s=self.sim.scenario.control.dvfs_period_s, thresholds=self._thresholds()
+                )
+            )
+
+    def _thresholds(self) -> dict[str, Any]:
+        from services.dvfs.controller import SloThresholds
+
+        # E2E has no class-wide bound here (it is per request, 5·Lat), so only TTFT and TBT
+        # can signal congestion.
+        return {
+            name: SloThresholds(
+                ttft_s=s.ttft_ms / 1000.0, tbt_s=s.tbt_ms / 1000.0, e2e_s=float("inf")
+            )
+            for name, s in self.sim.slos.items()
+        }
+
+    def on_arrival(self, t_s: float) -> None:
+        """Track the peak load the scaler sizes for."""
+        if self.sim.outstanding > self._peak_load:
+            self._peak_load = self.sim.outstanding
+
+    # -- ticks --------------------------------------------------------------------------
+    def _all_instances(self) -> list[SimInstance]:
+        return [i for p in self.sim.pools for i in p.instances]
+
+    def _sample_tick(self, t_s: float) -> bool:
+        sim = self.sim
+        self._account(t_s)
+        for pool in sim.pools:
+            sim.dispatch(pool, t_s)
+        self._retire_drained(t_s)
+        if sim.policy.scaling == "reactive":
+            self._scale_out_if_congested(t_s)
+        if sim.progress is not None and sim.trace:
+            sim.progress(min(1.0, t_s / max(sim.trace[-1].t_s, 1e-9)))
+        done = sim.outstanding == 0 and len(sim.states) == len(sim.trace)
+        if done:
+            self.end_s = t_s
+            self._finish(t_s)
+        else:
+            sim.schedule_tick(t_s + sim.scenario.control.sample_period_s, self._sample_tick)
+        return done
+
+    def _account(self, t_s: float) -> None:
+        sim = self.sim
+        dt = max(t_s - self._last_sample_s, 1e-9)
+        power = 0.0
+        co2 = 0.0
+        by_region: dict[str, float] = defaultdict(float)
+        clock_sum = 0.0
+        gpus = 0
+        for instance in self._all_instances():
+            instance.advance(t_s)
+            delta = self._take_energy(instance)
+            self._charge(instance.region, delta, t_s, dt)
+            power += delta / dt
+            by_region[instance.region] += delta / dt
+            co2 += delta / J_PER_KWH * sim.carbon.intensity(instance.region, t_s - dt / 2)
+            clock_sum += instance.engine.clock_mhz * instance.gpus
+            gpus += instance.gpus
+        self.gpu_seconds += gpus * dt
+        s = self.series
+        s.t_s.append(t_s)
+        s.power_w.append(power)
+        s.clock_mhz.append(clock_sum / gpus if gpus else 0.0)
+        s.active_gpus.append(gpus)
+        s.co2_g_per_s.append(co2 / dt)
+        s.queued.append(sum(len(p.queue) for p in sim.pools))
+        s.outstanding.append(sim.outstanding)
+        for region in {r.name for r in sim.scenario.regions}:
+            s.power_w_by_region.setdefault(region, []).append(by_region.get(region, 0.0))
+        self._last_sample_s = t_s
+
+    def _take_energy(self, instance: SimInstance) -> float:
+        key = id(instance)
+        total = instance.engine.energy_j
+        delta = total - self._seen_j.get(key, 0.0)
+        self._seen_j[key] = total
+        return delta
+
+    def _charge(self, region: str, joules: float, t_s: float, dt: float) -> None:
+        grams = joules / J_PER_KWH * self.sim.carbon.intensity(region, t_s - dt / 2)
+        self.energy_j += joules
+        self.co2_g += grams
+        self.energy_by_region[region] += joules
+        self.co2_by_region[region] += grams
+
+    def _retire_drained(self, t_s: float) -> None:
+        for pool in self.sim.pools:
+            for instance in [i for i in pool.instances if i.draining and not i.requests]:
+                pool.instances.remove(instance)
+                instance.stopped_s = t_s
+                self.sim.retired.append(instance)
+
+    def _finish(self, t_s: float) -> None:
+        for pool in self.sim.pools:
+            for instance in pool.instances:
+                instance.stopped_s = t_s
+            self.sim.retired.extend(pool.instances)
+            pool.instances.clear()
+
+    def _dvfs_tick(self, t_s: float) -> bool:
+        from services.dvfs.controller import LatencyWindow, Observation, SloThresholds
+
+        del SloThresholds
+        sim = self.sim
+        stall = sim.scenario.delays.clock_change_s
+        for instance in self._all_instances():
+            if instance.ready_s > t_s or instance.controller is None:
+                continue
+            instance.advance(t_s)
+            engine = instance.engine
+            windows = {
+                name: LatencyWindow(
+                    ttft_s=tuple(s.ttft_s), tbt_s=tuple(s.tbt_s), e2e_s=tuple(s.e2e_s)
+                )
+                for name, s in instance.take_samples().items()
+            }
+            observation = Observation(
+                now_s=t_s,
+                clock_mhz=engine.clock_mhz,
+                supported_clocks_mhz=engine.supported_clocks_mhz,
+                num_running=engine.num_running,
+                num_waiting=engine.num_waiting,
+                kv_blocks_used=engine.kv_blocks_used,
+                kv_blocks_total=engine.kv_blocks_total,
+                block_size=engine.config.block_size,
+                latencies=windows,
+            )
+            target = instance.controller.decide(observation)  # type: ignore[attr-defined]
+            if abs(target - engine.clock_mhz) > 0.5:
+                engine.set_clock_mhz(target)
+                instance.stall(stall)
+                self.clock_changes += 1
+        sim.schedule_tick(t_s + sim.scenario.control.dvfs_period_s, self._dvfs_tick)
+        return False
+
+    # -- scaling ------------------------------------------------------------------------
+    def _live_count(self) -> int:
+        return sum(len(p.live()) for p in self.sim.pools)
+
+    def _scale_out_if_congested(self, t_s: float) -> None:
+        sim = self.sim
+        settings = sim.policy.scaler
+        slots = self._live_count() * sim.max_num_seqs
+        if sim.outstanding > settings.scale_out_share * slots:
+            self._resize(
+                instances_needed(sim.outstanding, sim.max_num_seqs, settings), t_s, grow_only=True
+            )
+
+    def _scale_tick(self, t_s: float) -> bool:
+        sim = self.sim
+        target = instances_needed(self._peak_load, sim.max_num_seqs, sim.policy.scaler)
+        self._peak_load = sim.outstanding
+        self._resize(target, t_s, grow_only=False)
+        sim.schedule_tick(t_s + sim.scenario.control.scale_period_s, self._scale_tick)
+        return False
+
+    def _pool_order(self, t_s: float) -> list[Any]:
+        sim = self.sim
+        if sim.policy.region_choice != "carbon":
+            return list(sim.pools)
+        return sorted(sim.pools, key=lambda p: (sim.carbon.forecast(p.region, t_s), p.pool_id))
+
+    def _resize(self, target: int, t_s: float, *, grow_only: bool) -> None:
+        """Fill pools in carbon order up to ``target`` live instances; drain the rest."""
+        sim = self.sim
+        left = target
+        changed = False
+        for pool in self._pool_order(t_s):
+            want = min(left, pool.max_instances)
+            left -= want
+            live = pool.live()
+            if len(live) < want:
+                # Re-use draining (still warm) instances before starting cold ones.
+                for instance in [i for i in pool.instances if i.draining][: want - len(live)]:
+                    instance.draining = False
+                    changed = True
+                for _ in range(want - len(pool.live())):
+                    self._new(pool, t_s, warm=False)
+                    changed = True
+            elif len(live) > want and not grow_only:
+                for instance in sorted(live, key=lambda i: len(i.requests))[: len(live) - want]:
+                    instance.draining = True
+                    changed = True
+        if changed:
+            self.scale_events += 1
+            sim.update_routes(t_s)
+            sim.resteer_orphans(t_s)

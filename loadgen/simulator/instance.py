@@ -1,0 +1,234 @@
+"""One simulated engine instance in cluster time, advanced lazily.
+
+An instance is stepped only when something needs its state (a placement decision, a control
+tick, a sample) or when the pool queue waits for one of its slots. Between those moments
+nothing can change its batch, so running its iterations back to back is exact and costs
+no event-heap traffic per iteration. Engine time is cluster time minus ``origin_s`` (the
+moment the instance was started; engines count from 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from shared.engine import EngineConfig, EngineRequest, IterationResult, create_engine
+
+__all__ = ["LatencySamples", "RequestState", "SimInstance"]
+
+
+class RequestState:
+    """Everything the simulator tracks about one request (one object per request)."""
+
+    __slots__ = (
+        "arrival_s",
+        "first_s",
+        "index",
+        "instance",
+        "last_s",
+        "lat_s",
+        "mark_s",
+        "mark_tokens",
+        "max_gap_s",
+        "output",
+        "pool",
+        "predicted",
+        "prompt",
+        "request_class",
+        "request_id",
+        "tbt_profile_s",
+        "tokens",
+        "ttft_profile_s",
+        "rejected",
+        "token_times",
+    )
+
+    def __init__(self, index: int, arrival_s: float, prompt: int, output: int) -> None:
+        """Create the state of a request that has just arrived."""
+        self.index = index
+        self.request_id = f"r{index}"
+        self.arrival_s = arrival_s
+        self.prompt = prompt
+        self.output = output
+        self.predicted = output
+        self.request_class = "?"
+        self.pool = ""
+        self.lat_s = 0.0
+        self.ttft_profile_s = 0.0
+        self.tbt_profile_s = 0.0
+        self.first_s = -1.0
+        self.last_s = -1.0
+        self.tokens = 0
+        self.max_gap_s = 0.0
+        self.mark_s = 0.0
+        self.mark_tokens = 0
+        self.instance: SimInstance | None = None
+        self.rejected = False
+        self.token_times: list[float] | None = None
+
+
+@dataclass(slots=True)
+class LatencySamples:
+    """Latencies of one request class seen by one instance since the last control tick."""
+
+    ttft_s: list[float] = field(default_factory=list)
+    tbt_s: list[float] = field(default_factory=list)
+    e2e_s: list[float] = field(default_factory=list)
+
+
+FinishHook = Callable[["SimInstance", RequestState, float], None]
+
+
+class SimInstance:
+    """An engine plus the requests placed on it and its lifecycle in cluster time."""
+
+    __slots__ = (
+        "controller",
+        "draining",
+        "engine",
+        "instance_id",
+        "on_finish",
+        "origin_s",
+        "pool_id",
+        "ready_s",
+        "region",
+        "requests",
+        "samples",
+        "stopped_s",
+        "wake_pending",
+    )
+
+    def __init__(
+        self,
+        instance_id: str,
+        *,
+        pool_id: str,
+        region: str,
+        config: EngineConfig,
+        start_s: float,
+        ready_s: float,
+        on_finish: FinishHook,
+    ) -> None:
+        """Start an instance at cluster time ``start_s``; it serves from ``ready_s``."""
+        self.instance_id = instance_id
+        self.pool_id = pool_id
+        self.region = region
+        self.engine = create_engine(config)
+        self.origin_s = start_s
+        self.ready_s = ready_s
+        self.requests: dict[str, RequestState] = {}
+        self.draining = False
+        self.stopped_s: float | None = None
+        self.wake_pending = False
+        self.on_finish = on_finish
+        self.samples: dict[str, LatencySamples] = {}
+        self.controller: object | None = None
+
+    @property
+    def now_s(self) -> float:
+        """Cluster time up to which the engine has run."""
+        return self.origin_s + self.engine.now_s
+
+    @property
+    def gpus(self) -> int:
+        """GPUs this instance occupies."""
+        return self.engine.config.tp
+
+    def free_slots(self, max_num_seqs: int) -> int:
+        """Requests it may still accept (the worker shim's rule: max_num_seqs − held)."""
+        return max_num_seqs - len(self.requests)
+
+    def add(self, state: RequestState, now_s: float) -> None:
+        """Hand a request to the engine at cluster time ``now_s``.
+
+        Raises:
+            ValueError: when the engine can never fit it (the caller rejects it).
+        """
+        self.engine.add(
+            EngineRequest(
+                request_id=state.request_id,
+                prompt_tokens=state.prompt,
+                output_tokens=state.output,
+                arrival_s=max(0.0, now_s - self.origin_s),
+            )
+        )
+        state.instance = self
+        self.requests[state.request_id] = state
+
+    def advance(self, t_s: float) -> None:
+        """Run iterations (or idle) until engine time reaches cluster time ``t_s``."""
+        engine = self.engine
+        target = t_s - self.origin_s
+        while engine.now_s < target:
+            result = engine.step()
+            if result is None:
+                engine.idle_until(target)
+                return
+            self._apply(result)
+
+    def run_to_next_finish(self, bound_s: float) -> float:
+        """Step until a request finishes or ``bound_s`` is passed; return the cluster time.
+
+        Only safe while nothing else can change the batch (the instance is full); the pool
+        uses it to learn when the next slot frees.
+        """
+        engine = self.engine
+        target = bound_s - self.origin_s
+        while engine.now_s < target:
+            result = engine.step()
+            if result is None:
+                return self.origin_s + engine.now_s
+            if self._apply(result):
+                break
+        return self.origin_s + engine.now_s
+
+    def stall(self, seconds: float) -> None:
+        """Hold the engine for ``seconds`` at idle power (a clock change in progress)."""
+        self.engine.idle_until(self.engine.now_s + seconds)
+
+    def _apply(self, result: IterationResult) -> bool:
+        end = self.origin_s + result.start_s + result.duration_s
+        requests = self.requests
+        for request_id in result.emitted:
+            state = requests[request_id]
+            if state.tokens == 0:
+                state.first_s = end
+                state.mark_s = end
+                state.mark_tokens = 1
+                self._sample(state.request_class).ttft_s.append(end - state.arrival_s)
+            else:
+                gap = end - state.last_s
+                if gap > state.max_gap_s:
+                    state.max_gap_s = gap
+            state.tokens += 1
+            state.last_s = end
+            if state.token_times is not None:
+                state.token_times.append(end)
+        if not result.finished:
+            return False
+        for request_id in result.finished:
+            state = requests.pop(request_id)
+            samples = self._sample(state.request_class)
+            samples.e2e_s.append(end - state.arrival_s)
+            if state.tokens - state.mark_tokens >= 1 and state.tokens >= 2:
+                samples.tbt_s.append((end - state.mark_s) / (state.tokens - state.mark_tokens))
+            self.on_finish(self, state, end)
+        return True
+
+    def _sample(self, request_class: str) -> LatencySamples:
+        samples = self.samples.get(request_class)
+        if samples is None:
+            samples = self.samples[request_class] = LatencySamples()
+        return samples
+
+    def take_samples(self) -> dict[str, LatencySamples]:
+        """Return and reset this period's latency samples, TBT of running requests included."""
+        for state in self.requests.values():
+            if state.tokens - state.mark_tokens >= 1 and state.tokens >= 2:
+                gap = (state.last_s - state.mark_s) / (state.tokens - state.mark_tokens)
+                self._sample(state.request_class).tbt_s.append(gap)
+                state.mark_s = state.last_s
+                state.mark_tokens = state.tokens
+        samples = self.samples
+        self.samples = {}
+        return samples

@@ -1,0 +1,145 @@
+"""Named policy sets: which core runs each knob (pools, queue, placement, clock, scale, region).
+
+Each set only *names* production cores: the queue discipline comes from
+``services.scheduler.queueing``, placement from ``services.router.placement``, the clock from
+``services.dvfs`` (MIAD, FREESH Eq. 5a/5b) when that package provides it, the class and
+length prediction from ``services.classifier``. What the simulator adds itself, and says so,
+is the reactive instance scaler and the carbon-ordered region choice (see
+:class:`ScalerSettings`), standing in until the planner is wired in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Final, Literal
+
+__all__ = [
+    "POLICY_SETS",
+    "PolicySet",
+    "ScalerSettings",
+    "instances_needed",
+    "miad_available",
+    "policy_by_name",
+]
+
+Pooling = Literal["single", "region"]
+ClockMode = Literal["max", "miad"]
+Scaling = Literal["static", "reactive"]
+RegionChoice = Literal["all", "carbon"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScalerSettings:
+    """The reactive scaler (DynamoLLM §3 instance loop in its simplest, measured-load form).
+
+    Load is the number of requests held by the cluster (queued or on an instance). Scale out
+    at any sample when load exceeds ``scale_out_share`` of the active slots; every scale
+    period, resize to ``headroom × peak load ÷ (target_share × max_num_seqs)`` instances.
+    """
+
+    target_share: float = 0.5
+    """Share of an instance's ``max_num_seqs`` slots the scaler aims to fill."""
+    headroom: float = 1.25
+    """Multiplier on the period's peak load (DynamoLLM over-provisions for forecast error)."""
+    scale_out_share: float = 0.8
+    """Immediate scale-out when load exceeds this share of the active slots."""
+    min_instances: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicySet:
+    """One named combination of policies, one per knob."""
+
+    name: str
+    description: str
+    pooling: Pooling = "region"
+    """``single``: one pool over every GPU; ``region``: one pool per (region, GPU type)."""
+    tp: int = 4
+    discipline: str = "fcfs"
+    placer: str = "rr"
+    predictor: str = "oracle"
+    predictor_params: Mapping[str, float] = field(default_factory=dict)
+    clock: ClockMode = "max"
+    scaling: Scaling = "static"
+    """``static``: every instance the inventory holds runs all the time (sized for peak)."""
+    region_choice: RegionChoice = "all"
+    """``carbon``: active instances go to the region with the lowest forecast intensity first."""
+    scaler: ScalerSettings = field(default_factory=ScalerSettings)
+
+
+POLICY_SETS: Final[dict[str, PolicySet]] = {
+    p.name: p
+    for p in (
+        PolicySet(
+            name="single-pool",
+            description="one pool, TP8, max clock, every GPU on (sized for peak), FCFS, RR",
+            pooling="single",
+            tp=8,
+        ),
+        PolicySet(
+            name="max-clock-fcfs-rr",
+            description="per-region TP4 pools, max clock, every GPU on, FCFS, round robin",
+        ),
+        PolicySet(
+            name="scale-freq",
+            description="DynamoLLM ScaleFreq: static TP4 pools, FCFS, least-loaded, MIAD clock",
+            placer="least-loaded",
+            clock="miad",
+        ),
+        PolicySet(
+            name="scale-inst",
+            description="reactive instance scaling, carbon-first regions, max clock, FCFS",
+            placer="least-loaded",
+            scaling="reactive",
+            region_choice="carbon",
+        ),
+        PolicySet(
+            name="greenserve",
+            description="LLF, least-loaded, MIAD clock, reactive scaling, carbon-first regions",
+            discipline="llf",
+            placer="least-loaded",
+            clock="miad",
+            scaling="reactive",
+            region_choice="carbon",
+        ),
+        PolicySet(
+            name="greenserve-bfio",
+            description="GreenServe with BF-IO placement (seed 003)",
+            discipline="llf",
+            placer="bfio",
+            clock="miad",
+            scaling="reactive",
+            region_choice="carbon",
+        ),
+    )
+}
+"""Every policy set the simulator knows, by name."""
+
+
+def miad_available() -> bool:
+    """Whether ``services.dvfs`` provides the MIAD controller (another engineer's core)."""
+    try:
+        from services.dvfs import miad  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def policy_by_name(name: str, **overrides: object) -> PolicySet:
+    """Return a named policy set, optionally with some fields replaced.
+
+    Raises:
+        KeyError: for an unknown name.
+    """
+    if name not in POLICY_SETS:
+        raise KeyError(f"unknown policy set {name!r}; choose one of {', '.join(POLICY_SETS)}")
+    policy = POLICY_SETS[name]
+    return replace(policy, **overrides) if overrides else policy  # type: ignore[arg-type]
+
+
+def instances_needed(load: float, max_num_seqs: int, settings: ScalerSettings) -> int:
+    """Instances the reactive scaler wants for ``load`` requests held at the peak."""
+    per_instance = max(settings.target_share * max_num_seqs, 1.0)
+    return max(settings.min_instances, math.ceil(settings.headroom * load / per_instance))

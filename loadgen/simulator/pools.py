@@ -1,0 +1,150 @@
+"""Pools of identical instances, their measured no-queue profile, and the classifier's plan.
+
+A pool is (region, GPU type, TP) with one queue (scheduler discipline) and one placer
+(router policy), the same cores the live scheduler and router run. Its profile TTFT/TBT, the
+``Lat`` of FREESH Eq. 6, is measured by running one request alone on a fresh engine of the
+pool's configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from proto.messages import Plan, PoolPlan, RouteWeight
+from services.router.placement import Placer, make_placer
+from services.scheduler.queueing import HeapDiscipline, make_discipline
+from shared.engine import EngineConfig, EngineRequest, create_engine
+
+from loadgen.simulator.instance import SimInstance
+from loadgen.simulator.policies import PolicySet
+from loadgen.simulator.scenario import Scenario
+
+__all__ = ["PROFILE_REQUEST", "Pool", "build_pools", "measure_profile", "routing_plan"]
+
+PROFILE_REQUEST = (1024, 128)
+"""(prompt, output) tokens of the profiling request: near the conversation trace's medians."""
+
+
+@dataclass(slots=True)
+class Pool:
+    """Instances that share one configuration, one queue and one placer."""
+
+    pool_id: str
+    region: str
+    """Region of every instance (the single pool's instances keep their own regions)."""
+    gpu: str
+    config: EngineConfig
+    queue: HeapDiscipline
+    placer: Placer
+    max_instances: int
+    ttft_s: float
+    tbt_s: float
+    slots: tuple[tuple[str, str], ...] = ()
+    """(region, GPU type) of each instance slot, in the order slots are filled."""
+    instances: list[SimInstance] = field(default_factory=list)
+
+    def live(self) -> list[SimInstance]:
+        """Instances that take new requests (ready or starting, not draining)."""
+        return [i for i in self.instances if not i.draining]
+
+
+def measure_profile(config: EngineConfig) -> tuple[float, float]:
+    """Return (TTFT, TBT) seconds of one :data:`PROFILE_REQUEST` alone on ``config``."""
+    engine = create_engine(config)
+    prompt, output = PROFILE_REQUEST
+    engine.add(EngineRequest(request_id="profile", prompt_tokens=prompt, output_tokens=output))
+    first = last = -1.0
+    while (result := engine.step()) is not None:
+        if result.emitted:
+            end = result.start_s + result.duration_s
+            first = end if first < 0 else first
+            last = end
+    return first, (last - first) / (output - 1)
+
+
+def _config(scenario: Scenario, gpu: str, tp: int) -> EngineConfig:
+    return EngineConfig(
+        gpu=gpu,
+        model=scenario.model,
+        tp=tp,
+        max_num_seqs=scenario.engine.max_num_seqs,
+        max_num_batched_tokens=scenario.engine.max_num_batched_tokens,
+    )
+
+
+def build_pools(scenario: Scenario, policy: PolicySet) -> list[Pool]:
+    """Create the policy's pools over the scenario's inventory (no instances yet)."""
+    pools: list[Pool] = []
+    profiles: dict[tuple[str, int], tuple[float, float]] = {}
+
+    def profile(config: EngineConfig) -> tuple[float, float]:
+        key = (config.gpu, config.tp)
+        if key not in profiles:
+            profiles[key] = measure_profile(config)
+        return profiles[key]
+
+    def new_pool(pool_id: str, region: str, gpu: str, slots: list[tuple[str, str]]) -> Pool:
+        config = _config(scenario, gpu, policy.tp)
+        ttft, tbt = profile(config)
+        return Pool(
+            pool_id=pool_id,
+            region=region,
+            gpu=gpu,
+            config=config,
+            queue=make_discipline(policy.discipline, alpha=scenario.slo.alpha_llf)
+            if policy.discipline in ("llf", "edf")
+            else make_discipline(policy.discipline),
+            placer=make_placer(policy.placer),
+            max_instances=len(slots),
+            ttft_s=ttft,
+            tbt_s=tbt,
+            slots=tuple(slots),
+        )
+
+    if policy.pooling == "single":
+        # One pool over every GPU: each instance slot keeps its own region and GPU type; the
+        # profile (Lat of Eq. 6) is that of the most numerous GPU type.
+        slots: list[tuple[str, str]] = []
+        gpu_counts: dict[str, int] = {}
+        for region in scenario.regions:
+            for gpu, n in region.gpus.items():
+                slots += [(region.name, gpu)] * (n // policy.tp)
+                gpu_counts[gpu] = gpu_counts.get(gpu, 0) + n
+        gpu = max(gpu_counts, key=lambda g: gpu_counts[g])
+        return [new_pool("single", "*", gpu, slots)]
+    for region in scenario.regions:
+        for gpu, n in region.gpus.items():
+            if n // policy.tp > 0:
+                pool_slots = [(region.name, gpu)] * (n // policy.tp)
+                pools.append(new_pool(f"{region.name}-{gpu}", region.name, gpu, pool_slots))
+    return pools
+
+
+def routing_plan(pools: Sequence[Pool], weights: dict[str, float], scheme: str, t_s: float) -> Plan:
+    """The plan the classifier follows: every class to every pool with a positive weight."""
+    return Plan(
+        epoch=0,
+        issued_at=max(t_s, 0.0),
+        valid_until=max(t_s, 0.0),
+        scheme=scheme,
+        pools=[
+            PoolPlan(
+                pool_id=p.pool_id,
+                region=p.region,
+                gpu=p.gpu,
+                tp=p.config.tp,
+                instances=len(p.live()),
+                ttft_ms=p.ttft_s * 1000.0,
+                tbt_ms=p.tbt_s * 1000.0,
+            )
+            for p in pools
+        ],
+        routes={
+            "*": [
+                RouteWeight(pool_id=p.pool_id, weight=weights.get(p.pool_id, 0.0))
+                for p in pools
+                if weights.get(p.pool_id, 0.0) > 0
+            ]
+        },
+    )

@@ -1,0 +1,157 @@
+"""What one simulated run produced: request columns, the shared summary, energy, series.
+
+Metrics are computed by ``shared.metrics.summarize``, the very function the live load
+generator's report uses (TTFT/TBT/E2E percentiles per class, SLO attainment and FREESH Eq. 10
+violations, Eq. 9 Jain fairness, energy, CO2, tokens per joule).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from shared.metrics import ClassSlo, EnergyAccount, RecordColumns, RunSummary, summarize
+
+from loadgen.simulator.control import Series
+
+if TYPE_CHECKING:
+    from loadgen.simulator.cluster import ClusterSimulator
+
+__all__ = ["SimResult", "build_result", "columns_of"]
+
+
+@dataclass(slots=True, kw_only=True)
+class SimResult:
+    """One policy's run."""
+
+    policy: str
+    description: str
+    clock_mode: str
+    summary: RunSummary
+    columns: RecordColumns
+    requests: int
+    completed: int
+    rejected: int
+    token_mismatch: int
+    energy_j: float
+    co2_kg: float
+    gpu_hours: float
+    sim_s: float
+    wall_s: float = 0.0
+    scale_events: int = 0
+    clock_changes: int = 0
+    energy_wh_by_region: dict[str, float] | None = None
+    co2_kg_by_region: dict[str, float] | None = None
+    series: Series | None = None
+
+    @property
+    def sim_speedup(self) -> float:
+        """Simulated seconds per wall second."""
+        return self.sim_s / self.wall_s if self.wall_s > 0 else math.inf
+
+    def as_dict(self, *, series: bool = False) -> dict[str, Any]:
+        """A JSON-friendly dict (the time series only when asked)."""
+        overall = self.summary.overall
+        out: dict[str, Any] = {
+            "policy": self.policy,
+            "description": self.description,
+            "clock": self.clock_mode,
+            "requests": self.requests,
+            "completed": self.completed,
+            "rejected": self.rejected,
+            "token_mismatch": self.token_mismatch,
+            "energy_wh": self.energy_j / 3600.0,
+            "co2_kg": self.co2_kg,
+            "gpu_hours": self.gpu_hours,
+            "avg_power_w": self.energy_j / self.sim_s if self.sim_s > 0 else 0.0,
+            "tokens_per_joule": self.summary.tokens_per_joule,
+            "slo_attainment": overall.slo_attainment,
+            "violation_rate": overall.violation_rate,
+            "jain": overall.jain,
+            "sim_s": self.sim_s,
+            "wall_s": self.wall_s,
+            "sim_speedup": self.sim_speedup,
+            "scale_events": self.scale_events,
+            "clock_changes": self.clock_changes,
+            "energy_wh_by_region": self.energy_wh_by_region,
+            "co2_kg_by_region": self.co2_kg_by_region,
+            "summary": self.summary.as_dict(),
+        }
+        if series and self.series is not None:
+            out["series"] = {k: getattr(self.series, k) for k in self.series.__dataclass_fields__}
+        return out
+
+
+def columns_of(sim: ClusterSimulator) -> RecordColumns:
+    """Request outcomes as the shared metric columns."""
+    states = sim.states
+    n = len(states)
+    completed = np.fromiter(
+        (not s.rejected and s.tokens == s.output and s.last_s >= 0 for s in states), np.bool_, n
+    )
+    flat = offsets = None
+    if sim.record_token_times:
+        lengths = np.fromiter((len(s.token_times or ()) for s in states), np.int64, n)
+        offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        flat = np.fromiter(
+            (t for s in states for t in (s.token_times or ())), np.float64, int(offsets[-1])
+        )
+    return RecordColumns(
+        request_class=np.array([s.request_class for s in states], dtype=np.str_),
+        arrival_s=np.fromiter((s.arrival_s for s in states), np.float64, n),
+        first_token_s=np.fromiter(
+            (s.first_s if s.first_s >= 0 else math.nan for s in states), np.float64, n
+        ),
+        finish_s=np.where(
+            completed, np.fromiter((s.last_s for s in states), np.float64, n), math.nan
+        ),
+        output_tokens=np.fromiter((s.tokens for s in states), np.int64, n),
+        predicted_output_tokens=np.fromiter((s.predicted for s in states), np.int64, n),
+        latency_budget_s=np.fromiter(
+            (s.lat_s if s.lat_s > 0 else math.nan for s in states), np.float64, n
+        ),
+        completed=completed,
+        token_times_flat=flat,
+        token_offsets=offsets,
+    )
+
+
+def build_result(sim: ClusterSimulator) -> SimResult:
+    """Summarise a finished simulation."""
+    control = sim.control
+    columns = columns_of(sim)
+    energy = EnergyAccount(
+        energy_j=control.energy_j,
+        co2_kg=control.co2_g / 1000.0,
+        gpu_hours=control.gpu_seconds / 3600.0,
+    )
+    class_slos = {
+        name: ClassSlo(ttft_s=s.ttft_ms / 1000.0, tbt_s=s.tbt_ms / 1000.0)
+        for name, s in sim.slos.items()
+    }
+    summary = summarize(columns, energy=energy, class_slos=class_slos)
+    rejected = sum(1 for s in sim.states if s.rejected)
+    mismatch = sum(1 for s in sim.states if not s.rejected and s.tokens != s.output)
+    return SimResult(
+        policy=sim.policy.name,
+        description=sim.policy.description,
+        clock_mode=control.clock_note,
+        summary=summary,
+        columns=columns,
+        requests=len(sim.states),
+        completed=int(columns.completed.sum()),
+        rejected=rejected,
+        token_mismatch=mismatch,
+        energy_j=control.energy_j,
+        co2_kg=control.co2_g / 1000.0,
+        gpu_hours=control.gpu_seconds / 3600.0,
+        sim_s=control.end_s,
+        scale_events=control.scale_events,
+        clock_changes=control.clock_changes,
+        energy_wh_by_region={k: v / 3600.0 for k, v in control.energy_by_region.items()},
+        co2_kg_by_region={k: v / 1000.0 for k, v in control.co2_by_region.items()},
+        series=control.series,
+    )

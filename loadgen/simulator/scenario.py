@@ -1,0 +1,128 @@
+"""The scenario file: regions, GPU inventory, model, SLOs, delays, control periods, policies.
+
+A scenario is YAML validated once by pydantic (unknown keys are errors, so a typo never
+silently falls back to a default). Every delay and period is a named setting with its unit in
+its name. See ``scenarios/three_region.yaml`` and ``docs/simulator.md``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "ControlSettings",
+    "DelaySettings",
+    "EngineSettings",
+    "RegionSpec",
+    "Scenario",
+    "SloSettings",
+    "load_scenario",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RegionSpec(_Strict):
+    """One region: its grid (carbon source) and its GPUs by type."""
+
+    name: str
+    carbon: str
+    """EIA-930 balancing authority whose hourly ``avg_CI`` prices this region's energy."""
+    gpus: dict[str, int]
+    """GPU count per GPU type name (``H100-80GB``, ``A100-80GB``)."""
+
+    @field_validator("gpus")
+    @classmethod
+    def _positive(cls, value: dict[str, int]) -> dict[str, int]:
+        if not value or any(n < 0 for n in value.values()):
+            raise ValueError("gpus must name at least one type, with counts >= 0")
+        return value
+
+
+class SloSettings(_Strict):
+    """Class scheme and latency targets (DynamoLLM Table IV by default)."""
+
+    scheme: str = "dynamollm9"
+    ttft_ms: dict[str, float] = Field(default_factory=dict)
+    """Per-class TTFT overrides; unlisted classes use the scheme's defaults."""
+    tbt_ms: float | None = None
+    """TBT target for every class; ``None`` keeps the scheme's default."""
+    alpha_llf: float = 1.4
+    """FREESH α_LLF: deadline = arrival + α · Lat (Eq. 6)."""
+    max_context_tokens: int = 32768
+
+
+class EngineSettings(_Strict):
+    """Engine arguments shared by every instance (vLLM names)."""
+
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 8192
+
+
+class DelaySettings(_Strict):
+    """Reconfiguration costs (seeds: DynamoLLM §4.1 Table V, throttLL'eM overheads)."""
+
+    instance_start_s: float = 33.0
+    """Time from the decision to start an instance until it serves; it draws idle power."""
+    clock_change_s: float = 0.008
+    """Stall of an instance while its clock is being set."""
+
+
+class ControlSettings(_Strict):
+    """Periods of the control loops and of the report's time series."""
+
+    dvfs_period_s: float = 1.0
+    scale_period_s: float = 300.0
+    sample_period_s: float = 10.0
+
+
+class Scenario(_Strict):
+    """A whole simulated deployment."""
+
+    name: str
+    model: str
+    start_utc: datetime
+    """Wall-clock time of simulated second 0, for the carbon lookup."""
+    regions: list[RegionSpec]
+    slo: SloSettings = SloSettings()
+    engine: EngineSettings = EngineSettings()
+    delays: DelaySettings = DelaySettings()
+    control: ControlSettings = ControlSettings()
+    policies: list[str] = Field(default_factory=lambda: ["single-pool", "greenserve"])
+    """Policy sets compared by default (names from :mod:`loadgen.simulator.policies`)."""
+
+    @field_validator("start_utc")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+    @field_validator("regions")
+    @classmethod
+    def _unique(cls, value: list[RegionSpec]) -> list[RegionSpec]:
+        names = [r.name for r in value]
+        if not names or len(set(names)) != len(names):
+            raise ValueError("regions must be a non-empty list of unique names")
+        return value
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs in the whole inventory."""
+        return sum(sum(r.gpus.values()) for r in self.regions)
+
+
+def load_scenario(path: Path | str) -> Scenario:
+    """Read and validate a scenario YAML file.
+
+    Raises:
+        pydantic.ValidationError: for a malformed scenario.
+        FileNotFoundError: when the file does not exist.
+    """
+    raw: Any = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    return Scenario.model_validate(raw)
