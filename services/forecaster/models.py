@@ -64,6 +64,8 @@ class ForecasterConfig:
     """Share of the usable history (the latest part) held out to choose and calibrate."""
     train_stride_h: int = 2
     """Spacing of training origins for the boosted model (every hour is redundant)."""
+    max_training_rows: int = 300_000
+    """Cap on boosted-model rows; the origin stride widens on long histories to respect it."""
     validation_stride_h: int = 6
     """Spacing of validation origins."""
     hw_fit_days: int = 60
@@ -283,7 +285,8 @@ def fit_forecaster(
     hw_params = fit_holt_winters(grid.y[hw_start:split])
 
     def training_set(first: int, last: int) -> tuple[FloatArray, FloatArray, FloatArray]:
-        origins = _origins(first, last, cfg.train_stride_h, grid.start)
+        stride = max(cfg.train_stride_h, -(-(last - first) * horizon // cfg.max_training_rows))
+        origins = _origins(first, last, stride, grid.start)
         template, refs = _reference_forecasts(grid, origins, horizon, hw_params)
         features, _ = gbm_features(grid, origins, horizon, template, refs)
         targets = origins[:, None] + np.arange(horizon)[None, :]

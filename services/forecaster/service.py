@@ -8,8 +8,6 @@ until then same-hour-yesterday (the seed's simplest baseline) is used and labell
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 
@@ -20,6 +18,7 @@ from proto.codec import encode
 from proto.messages import Forecast
 from services.forecaster.sources import CarbonHistory, CsvCarbonSource
 from shared.lifecycle import ServiceContext
+from shared.loops import run_periodic
 
 __all__ = ["NAME", "same_hour_yesterday", "serve"]
 
@@ -65,8 +64,8 @@ async def serve(ctx: ServiceContext) -> None:
         region: CsvCarbonSource(region=region, kind="em" if cfg.source == "em" else "eia").load()
         for region in cfg.regions
     }
-    period = ctx.clock.wall_period(cfg.refresh_s)
-    while not ctx.stop.is_set():
+
+    async def refresh() -> None:
         origin = pd.Timestamp(ctx.clock.now(), unit="s", tz="UTC").floor("h")
         for region, history in histories.items():
             try:
@@ -77,5 +76,7 @@ async def serve(ctx: ServiceContext) -> None:
             payload = encode(forecast)
             await ctx.nc.publish(ctx.subjects.forecast(region), payload)
             await ctx.redis.set(ctx.keys.forecast(region), payload)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(ctx.stop.wait(), period)
+
+    await run_periodic(
+        ctx.stop, ctx.clock.wall_period(cfg.refresh_s), refresh, service=NAME, name="forecast"
+    )

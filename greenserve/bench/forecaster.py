@@ -1,0 +1,147 @@
+"""``greenserve bench forecaster``: rolling-origin backtest of the carbon forecaster.
+
+Per region and horizon bucket (1-6 h, day 1, day 2) it reports the MAPE of the chosen model
+beside same-hour-yesterday and template + level, and the regret of the 4-hour best window
+chosen on the forecast. Splits (issue 6): EIA-930 2022 trains on January-July and tests on
+August-December; Electricity Maps trains on 2021-2023 and tests on 2024. Reference points
+(CarbonCast day-1 MAPE from its repository; National Grid ESO at 48 h) are printed beside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import pandas as pd
+
+from services.forecaster.backtest import REPORT_BUCKETS, as_dict, run_backtest
+from services.forecaster.models import ForecasterConfig
+from services.forecaster.sources import (
+    EIA_REGIONS,
+    EM_ZONES,
+    CarbonHistory,
+    load_eia_csv,
+    load_em_csv,
+)
+
+__all__ = ["HELP", "NAME", "add_arguments", "run"]
+
+NAME = "forecaster"
+HELP = "carbon forecaster backtest: MAPE per region and horizon bucket, best-window regret"
+
+EIA_TRAIN_END: Final = pd.Timestamp("2022-07-31 23:00", tz="UTC")
+EM_TRAIN_END: Final = pd.Timestamp("2023-12-31 23:00", tz="UTC")
+PAPER: Final[dict[str, Any]] = {
+    "source": "CarbonCast repository (day-1 MAPE %), shared/data/README.md",
+    "carboncast_day1_mape_pct": {"eia:CISO": 9.7, "eia:PJM": 2.7, "eia:BPAT": 11.9,
+                                 "em:DE-LU": 13.3, "ERCO": 11.5},
+    "dacf_day_ahead_mean_mape_pct": 6.4,
+    "gb_operator_48h_mape_pct": 7.1,
+    "template_level_eia_day1_mean_mape_pct_readme": 6.4,
+    "goal_eia_day1_mean_mape_pct": 5.5,
+    "note": "published numbers use other years and split; compare as orders of magnitude",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the bench's options."""
+    parser.add_argument(
+        "--regions",
+        default="all",
+        help="comma list of eia:<BA> / em:<ZONE> (or bare names), 'eia', 'em' or 'all'",
+    )
+    parser.add_argument(
+        "--max-origins", type=int, default=None, help="score at most N daily origins per region"
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        / "greenserve" / "forecaster",
+        help="where fitted models are cached",
+    )
+    parser.add_argument("--no-cache", action="store_true", help="always refit")
+
+
+def _regions(spec: str) -> list[str]:
+    every = [f"eia:{r}" for r in EIA_REGIONS] + [f"em:{z}" for z in EM_ZONES]
+    if spec in ("all", ""):
+        return every
+    if spec in ("eia", "em"):
+        return [r for r in every if r.startswith(spec + ":")]
+    chosen = []
+    for item in (part.strip() for part in spec.split(",") if part.strip()):
+        if ":" not in item:
+            item = f"eia:{item}" if item in EIA_REGIONS else f"em:{item}"
+        if item not in every:
+            raise SystemExit(f"unknown region {item!r}; choose from {', '.join(every)}")
+        chosen.append(item)
+    return chosen
+
+
+def _load(name: str) -> tuple[CarbonHistory, pd.Timestamp]:
+    kind, region = name.split(":", 1)
+    if kind == "eia":
+        return load_eia_csv(region), EIA_TRAIN_END
+    return load_em_csv(region), EM_TRAIN_END
+
+
+def _summary(per_region: dict[str, dict[str, Any]], prefix: str) -> dict[str, Any]:
+    rows = {k: v for k, v in per_region.items() if k.startswith(prefix)}
+    if not rows:
+        return {}
+    means = {
+        model: {
+            bucket: round(float(np.mean([r["mape_pct"][model][bucket] for r in rows.values()])), 3)
+            for bucket in REPORT_BUCKETS
+        }
+        for model in ("chosen", "template_level", "same_hour_yesterday")
+    }
+    misses = [
+        f"{name}/{bucket}"
+        for name, r in rows.items()
+        for bucket in REPORT_BUCKETS
+        if r["mape_pct"]["chosen"][bucket] >= r["mape_pct"]["template_level"][bucket]
+    ]
+    regret = float(np.mean([r["best_window_4h"]["chosen"]["regret_pct"] for r in rows.values()]))
+    return {"mean_mape_pct": means, "mean_window_regret_pct": round(regret, 3),
+            "buckets_not_beating_template_level": misses}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Backtest every requested region and summarise."""
+    names = _regions(args.regions)
+    cache = None if args.no_cache else args.cache_dir
+    per_region: dict[str, dict[str, Any]] = {}
+    for position, name in enumerate(names, start=1):
+        started = time.perf_counter()
+        history, train_end = _load(name)
+        result = run_backtest(
+            history, train_end, config=ForecasterConfig(), max_origins=args.max_origins,
+            cache_dir=cache,
+        )
+        per_region[name] = as_dict(result)
+        day1 = result.mape["chosen"]["day1"]
+        print(
+            f"[{position}/{len(names)}] {name}: day-1 MAPE {day1:.2f} % "
+            f"(template+level {result.mape['template_level']['day1']:.2f} %), "
+            f"{time.perf_counter() - started:.1f} s",
+            file=sys.stderr, flush=True,
+        )
+    eia, em = _summary(per_region, "eia:"), _summary(per_region, "em:")
+    day1_mean = eia.get("mean_mape_pct", {}).get("chosen", {}).get("day1")
+    return {
+        "splits": {"eia": "train 2022-01..07, test 2022-08..12",
+                   "em": "train 2021-2023, test 2024"},
+        "origins": "daily at 00:00 UTC; inputs end 1 h before the origin",
+        "regions": per_region,
+        "eia_summary": eia,
+        "em_summary": em,
+        "eia_day1_goal_met": None if day1_mean is None else bool(day1_mean <= 5.5),
+        "paper": PAPER,
+    }
