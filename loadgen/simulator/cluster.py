@@ -16,15 +16,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from proto.messages import Request
-from services.classifier.classes import default_slos, make_predictor, scheme_by_name
-from services.classifier.pipeline import ClassifierCore
-from services.router.placement import Candidate, WorkerLoad
-from services.scheduler.laxity import laxity_s, remaining_time_s
-from services.scheduler.queueing import QueuedRequest
-from shared.engine import EngineConfig
-from shared.errors import RequestRejectedError
-
 from loadgen.simulator.carbon import CarbonClock
 from loadgen.simulator.control import ControlLoops
 from loadgen.simulator.instance import RequestState, SimInstance
@@ -33,6 +24,14 @@ from loadgen.simulator.pools import Pool, build_pools, routing_plan
 from loadgen.simulator.results import SimResult, build_result
 from loadgen.simulator.scenario import Scenario
 from loadgen.traces import TraceRequest
+from proto.messages import Request
+from services.classifier.classes import default_slos, make_predictor, scheme_by_name
+from services.classifier.pipeline import ClassifierCore
+from services.router.placement import Candidate, WorkerLoad
+from services.scheduler.laxity import laxity_s, remaining_time_s
+from services.scheduler.queueing import QueuedRequest
+from shared.engine import EngineConfig
+from shared.errors import RequestRejectedError
 
 __all__ = ["ClusterSimulator", "simulate"]
 

@@ -34,13 +34,13 @@ class RequestState:
         "pool",
         "predicted",
         "prompt",
+        "rejected",
         "request_class",
         "request_id",
         "tbt_profile_s",
+        "token_times",
         "tokens",
         "ttft_profile_s",
-        "rejected",
-        "token_times",
     )
 
     def __init__(self, index: int, arrival_s: float, prompt: int, output: int) -> None:

@@ -11,14 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from loadgen.simulator.instance import SimInstance
+from loadgen.simulator.policies import PolicySet
+from loadgen.simulator.scenario import Scenario
 from proto.messages import Plan, PoolPlan, RouteWeight
 from services.router.placement import Placer, make_placer
 from services.scheduler.queueing import HeapDiscipline, make_discipline
 from shared.engine import EngineConfig, EngineRequest, create_engine
-
-from loadgen.simulator.instance import SimInstance
-from loadgen.simulator.policies import PolicySet
-from loadgen.simulator.scenario import Scenario
 
 __all__ = ["PROFILE_REQUEST", "Pool", "build_pools", "measure_profile", "routing_plan"]
 

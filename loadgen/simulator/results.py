@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shared.metrics import ClassSlo, EnergyAccount, RecordColumns, RunSummary, summarize
-
 from loadgen.simulator.control import Series
+from shared.metrics import ClassSlo, EnergyAccount, RecordColumns, RunSummary, summarize
 
 if TYPE_CHECKING:
     from loadgen.simulator.cluster import ClusterSimulator

@@ -1,0 +1,88 @@
+"""PNG plots of simulated runs (matplotlib, Agg backend; imported only when plotting).
+
+One figure of time series (power, mean clock, active GPUs, CO2 rate) with one line per
+policy, and one figure of latency CDFs (TTFT, TBT, E2E) per request class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from shared.metrics.latency import e2e_s, mean_tbt_s, ttft_s
+
+from loadgen.simulator.results import SimResult
+
+__all__ = ["plot_results"]
+
+
+def plot_results(results: Sequence[SimResult], out_dir: Path) -> list[Path]:
+    """Write ``timeseries.png`` and ``latency_cdf.png`` under ``out_dir``; return the paths.
+
+    Raises:
+        RuntimeError: when matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # pragma: no cover - matplotlib is a declared dependency
+        raise RuntimeError("plots need matplotlib (pip install matplotlib)") from exc
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+
+    fig, axes = plt.subplots(4, 1, figsize=(10, 11), sharex=True)
+    panels = (
+        ("power_w", "power (kW)", 1e-3),
+        ("clock_mhz", "mean SM clock (MHz)", 1.0),
+        ("active_gpus", "active GPUs", 1.0),
+        ("co2_g_per_s", "CO2 rate (kg/h)", 3.6),
+    )
+    for result in results:
+        series = result.series
+        if series is None:
+            continue
+        minutes = np.asarray(series.t_s) / 60.0
+        for ax, (key, _, scale) in zip(axes, panels, strict=True):
+            ax.plot(
+                minutes, np.asarray(getattr(series, key), dtype=float) * scale, label=result.policy
+            )
+    for ax, (_, label, _) in zip(axes, panels, strict=True):
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="upper right", fontsize=8)
+    axes[-1].set_xlabel("simulated time (min)")
+    fig.tight_layout()
+    path = out_dir / "timeseries.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    paths.append(path)
+
+    classes = sorted({str(c) for r in results for c in r.columns.request_class} - {"?"})
+    metrics = (("TTFT", ttft_s), ("TBT", mean_tbt_s), ("E2E", e2e_s))
+    fig, axes = plt.subplots(
+        len(classes) or 1, 3, figsize=(12, 2.2 * max(len(classes), 1)), squeeze=False
+    )
+    for row, name in enumerate(classes):
+        for col, (label, fn) in enumerate(metrics):
+            ax = axes[row][col]
+            for result in results:
+                cols = result.columns.subset(result.columns.request_class == name)
+                values = np.sort(fn(cols)[np.isfinite(fn(cols))])
+                if values.size:
+                    ax.plot(
+                        values, np.arange(1, values.size + 1) / values.size, label=result.policy
+                    )
+            ax.set_xscale("log")
+            ax.set_title(f"{name} {label} (s)", fontsize=9)
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    path = out_dir / "latency_cdf.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    paths.append(path)
+    return paths
