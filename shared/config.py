@@ -118,6 +118,8 @@ class SchedulerSettings(_Section):
     """Queue discipline: llf (FREESH Eq. 6, default), fcfs, edf, srtf or ssjf."""
     ready_period_ms: float = 50.0
     """While a pool has queued work, remind routers this often (covers lost events)."""
+    unplaced_timeout_s: float = 3.0
+    """A request a router pulled but never placed (the router died) is re-queued after this."""
 
 
 class RouterSettings(_Section):
@@ -177,6 +179,8 @@ class PlannerSettings(_Section):
     """Planner: pool plan every epoch."""
 
     epoch_s: float = 1800.0
+    republish_wall_s: float = 2.0
+    """Re-publish the current plan this often (wall), for late joiners and a restarted Redis."""
     mode: str = "static"
     static_pools: tuple[dict[str, Any], ...] = (
         {"pool_id": "main", "region": "PJM", "gpu": "A100-80GB", "tp": 1, "instances": 1},

@@ -25,6 +25,7 @@ from shared.bus import ensure_ingress_stream, request
 from shared.counters import ERRORS, MESSAGES, REQUESTS
 from shared.errors import RequestRejectedError
 from shared.lifecycle import ServiceContext
+from shared.loops import MAX_BACKOFF_S, sleep_or_stop
 from shared.plan_watch import watch_plan
 from shared.replies import reply_error
 from shared.telemetry import inject_headers, span_from_headers
@@ -94,6 +95,7 @@ async def serve(ctx: ServiceContext) -> None:
         ),
     )
     batch = ctx.settings.classifier.fetch_batch
+    failures = 0
     try:
         while not ctx.stop.is_set():
             try:
@@ -102,7 +104,22 @@ async def serve(ctx: ServiceContext) -> None:
                 continue
             except nats.errors.ConnectionClosedError:
                 break
-            await asyncio.gather(*(_handle(ctx, core, m) for m in msgs))
+            except nats.errors.Error as exc:  # reconnecting, JetStream unavailable: retry
+                failures += 1
+                ERRORS.labels(NAME, "fetch").inc()
+                if failures == 1:
+                    logger.warning("fetch from the ingress stream failed (%s); retrying", exc)
+                await sleep_or_stop(ctx.stop, min(MAX_BACKOFF_S, 0.1 * 2**failures))
+                continue
+            failures = 0
+            results = await asyncio.gather(
+                *(_handle(ctx, core, m) for m in msgs), return_exceptions=True
+            )
+            for result in results:
+                # An ack lost in an outage is harmless: JetStream redelivers, the scheduler dedups.
+                if isinstance(result, Exception):
+                    ERRORS.labels(NAME, "handle").inc()
+                    logger.warning("handling an ingress message failed: %s", result)
     finally:
         for sub in subs:
             with contextlib.suppress(Exception):

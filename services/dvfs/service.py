@@ -8,7 +8,6 @@ ClockCommands (the worker's backend applies them to the simulator or, opt-in, NV
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -20,6 +19,7 @@ from proto.codec import DecodeError, decode, encode
 from proto.messages import ClockCommand, ClockReply, DvfsReport, GpuReport, WorkerStats
 from shared.bus import request
 from shared.lifecycle import ServiceContext
+from shared.loops import run_periodic
 
 __all__ = ["ISSUER", "NAME", "serve"]
 
@@ -45,30 +45,32 @@ async def serve(ctx: ServiceContext) -> None:
                 latest[stats.worker_id] = stats
 
     sub = await ctx.nc.subscribe(ctx.subjects.worker_stats_wildcard, cb=on_stats)
-    period = ctx.clock.wall_period(cfg.period_s)
+
+    async def control() -> None:
+        if cfg.clock_mhz is not None:
+            for stats in list(latest.values()):
+                if abs(stats.clock_mhz - cfg.clock_mhz) > CLOCK_TOLERANCE_MHZ:
+                    await _set_clock(ctx, stats.worker_id, cfg.clock_mhz)
+        report = DvfsReport(
+            node_id=cfg.node_id,
+            at=time.time(),
+            mode=cfg.mode,
+            gpus=[
+                GpuReport(
+                    worker_id=s.worker_id,
+                    clock_mhz=s.clock_mhz,
+                    power_w=s.power_w,
+                    energy_j=s.energy_j,
+                )
+                for s in latest.values()
+            ],
+        )
+        await ctx.nc.publish(ctx.subjects.dvfs_report(cfg.node_id), encode(report))
+
     try:
-        while not ctx.stop.is_set():
-            if cfg.clock_mhz is not None:
-                for stats in list(latest.values()):
-                    if abs(stats.clock_mhz - cfg.clock_mhz) > CLOCK_TOLERANCE_MHZ:
-                        await _set_clock(ctx, stats.worker_id, cfg.clock_mhz)
-            report = DvfsReport(
-                node_id=cfg.node_id,
-                at=time.time(),
-                mode=cfg.mode,
-                gpus=[
-                    GpuReport(
-                        worker_id=s.worker_id,
-                        clock_mhz=s.clock_mhz,
-                        power_w=s.power_w,
-                        energy_j=s.energy_j,
-                    )
-                    for s in latest.values()
-                ],
-            )
-            await ctx.nc.publish(ctx.subjects.dvfs_report(cfg.node_id), encode(report))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ctx.stop.wait(), period)
+        await run_periodic(
+            ctx.stop, ctx.clock.wall_period(cfg.period_s), control, service=NAME, name="control"
+        )
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()

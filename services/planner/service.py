@@ -7,8 +7,6 @@ plan goes out on ``plan.current`` and into Redis, so services that start later f
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 
@@ -16,6 +14,7 @@ from proto.codec import encode
 from proto.messages import Plan, PoolPlan, RouteWeight
 from shared.config import PlannerSettings
 from shared.lifecycle import ServiceContext
+from shared.loops import run_periodic
 
 __all__ = ["NAME", "serve", "static_plan"]
 
@@ -48,17 +47,30 @@ def static_plan(
 
 
 async def serve(ctx: ServiceContext) -> None:
-    """Run until ``ctx.stop`` is set."""
+    """Run until ``ctx.stop`` is set.
+
+    The plan is recomputed once per epoch and re-published every ``republish_wall_s``, so a
+    restarted Redis or a service that missed the event is back on the plan within seconds.
+    """
     cfg = ctx.settings.planner
     if cfg.mode != "static":
         raise ValueError(f"planner mode {cfg.mode!r} is not available yet; use 'static'")
-    period = ctx.clock.wall_period(cfg.epoch_s)
-    while not ctx.stop.is_set():
+    epoch_wall_s = ctx.clock.wall_period(cfg.epoch_s)
+    current: list[Plan] = []
+
+    async def publish() -> None:
         epoch = int(ctx.clock.now() // cfg.epoch_s)
-        plan = static_plan(cfg, epoch, time.time(), period)
-        payload = encode(plan)
+        if not current or current[0].epoch != epoch:
+            current[:] = [static_plan(cfg, epoch, time.time(), epoch_wall_s)]
+            logger.info("plan epoch %d with %d pools", epoch, len(current[0].pools))
+        payload = encode(current[0])
         await ctx.redis.set(ctx.keys.plan, payload)
         await ctx.nc.publish(ctx.subjects.plan, payload)
-        logger.info("published plan epoch %d with %d pools", epoch, len(plan.pools))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(ctx.stop.wait(), period)
+
+    await run_periodic(
+        ctx.stop,
+        lambda: min(cfg.republish_wall_s, epoch_wall_s),
+        publish,
+        service=NAME,
+        name="plan",
+    )

@@ -32,6 +32,7 @@ from services.router.registry import WorkerRegistry
 from shared.bus import request
 from shared.counters import DECISIONS, ERRORS
 from shared.lifecycle import ServiceContext
+from shared.loops import MAX_BACKOFF_S, sleep_or_stop
 from shared.telemetry import extract_context
 
 __all__ = ["NAME", "serve"]
@@ -70,20 +71,33 @@ async def serve(ctx: ServiceContext) -> None:
         await ctx.nc.subscribe(ctx.subjects.scheduler_ready_wildcard, cb=on_ready),
         await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done),
     ]
+
+    async def place_round() -> None:
+        orphans = registry.expire(time.time())
+        if orphans:
+            logger.warning("%d requests orphaned by silent workers; re-queueing", len(orphans))
+            await _requeue(ctx, [o.request for o in orphans])
+        for pool_id in registry.pools() & ready:
+            more = await _place_pool(ctx, placer, registry, pool_id)
+            if not more:
+                ready.discard(pool_id)
+
     tick = cfg.tick_ms / 1000.0
+    failures = 0
     try:
         while not ctx.stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), tick)
             wake.clear()
-            orphans = registry.expire(time.time())
-            if orphans:
-                logger.warning("%d requests orphaned by silent workers; re-queueing", len(orphans))
-                await _requeue(ctx, [o.request for o in orphans])
-            for pool_id in registry.pools() & ready:
-                more = await _place_pool(ctx, placer, registry, pool_id)
-                if not more:
-                    ready.discard(pool_id)
+            try:
+                await place_round()
+                failures = 0
+            except Exception:  # loop boundary: a NATS/Redis outage must not end the router
+                failures += 1
+                ERRORS.labels(NAME, "loop_place").inc()
+                if failures == 1:
+                    logger.exception("placement round failed; retrying")
+                await sleep_or_stop(ctx.stop, min(MAX_BACKOFF_S, 0.1 * 2**failures))
     finally:
         for sub in subs:
             with contextlib.suppress(Exception):

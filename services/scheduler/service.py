@@ -14,6 +14,7 @@ import logging
 import time
 
 from nats.aio.msg import Msg
+from redis.exceptions import RedisError
 
 from proto.codec import DecodeError, decode, decode_any, encode
 from proto.messages import (
@@ -28,6 +29,7 @@ from services.scheduler.queueing import QueueDiscipline, QueuedRequest, make_dis
 from shared.bus import serve as serve_subject
 from shared.counters import QUEUE_DEPTH
 from shared.lifecycle import ServiceContext
+from shared.loops import run_periodic
 from shared.store import as_bytes
 
 __all__ = ["NAME", "UNPLACED_WORKER", "SchedulerState", "serve"]
@@ -35,8 +37,6 @@ __all__ = ["NAME", "UNPLACED_WORKER", "SchedulerState", "serve"]
 NAME = "scheduler"
 UNPLACED_WORKER = "-"
 """Worker id of an Assignment pulled by a router but not yet placed."""
-PULL_TIMEOUT_S = 10.0
-"""A pulled request the router has not placed within this wall time is re-queued."""
 SEEN_TTL_S = 6 * 3600
 
 logger = logging.getLogger(__name__)
@@ -167,17 +167,28 @@ async def serve(ctx: ServiceContext) -> None:
         ),
         await ctx.nc.subscribe(subjects.request_done, cb=on_done),
     ]
-    period = ctx.settings.scheduler.ready_period_ms / 1000.0
-    last_reap = 0.0
+
+    async def remind() -> None:
+        for pool_id in state.backlog():
+            await ctx.nc.publish(subjects.scheduler_ready(pool_id), b"")
+
+    cfg = ctx.settings.scheduler
     try:
-        while not ctx.stop.is_set():
-            for pool_id in state.backlog():
-                await ctx.nc.publish(subjects.scheduler_ready(pool_id), b"")
-            if time.time() - last_reap >= 1.0:
-                last_reap = time.time()
-                await _reap_unplaced(ctx, state)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ctx.stop.wait(), period)
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(
+                run_periodic(
+                    ctx.stop, cfg.ready_period_ms / 1000.0, remind, service=NAME, name="ready"
+                )
+            )
+            tg.create_task(
+                run_periodic(
+                    ctx.stop,
+                    1.0,
+                    lambda: _reap_unplaced(ctx, state, cfg.unplaced_timeout_s),
+                    service=NAME,
+                    name="reap",
+                )
+            )
     finally:
         for sub in subs:
             with contextlib.suppress(Exception):
@@ -187,25 +198,30 @@ async def serve(ctx: ServiceContext) -> None:
 async def _requeue(
     ctx: ServiceContext, state: SchedulerState, requests: list[ClassifiedRequest]
 ) -> None:
+    # The in-memory queue is primary; Redis is the recovery log. Queue first, so a Redis
+    # outage at this moment cannot drop a request that is being handed back.
+    for req in requests:
+        state.push(req)
+        await ctx.nc.publish(ctx.subjects.scheduler_ready(req.pool_id), b"")
     pipe = ctx.redis.pipeline(transaction=True)
     for req in requests:
         rid = req.request.request_id
         pipe.hset(ctx.keys.queued, rid, encode(req))
         pipe.hdel(ctx.keys.dispatched, rid)
-    await pipe.execute()
-    for req in requests:
-        state.push(req)
-        await ctx.nc.publish(ctx.subjects.scheduler_ready(req.pool_id), b"")
+    try:
+        await pipe.execute()
+    except RedisError as exc:
+        logger.warning("could not record %d re-queued requests in redis: %s", len(requests), exc)
 
 
-async def _reap_unplaced(ctx: ServiceContext, state: SchedulerState) -> None:
+async def _reap_unplaced(ctx: ServiceContext, state: SchedulerState, timeout_s: float) -> None:
     """Re-queue requests a router pulled but never placed (the router died)."""
     now = time.time()
     stale: list[ClassifiedRequest] = []
     for raw in (await ctx.redis.hgetall(ctx.keys.dispatched)).values():
         with contextlib.suppress(DecodeError):
             held = decode(as_bytes(raw), Assignment)
-            if held.worker_id == UNPLACED_WORKER and now - held.dispatched_at > PULL_TIMEOUT_S:
+            if held.worker_id == UNPLACED_WORKER and now - held.dispatched_at > timeout_s:
                 stale.append(held.request)
     if stale:
         logger.warning("re-queueing %d requests pulled but never placed", len(stale))
