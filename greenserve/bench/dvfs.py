@@ -31,7 +31,14 @@ import numpy as np
 from services.dvfs.controller import ClockController, FixedClockController, SloThresholds
 from services.dvfs.instance_sim import Arrival, InstanceRun, run_instance
 from services.dvfs.miad import FREESH_TABLE7, MiadConfig, MiadController
-from services.dvfs.perf_model import IpsModel, evaluate_ips_model, fit_ips_model, profile_engine
+from services.dvfs.perf_model import (
+    IpsModel,
+    PrefillModel,
+    evaluate_ips_model,
+    fit_ips_model,
+    profile_engine,
+    profile_prefill,
+)
 from services.dvfs.predictive import PredictiveConfig, PredictiveController
 from services.dvfs.workloads import freesh_ss_workload, throttllem_workload, with_predicted_lengths
 from shared.engine import EngineConfig, create_engine
@@ -106,8 +113,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--calibration-minutes",
         type=float,
-        default=20.0,
-        help="trace minutes used by the max-load ramp",
+        default=None,
+        help="trace minutes used by the max-load ramp (default: --throttllem-minutes)",
     )
     parser.add_argument(
         "--miad-aggregation", default="max", choices=("max", "p99", "p90", "p50", "mean")
@@ -123,24 +130,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @functools.cache
-def trained_ips_model(gpu: str, model: str, tp: int = 1) -> tuple[IpsModel, dict[str, Any]]:
-    """Profile the engine, fit the IPS model (once per process) and report its accuracy."""
+def trained_ips_model(
+    gpu: str, model: str, tp: int = 1
+) -> tuple[IpsModel, PrefillModel, dict[str, Any]]:
+    """Profile the engine and fit the IPS and prefill models (once per process).
+
+    Returns:
+        The IPS model fitted on all profiler rows, the prefill model, and a report with
+        Table III-style accuracy at 90/10 and 10/90 train/test splits.
+    """
     config = EngineConfig(gpu=gpu, model=model, tp=tp)
     began = time.perf_counter()
     data = profile_engine(lambda: create_engine(config))
-    train, test = data.split(0.9, seed=0)
-    fitted = fit_ips_model(train)
-    seconds = time.perf_counter() - began
-    accuracy = evaluate_ips_model(fitted, test)
     full = fit_ips_model(data)
-    return full, {
-        "profile_and_fit_s": round(seconds, 2),
-        "rows": len(data),
-        "r2_90_10": round(accuracy.r2, 4),
-        "mape_pct_90_10": round(accuracy.mape_pct, 2),
-        "mae_ips_90_10": round(accuracy.mae_ips, 3),
-        "paper": PAPER_THROTTLLEM["ips_model_llama3_8b_tp1"],
-    }
+    seconds = time.perf_counter() - began
+    prefill = profile_prefill(lambda: create_engine(config))
+    report: dict[str, Any] = {"profile_and_fit_s": round(seconds, 2), "rows": len(data)}
+    for label, share in (("90_10", 0.9), ("10_90", 0.1)):
+        train, test = data.split(share, seed=0)
+        accuracy = evaluate_ips_model(fit_ips_model(train), test)
+        report[label] = {
+            "r2": round(accuracy.r2, 4),
+            "mape_pct": round(accuracy.mape_pct, 2),
+            "mae_ips": round(accuracy.mae_ips, 3),
+        }
+    report["paper"] = PAPER_THROTTLLEM["ips_model_llama3_8b_tp1"]
+    return full, prefill, report
 
 
 def _pct(values: np.ndarray[Any, Any], scale: float = 1000.0) -> list[float | None]:
@@ -188,7 +203,9 @@ def _savings(configs: dict[str, dict[str, Any]], baseline: str) -> None:
         row["energy_saving_pct"] = round((1.0 - row["energy_wh"] / base) * 100.0, 2)
 
 
-def _freesh(args: argparse.Namespace, config: EngineConfig, model: IpsModel) -> dict[str, Any]:
+def _freesh(
+    args: argparse.Namespace, config: EngineConfig, model: IpsModel, prefill: PrefillModel
+) -> dict[str, Any]:
     print("FREESH Table 10 setting", file=sys.stderr)
     slo = FREESH_TABLE7["SS"]
     arrivals, workload = freesh_ss_workload(
@@ -208,6 +225,9 @@ def _freesh(args: argparse.Namespace, config: EngineConfig, model: IpsModel) -> 
         makers[f"miad-{factor}-{step:g}"] = functools.partial(MiadController, miad)
     predictive = PredictiveConfig(tbt_slo_s=slo.tbt_s, period_s=args.period_s)
     makers["predictive"] = functools.partial(PredictiveController, model, predictive)
+    makers["predictive-prefill"] = functools.partial(
+        PredictiveController, model, predictive, prefill=prefill
+    )
     configs: dict[str, dict[str, Any]] = {}
     for name, make in makers.items():
         run_ = _simulate(config, arrivals, make(), name)
@@ -257,14 +277,18 @@ def _calibrate(
     return best[0], best[1], log
 
 
-def _throttllem(args: argparse.Namespace, config: EngineConfig, model: IpsModel) -> dict[str, Any]:
+def _throttllem(
+    args: argparse.Namespace, config: EngineConfig, model: IpsModel, prefill: PrefillModel
+) -> dict[str, Any]:
     print("throttLL'eM setting (max-load ramp first)", file=sys.stderr)
-    max_load, e2e_slo, ramp = _calibrate(config, args.calibration_minutes, 37.7)
+    ramp_minutes = args.calibration_minutes or args.throttllem_minutes
+    max_load, e2e_slo, ramp = _calibrate(config, ramp_minutes, 37.7)
     arrivals, workload = throttllem_workload(
         minutes=args.throttllem_minutes, peak_rps=max_load, e2e_slo_s=e2e_slo
     )
     arrivals = with_predicted_lengths(arrivals, args.length_error_p95, args.seed)
     tbt_slo = 0.2
+    predictive = PredictiveConfig(tbt_slo_s=tbt_slo, period_s=args.period_s)
     thresholds = {"conv": SloThresholds(ttft_s=math.inf, tbt_s=tbt_slo, e2e_s=e2e_slo)}
     makers: dict[str, Callable[[], ClockController]] = {
         "fixed-1410": lambda: FixedClockController(period_s=args.period_s),
@@ -276,9 +300,8 @@ def _throttllem(args: argparse.Namespace, config: EngineConfig, model: IpsModel)
                 aggregation=args.miad_aggregation,
             )
         ),
-        "predictive": lambda: PredictiveController(
-            model, PredictiveConfig(tbt_slo_s=tbt_slo, period_s=args.period_s)
-        ),
+        "predictive": lambda: PredictiveController(model, predictive),
+        "predictive-prefill": lambda: PredictiveController(model, predictive, prefill=prefill),
     }
     configs: dict[str, dict[str, Any]] = {}
     for name, make in makers.items():
@@ -306,9 +329,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run both settings and return the report (papers' figures beside ours)."""
     config = EngineConfig(gpu=args.gpu, model=args.model)
     print("training the IPS model on engine profiler data", file=sys.stderr)
-    model, accuracy = trained_ips_model(args.gpu, args.model)
-    freesh = _freesh(args, config, model)
-    throttllem = _throttllem(args, config, model)
+    model, prefill, accuracy = trained_ips_model(args.gpu, args.model)
+    freesh = _freesh(args, config, model, prefill)
+    throttllem = _throttllem(args, config, model, prefill)
     f_cfg, t_cfg = freesh["configs"], throttllem["configs"]
     return {
         "engine": {
@@ -330,6 +353,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "predictive_violation_pct": t_cfg["predictive"]["violation_pct"],
             "predictive_p99_e2e_within_slo": t_cfg["predictive"]["p99_e2e_within_slo"],
             "paper_predictive_energy_saving_pct": 24.7,
+            "predictive_prefill_energy_saving_pct": t_cfg["predictive-prefill"][
+                "energy_saving_pct"
+            ],
+            "predictive_prefill_violation_pct": t_cfg["predictive-prefill"]["violation_pct"],
             "predictive_energy_saving_pct_freesh_setting": f_cfg["predictive"]["energy_saving_pct"],
             "miad_energy_saving_pct_throttllem_setting": t_cfg["miad-2.0-100"]["energy_saving_pct"],
         },

@@ -93,6 +93,8 @@ class Observation:
     """Latency samples of the last period, by request type (SS, SL, LS, LL, ...)."""
     arrival_rate_rps: float = 0.0
     """Requests per second that arrived over the last period (the profile policy's load)."""
+    prompt_tokens_per_s: float = 0.0
+    """Prompt tokens per second that arrived over the last period (prefill load)."""
     requests: Sequence[RequestState] = ()
     """Requests on the instance; filled for predictive control only."""
 

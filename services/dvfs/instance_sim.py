@@ -60,6 +60,7 @@ class _Window:
     tbt: defaultdict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     """Mean token gap in the period of requests that finished during it."""
     arrivals: int = 0
+    prompt_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,7 @@ def run_instance(
                                      arrival_s=arrival.arrival_s))  # fmt: skip
             live[arrival.request_id] = _Live(next_arrival, arrival)
             window.arrivals += 1
+            window.prompt_tokens += arrival.prompt_tokens
             next_arrival += 1
         if now >= next_control:
             observation = _observe(engine, live, window, period)
@@ -225,5 +227,6 @@ def _observe(engine: Engine, live: dict[str, _Live], window: _Window, period: fl
         block_size=engine.config.block_size,
         latencies=latencies,
         arrival_rate_rps=window.arrivals / period,
+        prompt_tokens_per_s=window.prompt_tokens / period,
         requests=tuple(requests),
     )

@@ -31,10 +31,12 @@ __all__ = [
     "IpsModel",
     "IpsPredictor",
     "ModelAccuracy",
+    "PrefillModel",
     "ProfileData",
     "evaluate_ips_model",
     "fit_ips_model",
     "profile_engine",
+    "profile_prefill",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -188,6 +190,43 @@ class _FlatForest:
             child = np.where(go_left, self._left[index], self._right[index])
             index = np.where(self._leaf[index], index, child)
         return np.asarray(self._baseline + self._value[index].sum(axis=1), dtype=np.float64)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillModel:
+    """Seconds of GPU time per prompt token against clock (our extension, not throttLL'eM's).
+
+    throttLL'eM's IPS model covers decode iterations only and names prefill stalls as its
+    source of TBT outliers; with long prompts (Azure conv: ~1,150 tokens) prefill takes a
+    large share of the GPU, which predictive control must budget for.
+    """
+
+    clocks_mhz: FloatArray
+    """Profiled clocks, ascending."""
+    seconds_per_token: FloatArray
+
+    def at(self, clock_mhz: float) -> float:
+        """Return seconds per prompt token at ``clock_mhz`` (interpolated in clock)."""
+        return float(np.interp(clock_mhz, self.clocks_mhz, self.seconds_per_token))
+
+
+def profile_prefill(
+    make_engine: Callable[[], Engine], *, prompt_tokens: int = 2048
+) -> PrefillModel:
+    """Time one prefill of ``prompt_tokens`` at every supported clock of a fresh engine."""
+    engine = make_engine()
+    clocks = engine.supported_clocks_mhz
+    per_token = np.empty(len(clocks))
+    for k, clock in enumerate(clocks):
+        engine.set_clock_mhz(clock)
+        engine.add(EngineRequest(request_id=f"prefill-{k}", prompt_tokens=prompt_tokens,
+                                 output_tokens=1))  # fmt: skip
+        seconds = prefilled = 0.0
+        while (result := engine.step()) is not None:
+            seconds += result.duration_s
+            prefilled += result.prefill_tokens
+        per_token[k] = seconds / max(prefilled, 1.0)
+    return PrefillModel(np.asarray(clocks, dtype=np.float64), per_token)
 
 
 class IpsModel:

@@ -20,17 +20,30 @@ monotone constraint), which is what makes the binary search exact.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from services.dvfs.controller import Observation
-from services.dvfs.perf_model import IpsPredictor
+from services.dvfs.perf_model import IpsPredictor, PrefillModel
 from services.dvfs.projection import Projection, project
 
-__all__ = ["PredictiveConfig", "PredictiveController", "lowest_feasible_clock"]
+__all__ = [
+    "NO_PREFILL",
+    "PredictiveConfig",
+    "PredictiveController",
+    "PrefillBudget",
+    "lowest_feasible_clock",
+]
+
+PrefillBudget = Callable[[float], tuple[float, float]]
+"""Per clock: (factor stretching every decode iteration, seconds of queued prefill ahead)."""
+
+NO_PREFILL: Final[PrefillBudget] = lambda _clock: (1.0, 0.0)  # noqa: E731
+"""throttLL'eM as published: decode iterations only, prefill ignored."""
 
 FloatArray = NDArray[np.float64]
 
@@ -47,6 +60,9 @@ class PredictiveConfig:
     deadline_margin_s: float = 0.0
     """Slack kept before every deadline (prefill of queued work, clock-switch delay)."""
     lost_policy: Literal["max_clock", "ignore"] = "max_clock"
+    max_prefill_duty: float = 0.9
+    """With a prefill model: a clock whose projected prefill share of GPU time exceeds this
+    is infeasible (the queue would grow without bound)."""
     max_segments: int = 32
     """Horizon segments evaluated per probe (see :mod:`services.dvfs.projection`)."""
 
@@ -56,16 +72,19 @@ class PredictiveConfig:
 
 
 def _project_times(
-    model: IpsPredictor, projection: Projection, clock_mhz: float
+    model: IpsPredictor, projection: Projection, clock_mhz: float, prefill: PrefillBudget
 ) -> tuple[float, FloatArray]:
     """Return (projected mean TBT, per request projected seconds to its last token)."""
+    stretch, backlog_s = prefill(clock_mhz)
+    if not np.isfinite(stretch):
+        return np.inf, np.full(projection.finish_iteration.size, np.inf)
     ips = model.predict_ips(
         projection.batch, projection.kv_blocks, np.full(projection.batch.size, clock_mhz)
     )
-    seconds_per_iteration = 1.0 / ips
+    seconds_per_iteration = stretch / ips
     mean_tbt = float(np.dot(seconds_per_iteration, projection.iterations)) / projection.horizon
     elapsed = np.cumsum(np.repeat(seconds_per_iteration, projection.iterations))  # Eq. 3
-    return mean_tbt, elapsed[projection.finish_iteration]
+    return mean_tbt, backlog_s + elapsed[projection.finish_iteration]
 
 
 def lowest_feasible_clock(
@@ -76,6 +95,7 @@ def lowest_feasible_clock(
     *,
     tbt_slo_s: float,
     lost_policy: Literal["max_clock", "ignore"] = "max_clock",
+    prefill: PrefillBudget = NO_PREFILL,
 ) -> tuple[float, int]:
     """Binary-search ``clocks_mhz`` (ascending) for the lowest clock meeting the SLOs.
 
@@ -86,18 +106,19 @@ def lowest_feasible_clock(
         clocks_mhz: candidate clocks, ascending, not empty.
         tbt_slo_s: bound on the projected mean time between tokens.
         lost_policy: what to do with requests that miss even at the highest clock.
+        prefill: per clock, how prefill work stretches decode and delays finishes.
 
     Returns:
         The chosen clock and the number of lost requests.
     """
-    mean_tbt, finish = _project_times(model, projection, clocks_mhz[-1])
+    mean_tbt, finish = _project_times(model, projection, clocks_mhz[-1], prefill)
     lost = finish > slack_s  # Eq. 4 fails even at the highest clock
     if mean_tbt > tbt_slo_s or (lost.any() and lost_policy == "max_clock"):
         return clocks_mhz[-1], int(lost.sum())
     keep = ~lost
 
     def feasible(clock: float) -> bool:
-        tbt, done = _project_times(model, projection, clock)
+        tbt, done = _project_times(model, projection, clock, prefill)
         return tbt <= tbt_slo_s and bool((done[keep] <= slack_s[keep]).all())
 
     low, high = 0, len(clocks_mhz) - 1  # invariant: clocks_mhz[high] is feasible
@@ -113,10 +134,25 @@ def lowest_feasible_clock(
 class PredictiveController:
     """throttLL'eM's throttling controller on one instance; see the module docstring."""
 
-    def __init__(self, model: IpsPredictor, config: PredictiveConfig | None = None) -> None:
-        """Use ``model`` (fitted for this instance's GPU, model and TP) to predict IPS."""
+    def __init__(
+        self,
+        model: IpsPredictor,
+        config: PredictiveConfig | None = None,
+        *,
+        prefill: PrefillModel | None = None,
+    ) -> None:
+        """Use ``model`` (fitted for this instance's GPU, model and TP) to predict IPS.
+
+        Args:
+            model: the decode IPS model.
+            config: SLOs and search options.
+            prefill: optional prefill cost model (our extension): when given, the GPU
+                share that arriving prompts take stretches every decode iteration, and
+                the prompts of queued requests delay every finish.
+        """
         self._model = model
         self._config = config or PredictiveConfig()
+        self._prefill = prefill
         self._lost = 0
 
     @property
@@ -161,5 +197,23 @@ class PredictiveController:
             clocks,
             tbt_slo_s=cfg.tbt_slo_s,
             lost_policy=cfg.lost_policy,
+            prefill=self._prefill_budget(observation),
         )
         return clock
+
+    def _prefill_budget(self, observation: Observation) -> PrefillBudget:
+        prefill = self._prefill
+        if prefill is None:
+            return NO_PREFILL
+        queued = sum(r.prompt_tokens for r in observation.requests if not r.running)
+        rate = observation.prompt_tokens_per_s
+        limit = self._config.max_prefill_duty
+
+        def budget(clock: float) -> tuple[float, float]:
+            per_token = prefill.at(clock)
+            duty = rate * per_token
+            if duty >= limit:
+                return np.inf, np.inf
+            return 1.0 / (1.0 - duty), queued * per_token
+
+        return budget
