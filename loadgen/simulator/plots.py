@@ -11,9 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from shared.metrics.latency import e2e_s, mean_tbt_s, ttft_s
-
 from loadgen.simulator.results import SimResult
+from shared.metrics.latency import e2e_s, mean_tbt_s, ttft_s
 
 __all__ = ["plot_results"]
 

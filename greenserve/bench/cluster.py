@@ -1,0 +1,72 @@
+"""``greenserve bench cluster``: GreenServe vs SinglePool on the 3-region scenario.
+
+Runs both policy sets over the Azure conversation trace (1 h by default) in the offline
+simulator and reports energy and CO2 savings and both SLO attainments. The issue's goals
+(≥ 50 % energy, ≥ 60 % CO2 at ≥ 99 % SLO attainment) are printed beside the measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from loadgen.simulator.compare import run_policies
+from loadgen.simulator.policies import POLICY_SETS
+from loadgen.simulator.report import comparison
+from loadgen.simulator.scenario import load_scenario
+from loadgen.traces import load_azure_trace, resolve_trace
+
+__all__ = ["HELP", "NAME", "add_arguments", "run"]
+
+NAME = "cluster"
+HELP = "GreenServe vs SinglePool in the offline simulator: energy/CO2 saving at SLO attainment"
+
+GOALS = {"energy_saving_pct": 50.0, "co2_saving_pct": 60.0, "slo_attainment_pct": 99.0}
+"""The issue's headline goals (issue 4), not a paper figure."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Trace, scenario and policy options."""
+    parser.add_argument("--trace", default="conv", help="Azure-format CSV or alias (conv, code)")
+    parser.add_argument("--scenario", type=Path, default=Path("scenarios/three_region.yaml"))
+    parser.add_argument("--duration", type=float, default=3600.0, help="trace seconds to replay")
+    parser.add_argument("--policy", default="greenserve", choices=sorted(POLICY_SETS))
+    parser.add_argument("--baseline", default="single-pool", choices=sorted(POLICY_SETS))
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Simulate the baseline and the policy; return savings, attainments and speed."""
+    scenario = load_scenario(args.scenario)
+    trace = load_azure_trace(resolve_trace(args.trace), duration_s=args.duration)
+    results = run_policies(
+        scenario, trace, [args.baseline, args.policy], show_progress=not args.no_progress
+    )
+    report = comparison(results, args.baseline)
+    base, ours = results
+    mine = report["policies"][args.policy]
+    wall = base.wall_s + ours.wall_s
+    sim = base.sim_s + ours.sim_s
+    return {
+        "energy_saving_pct": mine["energy_saving_pct"],
+        "co2_saving_pct": mine["co2_saving_pct"],
+        "slo_attainment_pct": 100.0 * ours.summary.overall.slo_attainment,
+        "baseline_slo_attainment_pct": 100.0 * base.summary.overall.slo_attainment,
+        "wall_s": wall,
+        "sim_speedup": sim / wall if wall > 0 else None,
+        "policy": args.policy,
+        "baseline": args.baseline,
+        "scenario": scenario.name,
+        "trace": args.trace,
+        "requests": ours.requests,
+        "gpus": scenario.total_gpus,
+        "goal": GOALS,
+        "energy_wh": {args.baseline: base.energy_j / 3600.0, args.policy: ours.energy_j / 3600.0},
+        "co2_kg": {args.baseline: base.co2_kg, args.policy: ours.co2_kg},
+        "clock": {args.baseline: base.clock_mode, args.policy: ours.clock_mode},
+        "per_policy": {
+            name: {k: v for k, v in row.items() if k != "summary"}
+            for name, row in report["policies"].items()
+        },
+    }
