@@ -76,6 +76,9 @@ class DecodeSimConfig:
     mode: Literal["disaggregated", "aggregated"] = "disaggregated"
     warmup_steps: int = 0
     """Steps run before measuring (the cold start fills an empty fleet in one decision)."""
+    max_wait_s: float = float("inf")
+    """Waiting-time budget; a request's laxity is what is left of it, so placers admit it
+    once that falls to their urgency threshold (a stand-in for the scheduler's LLF laxity)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -97,6 +100,8 @@ class DecodeSimResult:
     completed: int
     mean_load: float
     """Mean over steps and workers of the resident KV tokens."""
+    wait_s: list[float] = field(default_factory=list)
+    """Pool waiting time of each request admitted in the measured window."""
     decision_s: list[float] = field(default_factory=list)
     """Wall time of each decision, including any wait for a CPU on a shared machine."""
     decision_cpu_s: list[float] = field(default_factory=list)
@@ -115,7 +120,7 @@ class DecodeSimResult:
         return self.energy_j / self.tokens
 
 
-Decider = Callable[[FloatArray, FloatArray, IntArray, FloatArray], IntArray]
+Decider = Callable[[FloatArray, FloatArray, IntArray, FloatArray, FloatArray], IntArray]
 
 
 def _object_decider(placer: Placer, config: DecodeSimConfig) -> Decider:
@@ -125,7 +130,11 @@ def _object_decider(placer: Placer, config: DecodeSimConfig) -> Decider:
     made: dict[int, Candidate] = {}
 
     def decide(
-        kv: FloatArray, remaining: FloatArray, pool: IntArray, prompts: FloatArray
+        kv: FloatArray,
+        remaining: FloatArray,
+        pool: IntArray,
+        prompts: FloatArray,
+        laxity: FloatArray,
     ) -> IntArray:
         active = remaining > 0
         loads = [
@@ -146,6 +155,8 @@ def _object_decider(placer: Placer, config: DecodeSimConfig) -> Decider:
                     request_id=str(i), prompt_tokens=int(prompts[i]), predicted_output_tokens=0
                 )
         cands = [made[i] for i in pool.tolist()]
+        for cand, slack in zip(cands, laxity.tolist(), strict=True):
+            cand.laxity_s = slack
         assign = np.full(pool.shape[0], -1, dtype=np.int64)
         position = {int(r): p for p, r in enumerate(pool.tolist())}
         for request_id, worker_id in placer.place(cands, loads):
@@ -160,13 +171,16 @@ def _array_decider(placer: BalanceFuturePlacer) -> Decider:
     """BF-IO straight from the simulator's arrays (what the router's own state would be)."""
 
     def decide(
-        kv: FloatArray, remaining: FloatArray, pool: IntArray, prompts: FloatArray
+        kv: FloatArray,
+        remaining: FloatArray,
+        pool: IntArray,
+        prompts: FloatArray,
+        laxity: FloatArray,
     ) -> IntArray:
         active = remaining > 0
         refill = placer.refill_tokens(prompts[pool])
         base = base_from_arrays(kv, remaining.astype(np.int64), active, placer.horizon, refill)
         free = (~active).sum(axis=1).astype(np.int64)
-        laxity = np.full(pool.shape[0], np.inf)
         return placer.assign_arrays(base, free, prompts[pool], laxity)
 
     return decide
@@ -201,6 +215,7 @@ def simulate(
     remaining = np.zeros((count, batch))  # 0 marks a free slot
     owner = np.full((count, batch), -1, dtype=np.int64)
     start = np.zeros(prompts.shape[0])
+    revealed_at = np.zeros(prompts.shape[0])
     pool = np.zeros(0, dtype=np.int64)
     revealed, clock, steps_run = 0, 0.0, 0
     totals = _Totals()
@@ -214,12 +229,14 @@ def simulate(
         if pool.shape[0] < config.reveal_target and revealed < prompts.shape[0]:
             extra = min(config.reveal_target - pool.shape[0], prompts.shape[0] - revealed)
             pool = np.concatenate([pool, np.arange(revealed, revealed + extra)])
+            revealed_at[revealed : revealed + extra] = clock
             revealed += extra
         prefill = np.zeros(count)
         if pool.shape[0] and (remaining == 0).any():
             totals.decision_slots.append(int((remaining == 0).sum()))
             began, began_cpu = time.perf_counter(), time.thread_time()
-            assign = decide(kv, remaining, pool, prompt_f)
+            laxity = config.max_wait_s - (clock - revealed_at[pool])
+            assign = decide(kv, remaining, pool, prompt_f, laxity)
             totals.decisions.append(time.perf_counter() - began)
             totals.decisions_cpu.append(time.thread_time() - began_cpu)
             for p in np.flatnonzero(assign >= 0).tolist():
@@ -229,6 +246,8 @@ def simulate(
                 owner[g, slot] = request
                 # TPOT counts only requests admitted inside the measured window.
                 start[request] = clock if measuring else -1.0
+                if measuring:
+                    totals.waits.append(clock - revealed_at[request])
                 prefill[g] += prompts[request]
             pool = pool[assign < 0]
         active = remaining > 0
@@ -267,6 +286,7 @@ class _Totals:
     decisions: list[float] = field(default_factory=list)
     decisions_cpu: list[float] = field(default_factory=list)
     decision_slots: list[int] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
 
     def add_step(self, load: FloatArray, own: FloatArray, step: float, power: PowerModel) -> None:
         """Account one barrier step: Eq. 2 imbalance, tokens, time and energy."""
@@ -293,6 +313,7 @@ class _Totals:
             tpot_s=self.tpot_sum / self.completed if self.completed else float("nan"),
             completed=self.completed,
             mean_load=self.load / steps,
+            wait_s=self.waits,
             decision_s=self.decisions,
             decision_cpu_s=self.decisions_cpu,
             decision_open_slots=self.decision_slots,

@@ -75,3 +75,15 @@ def test_bfio_cuts_barrier_imbalance_against_fcfs_and_round_robin() -> None:
     assert bfio < 0.5 * imbalance["fcfs-fill"].imbalance_sum
     assert bfio < 0.5 * imbalance["rr"].imbalance_sum
     assert imbalance["bfio"].idle_fraction < imbalance["fcfs-fill"].idle_fraction
+
+
+def test_waiting_budget_bounds_the_starvation_of_bfio_admission() -> None:
+    """Test that turning a waiting budget into laxity cuts BF-IO's longest pool wait."""
+    prompts, outputs = _workload(3, size=6000)
+    free_run = DecodeSimConfig(workers=4, batch=8, steps=600, warmup_steps=50, reveal_target=96)
+    capped_run = DecodeSimConfig(
+        workers=4, batch=8, steps=600, warmup_steps=50, reveal_target=96, max_wait_s=3.0
+    )
+    uncapped = simulate(prompts, outputs, make_placer("bfio", horizon=0), free_run, STEP, POWER)
+    capped = simulate(prompts, outputs, make_placer("bfio", horizon=0), capped_run, STEP, POWER)
+    assert max(capped.wait_s) < 0.6 * max(uncapped.wait_s)
