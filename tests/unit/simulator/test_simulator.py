@@ -1,0 +1,102 @@
+"""Unit tests of the offline cluster simulator on tiny, hand-checkable scenarios."""
+
+from __future__ import annotations
+
+import numpy as np
+import pydantic
+import pytest
+
+from loadgen.simulator.carbon import CarbonClock
+from loadgen.simulator.cluster import ClusterSimulator
+from loadgen.simulator.policies import policy_by_name
+from loadgen.simulator.pools import PROFILE_REQUEST, measure_profile
+from loadgen.simulator.results import SimResult
+from loadgen.simulator.scenario import Scenario
+from loadgen.traces import TraceRequest, synthetic_trace
+from shared.engine import EngineConfig, create_engine
+
+INTENSITY = 400.0
+
+
+def _scenario(gpus: int = 2, **extra: object) -> Scenario:
+    raw: dict[str, object] = {
+        "name": "tiny",
+        "model": "llama-3-8b",
+        "start_utc": "2022-06-15T00:00:00Z",
+        "regions": [{"name": "R", "carbon": "CISO", "gpus": {"H100-80GB": gpus}}],
+        "engine": {"max_num_seqs": 8},
+        "control": {"sample_period_s": 5.0, "dvfs_period_s": 1.0, "scale_period_s": 60.0},
+    }
+    raw.update(extra)
+    return Scenario.model_validate(raw)
+
+
+def _run(trace: list[TraceRequest], policy: str = "max-clock-fcfs-rr", gpus: int = 2) -> SimResult:
+    carbon = CarbonClock({"R": np.full(48, INTENSITY)}, start_offset_s=3600.0)
+    sim = ClusterSimulator(_scenario(gpus), policy_by_name(policy, tp=1), trace, carbon=carbon)
+    return sim.run()
+
+
+def _trace(n_s: float = 30.0, seed: int = 3) -> list[TraceRequest]:
+    return synthetic_trace(
+        rate_rps=3.0, duration_s=n_s, seed=seed, mean_prompt_tokens=400, mean_output_tokens=60
+    )
+
+
+def test_every_arrival_ends_completed_or_rejected_with_exact_token_counts() -> None:
+    """Test that each request completes with exactly its output length or is rejected."""
+    trace = _trace() + [TraceRequest(31.0, 2_000_000, 10)]
+    result = _run(trace)
+    assert result.requests == len(trace)
+    assert result.completed + result.rejected == len(trace)
+    assert result.rejected == 1
+    assert result.token_mismatch == 0
+    done = result.columns.completed
+    expected = np.array([t.output_tokens for t in trace])[done]
+    assert np.array_equal(result.columns.output_tokens[done], expected)
+
+
+def test_two_runs_with_the_same_trace_give_identical_results() -> None:
+    """Test that the simulator is deterministic for a fixed trace and seed."""
+    first, second = _run(_trace(seed=5)), _run(_trace(seed=5))
+    assert np.array_equal(first.columns.finish_s, second.columns.finish_s)
+    assert first.energy_j == second.energy_j
+
+
+def test_energy_is_at_least_idle_power_times_time_on_every_gpu() -> None:
+    """Test that simulated energy never falls below the fleet's idle power over the run."""
+    result = _run(_trace())
+    idle_w = create_engine(EngineConfig(gpu="H100-80GB", model="llama-3-8b")).idle_power_w
+    assert result.energy_j >= idle_w * 2 * result.sim_s * 0.999
+    assert result.energy_j > idle_w * 2 * result.sim_s  # serving costs more than idling
+
+
+def test_a_lone_request_sees_exactly_the_engine_profile_latency() -> None:
+    """Test that one request alone gets the TTFT and TBT its engine measures in isolation."""
+    prompt, output = PROFILE_REQUEST
+    result = _run([TraceRequest(0.0, prompt, output)], gpus=1)
+    ttft, tbt = measure_profile(EngineConfig(gpu="H100-80GB", model="llama-3-8b", max_num_seqs=8))
+    cols = result.columns
+    assert cols.first_token_s[0] == pytest.approx(ttft, rel=1e-9)
+    assert cols.finish_s[0] - cols.first_token_s[0] == pytest.approx(tbt * (output - 1), rel=1e-9)
+
+
+def test_co2_is_energy_times_the_regions_intensity() -> None:
+    """Test that with a flat 400 g/kWh grid, CO2 equals energy in kWh times 400 g."""
+    result = _run(_trace())
+    assert result.co2_kg == pytest.approx(result.energy_j / 3.6e6 * INTENSITY / 1000.0)
+
+
+def test_reactive_scaling_uses_fewer_gpu_hours_than_static_sizing() -> None:
+    """Test that the reactive scaler switches idle instances off under light load."""
+    trace = synthetic_trace(rate_rps=0.3, duration_s=240.0, seed=1, mean_output_tokens=40)
+    static = _run(trace, "max-clock-fcfs-rr", gpus=4)
+    scaled = _run(trace, "scale-inst", gpus=4)
+    assert scaled.gpu_hours < static.gpu_hours
+    assert scaled.completed == static.completed == len(trace)
+
+
+def test_a_scenario_with_an_unknown_key_is_refused() -> None:
+    """Test that a typo in a scenario file is an error, not a silent default."""
+    with pytest.raises(pydantic.ValidationError):
+        _scenario(engine={"max_num_seq": 8})
