@@ -71,7 +71,7 @@ class ClusterSimulator:
             scheme=self.scheme,
             slos=self.slos,
             predictor=make_predictor(
-                policy.predictor, scheme=self.scheme, **dict(policy.predictor_params)
+                policy.predictor, scheme=self.scheme, model_dir=None, **policy.predictor_params
             ),
             models=[scenario.model],
             max_context_tokens=scenario.slo.max_context_tokens,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from loadgen.simulator.cluster import simulate
 from loadgen.simulator.policies import policy_by_name
@@ -44,7 +44,7 @@ def run_policies(
         for policy in chosen:
             task = bar.add_task(f"simulating {policy.name}", total=1.0)
 
-            def progress(share: float, task_id: int = task) -> None:
+            def progress(share: float, task_id: TaskID = task) -> None:
                 bar.update(task_id, completed=share)
 
             results.append(

@@ -45,7 +45,7 @@ def _trace(n_s: float = 30.0, seed: int = 3) -> list[TraceRequest]:
 
 def test_every_arrival_ends_completed_or_rejected_with_exact_token_counts() -> None:
     """Test that each request completes with exactly its output length or is rejected."""
-    trace = _trace() + [TraceRequest(31.0, 2_000_000, 10)]
+    trace = [*_trace(), TraceRequest(31.0, 2_000_000, 10)]
     result = _run(trace)
     assert result.requests == len(trace)
     assert result.completed + result.rejected == len(trace)
