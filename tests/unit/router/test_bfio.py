@@ -146,3 +146,34 @@ def test_refill_lookahead_adds_a_growing_request_to_each_freed_slot() -> None:
     refilled = base_from_arrays(kv, remaining, active, 4, refill_tokens=50.0)
     assert plain[0].tolist() == [110.0, 112.0, 12.0, 13.0, 14.0]
     assert (refilled - plain)[0].tolist() == [0.0, 0.0, 50.0, 51.0, 52.0]
+
+
+@pytest.mark.parametrize("refill", [0.0, 1.0])
+def test_object_and_array_paths_decide_the_same(refill: float) -> None:
+    """Test that place() on snapshots equals assign_arrays() on the simulator's arrays."""
+    rng = np.random.default_rng(8)
+    kv = rng.integers(50, 2000, (5, 6)).astype(float)
+    remaining = rng.integers(1, 40, (5, 6))
+    active = rng.random((5, 6)) < 0.6
+    workers = [
+        WorkerLoad(
+            worker_id=f"w{g}",
+            free_slots=int((~active[g]).sum()),
+            running=int(active[g].sum()),
+            kv_tokens=int(kv[g][active[g]].sum()),
+            predicted_remaining=tuple(remaining[g][active[g]].tolist()),
+            running_kv=tuple(int(x) for x in kv[g][active[g]]),
+        )
+        for g in range(5)
+    ]
+    prompts = rng.integers(10, 3000, 40).astype(float)
+    candidates = [
+        Candidate(request_id=str(i), prompt_tokens=int(p), predicted_output_tokens=10)
+        for i, p in enumerate(prompts)
+    ]
+    placer = make_placer("bfio", horizon=12, refill=refill)
+    assert isinstance(placer, BalanceFuturePlacer)
+    base = base_from_arrays(kv, remaining, active, 12, placer.refill_tokens(prompts))
+    assign = placer.assign_arrays(base, (~active).sum(axis=1), prompts, np.full(40, np.inf))
+    expected = [(str(i), f"w{assign[i]}") for i in np.flatnonzero(assign >= 0)]
+    assert placer.place(candidates, workers) == expected
