@@ -1,11 +1,13 @@
-"""Worker shim: one engine instance behind the dispatch subject.
+"""Worker shim: one engine backend behind the dispatch subject.
 
-The ``sim`` backend runs the calibrated engine model in-process, in model time sped up by
-``clock.speedup``: an iteration of d model seconds takes d / K wall seconds. Tokens stream
-to the client's reply subject; completions also go to ``request.done``. The worker
-registers in Redis with a heartbeat TTL, and on shutdown stops accepting, lets running
-requests finish within the shutdown timeout, hands the rest back to the scheduler, and
-deregisters.
+The shim owns the bus; a backend (:mod:`services.worker.backend`) owns the engine: ``sim``
+runs the calibrated engine model in-process in model time sped up by ``clock.speedup``,
+``instant`` completes every request at once (control-plane benchmarks), ``vllm`` drives a
+vLLM server (or ``greenserve sim-engine``) over HTTP. Tokens stream to the client's reply
+subject, the first at once and later ones coalesced; completions also go to
+``request.done``. The worker registers in Redis with a heartbeat TTL, and on shutdown stops
+accepting, lets running requests finish within the shutdown timeout, hands the rest back
+to the scheduler, and deregisters.
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ from proto.messages import (
     SubmitReply,
     WorkerStats,
 )
+from services.worker.backend import BackendRefusalError, OutputBatch, WorkerBackend
+from services.worker.factory import build_backend
 from services.worker.streams import StreamBook
 from shared.bus import request
 from shared.bus import serve as serve_subject
 from shared.counters import GPU_CLOCK_MHZ, GPU_ENERGY_J, GPU_POWER_W, REQUEST_LATENCY_S
-from shared.engine import Engine, EngineConfig, EngineRequest, create_engine
 from shared.lifecycle import ServiceContext
 from shared.replies import reply_error
 
@@ -46,29 +49,23 @@ logger = logging.getLogger(__name__)
 
 
 class WorkerShim:
-    """Drives one engine in model time and talks to the bus."""
+    """Talks to the bus on behalf of one engine backend (the backend's output sink)."""
 
-    def __init__(self, ctx: ServiceContext, engine: Engine) -> None:
+    def __init__(self, ctx: ServiceContext, backend: WorkerBackend) -> None:
         self._ctx = ctx
         self._cfg = ctx.settings.worker
-        self._engine = engine
+        self._backend = backend
         self._book = StreamBook(self._cfg.worker_id, self._cfg.stream_flush_ms / 1000.0)
-        self._speedup = ctx.settings.clock.speedup
-        self._wall0 = time.time()
-        self._work = asyncio.Event()
         self._emptied = asyncio.Event()
         """Set whenever the last in-flight request ends (drain waits on it)."""
         self._draining = False
         self._tokens_out = 0
-        self._last_energy = (0.0, 0.0)  # (engine time, energy) at the previous stats
-        self._power_w = 0.0
         self._trace_parents: dict[str, otel_context.Context] = {}
 
-    def _wall_of(self, engine_s: float) -> float:
-        return self._wall0 + engine_s / self._speedup
-
-    def _engine_now(self) -> float:
-        return (time.time() - self._wall0) * self._speedup
+    @property
+    def backend(self) -> WorkerBackend:
+        """The engine backend."""
+        return self._backend
 
     async def on_dispatch(self, req: ClassifiedRequest, _msg: Msg) -> DispatchReply:
         """Accept a request if there is room; duplicates are accepted idempotently."""
@@ -79,98 +76,94 @@ class WorkerShim:
         )
         if rid in self._book:
             return reply
-        if self._draining:
+        if self._draining or len(self._book) >= self._cfg.max_num_seqs:
             return DispatchReply(
                 request_id=rid,
                 worker_id=self._cfg.worker_id,
                 accepted=False,
                 accepted_at=now,
-                reason="draining",
+                reason="draining" if self._draining else "full",
             )
-        if len(self._book) >= self._cfg.max_num_seqs:
-            return DispatchReply(
-                request_id=rid,
-                worker_id=self._cfg.worker_id,
-                accepted=False,
-                accepted_at=now,
-                reason="full",
-            )
-        if not self._engine.has_work:
-            self._engine.idle_until(max(self._engine.now_s, self._engine_now()))
         try:
-            self._engine.add(
-                EngineRequest(
-                    request_id=rid,
-                    prompt_tokens=req.input_tokens,
-                    output_tokens=req.request.max_tokens,
-                    arrival_s=self._engine.now_s,
-                )
-            )
-        except ValueError as exc:
-            # Can never fit this GPU's KV cache: a final answer, not a retry elsewhere.
+            self._backend.submit(req)
+        except BackendRefusalError as exc:
+            # E.g. can never fit this GPU's KV cache: a final answer, not a retry elsewhere.
             await reply_error(
                 self._ctx.nc,
                 self._ctx.subjects,
                 service=NAME,
-                code="kv_capacity",
-                reason=str(exc),
+                code=exc.code,
+                reason=exc.reason,
                 request=req.request,
             )
             return reply
         self._book.open(req, now)
         # The generate span is recorded at completion, as a child of this dispatch span.
         self._trace_parents[rid] = otel_context.get_current()
-        self._work.set()
         return reply
 
     async def on_clock(self, cmd: ClockCommand, _msg: Msg) -> ClockReply:
-        """Apply a clock from an allowed issuer, snapped to a supported step."""
+        """Apply a clock from an allowed issuer through the backend."""
         if cmd.issued_by not in self._ctx.settings.dvfs.allowed_issuers:
             return ClockReply(
                 worker_id=self._cfg.worker_id,
-                applied_mhz=self._engine.clock_mhz,
+                applied_mhz=self._backend.snapshot().clock_mhz,
                 accepted=False,
                 reason=f"issuer {cmd.issued_by!r} may not set clocks",
             )
-        applied = self._engine.set_clock_mhz(cmd.clock_mhz)
-        return ClockReply(worker_id=self._cfg.worker_id, applied_mhz=applied, accepted=True)
+        outcome = await self._backend.set_clock(cmd.clock_mhz)
+        return ClockReply(
+            worker_id=self._cfg.worker_id,
+            applied_mhz=outcome.applied_mhz,
+            accepted=outcome.accepted,
+            reason=outcome.reason,
+        )
 
-    async def run_engine(self) -> None:
-        """Iterate the engine while it has work, pacing iterations to model time."""
+    async def on_output(self, batch: OutputBatch) -> None:
+        """Publish the chunks and completions one backend batch produces."""
         nc = self._ctx.nc
-        # After stop, keep iterating until every accepted request has finished (drain).
-        while not (self._ctx.stop.is_set() and not len(self._book)):
-            if not self._engine.has_work:
-                self._work.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._work.wait(), 0.05)
-                if not self._engine.has_work:
-                    self._engine.idle_until(max(self._engine.now_s, self._engine_now()))
-                    for subject, chunk in self._book.flush_due(time.time()):
-                        await nc.publish(subject, encode(chunk))
-                continue
-            result = self._engine.step()
-            if result is None:
-                continue
-            delay = self._wall_of(self._engine.now_s) - time.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            else:
-                await asyncio.sleep(0)  # never starve the bus handlers
-            at = time.time()
-            self._tokens_out += len(result.emitted)
-            chunks, completions = self._book.on_iteration(
-                result.emitted, result.finished, result.preempted, result.energy_j, at
+        self._tokens_out += len(batch.emitted)
+        chunks, completions = self._book.on_iteration(
+            batch.emitted,
+            batch.finished,
+            batch.preempted,
+            batch.energy_j,
+            batch.at,
+            batch.finish_reasons,
+        )
+        for subject, chunk in chunks:
+            await nc.publish(subject, encode(chunk))
+        for subject, done in completions:
+            self._record_completion(done)
+            payload = encode(done)
+            await nc.publish(subject, payload)
+            await nc.publish(self._ctx.subjects.request_done, payload)
+        if not len(self._book):
+            self._emptied.set()
+
+    async def on_failure(self, request_id: str, code: str, reason: str) -> None:
+        """End an accepted request with a final error (the backend could not serve it)."""
+        stream = self._book.drop(request_id)
+        self._trace_parents.pop(request_id, None)
+        if stream is not None:
+            await reply_error(
+                self._ctx.nc,
+                self._ctx.subjects,
+                service=NAME,
+                code=code,
+                reason=reason,
+                request=stream.request.request,
             )
-            for subject, chunk in chunks:
-                await nc.publish(subject, encode(chunk))
-            for subject, done in completions:
-                self._record_completion(done)
-                payload = encode(done)
-                await nc.publish(subject, payload)
-                await nc.publish(self._ctx.subjects.request_done, payload)
-            if not len(self._book):
-                self._emptied.set()
+        if not len(self._book):
+            self._emptied.set()
+
+    async def flush_loop(self) -> None:
+        """Send coalesced tokens whose window closed while their request produced no more."""
+        period = max(0.005, self._cfg.stream_flush_ms / 2000.0)
+        while True:
+            await asyncio.sleep(period)
+            for subject, chunk in self._book.flush_due(time.time()):
+                await self._ctx.nc.publish(subject, encode(chunk))
 
     def _record_completion(self, done: Completion) -> None:
         REQUEST_LATENCY_S.labels("ttft", done.request_class).observe(
@@ -193,38 +186,39 @@ class WorkerShim:
 
     def stats(self) -> WorkerStats:
         """Current statistics (also the heartbeat)."""
-        eng = self._engine
-        t_prev, e_prev = self._last_energy
-        if eng.now_s > t_prev:
-            self._power_w = (eng.energy_j - e_prev) / (eng.now_s - t_prev)
-            self._last_energy = (eng.now_s, eng.energy_j)
+        snap = self._backend.snapshot()
         cfg = self._cfg
         return WorkerStats(
             worker_id=cfg.worker_id,
             pool_id=cfg.pool_id,
             region=cfg.region,
             node_id=cfg.node_id,
-            gpu=eng.config.gpu,
-            model=eng.config.model,
-            tp=eng.config.tp,
-            running=eng.num_running,
-            waiting=eng.num_waiting,
+            gpu=snap.gpu,
+            model=snap.model,
+            tp=snap.tp,
+            running=snap.running,
+            waiting=snap.waiting,
             max_num_seqs=cfg.max_num_seqs,
             free_slots=max(0, cfg.max_num_seqs - len(self._book)),
-            kv_blocks_used=eng.kv_blocks_used,
-            kv_blocks_total=eng.kv_blocks_total,
-            kv_block_size=eng.config.block_size,
-            clock_mhz=eng.clock_mhz,
-            power_w=max(0.0, self._power_w),
-            energy_j=eng.energy_j,
+            kv_blocks_used=snap.kv_blocks_used,
+            kv_blocks_total=snap.kv_blocks_total,
+            kv_block_size=max(1, snap.kv_block_size),
+            clock_mhz=snap.clock_mhz,
+            power_w=max(0.0, snap.power_w),
+            energy_j=max(0.0, snap.energy_j),
             tokens_out=self._tokens_out,
             at=time.time(),
-            backend=cfg.backend,
+            backend=self._backend.name,
             draining=self._draining,
         )
 
     async def publish_stats(self) -> None:
-        """Publish stats and refresh the Redis registration."""
+        """Refresh the backend's view, publish stats and refresh the Redis registration."""
+        try:
+            await self._backend.refresh()
+        except Exception:
+            # A failed scrape must not stop the heartbeat: the worker still serves.
+            logger.exception("backend refresh failed; publishing the last known stats")
         stats = self.stats()
         GPU_CLOCK_MHZ.labels(stats.worker_id).set(stats.clock_mhz)
         GPU_POWER_W.labels(stats.worker_id).set(stats.power_w)
@@ -251,7 +245,7 @@ class WorkerShim:
                 await asyncio.wait_for(self._emptied.wait(), timeout_s)
         leftovers = self._book.requests()
         for req in leftovers:
-            self._engine.abort(req.request.request_id)
+            self._backend.abort(req.request.request_id)
             self._book.drop(req.request.request_id)
             self._trace_parents.pop(req.request.request_id, None)
         if leftovers:
@@ -269,21 +263,18 @@ class WorkerShim:
         await self._ctx.redis.delete(self._ctx.keys.worker(self._cfg.worker_id))
 
 
-def build_engine(ctx: ServiceContext) -> Engine:
-    """The engine backend named by the settings."""
-    cfg = ctx.settings.worker
-    if cfg.backend != "sim":
-        raise ValueError(
-            f"worker backend {cfg.backend!r} is not available in this build; use 'sim'"
-        )
-    return create_engine(
-        EngineConfig(gpu=cfg.gpu, model=cfg.model, tp=cfg.tp, max_num_seqs=cfg.max_num_seqs)
-    )
-
-
 async def serve(ctx: ServiceContext) -> None:
     """Run until ``ctx.stop`` is set, then drain."""
-    shim = WorkerShim(ctx, build_engine(ctx))
+    backend = build_backend(ctx.settings)
+    shim = WorkerShim(ctx, backend)
+    await backend.start(shim)
+    try:
+        await _serve_with(ctx, shim)
+    finally:
+        await backend.close()
+
+
+async def _serve_with(ctx: ServiceContext, shim: WorkerShim) -> None:
     wid = ctx.settings.worker.worker_id
     subs = [
         await serve_subject(
@@ -298,11 +289,13 @@ async def serve(ctx: ServiceContext) -> None:
         ),
     ]
     async with asyncio.TaskGroup() as tg:
-        engine_task = tg.create_task(shim.run_engine())
+        engine_task = tg.create_task(shim.backend.run())
+        flush_task = tg.create_task(shim.flush_loop())
         tg.create_task(shim.heartbeat())
         await ctx.stop.wait()
         await shim.drain(ctx.settings.shutdown_timeout_s)
         engine_task.cancel()
+        flush_task.cancel()
     for sub in subs:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()

@@ -7,6 +7,7 @@ coalescing window); later tokens are sent when the window closes or the request 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from proto.messages import ClassifiedRequest, Completion, TokenChunk
@@ -62,8 +63,13 @@ class StreamBook:
         preempted: tuple[str, ...],
         energy_j: float,
         at: float,
+        finish_reasons: Mapping[str, str] | None = None,
     ) -> tuple[list[tuple[str, TokenChunk]], list[tuple[str, Completion]]]:
-        """Account one iteration; return (reply subject, chunk) and (reply subject, completion)."""
+        """Account one iteration; return (reply subject, chunk) and (reply subject, completion).
+
+        A request id repeats in ``emitted`` when it produced several tokens at once;
+        ``finish_reasons`` says why finished requests ended (``length`` by default).
+        """
         chunks: list[tuple[str, TokenChunk]] = []
         completions: list[tuple[str, Completion]] = []
         share = energy_j / len(emitted) if emitted else 0.0
@@ -96,7 +102,10 @@ class StreamBook:
                 continue
             if stream.pending:
                 chunks.append((stream.request.request.reply_subject, self._take(stream)))
-            completions.append((stream.request.request.reply_subject, self._complete(stream, at)))
+            reason = (finish_reasons or {}).get(rid, "length")
+            completions.append(
+                (stream.request.request.reply_subject, self._complete(stream, at, reason))
+            )
         return chunks, completions
 
     def flush_due(self, at: float) -> list[tuple[str, TokenChunk]]:
@@ -118,7 +127,7 @@ class StreamBook:
         stream.pending = []
         return chunk
 
-    def _complete(self, stream: RequestStream, at: float) -> Completion:
+    def _complete(self, stream: RequestStream, at: float, finish_reason: str) -> Completion:
         req = stream.request
         return Completion(
             request_id=req.request.request_id,
@@ -134,6 +143,7 @@ class StreamBook:
             finished_at=at,
             energy_j=stream.energy_j,
             preemptions=stream.preemptions,
+            finish_reason=finish_reason,
             predicted_output_tokens=req.predicted_output_tokens,
             lat_s=req.lat_s,
         )
