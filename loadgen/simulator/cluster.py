@@ -171,6 +171,7 @@ class ClusterSimulator:
         """A request produced its last token at ``t_s``."""
         self.outstanding -= 1
         self.classifier.observe(state.prompt, state.output)
+        self.control.on_finish(state)
 
     def dispatch(self, pool: Pool, t_s: float) -> None:
         """Offer queued requests to the placer for the pool's free slots (router pull)."""

@@ -13,8 +13,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from loadgen.simulator.instance import SimInstance
+from loadgen.simulator.instance import RequestState, SimInstance
 from loadgen.simulator.policies import instances_needed, miad_available
+from shared.metrics.latency import SLO_WINDOW_FACTOR
 
 if TYPE_CHECKING:
     from loadgen.simulator.cluster import ClusterSimulator
@@ -64,6 +65,10 @@ class ControlLoops:
         self._last_sample_s = 0.0
         self._peak_load = 0
         self.scale_events = 0
+        self.share = sim.policy.scaler.target_share
+        self._window_done = 0
+        self._window_missed = 0
+        self._cut_this_period = False
         self.clock_changes = 0
         self.end_s = 0.0
 
@@ -104,6 +109,18 @@ class ControlLoops:
             )
             for name, s in self.sim.slos.items()
         }
+
+    def on_finish(self, state: RequestState) -> None:
+        """Count whether a finished request met its class SLO (the scaler's feedback)."""
+        slo = self.sim.slos.get(state.request_class)
+        self._window_done += 1
+        if slo is None:
+            return
+        ttft = state.first_s - state.arrival_s
+        tbt = (state.last_s - state.first_s) / (state.tokens - 1) if state.tokens > 1 else 0.0
+        late = state.last_s - state.arrival_s > SLO_WINDOW_FACTOR * state.lat_s
+        if ttft > slo.ttft_ms / 1000.0 or tbt > slo.tbt_ms / 1000.0 or late:
+            self._window_missed += 1
 
     def on_arrival(self, t_s: float) -> None:
         """Track the peak load the scaler sizes for."""
@@ -233,15 +250,29 @@ class ControlLoops:
     def _scale_out_if_congested(self, t_s: float) -> None:
         sim = self.sim
         settings = sim.policy.scaler
+        done, missed = self._window_done, self._window_missed
+        if done >= settings.min_window_requests:
+            self._window_done = self._window_missed = 0
+            if missed > (1.0 - settings.slo_goal) * done:
+                self.share = max(settings.min_share, self.share * settings.share_decrease)
+                self._cut_this_period = True
+                self._resize(self._needed(sim.outstanding), t_s, grow_only=True)
+                return
         slots = self._live_count() * sim.max_num_seqs
         if sim.outstanding > settings.scale_out_share * slots:
-            self._resize(
-                instances_needed(sim.outstanding, sim.max_num_seqs, settings), t_s, grow_only=True
-            )
+            self._resize(self._needed(sim.outstanding), t_s, grow_only=True)
+
+    def _needed(self, load: float) -> int:
+        sim = self.sim
+        return instances_needed(load, sim.max_num_seqs, sim.policy.scaler, self.share)
 
     def _scale_tick(self, t_s: float) -> bool:
         sim = self.sim
-        target = instances_needed(self._peak_load, sim.max_num_seqs, sim.policy.scaler)
+        settings = sim.policy.scaler
+        if not self._cut_this_period:
+            self.share = min(settings.target_share, self.share + settings.share_increase)
+        self._cut_this_period = False
+        target = self._needed(self._peak_load)
         self._peak_load = sim.outstanding
         self._resize(target, t_s, grow_only=False)
         sim.schedule_tick(t_s + sim.scenario.control.scale_period_s, self._scale_tick)

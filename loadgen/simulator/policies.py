@@ -36,7 +36,11 @@ class ScalerSettings:
 
     Load is the number of requests held by the cluster (queued or on an instance). Scale out
     at any sample when load exceeds ``scale_out_share`` of the active slots; every scale
-    period, resize to ``headroom × peak load ÷ (target_share × max_num_seqs)`` instances.
+    period, resize to ``headroom × peak load ÷ (share × max_num_seqs)`` instances. The packing
+    ``share`` adapts to SLO feedback, multiplicative-decrease / additive-increase: a sample
+    window whose finished requests miss their SLO more often than ``1 − slo_goal`` cuts it by
+    ``share_decrease``; a scale period without such a cut raises it by ``share_increase``,
+    never above ``target_share``.
     """
 
     target_share: float = 0.5
@@ -46,6 +50,13 @@ class ScalerSettings:
     scale_out_share: float = 0.8
     """Immediate scale-out when load exceeds this share of the active slots."""
     min_instances: int = 1
+    slo_goal: float = 0.99
+    """Attainment the scaler defends (the issue's 99 %)."""
+    share_decrease: float = 0.8
+    share_increase: float = 0.05
+    min_share: float = 0.05
+    min_window_requests: int = 20
+    """Finished requests a window needs before its miss rate is trusted."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,7 +150,10 @@ def policy_by_name(name: str, **overrides: object) -> PolicySet:
     return replace(policy, **overrides) if overrides else policy  # type: ignore[arg-type]
 
 
-def instances_needed(load: float, max_num_seqs: int, settings: ScalerSettings) -> int:
+def instances_needed(
+    load: float, max_num_seqs: int, settings: ScalerSettings, share: float | None = None
+) -> int:
     """Instances the reactive scaler wants for ``load`` requests held at the peak."""
-    per_instance = max(settings.target_share * max_num_seqs, 1.0)
+    share = settings.target_share if share is None else share
+    per_instance = max(share * max_num_seqs, 1.0)
     return max(settings.min_instances, math.ceil(settings.headroom * load / per_instance))
