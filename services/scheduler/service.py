@@ -38,6 +38,16 @@ NAME = "scheduler"
 UNPLACED_WORKER = "-"
 """Worker id of an Assignment pulled by a router but not yet placed."""
 SEEN_TTL_S = 6 * 3600
+STORE_NEW_LUA = """
+if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[2]) then
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+  return 1
+end
+return 0
+"""
+"""Mark a request id seen and store the request in one atomic step: a scheduler killed
+between the two would otherwise leave a 'seen' mark without the request, and the
+redelivered copy would be dropped as a duplicate."""
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +105,7 @@ async def serve(ctx: ServiceContext) -> None:
     """Run until ``ctx.stop`` is set."""
     state = SchedulerState(ctx.settings.scheduler.discipline)
     keys, redis, subjects = ctx.keys, ctx.redis, ctx.subjects
+    store_new = redis.register_script(STORE_NEW_LUA)
     restored = 0
     for raw in (await redis.hgetall(keys.queued)).values():
         with contextlib.suppress(DecodeError):
@@ -105,10 +116,11 @@ async def serve(ctx: ServiceContext) -> None:
 
     async def on_submit(req: ClassifiedRequest, _msg: Msg) -> SubmitReply:
         rid = req.request.request_id
-        fresh = await redis.set(keys.seen(rid), b"1", nx=True, ex=SEEN_TTL_S)
+        fresh = await store_new(
+            keys=[keys.seen(rid), keys.queued], args=[rid, SEEN_TTL_S, encode(req)]
+        )
         if not fresh:
             return SubmitReply(request_id=rid, accepted=False, duplicate=True)
-        await redis.hset(keys.queued, rid, encode(req))
         state.push(req)
         QUEUE_DEPTH.labels(req.pool_id).set(len(state.queue(req.pool_id)))
         await ctx.nc.publish(subjects.scheduler_ready(req.pool_id), b"")

@@ -39,6 +39,7 @@ from shared.bus import request
 from shared.bus import serve as serve_subject
 from shared.counters import GPU_CLOCK_MHZ, GPU_ENERGY_J, GPU_POWER_W, REQUEST_LATENCY_S
 from shared.lifecycle import ServiceContext
+from shared.loops import run_periodic
 from shared.replies import reply_error
 
 __all__ = ["NAME", "WorkerShim", "serve"]
@@ -229,11 +230,14 @@ class WorkerShim:
         await self._ctx.redis.set(self._ctx.keys.worker(self._cfg.worker_id), payload, px=ttl_ms)
 
     async def heartbeat(self) -> None:
-        """Stats loop."""
-        while not self._ctx.stop.is_set():
-            await self.publish_stats()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ctx.stop.wait(), self._cfg.stats_period_s)
+        """Stats loop; a Redis or NATS outage delays heartbeats but never ends the worker."""
+        await run_periodic(
+            self._ctx.stop,
+            self._cfg.stats_period_s,
+            self.publish_stats,
+            service=NAME,
+            name="heartbeat",
+        )
 
     async def drain(self, timeout_s: float) -> None:
         """Stop accepting, let running requests finish, hand the rest back."""

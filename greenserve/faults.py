@@ -1,0 +1,172 @@
+"""Fault injection during a replay: kill -9 a service, restart NATS or Redis, drop a worker.
+
+Each scenario runs on a fresh local stack with its own servers: replay a stretch of the
+conversation trace, inject the fault a third of the way in, restart what was killed after
+``downtime_s``, and count what the client saw. A request is *lost* when neither a
+completion nor an error reached the client; *duplicated* when it ended twice. Recovery is
+the time from the restart to the first completion of a request sent after the fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from greenserve.local import LocalStack, start_local_stack
+from greenserve.runner import start_process
+from greenserve.stack import StackSpec, stack_launches
+from loadgen.replay import ReplayResult, replay
+from loadgen.traces import TraceRequest
+from proto.subjects import Subjects
+from shared.bus import connect_nats
+from shared.config import NatsSettings
+from shared.servers import start_nats, start_redis
+
+__all__ = ["ALL_SCENARIOS", "ScenarioResult", "run_scenario"]
+
+ALL_SCENARIOS = (
+    "kill:classifier",
+    "kill:scheduler",
+    "kill:router",
+    "kill:planner",
+    "kill:forecaster",
+    "kill:dvfs-node-pjm",
+    "drop:worker-0",
+    "restart:nats",
+    "restart:redis",
+)
+"""``kill:<process>`` = SIGKILL then restart; ``drop:<worker>`` = SIGKILL, no restart;
+``restart:<server>`` = SIGKILL the server and start it again on the same port and store."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioResult:
+    """Outcome of one scenario."""
+
+    scenario: str
+    requests: int
+    completed: int
+    failed: int
+    lost: int
+    duplicated: int
+    recovery_s: float | None
+    errors: dict[str, int]
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        return dataclasses.asdict(self)
+
+
+def _inject(stack: LocalStack, spec: StackSpec, scenario: str, folder: Path) -> None:
+    kind, target = scenario.split(":", 1)
+    if kind in ("kill", "drop"):
+        proc = stack.group.procs[target]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    elif kind == "restart":
+        server = next(s for s in stack.servers if s.name == target)
+        server.kill()
+    else:
+        raise ValueError(f"unknown fault {scenario!r}")
+
+
+def _recover(stack: LocalStack, spec: StackSpec, scenario: str, folder: Path) -> None:
+    kind, target = scenario.split(":", 1)
+    if kind == "kill":
+        full = dataclasses.replace(
+            spec,
+            nats_url=stack.state.nats_url,
+            redis_url=stack.state.redis_url,
+            origin_wall_s=stack.state.origin_wall_s,
+        )
+        launch = next(x for x in stack_launches(full) if x.name == target)
+        stack.group.procs[target] = start_process(launch, folder)
+    elif kind == "restart":
+        index = next(i for i, s in enumerate(stack.servers) if s.name == target)
+        old = stack.servers[index]
+        start = start_nats if target == "nats" else start_redis
+        stack.servers[index] = start(old.workdir, old.port)
+
+
+def _score(
+    scenario: str, result: ReplayResult, fault_at: float, restored_at: float
+) -> ScenarioResult:
+    records = result.records
+    after = [
+        r.completion.finished_at
+        for r in records
+        if r.completion is not None
+        and r.sent_at >= fault_at
+        and r.completion.finished_at >= restored_at
+    ]
+    errors: dict[str, int] = {}
+    for r in records:
+        if r.error is not None:
+            errors[r.error.code] = errors.get(r.error.code, 0) + 1
+    completed = sum(1 for r in records if r.completion is not None)
+    failed = sum(1 for r in records if r.completion is None and r.error is not None)
+    return ScenarioResult(
+        scenario=scenario,
+        requests=len(records),
+        completed=completed,
+        failed=failed,
+        lost=len(records) - completed - failed,
+        duplicated=sum(r.duplicate_endings for r in records),
+        recovery_s=(min(after) - restored_at) if after else None,
+        errors=errors,
+    )
+
+
+async def _run(
+    scenario: str, trace: list[TraceRequest], spec: StackSpec, folder: Path, downtime_s: float
+) -> ScenarioResult:
+    stack = await asyncio.to_thread(start_local_stack, spec, folder)
+    try:
+        await asyncio.to_thread(stack.wait_ready)
+        nc = await connect_nats(NatsSettings(url=stack.state.nats_url), "faults-client")
+        try:
+            replaying = asyncio.create_task(
+                replay(
+                    nc,
+                    Subjects(spec.namespace),
+                    trace,
+                    model=spec.model,
+                    speedup=spec.speedup,
+                    settle_timeout_s=30,
+                )
+            )
+            await asyncio.sleep(trace[len(trace) // 3].t_s / spec.speedup)
+            fault_at = time.time()
+            await asyncio.to_thread(_inject, stack, spec, scenario, folder)
+            restored_at = fault_at
+            if not scenario.startswith("drop:"):
+                await asyncio.sleep(downtime_s)
+                await asyncio.to_thread(_recover, stack, spec, scenario, folder)
+                restored_at = time.time()
+            result = await replaying
+        finally:
+            await nc.close()
+    finally:
+        await asyncio.to_thread(stack.stop)
+    return _score(scenario, result, fault_at, restored_at)
+
+
+def run_scenario(
+    scenario: str,
+    trace: list[TraceRequest],
+    *,
+    workers: int = 2,
+    speedup: float = 10.0,
+    downtime_s: float = 1.0,
+) -> ScenarioResult:
+    """Run one scenario on a fresh stack in a temporary folder."""
+    spec = StackSpec(namespace="faults", workers=workers, regions=("PJM",), speedup=speedup)
+    with tempfile.TemporaryDirectory(prefix="gs-faults-") as folder:
+        return asyncio.run(_run(scenario, trace, spec, Path(folder), downtime_s))
