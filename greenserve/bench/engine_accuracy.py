@@ -20,7 +20,7 @@ from shared.paths import data_path
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
 NAME = "engine-accuracy"
-HELP = "Error of the simulated GPU engine on held-out calibration points (Vidur, Splitwise, ML.ENERGY)."
+HELP = "Simulated GPU engine error on held-out calibration points (Vidur, Splitwise, ML.ENERGY)."
 
 _GOALS = {"tbt_median_ape": 10.0, "ttft_median_ape": 10.0, "power_median_ape": 15.0}
 

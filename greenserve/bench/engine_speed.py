@@ -26,11 +26,15 @@ _CLUSTER_GPUS = 96
 def _measure(config: EngineConfig, running: int, iterations: int) -> tuple[float, float]:
     engine = create_engine(config)
     for i in range(running):
-        # Outputs long enough that nobody finishes, staggered prompts for a spread of KV.
-        engine.add(EngineRequest(request_id=f"r{i}", prompt_tokens=128 + i % 512,
-                                 output_tokens=100_000 // running + iterations + 64))  # fmt: skip
-    while engine.num_waiting or engine.num_running < running:
+        # Outputs long enough that nobody finishes while timed; staggered prompts spread KV.
+        engine.add(EngineRequest(request_id=f"r{i}", prompt_tokens=64 + i % 256,
+                                 output_tokens=iterations + 64))  # fmt: skip
+    for _ in range(10 * running):  # admission and prefill; bounded in case KV is too small
+        if not engine.num_waiting and engine.num_running == running:
+            break
         engine.step()
+    else:
+        raise RuntimeError(f"{config.model} on {config.gpu} cannot hold {running} sequences")
     start_engine = engine.now_s
     start = time.perf_counter()
     for _ in range(iterations):
@@ -41,7 +45,7 @@ def _measure(config: EngineConfig, running: int, iterations: int) -> tuple[float
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the bench's options."""
-    parser.add_argument("--iterations", type=int, default=5000, help="iterations to time")
+    parser.add_argument("--iterations", type=int, default=1000, help="iterations to time")
     parser.add_argument("--running", type=int, default=256, help="sequences decoding")
 
 
@@ -50,7 +54,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     setups = {
         "llama-3-8b/H100/TP1": (EngineConfig(gpu="H100-80GB", model="llama-3-8b", tp=1), 1),
         "llama-3-70b/H100/TP4": (EngineConfig(gpu="H100-80GB", model="llama-3-70b", tp=4), 4),
-        "llama-2-13b/A100/TP1": (EngineConfig(gpu="A100-80GB", model="llama-2-13b", tp=1), 1),
+        "llama-3-8b/A100/TP1": (EngineConfig(gpu="A100-80GB", model="llama-3-8b", tp=1), 1),
     }
     by_setup: dict[str, Any] = {}
     for name, (config, gpus) in setups.items():

@@ -58,11 +58,13 @@ class ContinuousBatcher:
     """Waiting queue, running set and KV block pool of one engine instance."""
 
     __slots__ = (
+        "_all_decoding",
         "_block_size",
         "_by_id",
         "_free_blocks",
         "_max_seqs",
         "_running",
+        "_running_ids",
         "_token_budget",
         "_total_blocks",
         "_waiting",
@@ -80,6 +82,8 @@ class ContinuousBatcher:
         self._running: list[Sequence] = []
         self._waiting: deque[Sequence] = deque()
         self._by_id: dict[str, Sequence] = {}
+        self._running_ids: tuple[str, ...] | None = None
+        self._all_decoding = False
 
     @property
     def total_blocks(self) -> int:
@@ -136,6 +140,7 @@ class ContinuousBatcher:
             return False
         if sequence.blocks:
             self._running.remove(sequence)
+            self._running_ids = None
             self._free_blocks += sequence.blocks
             sequence.blocks = 0
         else:
@@ -152,6 +157,81 @@ class ContinuousBatcher:
 
     def schedule(self) -> BatchStep | None:
         """Plan and run one iteration; ``None`` when nothing can be scheduled."""
+        running = self._running
+        if (
+            self._all_decoding
+            and running
+            and (not self._waiting or len(running) >= self._max_seqs)
+            and len(running) <= self._token_budget
+        ):
+            step = self._decode_only()
+            if step is not None:
+                return step
+        step = self._schedule_general()
+        # A step leaves every survivor decoding unless a prompt chunk is still unfinished.
+        self._all_decoding = all(s.computed == s.prompt + s.generated - 1 for s in self._running)
+        return step
+
+    def _decode_only(self) -> BatchStep | None:
+        """Steady-state fast path: every running sequence decodes one token, no admission.
+
+        Returns ``None`` (changing nothing) when the new blocks would not fit, so that the
+        general path handles preemption.
+        """
+        bs = self._block_size
+        running = self._running
+        # A decode needs at most one new block per sequence, so the exact count is only
+        # worth computing when the pool is nearly full.
+        if len(running) > self._free_blocks:
+            need = sum(1 for seq in running if seq.computed % bs == 0)
+            if need > self._free_blocks:
+                return None
+        context = 0
+        new_blocks = 0
+        finished: list[Sequence] = []
+        for seq in running:
+            computed = seq.computed
+            if computed % bs == 0:
+                seq.blocks += 1
+                new_blocks += 1
+            computed += 1
+            seq.computed = computed
+            context += computed
+            generated = seq.generated + 1
+            seq.generated = generated
+            if generated >= seq.output:
+                finished.append(seq)
+        self._free_blocks -= new_blocks
+        emitted = self._running_ids
+        if emitted is None or len(emitted) != len(running):
+            emitted = self._running_ids = tuple(seq.request_id for seq in running)
+        if finished:
+            self._release(finished)
+        return BatchStep(
+            prefill_tokens=0,
+            decode_seqs=len(emitted),
+            attention_pairs=float(context),
+            kv_read_tokens=context,
+            emitted=emitted,
+            finished=tuple(seq.request_id for seq in finished),
+            preempted=(),
+        )
+
+    def _release(self, finished: list[Sequence]) -> None:
+        done = {id(seq) for seq in finished}
+        keep: list[Sequence] = []
+        for seq in self._running:
+            if id(seq) in done:
+                self._free_blocks += seq.blocks
+                seq.blocks = 0
+                del self._by_id[seq.request_id]
+            else:
+                keep.append(seq)
+        self._running[:] = keep
+        self._running_ids = None
+
+    def _schedule_general(self) -> BatchStep | None:
+        self._running_ids = None
         budget = self._token_budget
         bs = self._block_size
         scheduled: list[tuple[Sequence, int]] = []
@@ -205,6 +285,7 @@ class ContinuousBatcher:
         kv_read = 0
         emitted: list[str] = []
         finished: list[str] = []
+        finished_seqs: list[Sequence] = []
         for seq, n in scheduled:
             offset = seq.computed
             if n == 1 and seq.generated and offset == seq.prompt + seq.generated - 1:
@@ -220,17 +301,9 @@ class ContinuousBatcher:
                 emitted.append(seq.request_id)
                 if seq.generated >= seq.output:
                     finished.append(seq.request_id)
+                    finished_seqs.append(seq)
         if finished:
-            done = set(finished)
-            keep: list[Sequence] = []
-            for seq in self._running:
-                if seq.request_id in done:
-                    self._free_blocks += seq.blocks
-                    seq.blocks = 0
-                    del self._by_id[seq.request_id]
-                else:
-                    keep.append(seq)
-            self._running[:] = keep
+            self._release(finished_seqs)
         return BatchStep(
             prefill_tokens=prefill_tokens,
             decode_seqs=decode_seqs,
