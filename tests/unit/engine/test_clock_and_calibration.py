@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -21,7 +22,7 @@ def test_supported_clocks_follow_nvml_steps() -> None:
     assert a100.supported_clocks_mhz[-1] == 1410.0
     assert h100.supported_clocks_mhz[-1] == 1980.0
     clocks = a100.supported_clocks_mhz
-    assert {b - a for a, b in zip(clocks, clocks[1:], strict=False)} == {15.0}
+    assert {b - a for a, b in itertools.pairwise(clocks)} == {15.0}
     assert a100.set_clock_mhz(1001.0) == 1005.0
     assert a100.set_clock_mhz(5000.0) == 1410.0
 
