@@ -38,8 +38,13 @@ EIA_TRAIN_END: Final = pd.Timestamp("2022-07-31 23:00", tz="UTC")
 EM_TRAIN_END: Final = pd.Timestamp("2023-12-31 23:00", tz="UTC")
 PAPER: Final[dict[str, Any]] = {
     "source": "CarbonCast repository (day-1 MAPE %), shared/data/README.md",
-    "carboncast_day1_mape_pct": {"eia:CISO": 9.7, "eia:PJM": 2.7, "eia:BPAT": 11.9,
-                                 "em:DE-LU": 13.3, "ERCO": 11.5},
+    "carboncast_day1_mape_pct": {
+        "eia:CISO": 9.7,
+        "eia:PJM": 2.7,
+        "eia:BPAT": 11.9,
+        "em:DE-LU": 13.3,
+        "ERCO": 11.5,
+    },
     "dacf_day_ahead_mean_mape_pct": 6.4,
     "gb_operator_48h_mape_pct": 7.1,
     "template_level_eia_day1_mean_mape_pct_readme": 6.4,
@@ -62,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cache-dir",
         type=Path,
         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-        / "greenserve" / "forecaster",
+        / "greenserve"
+        / "forecaster",
         help="where fitted models are cached",
     )
     parser.add_argument("--no-cache", action="store_true", help="always refit")
@@ -109,8 +115,11 @@ def _summary(per_region: dict[str, dict[str, Any]], prefix: str) -> dict[str, An
         if r["mape_pct"]["chosen"][bucket] >= r["mape_pct"]["template_level"][bucket]
     ]
     regret = float(np.mean([r["best_window_4h"]["chosen"]["regret_pct"] for r in rows.values()]))
-    return {"mean_mape_pct": means, "mean_window_regret_pct": round(regret, 3),
-            "buckets_not_beating_template_level": misses}
+    return {
+        "mean_mape_pct": means,
+        "mean_window_regret_pct": round(regret, 3),
+        "buckets_not_beating_template_level": misses,
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -122,7 +131,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         started = time.perf_counter()
         history, train_end = _load(name)
         result = run_backtest(
-            history, train_end, config=ForecasterConfig(), max_origins=args.max_origins,
+            history,
+            train_end,
+            config=ForecasterConfig(),
+            max_origins=args.max_origins,
             cache_dir=cache,
         )
         per_region[name] = as_dict(result)
@@ -131,13 +143,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"[{position}/{len(names)}] {name}: day-1 MAPE {day1:.2f} % "
             f"(template+level {result.mape['template_level']['day1']:.2f} %), "
             f"{time.perf_counter() - started:.1f} s",
-            file=sys.stderr, flush=True,
+            file=sys.stderr,
+            flush=True,
         )
     eia, em = _summary(per_region, "eia:"), _summary(per_region, "em:")
     day1_mean = eia.get("mean_mape_pct", {}).get("chosen", {}).get("day1")
     return {
-        "splits": {"eia": "train 2022-01..07, test 2022-08..12",
-                   "em": "train 2021-2023, test 2024"},
+        "splits": {
+            "eia": "train 2022-01..07, test 2022-08..12",
+            "em": "train 2021-2023, test 2024",
+        },
         "origins": "daily at 00:00 UTC; inputs end 1 h before the origin",
         "regions": per_region,
         "eia_summary": eia,

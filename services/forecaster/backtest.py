@@ -31,8 +31,8 @@ from services.forecaster.models import (
 from services.forecaster.sources import CarbonHistory
 
 __all__ = [
-    "REPORT_BUCKETS",
     "REPORTED_MODELS",
+    "REPORT_BUCKETS",
     "BacktestResult",
     "as_dict",
     "daily_origins",
@@ -72,7 +72,8 @@ def daily_origins(grid: HourlyGrid, test_start: pd.Timestamp, horizon_h: int) ->
     first = grid.index_of(test_start)
     midnight = (hours + grid.start.hour) % 24 == 0
     keep = midnight & (hours >= first) & (hours + horizon_h <= len(grid))
-    return hours[keep]
+    result: IntArray = hours[keep]
+    return result
 
 
 def window_regret(
@@ -87,8 +88,12 @@ def window_regret(
     """
     complete = observed.min(axis=1) > 0
     if not complete.any():
-        return {"regret_pct": float("nan"), "regret_g": float("nan"),
-                "saving_vs_now_pct": float("nan"), "origins": 0.0}
+        return {
+            "regret_pct": float("nan"),
+            "regret_g": float("nan"),
+            "saving_vs_now_pct": float("nan"),
+            "origins": 0.0,
+        }
     predicted_means = window_means(forecast[complete], window_h)
     actual_means = window_means(actual[complete], window_h)
     rows = np.arange(actual_means.shape[0])
@@ -100,7 +105,9 @@ def window_regret(
         "regret_g": round(float(np.mean(chosen - best)), 3),
         "saving_vs_now_pct": round(
             float(np.mean((actual_means[:, 0] - chosen) / np.maximum(actual_means[:, 0], 1.0)))
-            * 100.0, 3),
+            * 100.0,
+            3,
+        ),
         "origins": float(complete.sum()),
     }
 
@@ -120,10 +127,18 @@ def fit_cached(
     Returns:
         The forecaster and whether it came from the cache.
     """
-    key_material = repr((history.region, history.source, history.emission_factor,
-                         str(history.intensity.index[-1]), len(history.intensity),
-                         float(np.nansum(history.intensity.to_numpy())), config,
-                         _code_digest()))
+    key_material = repr(
+        (
+            history.region,
+            history.source,
+            history.emission_factor,
+            str(history.intensity.index[-1]),
+            len(history.intensity),
+            float(np.nansum(history.intensity.to_numpy())),
+            config,
+            _code_digest(),
+        )
+    )
     key = hashlib.sha256(key_material.encode()).hexdigest()[:24]
     path = None if cache_dir is None else cache_dir / f"{history.region}-{key}.pkl"
     if path is not None and path.exists():

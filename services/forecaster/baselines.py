@@ -1,4 +1,4 @@
-"""Vectorised reference forecasters on an hourly array: seasonal naive, template + level, Holt-Winters.
+"""Vectorised reference forecasters: seasonal naive, template + level, Holt-Winters.
 
 Conventions shared by every function here (and by :mod:`services.forecaster.features`):
 
@@ -62,14 +62,16 @@ def _targets(origins: IntArray, horizon_h: int) -> tuple[IntArray, IntArray]:
 def same_hour_yesterday(y: FloatArray, origins: IntArray, horizon_h: int) -> FloatArray:
     """Seasonal naive: the same hour on the most recent day that lies before the origin."""
     targets, days_back = _targets(origins, horizon_h)
-    return y[targets - DAY * days_back[None, :]]
+    result: FloatArray = y[targets - DAY * days_back[None, :]]
+    return result
 
 
 def seven_day_template(y: FloatArray, origins: IntArray, horizon_h: int) -> FloatArray:
     """Mean of the same hour over the 7 most recent days available before the origin."""
     targets, days_back = _targets(origins, horizon_h)
     lags = DAY * (days_back[None, :, None] + np.arange(TEMPLATE_DAYS)[None, None, :])
-    return y[targets[:, :, None] - lags].mean(axis=2)
+    result: FloatArray = y[targets[:, :, None] - lags].mean(axis=2)
+    return result
 
 
 def template_plus_level(
@@ -85,7 +87,8 @@ def template_plus_level(
     recent = y[window]
     offset = recent[:, :DAY].mean(axis=1) - recent.mean(axis=1)
     fade = np.exp(-np.arange(1, horizon_h + 1) / fade_h)
-    return template + offset[:, None] * fade[None, :]
+    result: FloatArray = template + offset[:, None] * fade[None, :]
+    return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +145,9 @@ def holt_winters(
     """Forecast with additive damped Holt-Winters filtered over ``window_h`` hours per origin.
 
     Initial state per origin: level = mean of the window's first day, trend = 0, seasonal =
-    the mean daily profile of the last week before the origin, minus its mean. The recursion (Hyndman & Athanasopoulos
-    §8.3, as in statsmodels) then runs over the window, vectorised across origins.
+    the mean daily profile of the last week before the origin, minus its mean. The recursion
+    (Hyndman & Athanasopoulos §8.3, as in statsmodels) then runs over the window, vectorised
+    across origins.
     """
     if window_h % DAY:
         raise ValueError("window_h must be a whole number of days")

@@ -98,7 +98,7 @@ def log_ratio(numerator: FloatArray, denominator: FloatArray) -> FloatArray:
 def _calendar(grid: HourlyGrid, targets: IntArray) -> list[FloatArray]:
     hours = targets.astype(np.float64) + grid.start.hour
     hour_of_day = np.mod(hours, DAY)
-    day_number = np.floor(hours / DAY) + grid.start.dayofweek
+    day_number = np.floor(hours / DAY) + grid.start.day_of_week
     return [hour_of_day, np.mod(day_number, 7.0)]
 
 

@@ -29,7 +29,8 @@ BOOSTER_PARAMS: Final[dict[str, Any]] = {
     # validates on a later time span instead.
     "early_stopping": False,
 }
-"""Hyper-parameters, fixed a priori (not searched on the test years)."""
+"""Hyper-parameters, fixed a priori (not searched on the test years); ``max_iter`` may be
+overridden (tests use fewer rounds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +42,7 @@ class RatioBooster:
 
     def predict(self, features: FloatArray) -> FloatArray:
         """Predict the log-ratio for each row of ``features``."""
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
         with threadpool_limits(limits=1):
             result: FloatArray = np.asarray(self.model.predict(features), dtype=np.float64)
@@ -49,14 +50,21 @@ class RatioBooster:
 
 
 def fit_ratio_booster(
-    features: FloatArray, target: FloatArray, weight: FloatArray, seed: int = 0
+    features: FloatArray,
+    target: FloatArray,
+    weight: FloatArray,
+    seed: int = 0,
+    max_iter: int | None = None,
 ) -> RatioBooster:
     """Fit the booster; rows whose target hour was gap-filled get weight 0."""
     from sklearn.ensemble import HistGradientBoostingRegressor
     from threadpoolctl import threadpool_limits
 
     keep = weight > 0
-    model = HistGradientBoostingRegressor(random_state=seed, **BOOSTER_PARAMS)
+    params = dict(BOOSTER_PARAMS)
+    if max_iter is not None:
+        params["max_iter"] = max_iter
+    model = HistGradientBoostingRegressor(random_state=seed, **params)
     # One OpenMP thread: on a shared, busy host the default (all cores) spin-waits and runs
     # ~10x slower; the backtest parallelises over regions instead, if at all.
     with threadpool_limits(limits=1):

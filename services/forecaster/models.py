@@ -72,6 +72,8 @@ class ForecasterConfig:
     """Days of the fitting part used to estimate the Holt-Winters parameters."""
     quantile_pool_h: int = 2
     """Horizons either side pooled when estimating residual quantiles."""
+    booster_max_iter: int = 300
+    """Boosting rounds of the ratio model."""
     seed: int = 0
     """Random seed of the boosted model."""
 
@@ -294,7 +296,9 @@ def fit_forecaster(
         return features, target, grid.observed[targets].ravel().astype(np.float64)
 
     # Fitting origins stop H hours before the split so no fitted target reaches validation.
-    booster = fit_ratio_booster(*training_set(need, split - horizon), seed=cfg.seed)
+    booster = fit_ratio_booster(
+        *training_set(need, split - horizon), seed=cfg.seed, max_iter=cfg.booster_max_iter
+    )
     provisional = CarbonForecaster(
         region=history.region,
         signal=history.signal,
@@ -319,7 +323,9 @@ def fit_forecaster(
         emission_factor=history.emission_factor,
         horizon_h=horizon,
         hw_params=hw_params,
-        booster=fit_ratio_booster(*training_set(need, last_origin), seed=cfg.seed),
+        booster=fit_ratio_booster(
+            *training_set(need, last_origin), seed=cfg.seed, max_iter=cfg.booster_max_iter
+        ),
         choice=choice,
         log_quantiles=quantiles,
         validation_mape=scores,

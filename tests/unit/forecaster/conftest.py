@@ -1,0 +1,42 @@
+"""Shared fixtures: a synthetic daily-periodic region and a forecaster fitted on it once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from services.forecaster.models import CarbonForecaster, ForecasterConfig, fit_forecaster
+from services.forecaster.sources import CarbonHistory
+
+
+def synthetic_history(days: int = 90, seed: int = 7) -> CarbonHistory:
+    """Return a solar-shaped daily cycle with a slow level drift, noise and a solar share."""
+    rng = np.random.default_rng(seed)
+    index = pd.date_range("2023-01-01", periods=days * 24, freq="h", tz="UTC")
+    hours = np.arange(len(index))
+    solar = np.clip(np.sin(2 * np.pi * ((hours % 24) - 6) / 24), 0, None)
+    level = 300 + 40 * np.sin(2 * np.pi * hours / (24 * 17))
+    values = level * (1 - 0.4 * solar) * np.exp(rng.normal(0, 0.03, len(index)))
+    mix = pd.DataFrame({"SUN": 0.4 * solar, "NG": 1 - 0.4 * solar}, index=index)
+    return CarbonHistory(
+        region="SYN",
+        intensity=pd.Series(values, index=index, name="gco2_per_kwh"),
+        fuel_mix=mix,
+        signal="average",
+        emission_factor="direct",
+        source="synthetic",
+    )
+
+
+@pytest.fixture(scope="session")
+def history() -> CarbonHistory:
+    """Synthetic 90-day history."""
+    return synthetic_history()
+
+
+@pytest.fixture(scope="session")
+def fitted(history: CarbonHistory) -> CarbonForecaster:
+    """Forecaster fitted on the first 80 days of the synthetic history."""
+    config = ForecasterConfig(max_training_rows=10_000, hw_fit_days=14, booster_max_iter=40)
+    return fit_forecaster(history.until(history.intensity.index[80 * 24 - 1]), config=config)
