@@ -15,6 +15,7 @@ import time
 
 import nats.errors
 from nats.aio.msg import Msg
+from redis.exceptions import RedisError
 
 from proto.codec import DecodeError, decode, decode_any, encode
 from proto.messages import (
@@ -180,7 +181,11 @@ async def _dispatch(
     if not registry.placed(req, worker_id, now_model):
         return True  # it already finished; nothing left to record
     held = Assignment(request=req, worker_id=worker_id, dispatched_at=reply.accepted_at)
-    await ctx.redis.hset(ctx.keys.dispatched, rid, encode(held))
+    try:
+        await ctx.redis.hset(ctx.keys.dispatched, rid, encode(held))
+    except RedisError as exc:
+        # The worker has it; the record only serves recovery after a scheduler restart.
+        logger.warning("could not record the assignment of %s in redis: %s", rid, exc)
     return True
 
 

@@ -136,7 +136,12 @@ async def serve(ctx: ServiceContext) -> None:
                 held = Assignment(request=req, worker_id=UNPLACED_WORKER, dispatched_at=now)
                 pipe.hset(keys.dispatched, rid, encode(held))
                 pipe.hdel(keys.queued, rid)
-            await pipe.execute()
+            try:
+                await pipe.execute()
+            except RedisError as exc:
+                # Handing the requests over matters more than logging the move; only a
+                # router crash during this Redis outage could now lose them.
+                logger.warning("could not record %d pulled requests in redis: %s", len(taken), exc)
         depth = len(state.queue(pull.pool_id))
         QUEUE_DEPTH.labels(pull.pool_id).set(depth)
         return PullReply(requests=taken, queued=depth)
