@@ -20,6 +20,12 @@ import numpy as np
 import pandas as pd
 
 from services.forecaster.backtest import REPORT_BUCKETS, as_dict, run_backtest
+from services.forecaster.load_forecast import (
+    LOAD_METHODS,
+    LoadForecastConfig,
+    backtest_load,
+    load_azure_trace,
+)
 from services.forecaster.models import ForecasterConfig
 from services.forecaster.sources import (
     EIA_REGIONS,
@@ -72,6 +78,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where fitted models are cached",
     )
     parser.add_argument("--no-cache", action="store_true", help="always refit")
+    parser.add_argument("--skip-load", action="store_true", help="skip the load-forecast part")
+
+
+def _load_backtest() -> dict[str, Any]:
+    traces = {name: load_azure_trace(name) for name in ("code", "conv")}
+    return {
+        "what": "next-30-min peak QPS per 5-min step per trace (class), origins every minute",
+        "can_validate": "5-30 min ahead on one hour; not daily/weekly seasonality (1-h traces)",
+        "methods": {m: backtest_load(traces, LoadForecastConfig(method=m)) for m in LOAD_METHODS},
+    }
 
 
 def _regions(spec: str) -> list[str]:
@@ -158,5 +174,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "eia_summary": eia,
         "em_summary": em,
         "eia_day1_goal_met": None if day1_mean is None else bool(day1_mean <= 5.5),
+        "load_forecast": None if args.skip_load else _load_backtest(),
         "paper": PAPER,
     }
