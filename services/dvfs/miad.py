@@ -25,7 +25,14 @@ from typing import Final, Literal
 
 import numpy as np
 
-from services.dvfs.controller import LatencyWindow, Observation, SloThresholds, snap_clock
+from services.dvfs.controller import (
+    LatencyWindow,
+    Observation,
+    SloThresholds,
+    snap_clock,
+    snap_clock_down,
+    snap_clock_up,
+)
 
 __all__ = ["FREESH_TABLE7", "Aggregation", "MiadConfig", "MiadController", "is_congested"]
 
@@ -147,4 +154,10 @@ class MiadController:
         else:
             target = max(target - cfg.decrease_mhz, f_min)
         self._target_mhz = target
-        return snap_clock(target, clocks)
+        applied = snap_clock(target, clocks)
+        # Never leave [f_min, f_max] by rounding to the GPU's grid.
+        if applied > f_max:
+            return snap_clock_down(f_max, clocks)
+        if applied < f_min:
+            return snap_clock_up(f_min, clocks)
+        return applied

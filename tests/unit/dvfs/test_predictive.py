@@ -1,0 +1,146 @@
+"""Predictive clock control (throttLL'eM §3.3): binary search, deadlines, lost requests."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from services.dvfs.controller import Observation, RequestState
+from services.dvfs.perf_model import IpsModel, PrefillModel
+from services.dvfs.predictive import PredictiveConfig, PredictiveController, lowest_feasible_clock
+from services.dvfs.projection import project
+from shared.engine import EngineConfig
+
+A100 = tuple(210.0 + 15.0 * i for i in range(81))
+FloatArray = NDArray[np.float64]
+
+
+class LinearIps:
+    """IPS that rises with clock everywhere (80 it/s at 1410 MHz) and falls with batch."""
+
+    def predict_ips(
+        self, batch: FloatArray, kv_blocks: FloatArray, clock_mhz: FloatArray
+    ) -> FloatArray:
+        """Return 80 it/s × (0.3 + 0.7 f/1410), less with batch and KV."""
+        clock_factor = 0.3 + 0.7 * clock_mhz / 1410.0
+        return np.asarray(80.0 * clock_factor / (1.0 + batch / 256.0 + kv_blocks / 1e5))
+
+
+def _observe(requests: list[RequestState], now: float = 0.0, **extra: float) -> Observation:
+    return Observation(
+        now_s=now,
+        clock_mhz=1410.0,
+        supported_clocks_mhz=A100,
+        requests=tuple(requests),
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def _batch(n: int, remaining: int, deadline: float, prompt: int = 20) -> list[RequestState]:
+    return [
+        RequestState(
+            request_id=f"q{i}",
+            prompt_tokens=prompt,
+            generated_tokens=0,
+            predicted_remaining_tokens=remaining,
+            deadline_s=deadline,
+        )
+        for i in range(n)
+    ]
+
+
+def test_light_load_with_slack_gets_a_clock_below_max() -> None:
+    """Test that a small batch with loose deadlines runs well below 1410 MHz."""
+    controller = PredictiveController(LinearIps())
+    assert controller.decide(_observe(_batch(4, 100, deadline=30.0))) < 1000.0
+
+
+def test_tight_deadlines_force_the_maximum_clock() -> None:
+    """Test that deadlines only met at full speed give the highest clock."""
+    # 100 tokens at 78.77 it/s take 1.2695 s at 1410 MHz and 1.279 s one step lower (1395).
+    controller = PredictiveController(LinearIps())
+    assert controller.decide(_observe(_batch(4, 100, deadline=1.272))) == 1410.0
+    assert controller.lost_requests == 0
+
+
+def test_binary_search_agrees_with_a_linear_scan() -> None:
+    """Test that the search returns the lowest clock a linear scan finds feasible."""
+    model = LinearIps()
+    requests = _batch(8, 300, deadline=7.0) + _batch(3, 40, deadline=0.9, prompt=500)
+    projection = project(requests, block_size=16)
+    slack = np.array([r.deadline_s for r in requests])
+    chosen, lost = lowest_feasible_clock(model, projection, slack, A100, tbt_slo_s=0.15)
+    for clock in A100:
+        ips = model.predict_ips(
+            projection.batch, projection.kv_blocks, np.full(projection.batch.size, clock)
+        )
+        elapsed = np.cumsum(np.repeat(1.0 / ips, projection.iterations))
+        finish = elapsed[projection.finish_iteration]
+        mean_tbt = float(np.dot(1.0 / ips, projection.iterations)) / projection.horizon
+        if mean_tbt <= 0.15 and bool((finish <= slack).all()):
+            assert chosen == clock
+            break
+    assert lost == 0
+
+
+def test_a_lost_request_pins_max_clock_unless_ignored() -> None:
+    """Test that a hopeless deadline gives max clock, or is left out with "ignore"."""
+    requests = _batch(4, 100, deadline=30.0) + _batch(1, 500, deadline=0.5)
+    pinned = PredictiveController(LinearIps())
+    assert pinned.decide(_observe(requests)) == 1410.0
+    assert pinned.lost_requests == 1
+    ignoring = PredictiveController(LinearIps(), PredictiveConfig(lost_policy="ignore"))
+    assert ignoring.decide(_observe(requests)) < 1000.0
+
+
+def test_idle_instance_gets_the_lowest_allowed_clock() -> None:
+    """Test that with nothing to serve the clock drops to the search floor."""
+    assert PredictiveController(LinearIps()).decide(_observe([])) == 210.0
+    floored = PredictiveController(LinearIps(), PredictiveConfig(min_clock_mhz=300.0))
+    assert floored.decide(_observe([])) == 300.0
+
+
+def test_prefill_budget_raises_the_clock_under_prompt_load() -> None:
+    """Test that arriving prompts taking GPU time push the chosen clock up."""
+    prefill = PrefillModel(np.array([210.0, 1410.0]), np.array([6.7e-4, 1.0e-4]))
+    requests = _batch(8, 200, deadline=6.0)
+    plain = PredictiveController(LinearIps()).decide(_observe(requests))
+    loaded = PredictiveController(LinearIps(), prefill=prefill).decide(
+        _observe(requests, prompt_tokens_per_s=3000.0)
+    )
+    assert loaded > plain
+
+
+def test_learned_model_is_monotone_in_clock(ips_model: IpsModel) -> None:
+    """Test that the fitted IPS never falls when only the clock rises (binary-search premise)."""
+    rng = np.random.default_rng(1)
+    for batch, kv in zip(rng.integers(1, 256, 20), rng.integers(10, 28000, 20), strict=True):
+        ips = ips_model.predict_ips(np.full(81, batch), np.full(81, kv), np.array(A100))
+        assert np.all(np.diff(ips) >= -1e-9)
+
+
+def test_flattened_forest_reproduces_sklearn_predictions(ips_model: IpsModel) -> None:
+    """Test that the fast tree walk gives scikit-learn's predictions for random rows."""
+    rows = np.random.default_rng(2).uniform([1, 0, 210], [256, 28000, 1410], size=(500, 3))
+    fast = ips_model.predict_ips(rows[:, 0], rows[:, 1], rows[:, 2])
+    reference = np.maximum(ips_model.regressor.predict(rows), 1e-3)
+    assert np.allclose(fast, reference)
+
+
+def test_learned_model_lowers_the_clock_at_light_load_and_not_when_tight(
+    ips_model: IpsModel, engine_config: EngineConfig
+) -> None:
+    """Test that with the engine-trained model light load runs slow and tight load fast."""
+    controller = PredictiveController(ips_model, PredictiveConfig(tbt_slo_s=0.15))
+    requests = _batch(64, 150, deadline=7.0)
+    relaxed = controller.decide(_observe(requests))
+    projection = project(requests, block_size=engine_config.block_size)
+    ips = ips_model.predict_ips(
+        projection.batch, projection.kv_blocks, np.full(projection.batch.size, 1410.0)
+    )
+    at_max_s = float(np.dot(1.0 / ips, projection.iterations))
+    tight = controller.decide(_observe(_batch(64, 150, deadline=at_max_s * 1.01)))
+    hopeless = controller.decide(_observe(_batch(64, 150, deadline=at_max_s * 0.5)))
+    assert relaxed <= 600.0
+    assert tight >= 1200.0
+    assert hopeless == 1410.0
