@@ -1,0 +1,249 @@
+"""docker-compose.yml stays deployable: real entry points, known settings, consistent fleet.
+
+No Docker engine runs here, so the file is checked statically: every GreenServe service's
+command is a real ``services.<name>`` entry point, every ``GREENSERVE_*`` variable is a field
+of :class:`shared.config.Settings` and each service's environment loads into one, and the
+fleet (pools, workers, nodes, regions) is consistent with the planner's static plan.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from greenserve.stack import StackSpec, stack_launches
+from shared.config import CONFIG_FILE_ENV, Settings
+
+REPO = Path(__file__).resolve().parents[3]
+COMPOSE = REPO / "docker-compose.yml"
+DOCKERFILE = REPO / "docker" / "Dockerfile"
+PREFIX = "GREENSERVE_"
+INFRA = {"nats", "redis", "jaeger", "vllm"}
+INTERPOLATION = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
+
+
+def _compose() -> dict[str, Any]:
+    data = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+SERVICES: dict[str, dict[str, Any]] = _compose()["services"]
+GREENSERVE = {name: svc for name, svc in SERVICES.items() if name not in INFRA}
+SIM_WORKERS = {
+    name: svc
+    for name, svc in GREENSERVE.items()
+    if svc["command"][-1] == "services.worker" and "profiles" not in svc
+}
+
+
+def _resolve(value: str) -> str:
+    """Compose interpolation with the defaults in the file (no host variables are set)."""
+
+    def default(match: re.Match[str]) -> str:
+        assert match.group(2) is not None, f"${{{match.group(1)}}} has no default"
+        return match.group(2)
+
+    return INTERPOLATION.sub(default, value)
+
+
+def _env(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment", {})
+    assert isinstance(env, dict), "use the mapping form of environment"
+    return {key: _resolve(value) for key, value in env.items()}
+
+
+def _setting_path(variable: str) -> list[str]:
+    """``GREENSERVE_WORKER__WORKER_ID`` → ``["worker", "worker_id"]``, checked against Settings.
+
+    Raises:
+        AssertionError: the variable names no field of the settings model.
+    """
+    assert variable.startswith(PREFIX), variable
+    parts = variable.removeprefix(PREFIX).lower().split("__")
+    model: type[BaseModel] = Settings
+    for depth, part in enumerate(parts):
+        assert part in model.model_fields, f"{variable}: {part!r} is not a setting"
+        annotation = model.model_fields[part].annotation
+        last = depth == len(parts) - 1
+        if not last:
+            assert isinstance(annotation, type), variable
+            assert issubclass(annotation, BaseModel), variable
+            model = annotation
+    return parts
+
+
+def test_the_dockerfile_builds_one_image_from_python_slim() -> None:
+    """Test that docker/Dockerfile exists, starts from python:3.11-slim and pip-installs us."""
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert re.search(r"^FROM python:3\.11-slim\b", text, re.MULTILINE)
+    assert "pip install" in text
+    assert re.search(r"^USER (?!root)\w+", text, re.MULTILINE)
+    for source in re.findall(r"^COPY (\S+)", text, re.MULTILINE):
+        assert (REPO / source).exists(), f"COPY {source}: no such path"
+
+
+def test_every_greenserve_service_is_built_from_the_dockerfile() -> None:
+    """Test that each GreenServe container uses docker/Dockerfile with the repo as context."""
+    assert set(SIM_WORKERS) == {"worker-0", "worker-1"}
+    for name, svc in GREENSERVE.items():
+        build = svc["build"]
+        assert (COMPOSE.parent / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE
+        assert svc["image"] == "greenserve:local", name
+
+
+@pytest.mark.parametrize("name", sorted(GREENSERVE))
+def test_each_command_is_a_real_service_entry_point(name: str) -> None:
+    """Test that python -m services.<x> has a __main__ that runs service.serve."""
+    command = GREENSERVE[name]["command"]
+    assert command[:2] == ["python", "-m"]
+    module = command[2]
+    assert re.fullmatch(r"services\.[a-z_]+", module)
+    spec = importlib.util.find_spec(f"{module}.__main__")
+    assert spec is not None, f"{module} has no __main__"
+    assert spec.origin is not None
+    main_src = Path(spec.origin).read_text(encoding="utf-8")
+    assert "run_service(NAME, serve)" in main_src
+    service_py = Path(spec.origin).with_name("service.py")
+    tree = ast.parse(service_py.read_text(encoding="utf-8"))
+    serves = [n for n in tree.body if isinstance(n, ast.AsyncFunctionDef) and n.name == "serve"]
+    assert serves, f"{service_py} defines no async serve(ctx)"
+
+
+def test_compose_runs_every_service_the_embedded_stack_runs() -> None:
+    """Test that compose deploys each module `greenserve up` starts (the same seven services)."""
+    deployed = {svc["command"][2] for svc in GREENSERVE.values()}
+    launched = {launch.module for launch in stack_launches(StackSpec())}
+    assert launched <= deployed, f"not in docker-compose.yml: {sorted(launched - deployed)}"
+    assert len(launched) == 7
+
+
+@pytest.mark.parametrize("name", sorted(GREENSERVE))
+def test_every_variable_is_a_known_setting(name: str) -> None:
+    """Test that GreenServe containers get only GREENSERVE_* variables naming real fields."""
+    for variable in _env(GREENSERVE[name]):
+        if variable != CONFIG_FILE_ENV:
+            _setting_path(variable)
+
+
+def test_an_unknown_variable_is_caught() -> None:
+    """Test that the field walk rejects typos in the section and in the field."""
+    with pytest.raises(AssertionError, match="not a setting"):
+        _setting_path("GREENSERVE_WORKER__WORKERID")
+    with pytest.raises(AssertionError, match="not a setting"):
+        _setting_path("GREENSERVE_WROKER__WORKER_ID")
+
+
+@pytest.mark.parametrize("name", sorted(GREENSERVE))
+def test_each_service_environment_loads_into_settings(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Test that the values parse: Settings built from the environment carries each one."""
+    for variable in list(os.environ):
+        if variable.startswith(PREFIX):
+            monkeypatch.delenv(variable)
+    env = _env(GREENSERVE[name])
+    for variable, value in env.items():
+        monkeypatch.setenv(variable, value)
+    settings = Settings()
+    for variable, value in env.items():
+        loaded: Any = settings
+        for part in _setting_path(variable):
+            loaded = getattr(loaded, part)
+        if isinstance(loaded, bool):
+            assert loaded == (value.lower() in {"1", "true", "yes", "on"}), variable
+        elif isinstance(loaded, int | float):
+            assert float(loaded) == float(value), variable
+        elif isinstance(loaded, str | Path):
+            assert str(loaded) == value, variable
+        else:  # tuples and JSON-parsed sections: parsed into something non-empty
+            assert loaded, variable
+
+
+def test_services_share_one_bus_store_namespace_and_clock() -> None:
+    """Test that the common settings are identical in every GreenServe container."""
+    shared_keys = [
+        "GREENSERVE_NAMESPACE",
+        "GREENSERVE_NATS__URL",
+        "GREENSERVE_REDIS__URL",
+        "GREENSERVE_CLOCK__ORIGIN_WALL_S",
+        "GREENSERVE_CLOCK__ORIGIN_MODEL_S",
+        "GREENSERVE_PLANNER__STATIC_POOLS",
+        "GREENSERVE_TELEMETRY__OTLP_ENDPOINT",
+    ]
+    envs = [_env(svc) for svc in GREENSERVE.values()]
+    for key in shared_keys:
+        assert len({env.get(key) for env in envs}) == 1, key
+    assert envs[0]["GREENSERVE_TELEMETRY__OTLP_ENDPOINT"] == "http://jaeger:4318/v1/traces"
+
+
+def test_the_fleet_matches_the_planners_pools() -> None:
+    """Test that workers sit in planned pools, counts match, and every node has a dvfs agent."""
+    pools_json = _env(GREENSERVE["planner"])["GREENSERVE_PLANNER__STATIC_POOLS"]
+    planner = Settings.model_validate({"planner": {"static_pools": yaml.safe_load(pools_json)}})
+    pools = {p["pool_id"]: p for p in planner.planner.static_pools}
+    workers = [_env(svc) for svc in SIM_WORKERS.values()]
+    ids = [w["GREENSERVE_WORKER__WORKER_ID"] for w in workers]
+    assert len(set(ids)) == len(ids)
+    for pool_id, pool in pools.items():
+        members = [w for w in workers if w["GREENSERVE_WORKER__POOL_ID"] == pool_id]
+        assert len(members) == pool["instances"], pool_id
+        assert {w["GREENSERVE_WORKER__REGION"] for w in members} == {pool["region"]}
+        assert {w["GREENSERVE_WORKER__GPU"] for w in members} == {pool["gpu"]}
+    dvfs_nodes = {
+        _env(svc)["GREENSERVE_DVFS__NODE_ID"]
+        for svc in GREENSERVE.values()
+        if svc["command"][-1] == "services.dvfs"
+    }
+    assert {w["GREENSERVE_WORKER__NODE_ID"] for w in workers} <= dvfs_nodes
+    regions = yaml.safe_load(_env(GREENSERVE["forecaster"])["GREENSERVE_FORECASTER__REGIONS"])
+    assert {p["region"] for p in pools.values()} <= set(regions)
+
+
+def test_every_container_is_hardened_and_waits_for_healthy_dependencies() -> None:
+    """Test no-new-privileges everywhere and service_healthy only on healthchecked services."""
+    for name, svc in SERVICES.items():
+        assert "no-new-privileges:true" in svc["security_opt"], name
+        for dependency, rule in svc.get("depends_on", {}).items():
+            assert dependency in SERVICES, f"{name} depends on unknown {dependency}"
+            if rule["condition"] == "service_healthy":
+                assert "healthcheck" in SERVICES[dependency], f"{dependency} has no healthcheck"
+    for name, svc in GREENSERVE.items():
+        assert svc["depends_on"]["nats"]["condition"] == "service_healthy", name
+        assert svc["depends_on"]["redis"]["condition"] == "service_healthy", name
+
+
+def test_the_data_directory_is_mounted_read_only_and_named_by_the_setting() -> None:
+    """Test that each GreenServe container mounts the data read-only where data_dir points."""
+    for name, svc in GREENSERVE.items():
+        data_dir = _env(svc)["GREENSERVE_DATA_DIR"]
+        mounts = [_resolve(v).rsplit(":", 2) for v in svc["volumes"]]
+        assert [data_dir, "ro"] in [m[1:] for m in mounts if len(m) == 3], name
+
+
+def test_infrastructure_is_what_the_design_names() -> None:
+    """Test NATS with JetStream, Redis 7, Jaeger with OTLP on 4318, and the vllm profile."""
+    nats, redis, jaeger = SERVICES["nats"], SERVICES["redis"], SERVICES["jaeger"]
+    assert nats["image"].startswith("nats:2.10")
+    assert "-js" in nats["command"]
+    assert "healthcheck" in nats
+    assert "healthcheck" in redis
+    assert redis["image"].split(":")[1].startswith("7")
+    assert jaeger["image"].startswith("jaegertracing/all-in-one")
+    assert jaeger["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
+    assert any(p.endswith(":4318") for p in jaeger["ports"])
+    vllm, worker = SERVICES["vllm"], SERVICES["worker-vllm"]
+    assert vllm["profiles"] == ["vllm"] == worker["profiles"]
+    assert vllm["image"].startswith("vllm/vllm-openai")
+    devices = vllm["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["capabilities"] == ["gpu"]
+    assert _env(worker)["GREENSERVE_WORKER__BACKEND"] == "vllm"
+    assert _env(worker)["GREENSERVE_WORKER__VLLM_URL"] == "http://vllm:8000"
