@@ -1,0 +1,113 @@
+"""The OpenAI-compatible completions API as vLLM speaks it: request bodies, SSE, token counts.
+
+Pure helpers shared by the ``vllm`` backend (client side) and ``greenserve sim-engine``
+(server side). Token counting is exact when the server reports usage on every chunk
+(``stream_options.continuous_usage_stats``, a vLLM extension: cumulative
+``completion_tokens``); otherwise each choice chunk counts as its ``token_ids`` (when
+returned) or one token, and the final usage chunk tops the count up.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Final
+
+from proto.messages import ClassifiedRequest
+
+__all__ = [
+    "DONE",
+    "FILL_TOKEN_ID",
+    "SseEvent",
+    "TokenCounter",
+    "completion_body",
+    "error_message",
+    "parse_sse_line",
+]
+
+FILL_TOKEN_ID: Final = 1000
+"""Token id repeated to build a prompt of known length when only its count is known (trace
+replay). Any id below every supported vocabulary size and outside the special tokens of
+Llama-2/3 and Qwen works; the content does not matter for timing."""
+
+DONE: Final = "[DONE]"
+
+
+def completion_body(request: ClassifiedRequest, served_model: str) -> dict[str, Any]:
+    """``POST /v1/completions`` body for one request, streamed with per-chunk usage."""
+    req = request.request
+    prompt: str | list[int] = (
+        req.prompt if req.prompt is not None else [FILL_TOKEN_ID] * request.input_tokens
+    )
+    return {
+        "model": served_model,
+        "prompt": prompt,
+        "max_tokens": req.max_tokens,
+        "ignore_eos": req.ignore_eos,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "temperature": 0.0,
+    }
+
+
+SseEvent = dict[str, Any]
+
+
+def parse_sse_line(line: bytes) -> SseEvent | str | None:
+    """One line of a server-sent-event stream: a JSON event, :data:`DONE`, or ``None``.
+
+    Raises:
+        ValueError: for a ``data:`` line that is not JSON.
+    """
+    text = line.decode("utf-8", errors="replace").strip()
+    if not text.startswith("data:"):
+        return None  # blank separators, comments, event/id fields
+    data = text[len("data:") :].strip()
+    if data == DONE:
+        return DONE
+    event = json.loads(data)
+    if not isinstance(event, dict):
+        return {"error": f"SSE event is not a JSON object: {data[:200]}"}
+    return event
+
+
+def error_message(event: SseEvent) -> str | None:
+    """The error an event reports (vLLM's old ``object: error`` or new ``error: {}`` form)."""
+    if event.get("object") == "error":
+        return str(event.get("message", "engine error"))
+    error = event.get("error")
+    if isinstance(error, dict):
+        return str(error.get("message", "engine error"))
+    if error:
+        return str(error)
+    return None
+
+
+@dataclass(slots=True)
+class TokenCounter:
+    """Counts output tokens of one streamed completion."""
+
+    counted: int = 0
+    finish_reason: str | None = None
+
+    def update(self, event: SseEvent) -> int:
+        """Tokens this event adds."""
+        choices = event.get("choices") or []
+        usage = event.get("usage")
+        for choice in choices:
+            reason = choice.get("finish_reason")
+            if reason:
+                self.finish_reason = str(reason)
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            return self._advance_to(usage["completion_tokens"])
+        new = 0
+        for choice in choices:
+            token_ids = choice.get("token_ids")
+            new += len(token_ids) if isinstance(token_ids, list) else 1
+        self.counted += new
+        return new
+
+    def _advance_to(self, total: int) -> int:
+        new = max(0, total - self.counted)
+        self.counted += new
+        return new
