@@ -1,0 +1,283 @@
+"""The aiohttp application: OpenAI routes, SSE streaming, tracing and error middleware.
+
+A request is validated once (:mod:`services.gateway.openai_schema`), published to the
+ingress stream with ``Nats-Msg-Id`` (a retried publish is not a second request), the
+reply subject in ``Gs-Reply`` and the trace context, and answered from the replies that
+arrive on this gateway's client subject: ``TokenChunk`` → text, ``Completion`` → end,
+``ErrorReply`` → an OpenAI error with the status of :mod:`services.gateway.errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import nats.errors
+from aiohttp import web
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from opentelemetry import propagate, trace
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
+
+from proto.codec import encode
+from proto.messages import Completion, ErrorReply, TokenChunk
+from proto.subjects import Subjects
+from services.gateway.config import GatewayConfig
+from services.gateway.errors import ApiError
+from services.gateway.openai_schema import (
+    Endpoint,
+    ParsedRequest,
+    completion_body,
+    parse_body,
+    stream_chunk,
+    to_request,
+    usage,
+)
+from services.gateway.replies import ReplyRouter, TokenText
+from shared.counters import ERRORS
+from shared.telemetry import inject_headers
+
+__all__ = ["HTTP_REQUESTS", "NAME", "REPLY_HEADER", "STATE", "GatewayState", "build_app"]
+
+NAME = "gateway"
+REPLY_HEADER = "Gs-Reply"
+"""The classifier answers an undecodable payload on this header's subject."""
+
+HTTP_REQUESTS: Counter = Counter(
+    "greenserve_http_requests_total", "HTTP requests to the gateway", ["route", "status"]
+)
+
+logger = logging.getLogger(__name__)
+
+_json = msgspec.json.Encoder()
+
+
+@dataclass(slots=True)
+class GatewayState:
+    """What the handlers share: the bus, the config and the reply router."""
+
+    nc: Client
+    js: JetStreamContext
+    subjects: Subjects
+    config: GatewayConfig
+    models: frozenset[str]
+    client_id: str
+    chars_per_token: float | None
+    """Prompt-length estimate; ``None`` when the classifier tokenises the text itself."""
+    router: ReplyRouter = field(default_factory=ReplyRouter)
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+
+    def new_request_id(self) -> str:
+        """A request id unique to this gateway instance."""
+        return f"{self.client_id}-{next(self._ids)}"
+
+
+STATE: web.AppKey[GatewayState] = web.AppKey("state", GatewayState)
+
+
+def _error_response(err: ApiError) -> web.Response:
+    ERRORS.labels(NAME, err.code).inc()
+    return web.json_response(err.body(), status=err.status)
+
+
+def _sse(payload: dict[str, Any] | str) -> bytes:
+    data = payload.encode() if isinstance(payload, str) else _json.encode(payload)
+    return b"data: " + data + b"\n\n"
+
+
+@web.middleware
+async def _observe(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """One SERVER span per HTTP request (continuing a client's traceparent); JSON 404/405."""
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"
+    tracer = trace.get_tracer(f"greenserve.{NAME}")
+    with tracer.start_as_current_span(
+        f"{request.method} {route}",
+        context=propagate.extract(dict(request.headers)),
+        kind=trace.SpanKind.SERVER,
+        attributes={"http.request.method": request.method, "url.path": request.path},
+    ) as span:
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            code = "not_found" if exc.status == 404 else "method_not_allowed"
+            response = _error_response(ApiError(code, exc.reason, status=exc.status))
+        span.set_attribute("http.response.status_code", response.status)
+        if response.status >= 500:
+            span.set_status(trace.StatusCode.ERROR)
+    HTTP_REQUESTS.labels(route, str(response.status)).inc()
+    return response
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise ApiError("body_too_large", f"body of {request.content_length} bytes > {limit}")
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError("body_too_large", f"body larger than {limit} bytes") from None
+
+
+async def _publish(state: GatewayState, parsed: ParsedRequest, request_id: str) -> None:
+    reply = state.subjects.client_reply(state.client_id, request_id)
+    message = to_request(
+        parsed,
+        request_id=request_id,
+        reply_subject=reply,
+        client_id=state.client_id,
+        sent_at=time.time(),
+        chars_per_token=state.chars_per_token,
+    )
+    headers = inject_headers({"Nats-Msg-Id": request_id, REPLY_HEADER: reply})
+    try:
+        await state.js.publish(
+            state.subjects.ingress_request,
+            encode(message),
+            timeout=state.config.publish_timeout_s,
+            headers=headers,
+        )
+    except nats.errors.MaxPayloadError:
+        raise ApiError("body_too_large", "request exceeds the bus's largest message") from None
+    except (nats.errors.Error, TimeoutError) as exc:
+        logger.warning("ingress publish of %s failed: %r", request_id, exc)
+        raise ApiError("unavailable", "the ingress is unavailable; retry later") from None
+
+
+async def _next_reply(state: GatewayState, queue: asyncio.Queue[msgspec.Struct]) -> msgspec.Struct:
+    try:
+        return await asyncio.wait_for(queue.get(), state.config.request_timeout_s)
+    except TimeoutError:
+        raise ApiError("timeout", f"no reply within {state.config.request_timeout_s} s") from None
+
+
+def _upstream(error: ErrorReply) -> ApiError:
+    return ApiError(error.code, f"{error.service}: {error.reason}")
+
+
+async def _answer(
+    request: web.Request,
+    state: GatewayState,
+    parsed: ParsedRequest,
+    request_id: str,
+    queue: asyncio.Queue[msgspec.Struct],
+) -> web.StreamResponse:
+    created = int(time.time())
+    tokens = TokenText(state.config.placeholder_token)
+    first = await _next_reply(state, queue)  # errors before any token stay plain HTTP errors
+    if isinstance(first, ErrorReply):
+        raise _upstream(first)
+    if not parsed.stream:
+        reply = first
+        while not isinstance(reply, Completion):
+            if isinstance(reply, ErrorReply):
+                raise _upstream(reply)
+            if isinstance(reply, TokenChunk):
+                tokens.add(reply)
+            reply = await _next_reply(state, queue)
+        tokens.finish(reply.output_tokens)
+        body = completion_body(
+            parsed,
+            request_id,
+            created,
+            tokens.text,
+            reply.finish_reason,
+            usage(reply.input_tokens, reply.output_tokens),
+        )
+        return web.json_response(body)
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await response.prepare(request)
+    if parsed.endpoint == "chat":
+        await response.write(_sse(stream_chunk(parsed, request_id, created, text="", role=True)))
+    reply = first
+    try:
+        while not isinstance(reply, Completion):
+            if isinstance(reply, ErrorReply):
+                raise _upstream(reply)
+            if isinstance(reply, TokenChunk) and (text := tokens.add(reply)):
+                await response.write(_sse(stream_chunk(parsed, request_id, created, text=text)))
+            reply = await _next_reply(state, queue)
+    except ApiError as err:  # headers are gone: the error travels as an SSE event
+        ERRORS.labels(NAME, err.code).inc()
+        await response.write(_sse(err.body()))
+        await response.write(_sse("[DONE]"))
+        return response
+    rest = tokens.finish(reply.output_tokens)
+    await response.write(
+        _sse(
+            stream_chunk(parsed, request_id, created, text=rest, finish_reason=reply.finish_reason)
+        )
+    )
+    if parsed.include_usage:
+        final = usage(reply.input_tokens, reply.output_tokens)
+        await response.write(
+            _sse(stream_chunk(parsed, request_id, created, text=None, token_usage=final))
+        )
+    await response.write(_sse("[DONE]"))
+    return response
+
+
+def _handler(endpoint: Endpoint) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        state = request.app[STATE]
+        request_id = state.new_request_id()
+        trace.get_current_span().set_attribute("request.id", request_id)
+        queue = state.router.open(request_id)
+        try:
+            raw = await _read_body(request, state.config.max_body_bytes)
+            parsed = parse_body(
+                raw,
+                endpoint,
+                models=state.models,
+                default_max_tokens=state.config.default_max_tokens,
+                max_tokens_limit=state.config.max_tokens_limit,
+            )
+            await _publish(state, parsed, request_id)
+            return await _answer(request, state, parsed, request_id, queue)
+        except ApiError as err:
+            return _error_response(err)
+        except ConnectionResetError:
+            # The client left mid-stream; generation goes on (the bus has no cancel).
+            logger.info("client of %s disconnected", request_id)
+            raise
+        finally:
+            state.router.close(request_id)
+
+    return handle
+
+
+async def _models(request: web.Request) -> web.Response:
+    models = sorted(request.app[STATE].models)
+    data = [{"id": m, "object": "model", "created": 0, "owned_by": "greenserve"} for m in models]
+    return web.json_response({"object": "list", "data": data})
+
+
+async def _health(request: web.Request) -> web.Response:
+    if request.app[STATE].nc.is_connected:
+        return web.json_response({"status": "ok"})
+    return web.json_response({"status": "nats disconnected"}, status=503)
+
+
+async def _metrics(_request: web.Request) -> web.Response:
+    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def build_app(state: GatewayState) -> web.Application:
+    """The OpenAI-compatible application over ``state``."""
+    app = web.Application(client_max_size=state.config.max_body_bytes, middlewares=[_observe])
+    app[STATE] = state
+    app.router.add_post("/v1/completions", _handler("completion"))
+    app.router.add_post("/v1/chat/completions", _handler("chat"))
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/healthz", _health)
+    app.router.add_get("/metrics", _metrics)
+    return app

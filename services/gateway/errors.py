@@ -1,0 +1,76 @@
+"""Gateway errors in OpenAI's error format, and how upstream error codes map to HTTP.
+
+Every refusal has one code, used three times: in the JSON body (``error.code``), in the
+HTTP status (the tables below) and in ``greenserve_errors_total{service="gateway"}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+__all__ = ["GATEWAY_STATUS", "UPSTREAM_STATUS", "ApiError", "status_of_upstream"]
+
+GATEWAY_STATUS: Final = {
+    "invalid_json": 400,
+    "invalid_type": 400,
+    "invalid_value": 400,
+    "missing_field": 400,
+    "unsupported": 400,
+    "model_not_found": 404,
+    "body_too_large": 413,
+    "unavailable": 503,
+    "timeout": 504,
+}
+"""Codes the gateway itself decides, with their HTTP status."""
+
+UPSTREAM_STATUS: Final = {
+    "malformed": 400,
+    "missing_prompt": 400,
+    "no_tokenizer": 400,
+    "bad_prompt": 400,
+    "too_long": 400,
+    "kv_capacity": 400,
+    "unknown_model": 404,
+    "internal": 500,
+    "no_plan": 503,
+    "no_route": 503,
+}
+"""``ErrorReply.code`` from the services behind the bus → HTTP status (others: 502)."""
+
+_TYPES: Final = {
+    400: "invalid_request_error",
+    404: "invalid_request_error",
+    413: "invalid_request_error",
+}
+
+
+def status_of_upstream(code: str) -> int:
+    """HTTP status for an ``ErrorReply`` code; 502 for a code this gateway does not know."""
+    return UPSTREAM_STATUS.get(code, 502)
+
+
+class ApiError(Exception):
+    """A request the gateway answers with an OpenAI-style error body."""
+
+    def __init__(self, code: str, message: str, *, param: str | None = None, status: int = 0):
+        self.code = code
+        self.message = message
+        self.param = param
+        self.status = status or GATEWAY_STATUS.get(code) or status_of_upstream(code)
+        super().__init__(f"{code}: {message}")
+
+    @property
+    def error_type(self) -> str:
+        """OpenAI's error ``type``: client mistakes vs. server trouble."""
+        return _TYPES.get(self.status, "server_error" if self.status >= 500 else "api_error")
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body OpenAI clients parse (``{"error": {...}}``)."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }

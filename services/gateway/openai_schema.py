@@ -1,0 +1,289 @@
+"""OpenAI request validation and response rendering: pure functions, no I/O.
+
+The body is validated once, here; what passes becomes a :class:`ParsedRequest` and then a
+``proto.messages.Request``. Field names and response shapes follow OpenAI's
+``/v1/completions`` and ``/v1/chat/completions``, with two extension fields for simulated
+runs: ``prompt_tokens`` (the prompt's length when the client knows it) and ``ignore_eos``
+(generate exactly ``max_tokens``; false unless the request sets it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+
+from proto.messages import Request
+from services.gateway.errors import ApiError
+
+__all__ = [
+    "Endpoint",
+    "ParsedRequest",
+    "chat_prompt",
+    "completion_body",
+    "parse_body",
+    "stream_chunk",
+    "to_request",
+    "usage",
+]
+
+Endpoint = Literal["completion", "chat"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParsedRequest:
+    """A validated OpenAI request, reduced to what GreenServe serves."""
+
+    endpoint: Endpoint
+    model: str
+    prompt: str | None
+    prompt_tokens: int | None
+    """Known prompt length: the ``prompt_tokens`` extension or a token-id prompt."""
+    max_tokens: int
+    stream: bool
+    include_usage: bool
+    ignore_eos: bool
+
+
+def _int(body: dict[str, Any], name: str, low: int, high: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError("invalid_type", f"{name} must be an integer", param=name)
+    if not low <= value <= high:
+        raise ApiError(
+            "invalid_value", f"{name} must be in [{low}, {high}], got {value}", param=name
+        )
+    return value
+
+
+def _bool(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ApiError("invalid_type", f"{name} must be a boolean", param=name)
+    return value
+
+
+def _prompt(body: dict[str, Any]) -> tuple[str | None, int | None]:
+    """Text prompt, or the length of a token-id prompt (OpenAI accepts both)."""
+    value = body.get("prompt")
+    if value is None or isinstance(value, str):
+        return value, None
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+        return value[0], None
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+    ):
+        return None, len(value)
+    if isinstance(value, list) and len(value) > 1:
+        raise ApiError("unsupported", "one prompt per request (batched prompts)", param="prompt")
+    raise ApiError("invalid_type", "prompt must be a string or a list of token ids", param="prompt")
+
+
+def _content(message: Any, index: int) -> tuple[str, str]:
+    param = f"messages[{index}]"
+    if not isinstance(message, dict):
+        raise ApiError("invalid_type", f"{param} must be an object", param=param)
+    role = message.get("role")
+    if not isinstance(role, str) or not role:
+        raise ApiError("invalid_type", f"{param}.role must be a string", param=f"{param}.role")
+    content = message.get("content")
+    if content is None or isinstance(content, str):
+        return role, content or ""
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text":
+                raise ApiError("unsupported", "only text content parts", param=f"{param}.content")
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise ApiError("invalid_type", "text part without text", param=f"{param}.content")
+            texts.append(text)
+        return role, "".join(texts)
+    raise ApiError("invalid_type", f"{param}.content must be a string", param=f"{param}.content")
+
+
+def chat_prompt(messages: list[tuple[str, str]]) -> str:
+    """Render chat messages as one prompt (``role: content`` lines, then ``assistant:``).
+
+    A stand-in for the model's chat template: the simulated engine only needs the length.
+    """
+    lines = [f"{role}: {content}" for role, content in messages]
+    return "\n".join([*lines, "assistant:"])
+
+
+def parse_body(
+    raw: bytes,
+    endpoint: Endpoint,
+    *,
+    models: frozenset[str],
+    default_max_tokens: int,
+    max_tokens_limit: int,
+) -> ParsedRequest:
+    """Validate an HTTP body for ``endpoint``.
+
+    Raises:
+        ApiError: bad JSON, wrong types, values out of range, unknown model, missing prompt.
+    """
+    try:
+        body = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise ApiError("invalid_json", f"body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError("invalid_type", "body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise ApiError("missing_field", "model is required (a string)", param="model")
+    if model not in models:
+        raise ApiError("model_not_found", f"the model {model!r} does not exist", param="model")
+    for name in ("n", "best_of"):
+        _int(body, name, 1, 1)  # one choice per request
+    if _bool(body, "echo"):
+        raise ApiError("unsupported", "echo is not supported", param="echo")
+    prompt_tokens = _int(body, "prompt_tokens", 1, max_tokens_limit)
+    max_tokens = _int(body, "max_tokens", 1, max_tokens_limit)
+    if endpoint == "chat":
+        max_tokens = _int(body, "max_completion_tokens", 1, max_tokens_limit) or max_tokens
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ApiError("missing_field", "messages must be a non-empty list", param="messages")
+        prompt: str | None = chat_prompt([_content(m, i) for i, m in enumerate(messages)])
+    else:
+        prompt, id_count = _prompt(body)
+        prompt_tokens = prompt_tokens or id_count
+        if prompt is None and prompt_tokens is None:
+            raise ApiError("missing_field", "prompt is required", param="prompt")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise ApiError("invalid_type", "stream_options must be an object", param="stream_options")
+    return ParsedRequest(
+        endpoint=endpoint,
+        model=model,
+        prompt=prompt,
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens or default_max_tokens,
+        stream=_bool(body, "stream"),
+        include_usage=_bool(options or {}, "include_usage"),
+        ignore_eos=_bool(body, "ignore_eos"),
+    )
+
+
+def to_request(
+    parsed: ParsedRequest,
+    *,
+    request_id: str,
+    reply_subject: str,
+    client_id: str,
+    sent_at: float,
+    chars_per_token: float | None,
+) -> Request:
+    """The bus message for ``parsed``.
+
+    Args:
+        parsed: the validated body.
+        request_id: unique id (also the ``Nats-Msg-Id``).
+        reply_subject: where replies for this request go.
+        client_id: the gateway instance's client id.
+        sent_at: wall time of arrival.
+        chars_per_token: estimate the prompt's length from its characters when the
+            classifier has no tokenizer; ``None`` sends the text for it to count.
+    """
+    prompt_tokens = parsed.prompt_tokens
+    if prompt_tokens is None and chars_per_token is not None and parsed.prompt is not None:
+        prompt_tokens = max(1, math.ceil(len(parsed.prompt) / chars_per_token))
+    return Request(
+        request_id=request_id,
+        model=parsed.model,
+        reply_subject=reply_subject,
+        sent_at=sent_at,
+        max_tokens=parsed.max_tokens,
+        prompt_tokens=prompt_tokens,
+        prompt=parsed.prompt,
+        ignore_eos=parsed.ignore_eos,
+        stream=parsed.stream,
+        client_id=client_id,
+    )
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    """OpenAI's ``usage`` object."""
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def _object_id(parsed: ParsedRequest, request_id: str) -> str:
+    return f"{'chatcmpl' if parsed.endpoint == 'chat' else 'cmpl'}-{request_id}"
+
+
+def completion_body(
+    parsed: ParsedRequest,
+    request_id: str,
+    created: int,
+    text: str,
+    finish_reason: str,
+    token_usage: dict[str, int],
+) -> dict[str, Any]:
+    """A non-streaming response."""
+    if parsed.endpoint == "chat":
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
+        kind = "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        kind = "text_completion"
+    return {
+        "id": _object_id(parsed, request_id),
+        "object": kind,
+        "created": created,
+        "model": parsed.model,
+        "choices": [choice],
+        "usage": token_usage,
+    }
+
+
+def stream_chunk(
+    parsed: ParsedRequest,
+    request_id: str,
+    created: int,
+    *,
+    text: str | None,
+    finish_reason: str | None = None,
+    role: bool = False,
+    token_usage: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """One SSE event's JSON; ``token_usage`` alone makes the final usage-only chunk."""
+    chat = parsed.endpoint == "chat"
+    choices: list[dict[str, Any]] = []
+    if token_usage is None:
+        if chat:
+            delta: dict[str, Any] = {"role": "assistant"} if role else {}
+            if text is not None:
+                delta["content"] = text
+            choices = [{"index": 0, "delta": delta, "logprobs": None}]
+        else:
+            choices = [{"index": 0, "text": text or "", "logprobs": None}]
+        choices[0]["finish_reason"] = finish_reason
+    chunk: dict[str, Any] = {
+        "id": _object_id(parsed, request_id),
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": created,
+        "model": parsed.model,
+        "choices": choices,
+    }
+    if token_usage is not None:
+        chunk["usage"] = token_usage
+    return chunk

@@ -1,0 +1,103 @@
+"""Gateway shell: the aiohttp site and the reply subscription, inside a service context.
+
+``serve(ctx)`` is what ``python -m services.gateway`` and the in-process runner call; it
+reads :class:`~services.gateway.config.GatewayConfig` from the environment. Tests and the
+fuzz bench use :class:`Gateway` (or :func:`open_gateway`) with an explicit config and port 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+from nats.aio.subscription import Subscription
+
+from services.gateway.app import NAME, GatewayState, build_app
+from services.gateway.config import GatewayConfig
+from shared.bus import ensure_ingress_stream
+from shared.config import Settings
+from shared.lifecycle import ServiceContext, service_context
+
+__all__ = ["NAME", "Gateway", "open_gateway", "serve"]
+
+logger = logging.getLogger(__name__)
+
+
+class Gateway:
+    """The HTTP ingress of one stack: start it, read its ``url``, stop it."""
+
+    def __init__(self, ctx: ServiceContext, config: GatewayConfig) -> None:
+        tokenizer = ctx.settings.classifier.tokenizer_path
+        self.state = GatewayState(
+            nc=ctx.nc,
+            js=ctx.js,
+            subjects=ctx.subjects,
+            config=config,
+            models=frozenset(ctx.settings.classifier.models),
+            client_id=f"gw-{uuid.uuid4().hex[:12]}",
+            chars_per_token=None if tokenizer else config.chars_per_token,
+        )
+        self._ctx = ctx
+        self._runner: web.AppRunner | None = None
+        self._sub: Subscription | None = None
+        self.url = ""
+        """Base URL once started, e.g. ``http://127.0.0.1:8080`` (clients add ``/v1``)."""
+
+    async def start(self) -> str:
+        """Subscribe to replies, make sure the ingress stream exists, open the port."""
+        if self._runner is not None:
+            return self.url
+        state = self.state
+        self._sub = await state.nc.subscribe(
+            state.subjects.client_wildcard(state.client_id), cb=state.router.on_message
+        )
+        await ensure_ingress_stream(state.js, state.subjects)
+        runner = web.AppRunner(
+            build_app(state),
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=self._ctx.settings.shutdown_timeout_s,
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, state.config.host, state.config.port)
+        await site.start()
+        self._runner = runner
+        host, port = runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}"
+        logger.info("gateway listening on %s", self.url)
+        return self.url
+
+    async def stop(self) -> None:
+        """Close the port (in-flight requests finish within the shutdown timeout)."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+
+@contextlib.asynccontextmanager
+async def open_gateway(settings: Settings, config: GatewayConfig) -> AsyncIterator[Gateway]:
+    """A started gateway with its own NATS/Redis/telemetry context."""
+    async with service_context(NAME, settings) as ctx:
+        gateway = Gateway(ctx, config)
+        await gateway.start()
+        try:
+            yield gateway
+        finally:
+            await gateway.stop()
+
+
+async def serve(ctx: ServiceContext) -> None:
+    """Run until ``ctx.stop`` is set."""
+    gateway = Gateway(ctx, GatewayConfig.from_env())
+    await gateway.start()
+    try:
+        await ctx.stop.wait()
+    finally:
+        await gateway.stop()

@@ -1,0 +1,174 @@
+"""The OpenAI-compatible gateway in front of the whole in-process stack, with the openai client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from greenserve.runner import run_in_process
+from greenserve.stack import StackSpec, stack_launches
+from services.gateway.config import GatewayConfig
+from services.gateway.service import open_gateway
+from shared.counters import ERRORS
+from shared.servers import ServerProcess
+
+openai = pytest.importorskip("openai")
+
+pytestmark = pytest.mark.connected
+
+PLACEHOLDER = " tok"
+EXACT = {"prompt_tokens": 24, "ignore_eos": True}
+"""Extension fields: known prompt length, exactly max_tokens generated."""
+
+
+@contextlib.asynccontextmanager
+async def _gateway(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> AsyncIterator[str]:
+    spec = StackSpec(
+        namespace=namespace,
+        nats_url=nats_server.url,
+        redis_url=redis_server.url,
+        workers=1,
+        regions=("PJM",),
+        speedup=50.0,
+        origin_wall_s=time.time(),
+        # The classifier's NATS drain waits out this timeout on stop; keep the test short.
+        extra={"shutdown_timeout_s": 1.0},
+    )
+    launches = stack_launches(spec)
+    config = GatewayConfig(port=0, max_body_bytes=64 * 1024, request_timeout_s=20.0)
+    async with run_in_process(launches), open_gateway(launches[0].settings, config) as gateway:
+        yield gateway.url
+
+
+async def _completions(client: Any) -> dict[str, Any]:
+    plain = await client.completions.create(
+        model="llama-3-8b", prompt="Say hi", max_tokens=7, extra_body=EXACT
+    )
+    stream = await client.completions.create(
+        model="llama-3-8b", prompt="Say hi", max_tokens=5, stream=True, extra_body=EXACT
+    )
+    streamed = [chunk async for chunk in stream]
+    return {"plain": plain, "streamed": streamed}
+
+
+async def _chats(client: Any) -> dict[str, Any]:
+    messages = [{"role": "user", "content": "Say hi"}]
+    plain = await client.chat.completions.create(
+        model="llama-3-8b", messages=messages, max_tokens=6, extra_body=EXACT
+    )
+    stream = await client.chat.completions.create(
+        model="llama-3-8b",
+        messages=messages,
+        max_completion_tokens=9,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body=EXACT,
+    )
+    streamed = [chunk async for chunk in stream]
+    return {"plain": plain, "streamed": streamed}
+
+
+async def test_openai_client_gets_exact_token_counts_streaming_and_not(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that completions and chat completions, streamed and not, return the asked tokens."""
+    async with _gateway(nats_server, redis_server, namespace) as url:
+        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        try:
+            done, chat, models = await asyncio.gather(
+                _completions(client), _chats(client), client.models.list()
+            )
+        finally:
+            await client.close()
+    assert done["plain"].usage.completion_tokens == 7
+    assert done["plain"].usage.prompt_tokens == 24
+    assert done["plain"].choices[0].text == PLACEHOLDER * 7
+    assert done["plain"].choices[0].finish_reason == "length"
+    assert "".join(c.choices[0].text for c in done["streamed"]) == PLACEHOLDER * 5
+    assert done["streamed"][-1].choices[0].finish_reason == "length"
+    assert chat["plain"].choices[0].message.content == PLACEHOLDER * 6
+    assert chat["plain"].usage.completion_tokens == 6
+    deltas = [c.choices[0].delta.content or "" for c in chat["streamed"] if c.choices]
+    assert "".join(deltas) == PLACEHOLDER * 9
+    assert chat["streamed"][-1].usage.completion_tokens == 9
+    assert "llama-3-8b" in {m.id for m in models.data}
+
+
+BAD_REQUESTS: dict[str, tuple[str, bytes | dict[str, Any], int, str]] = {
+    "bad json": ("/v1/completions", b'{"model": "llama-3-8b", "prompt": ', 400, "invalid_json"),
+    "not an object": ("/v1/completions", b"[1, 2]", 400, "invalid_type"),
+    "string max_tokens": (
+        "/v1/completions",
+        {"model": "llama-3-8b", "prompt": "x", "max_tokens": "ten"},
+        400,
+        "invalid_type",
+    ),
+    "negative max_tokens": (
+        "/v1/completions",
+        {"model": "llama-3-8b", "prompt": "x", "max_tokens": -3},
+        400,
+        "invalid_value",
+    ),
+    "absurd max_tokens": (
+        "/v1/completions",
+        {"model": "llama-3-8b", "prompt": "x", "max_tokens": 10**12},
+        400,
+        "invalid_value",
+    ),
+    "unknown model": (
+        "/v1/completions",
+        {"model": "gpt-99", "prompt": "x"},
+        404,
+        "model_not_found",
+    ),
+    "missing prompt": ("/v1/completions", {"model": "llama-3-8b"}, 400, "missing_field"),
+    "empty messages": (
+        "/v1/chat/completions",
+        {"model": "llama-3-8b", "messages": []},
+        400,
+        "missing_field",
+    ),
+    "oversized body": (
+        "/v1/completions",
+        {"model": "llama-3-8b", "prompt": "x" * 100_000},
+        413,
+        "body_too_large",
+    ),
+    "beyond context": (
+        "/v1/completions",
+        {"model": "llama-3-8b", "prompt": "x", "prompt_tokens": 8000, "max_tokens": 500},
+        400,
+        "too_long",
+    ),
+    "unknown route": ("/v1/embeddings", {"model": "llama-3-8b"}, 404, "not_found"),
+}
+
+
+async def test_bad_requests_get_documented_statuses_and_openai_error_bodies(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that each kind of bad request gets its documented status, error code and counter."""
+    before = ERRORS.labels("gateway", "invalid_json")._value.get()
+    seen: dict[str, tuple[int, str]] = {}
+    async with (
+        _gateway(nats_server, redis_server, namespace) as url,
+        aiohttp.ClientSession() as session,
+    ):
+        for name, (path, body, _, _) in BAD_REQUESTS.items():
+            kwargs: dict[str, Any] = {"data": body} if isinstance(body, bytes) else {"json": body}
+            async with session.post(f"{url}{path}", **kwargs) as response:
+                error = (await response.json())["error"]
+                seen[name] = (response.status, error["code"])
+        async with session.get(f"{url}/healthz") as response:
+            health = response.status
+    assert seen == {name: (status, code) for name, (_, _, status, code) in BAD_REQUESTS.items()}
+    assert health == 200
+    assert ERRORS.labels("gateway", "invalid_json")._value.get() == before + 1
