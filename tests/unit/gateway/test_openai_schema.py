@@ -1,0 +1,165 @@
+"""Validation of OpenAI bodies, the bus request built from them, and response shapes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from proto.messages import TokenChunk
+from services.gateway.config import GatewayConfig
+from services.gateway.errors import ApiError, status_of_upstream
+from services.gateway.openai_schema import (
+    ParsedRequest,
+    chat_prompt,
+    parse_body,
+    stream_chunk,
+    to_request,
+)
+from services.gateway.replies import TokenText
+
+MODELS = frozenset({"llama-3-8b"})
+
+
+def _parse(body: Any, endpoint: str = "completion") -> ParsedRequest:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return parse_body(
+        raw,
+        endpoint,  # type: ignore[arg-type]
+        models=MODELS,
+        default_max_tokens=16,
+        max_tokens_limit=1 << 20,
+    )
+
+
+def _code(body: Any, endpoint: str = "completion") -> tuple[int, str, str | None]:
+    with pytest.raises(ApiError) as caught:
+        _parse(body, endpoint)
+    return caught.value.status, caught.value.code, caught.value.param
+
+
+def test_a_plain_completion_gets_the_default_max_tokens_and_ignore_eos_off() -> None:
+    """Test that a minimal body parses with OpenAI's default of 16 tokens and ignore_eos false."""
+    parsed = _parse({"model": "llama-3-8b", "prompt": "hi"})
+    assert (parsed.max_tokens, parsed.ignore_eos, parsed.stream) == (16, False, False)
+
+
+def test_a_token_id_prompt_gives_its_length_as_prompt_tokens() -> None:
+    """Test that a prompt of token ids is counted, not sent as text."""
+    parsed = _parse({"model": "llama-3-8b", "prompt": [1, 2, 3]})
+    assert (parsed.prompt, parsed.prompt_tokens) == (None, 3)
+
+
+def test_chat_messages_render_into_one_prompt_and_max_completion_tokens_wins() -> None:
+    """Test that chat messages become role-prefixed lines and max_completion_tokens is used."""
+    parsed = _parse(
+        {
+            "model": "llama-3-8b",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+            "max_tokens": 3,
+            "max_completion_tokens": 5,
+        },
+        "chat",
+    )
+    assert (parsed.prompt, parsed.max_tokens) == (chat_prompt([("user", "hi")]), 5)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b"{not json", (400, "invalid_json", None)),
+        ({"prompt": "x"}, (400, "missing_field", "model")),
+        ({"model": "nope", "prompt": "x"}, (404, "model_not_found", "model")),
+        (
+            {"model": "llama-3-8b", "prompt": "x", "max_tokens": 0},
+            (400, "invalid_value", "max_tokens"),
+        ),
+        (
+            {"model": "llama-3-8b", "prompt": "x", "max_tokens": True},
+            (400, "invalid_type", "max_tokens"),
+        ),
+        ({"model": "llama-3-8b", "prompt": "x", "n": 2}, (400, "invalid_value", "n")),
+        ({"model": "llama-3-8b", "prompt": "x", "stream": "yes"}, (400, "invalid_type", "stream")),
+        ({"model": "llama-3-8b", "prompt": ["a", "b"]}, (400, "unsupported", "prompt")),
+        ({"model": "llama-3-8b", "prompt": 7}, (400, "invalid_type", "prompt")),
+        (
+            {"model": "llama-3-8b", "prompt_tokens": -1, "prompt": "x"},
+            (400, "invalid_value", "prompt_tokens"),
+        ),
+    ],
+)
+def test_bad_completion_bodies_are_refused_with_status_code_and_param(
+    body: Any, expected: tuple[int, str, str | None]
+) -> None:
+    """Test that each malformed body is refused with its documented status, code and field."""
+    assert _code(body) == expected
+
+
+def test_a_chat_message_without_a_role_is_refused() -> None:
+    """Test that a message lacking its role names the offending field."""
+    assert _code({"model": "llama-3-8b", "messages": [{"content": "x"}]}, "chat") == (
+        400,
+        "invalid_type",
+        "messages[0].role",
+    )
+
+
+def test_the_request_estimates_prompt_tokens_only_without_a_tokenizer() -> None:
+    """Test that text length is estimated per chars_per_token, or left to the tokenizer."""
+    parsed = _parse({"model": "llama-3-8b", "prompt": "x" * 9})
+    common: dict[str, Any] = {
+        "request_id": "r1",
+        "reply_subject": "gs.v1.client.c.r1",
+        "client_id": "c",
+        "sent_at": 1.0,
+    }
+    assert to_request(parsed, chars_per_token=4.0, **common).prompt_tokens == 3
+    assert to_request(parsed, chars_per_token=None, **common).prompt_tokens is None
+
+
+def test_upstream_codes_map_to_statuses_and_unknown_ones_to_bad_gateway() -> None:
+    """Test the ErrorReply code → HTTP status table, with 502 for codes it does not know."""
+    got = [status_of_upstream(c) for c in ("too_long", "unknown_model", "no_plan", "internal", "?")]
+    assert got == [400, 404, 503, 500, 502]
+
+
+def test_a_usage_only_chunk_has_no_choices() -> None:
+    """Test that the final usage chunk follows OpenAI: empty choices and a usage object."""
+    parsed = _parse({"model": "llama-3-8b", "prompt": "x"})
+    chunk = stream_chunk(parsed, "r", 0, text=None, token_usage={"total_tokens": 3})
+    assert (chunk["choices"], chunk["usage"]) == ([], {"total_tokens": 3})
+
+
+def _chunk(first: int, n: int, text: str | None = None) -> TokenChunk:
+    return TokenChunk(
+        request_id="r", worker_id="w", first_index=first, token_times=[0.0] * n, text=text
+    )
+
+
+def test_token_text_drops_repeated_chunks_and_pads_to_the_completion_count() -> None:
+    """Test that a re-sent chunk adds nothing and finish() fills tokens never streamed."""
+    tokens = TokenText("·")
+    streamed = [tokens.add(_chunk(0, 2)), tokens.add(_chunk(0, 2)), tokens.add(_chunk(2, 1))]
+    assert (streamed, tokens.finish(5), tokens.text) == (["··", "", "·"], "··", "·····")
+
+
+def test_token_text_uses_real_text_when_the_worker_sends_it() -> None:
+    """Test that text from a real engine is passed through and never padded."""
+    tokens = TokenText("·")
+    tokens.add(_chunk(0, 2, "Hello"))
+    assert (tokens.finish(4), tokens.text) == ("", "Hello")
+
+
+def test_gateway_config_reads_typed_environment_variables() -> None:
+    """Test that GREENSERVE_GATEWAY__* variables become typed fields."""
+    config = GatewayConfig.from_env(
+        {"GREENSERVE_GATEWAY__PORT": "9000", "GREENSERVE_GATEWAY__REQUEST_TIMEOUT_S": "2.5"}
+    )
+    assert (config.port, config.request_timeout_s) == (9000, 2.5)
+
+
+def test_gateway_config_refuses_unknown_fields() -> None:
+    """Test that a misspelt variable is an error, not silently ignored."""
+    with pytest.raises(ValueError, match="no setting"):
+        GatewayConfig.from_env({"GREENSERVE_GATEWAY__PROT": "1"})
