@@ -96,6 +96,12 @@ def _bool(value: Any) -> bool:
     return value
 
 
+def _str_map(value: Any) -> dict[str, str]:
+    if type(value) is not dict:
+        raise ManualValidationError("not a map")
+    return {_str(k): _str(v) for k, v in value.items()}
+
+
 def _check_request(obj: Any) -> dict[str, Any]:
     d = _tag(obj, "gs.v1.request")
     out: dict[str, Any] = {
@@ -140,6 +146,7 @@ def check_classified_request(obj: Any) -> dict[str, Any]:
         "lat_s": _float(_req(d, "lat_s"), 0.0),
         "deadline_s": _float(_req(d, "deadline_s")),
         "classified_at": _float(_req(d, "classified_at"), 0.0),
+        "trace": _str_map(d.get("trace", {})),
     }
 
 
