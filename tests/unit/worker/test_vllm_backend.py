@@ -1,0 +1,198 @@
+"""Unit tests of the vllm backend against an in-process sim-engine and a scripted server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+
+from services.worker.sim_server import SimEngineServer, start_sim_server
+from services.worker.vllm_backend import KV_FRACTION_BLOCKS, VllmBackend
+from shared.engine import EngineConfig, SimulatedEngine, create_engine
+from tests.unit.worker.helpers import RecordingSink, classified
+
+SPEEDUP = 500.0
+
+
+@contextlib.asynccontextmanager
+async def sim_engine(*, legacy: bool = False) -> AsyncIterator[tuple[str, SimulatedEngine]]:
+    """A sim-engine on a free port."""
+    engine = create_engine(EngineConfig(max_num_seqs=16))
+    server = SimEngineServer(engine, speedup=SPEEDUP, legacy_metric_names=legacy)
+    runner, port = await start_sim_server(server)
+    try:
+        yield f"http://127.0.0.1:{port}", engine
+    finally:
+        await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def backend_on(url: str, sink: RecordingSink) -> AsyncIterator[VllmBackend]:
+    """A started vllm backend on ``url``, running for the block."""
+    backend = VllmBackend(url, gpu="A100-80GB", model="llama-3-8b", tp=1)
+    await backend.start(sink)
+    task = asyncio.create_task(backend.run())
+    try:
+        yield backend
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await backend.close()
+
+
+async def test_streamed_requests_get_exact_token_counts_and_end_once() -> None:
+    """Test that each request streams exactly max_tokens tokens and finishes with its reason."""
+    sink = RecordingSink(expected=3)
+    async with sim_engine() as (url, _), backend_on(url, sink) as backend:
+        for i, out in enumerate((1, 5, 40)):
+            backend.submit(classified(f"r{i}", prompt_tokens=64, max_tokens=out))
+        await asyncio.wait_for(sink.ended.wait(), 10.0)
+    assert sink.failures == []
+    assert [sink.tokens(f"r{i}") for i in range(3)] == [1, 5, 40]
+    assert sorted(sink.finished()) == ["r0", "r1", "r2"]
+    reasons = [b.finish_reasons for b in sink.batches if b.finished]
+    assert all(r is not None and set(r.values()) == {"length"} for r in reasons)
+
+
+async def test_metrics_are_scraped_into_the_snapshot_with_sim_engine_energy() -> None:
+    """Test that running requests, KV blocks, clock and energy come from /metrics."""
+    sink = RecordingSink(expected=1)
+    async with sim_engine() as (url, engine), backend_on(url, sink) as backend:
+        backend.submit(classified("long", prompt_tokens=500, max_tokens=100_000))
+        for _ in range(100):
+            await backend.refresh()
+            if backend.snapshot().running:
+                break
+            await asyncio.sleep(0.01)
+        snap = backend.snapshot()
+        assert (snap.running, snap.kv_blocks_total) == (1, engine.kv_blocks_total)
+        assert snap.kv_blocks_used >= 500 // 16
+        assert snap.clock_mhz == engine.clock_mhz
+        await asyncio.sleep(0.05)
+        await backend.refresh()
+        assert backend.snapshot().energy_j > 0
+        assert backend.snapshot().power_w > 0
+        backend.abort("long")
+
+
+async def test_the_legacy_kv_gauge_name_is_scraped_too() -> None:
+    """Test that a server with vllm:gpu_cache_usage_perc still reports KV use."""
+    sink = RecordingSink()
+    async with sim_engine(legacy=True) as (url, _), backend_on(url, sink) as backend:
+        backend.submit(classified("long", prompt_tokens=800, max_tokens=100_000))
+        for _ in range(100):
+            await backend.refresh()
+            if backend.snapshot().kv_blocks_used:
+                break
+            await asyncio.sleep(0.01)
+        assert backend.metrics.kv_usage is not None
+        assert backend.snapshot().kv_blocks_used > 0
+        backend.abort("long")
+
+
+async def test_clock_commands_reach_a_sim_engine_snapped() -> None:
+    """Test that a clock is forwarded to the sim-engine's /clock and the applied step returned."""
+    sink = RecordingSink()
+    async with sim_engine() as (url, engine), backend_on(url, sink) as backend:
+        outcome = await backend.set_clock(1001.0)
+    assert outcome.accepted
+    assert outcome.applied_mhz == engine.clock_mhz == 1005.0
+
+
+def _scripted_vllm() -> web.Application:
+    """A stand-in for a real vLLM server: no clock endpoint, no greenserve series."""
+
+    async def models(_r: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "meta-llama/Meta-Llama-3-8B"}]})
+
+    async def metrics(_r: web.Request) -> web.Response:
+        return web.Response(text='vllm:kv_cache_usage_perc{engine="0"} 0.5\n')
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if body["model"] != "meta-llama/Meta-Llama-3-8B":
+            return web.json_response({"error": {"message": "no such model"}}, status=404)
+        if body["max_tokens"] == 13:
+            return web.json_response({"error": {"message": "too long"}}, status=400)
+        response = web.StreamResponse()
+        await response.prepare(request)
+        event: dict[str, object]
+        if body["max_tokens"] == 2:
+            event = {"object": "error", "message": "engine died"}
+        else:  # no per-chunk usage: one token counted, final usage tops up to 3
+            event = {"choices": [{"text": "a", "finish_reason": "stop"}]}
+        await response.write(f"data: {json.dumps(event)}\n\n".encode())
+        final = {"choices": [], "usage": {"completion_tokens": 3}}
+        await response.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
+        return response
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/v1/completions", completions)
+    return app
+
+
+async def test_a_real_vllm_server_gets_its_served_name_and_clock_commands_are_refused() -> None:
+    """Test name discovery, usage top-up, stop reasons, error mapping and clock refusal."""
+    runner = web.AppRunner(_scripted_vllm())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = next(a[1] for a in runner.addresses if isinstance(a, tuple))
+    sink = RecordingSink(expected=3)
+    try:
+        async with backend_on(f"http://127.0.0.1:{port}", sink) as backend:
+            assert backend.served_model == "meta-llama/Meta-Llama-3-8B"
+            for rid, out in (("ok", 3), ("rejected", 13), ("broken", 2)):
+                backend.submit(classified(rid, max_tokens=out))
+            await asyncio.wait_for(sink.ended.wait(), 5.0)
+            outcome = await backend.set_clock(1200.0)
+            snap = backend.snapshot()
+    finally:
+        await runner.cleanup()
+    assert sink.tokens("ok") == 3
+    assert [b.finish_reasons for b in sink.batches if b.finished] == [{"ok": "stop"}]
+    assert sorted((rid, code) for rid, code, _ in sink.failures) == [
+        ("broken", "engine_error"),
+        ("rejected", "engine_rejected"),
+    ]
+    assert not outcome.accepted
+    assert "dvfs agent" in outcome.reason
+    assert (snap.kv_blocks_total, snap.kv_blocks_used) == (KV_FRACTION_BLOCKS, 500)
+    assert (snap.energy_j, snap.power_w, snap.clock_mhz) == (0.0, 0.0, 0.0)
+
+
+async def test_an_unreachable_server_fails_requests_clearly_and_keeps_stats() -> None:
+    """Test that a refused connection ends the request with engine_unavailable."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    sink = RecordingSink()
+    async with backend_on(f"http://127.0.0.1:{port}", sink) as backend:
+        backend.submit(classified("a"))
+        await asyncio.wait_for(sink.ended.wait(), 5.0)
+        await backend.refresh()
+        assert backend.snapshot().running == 0
+    assert [(rid, code) for rid, code, _ in sink.failures] == [("a", "engine_unavailable")]
+
+
+async def test_the_sim_engine_answers_plain_json_completions_and_health() -> None:
+    """Test the non-streaming completion, /health and /v1/models of the sim-engine."""
+    async with sim_engine() as (url, _), aiohttp.ClientSession() as http:
+        async with http.get(f"{url}/health") as resp:
+            assert resp.status == 200
+        body = {"model": "llama-3-8b", "prompt": [5] * 20, "max_tokens": 6}
+        async with http.post(f"{url}/v1/completions", json=body) as resp:
+            answer = await resp.json()
+        async with http.get(f"{url}/metrics") as resp:
+            text = await resp.text()
+    assert answer["usage"] == {"prompt_tokens": 20, "completion_tokens": 6, "total_tokens": 26}
+    assert answer["choices"][0]["finish_reason"] == "length"
+    assert 'vllm:generation_tokens_total{model_name="llama-3-8b"} 6.0' in text
