@@ -41,6 +41,8 @@ class ClientRecord:
     completion: Completion | None = None
     error: ErrorReply | None = None
     duplicate_endings: int = 0
+    ended_at: float = 0.0
+    """Wall time the completion or error reached the client."""
 
     @property
     def ended(self) -> bool:
@@ -115,6 +117,7 @@ async def replay(
             if record.ended:
                 record.duplicate_endings += 1
                 return
+            record.ended_at = time.time()
             if isinstance(message, Completion):
                 record.completion = message
             else:

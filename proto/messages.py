@@ -35,6 +35,8 @@ __all__ = [
     "Request",
     "RequeueRequest",
     "RouteWeight",
+    "SubmitBatch",
+    "SubmitBatchReply",
     "SubmitReply",
     "TokenChunk",
     "WorkerStats",
@@ -96,6 +98,19 @@ class ClassifiedRequest(_Message, tag="gs.v1.classified", frozen=True, kw_only=T
     classified_at: NonNeg
     trace: dict[str, str] = msgspec.field(default_factory=dict)
     """W3C trace context of the classify span, so the trace survives the queue."""
+
+
+class SubmitBatch(_Message, tag="gs.v1.submit_batch", frozen=True, kw_only=True):
+    """Classifier hands the requests of one ingress fetch to the scheduler at once."""
+
+    requests: Annotated[list[ClassifiedRequest], Meta(min_length=1, max_length=4096)]
+
+
+class SubmitBatchReply(_Message, tag="gs.v1.submit_batch_reply", frozen=True, kw_only=True):
+    """Ids the scheduler stored now and ids it already held (both may be acked)."""
+
+    accepted: list[Id]
+    duplicates: list[Id] = msgspec.field(default_factory=list)
 
 
 class SubmitReply(_Message, tag="gs.v1.submit_reply", frozen=True, kw_only=True):

@@ -7,7 +7,6 @@ another (or the restarted) classifier, and the scheduler drops the duplicate by 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -18,7 +17,14 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from proto.codec import DecodeError, decode
-from proto.messages import Completion, Plan, Request, SubmitReply
+from proto.messages import (
+    ClassifiedRequest,
+    Completion,
+    Plan,
+    Request,
+    SubmitBatch,
+    SubmitBatchReply,
+)
 from services.classifier.classes import default_slos, make_predictor, scheme_by_name
 from services.classifier.pipeline import ClassifierCore
 from shared.bus import ensure_ingress_stream, request
@@ -112,21 +118,22 @@ async def serve(ctx: ServiceContext) -> None:
                 await sleep_or_stop(ctx.stop, min(MAX_BACKOFF_S, 0.1 * 2**failures))
                 continue
             failures = 0
-            results = await asyncio.gather(
-                *(_handle(ctx, core, m) for m in msgs), return_exceptions=True
-            )
-            for result in results:
+            try:
+                await _handle_batch(ctx, core, msgs)
+            except Exception as exc:  # batch boundary: unacked messages are redelivered
                 # An ack lost in an outage is harmless: JetStream redelivers, the scheduler dedups.
-                if isinstance(result, Exception):
-                    ERRORS.labels(NAME, "handle").inc()
-                    logger.warning("handling an ingress message failed: %s", result)
+                ERRORS.labels(NAME, "handle").inc()
+                logger.warning("handling an ingress batch failed: %s", exc)
     finally:
         for sub in subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
 
-async def _handle(ctx: ServiceContext, core: ClassifierCore, msg: Msg) -> None:
+async def _classify(
+    ctx: ServiceContext, core: ClassifierCore, msg: Msg
+) -> ClassifiedRequest | None:
+    """Decode and classify one message; answer and settle it here when it is rejected."""
     try:
         req = decode(msg.data, Request)
     except DecodeError as exc:
@@ -140,38 +147,54 @@ async def _handle(ctx: ServiceContext, core: ClassifierCore, msg: Msg) -> None:
             reply_subject=reply_to,
         )
         await msg.term()  # permanent: never redeliver a malformed message
-        return
+        return None
     MESSAGES.labels(NAME, "Request").inc()
     with span_from_headers(ctx.tracer, "classify", msg.headers, **{"request.id": req.request_id}):
         try:
             classified = core.classify(
                 req, arrival_s=ctx.clock.model_at(req.sent_at), now_wall=time.time()
             )
-            # The scheduler queues the request; its trace context must travel with it.
-            classified = msgspec.structs.replace(classified, trace=inject_headers())
         except RequestRejectedError as exc:
             await reply_error(
                 ctx.nc, ctx.subjects, service=NAME, code=exc.code, reason=exc.reason, request=req
             )
             await msg.ack()
-            return
-        try:
-            reply = await request(
-                ctx.nc,
-                ctx.subjects.scheduler_submit,
-                classified,
-                SubmitReply,
-                ctx.settings.nats.request_timeout_s,
-            )
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError) as exc:
-            # The scheduler is away or restarting: let JetStream redeliver soon.
-            ERRORS.labels(NAME, "handoff").inc()
-            logger.warning("hand-off of %s failed (%s); will be redelivered", req.request_id, exc)
+            return None
+        # The scheduler queues the request; its trace context must travel with it.
+        return msgspec.structs.replace(classified, trace=inject_headers())
+
+
+async def _handle_batch(ctx: ServiceContext, core: ClassifierCore, msgs: list[Msg]) -> None:
+    """Classify a fetch batch, hand it to the scheduler in one request, then ack or nak."""
+    ready: list[tuple[Msg, ClassifiedRequest]] = []
+    for msg in msgs:
+        classified = await _classify(ctx, core, msg)
+        if classified is not None:
+            ready.append((msg, classified))
+    if not ready:
+        return
+    try:
+        reply = await request(
+            ctx.nc,
+            ctx.subjects.scheduler_submit,
+            SubmitBatch(requests=[c for _, c in ready]),
+            SubmitBatchReply,
+            ctx.settings.nats.request_timeout_s,
+        )
+    except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError) as exc:
+        # The scheduler is away or restarting: let JetStream redeliver soon.
+        ERRORS.labels(NAME, "handoff").inc(len(ready))
+        logger.warning("hand-off of %d requests failed (%s); will be redelivered", len(ready), exc)
+        for msg, _ in ready:
             await msg.nak(delay=0.5)
-            return
-    if reply.accepted or reply.duplicate:
-        if reply.accepted:
+        return
+    accepted = set(reply.accepted)
+    held = accepted | set(reply.duplicates)
+    for msg, classified in ready:
+        rid = classified.request.request_id
+        if rid in accepted:
             REQUESTS.labels(classified.request_class, classified.pool_id).inc()
-        await msg.ack()
-    else:
-        await msg.nak(delay=0.5)
+        if rid in held:
+            await msg.ack()
+        else:
+            await msg.nak(delay=0.5)

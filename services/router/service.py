@@ -144,7 +144,16 @@ async def _place_pool(
         *(_dispatch(ctx, registry, by_id[rid], worker_id, now_model) for rid, worker_id in pairs)
     )
     unplaced = [r for rid, r in by_id.items() if rid not in placed_ids]
-    unplaced += [by_id[rid] for (rid, _), ok in zip(pairs, results, strict=True) if not ok]
+    unplaced += [by_id[rid] for (rid, _), held in zip(pairs, results, strict=True) if held is None]
+    assignments = {
+        a.request.request.request_id: encode(a) for a in results if isinstance(a, Assignment)
+    }
+    if assignments:
+        try:
+            # One round trip per placement round; the record only serves recovery.
+            await ctx.redis.hset(ctx.keys.dispatched, mapping=assignments)  # type: ignore[arg-type]
+        except RedisError as exc:
+            logger.warning("could not record %d assignments in redis: %s", len(assignments), exc)
     if unplaced:
         await _requeue(ctx, unplaced)
     return reply.queued > 0 or bool(unplaced)
@@ -156,7 +165,8 @@ async def _dispatch(
     req: ClassifiedRequest,
     worker_id: str,
     now_model: float,
-) -> bool:
+) -> Assignment | bool | None:
+    """Hand one request to a worker: its Assignment, True if it already ended, None if refused."""
     rid = req.request.request_id
     with ctx.tracer.start_as_current_span(
         "dispatch",
@@ -174,19 +184,13 @@ async def _dispatch(
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError) as exc:
             ERRORS.labels(NAME, "dispatch_failed").inc()
             logger.warning("dispatch of %s to %s failed: %s", rid, worker_id, exc)
-            return False
+            return None
     if not reply.accepted:
         logger.info("worker %s refused %s: %s", worker_id, rid, reply.reason)
-        return False
+        return None
     if not registry.placed(req, worker_id, now_model):
         return True  # it already finished; nothing left to record
-    held = Assignment(request=req, worker_id=worker_id, dispatched_at=reply.accepted_at)
-    try:
-        await ctx.redis.hset(ctx.keys.dispatched, rid, encode(held))
-    except RedisError as exc:
-        # The worker has it; the record only serves recovery after a scheduler restart.
-        logger.warning("could not record the assignment of %s in redis: %s", rid, exc)
-    return True
+    return Assignment(request=req, worker_id=worker_id, dispatched_at=reply.accepted_at)
 
 
 async def _requeue(ctx: ServiceContext, requests: list[ClassifiedRequest]) -> None:

@@ -23,6 +23,8 @@ from proto.messages import (
     PullReply,
     PullRequest,
     RequeueRequest,
+    SubmitBatch,
+    SubmitBatchReply,
     SubmitReply,
 )
 from services.scheduler.queueing import QueueDiscipline, QueuedRequest, make_discipline
@@ -31,6 +33,7 @@ from shared.counters import QUEUE_DEPTH
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
 from shared.store import as_bytes
+from shared.telemetry import extract_context
 
 __all__ = ["NAME", "UNPLACED_WORKER", "SchedulerState", "serve"]
 
@@ -114,17 +117,33 @@ async def serve(ctx: ServiceContext) -> None:
     if restored:
         logger.info("restored %d queued requests from redis", restored)
 
-    async def on_submit(req: ClassifiedRequest, _msg: Msg) -> SubmitReply:
-        rid = req.request.request_id
-        fresh = await store_new(
-            keys=[keys.seen(rid), keys.queued], args=[rid, SEEN_TTL_S, encode(req)]
-        )
-        if not fresh:
-            return SubmitReply(request_id=rid, accepted=False, duplicate=True)
-        state.push(req)
-        QUEUE_DEPTH.labels(req.pool_id).set(len(state.queue(req.pool_id)))
-        await ctx.nc.publish(subjects.scheduler_ready(req.pool_id), b"")
-        return SubmitReply(request_id=rid, accepted=True)
+    async def on_submit(batch: SubmitBatch, _msg: Msg) -> SubmitBatchReply:
+        # One Redis round trip for the whole fetch batch: each script call is atomic.
+        pipe = redis.pipeline(transaction=False)
+        for req in batch.requests:
+            rid = req.request.request_id
+            await store_new(
+                keys=[keys.seen(rid), keys.queued], args=[rid, SEEN_TTL_S, encode(req)], client=pipe
+            )
+        fresh_flags = await pipe.execute()
+        accepted: list[str] = []
+        duplicates: list[str] = []
+        pools: set[str] = set()
+        for req, fresh in zip(batch.requests, fresh_flags, strict=True):
+            rid = req.request.request_id
+            if not fresh:
+                duplicates.append(rid)
+                continue
+            with ctx.tracer.start_as_current_span(
+                "enqueue", context=extract_context(req.trace), attributes={"request.id": rid}
+            ):
+                state.push(req)
+            accepted.append(rid)
+            pools.add(req.pool_id)
+        for pool_id in pools:
+            QUEUE_DEPTH.labels(pool_id).set(len(state.queue(pool_id)))
+            await ctx.nc.publish(subjects.scheduler_ready(pool_id), b"")
+        return SubmitBatchReply(accepted=accepted, duplicates=duplicates)
 
     async def on_pull(pull: PullRequest, _msg: Msg) -> PullReply:
         taken = state.pop(pull.pool_id, pull.slots, ctx.clock.now())
@@ -151,22 +170,38 @@ async def serve(ctx: ServiceContext) -> None:
         rid = body.requests[0].request.request_id if body.requests else "none"
         return SubmitReply(request_id=rid, accepted=True)
 
+    ended_ids: set[str] = set()
+    ended_queued: set[str] = set()
+
     async def on_done(msg: Msg) -> None:
         with contextlib.suppress(DecodeError):
-            ended = decode_any(msg.data)
-            rid = getattr(ended, "request_id", None)
+            rid = getattr(decode_any(msg.data), "request_id", None)
             if rid:
-                await redis.hdel(keys.dispatched, rid)
+                ended_ids.add(rid)
                 # An error can end a request that is still queued (e.g. shed by the ladder).
-                if await redis.hdel(keys.queued, rid):
-                    state.remove(rid)
+                if state.remove(rid):
+                    ended_queued.add(rid)
+
+    async def forget_ended() -> None:
+        # Batched: one round trip per period instead of two per finished request.
+        if not ended_ids and not ended_queued:
+            return
+        done, queued = list(ended_ids), list(ended_queued)
+        pipe = redis.pipeline(transaction=False)
+        if done:
+            pipe.hdel(keys.dispatched, *done)
+        if queued:
+            pipe.hdel(keys.queued, *queued)
+        await pipe.execute()
+        ended_ids.difference_update(done)
+        ended_queued.difference_update(queued)
 
     queue = "scheduler"
     subs = [
         await serve_subject(
             ctx.nc,
             subjects.scheduler_submit,
-            ClassifiedRequest,
+            SubmitBatch,
             on_submit,
             service=NAME,
             queue=queue,
@@ -197,6 +232,7 @@ async def serve(ctx: ServiceContext) -> None:
                     ctx.stop, cfg.ready_period_ms / 1000.0, remind, service=NAME, name="ready"
                 )
             )
+            tg.create_task(run_periodic(ctx.stop, 0.05, forget_ended, service=NAME, name="forget"))
             tg.create_task(
                 run_periodic(
                     ctx.stop,
