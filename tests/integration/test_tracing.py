@@ -1,0 +1,197 @@
+"""One trace per request, exported over OTLP/HTTP to a real receiver on loopback.
+
+The OpenTelemetry tracer provider is process-global and can be set only once, so the stack
+(every service in one event loop, plus the gateway) runs in a child process started by
+this test: its first service installs the provider that exports to our receiver, whatever
+other tests of this pytest process did with theirs. In one process all services share
+that provider's resource, so each span's *instrumentation scope* (``greenserve.<service>``)
+says which service made it. The receiver decodes the protobuf bodies with
+``ExportTraceServiceRequest``; the test checks the span tree of each request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from shared.servers import ServerProcess
+
+trace_service_pb2 = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
+
+pytestmark = pytest.mark.connected
+
+REPO = Path(__file__).resolve().parents[2]
+REQUESTS = 3
+SERVER_KIND = 2  # opentelemetry.proto.trace.v1.Span.SPAN_KIND_SERVER
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedSpan:
+    """One decoded span: ids in hex, the scope that made it, its string attributes."""
+
+    trace_id: str
+    span_id: str
+    parent_id: str
+    name: str
+    scope: str
+    kind: int
+    attributes: dict[str, str]
+
+
+async def _receiver(spans: list[ReceivedSpan]) -> tuple[web.AppRunner, str]:
+    async def traces(request: web.Request) -> web.Response:
+        body = await request.read()
+        if request.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        export = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+        for resource_spans in export.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    attrs = {a.key: a.value.string_value for a in span.attributes}
+                    spans.append(
+                        ReceivedSpan(
+                            span.trace_id.hex(),
+                            span.span_id.hex(),
+                            span.parent_span_id.hex(),
+                            span.name,
+                            scope_spans.scope.name,
+                            span.kind,
+                            attrs,
+                        )
+                    )
+        reply = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+        return web.Response(body=reply, content_type="application/x-protobuf")
+
+    app = web.Application(client_max_size=64 << 20)
+    app.router.add_post("/v1/traces", traces)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    return runner, f"http://127.0.0.1:{port}/v1/traces"
+
+
+async def test_each_request_is_one_trace_from_http_ingress_to_generate(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that gateway → classify → scheduler → dispatch → worker → generate share a trace."""
+    spans: list[ReceivedSpan] = []
+    runner, endpoint = await _receiver(spans)
+    try:
+        args = json.dumps([nats_server.url, redis_server.url, namespace, endpoint])
+        child = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.integration.test_tracing",
+            args,
+            cwd=REPO,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(child.communicate(), 90)
+    finally:
+        await runner.cleanup()
+    assert child.returncode == 0, err.decode()[-3000:]
+    request_ids: list[str] = json.loads(out.decode().strip().splitlines()[-1])
+    roots = [s for s in spans if s.attributes.get("request.id") in request_ids and not s.parent_id]
+    assert sorted(s.attributes["request.id"] for s in roots) == sorted(request_ids)
+    assert len({s.trace_id for s in roots}) == REQUESTS
+    for root in roots:
+        _check_tree(root, [s for s in spans if s.trace_id == root.trace_id])
+
+
+def _check_tree(root: ReceivedSpan, in_trace: list[ReceivedSpan]) -> None:
+    by_id = {s.span_id: s for s in in_trace}
+
+    def of(service: str) -> list[ReceivedSpan]:
+        # A service's own tracer is named after its process (``greenserve.worker-0``).
+        return [s for s in in_trace if s.scope.startswith(f"greenserve.{service}")]
+
+    def ids(spans: list[ReceivedSpan]) -> set[str]:
+        return {s.span_id for s in spans}
+
+    assert (root.name, root.scope, root.kind) == (
+        "POST /v1/completions",
+        "greenserve.gateway",
+        SERVER_KIND,
+    )
+    (classify,) = of("classifier")
+    assert (classify.name, classify.parent_id) == ("classify", root.span_id)
+    scheduler, router, worker = of("scheduler"), of("router"), of("worker")
+    assert scheduler
+    assert {s.parent_id for s in scheduler} == {classify.span_id}
+    # The context travels in ClassifiedRequest.trace, written inside the classify span, so
+    # the router's dispatch continues from classify, not from the scheduler's span.
+    assert router
+    assert {s.parent_id for s in router} == {classify.span_id}
+    (generate,) = [s for s in worker if s.name == "generate"]
+    accept = by_id[generate.parent_id]
+    assert accept in worker
+    assert accept.parent_id in ids(router)
+    assert generate.attributes == {
+        **generate.attributes,
+        "request.id": root.attributes["request.id"],
+    }
+    assert all(s.parent_id in by_id for s in in_trace if s is not root)
+
+
+# --- the child process: stack + gateway with OTLP export, a few requests, flush ---------
+
+
+async def _child(nats_url: str, redis_url: str, namespace: str, endpoint: str) -> list[str]:
+    from opentelemetry import trace
+
+    from greenserve.runner import run_in_process
+    from greenserve.stack import StackSpec, stack_launches
+    from services.gateway.config import GatewayConfig
+    from services.gateway.service import open_gateway
+
+    spec = StackSpec(
+        namespace=namespace,
+        nats_url=nats_url,
+        redis_url=redis_url,
+        workers=1,
+        regions=("PJM",),
+        speedup=50.0,
+        origin_wall_s=time.time(),
+        extra={"telemetry": {"otlp_endpoint": endpoint}, "shutdown_timeout_s": 1.0},
+    )
+    launches = stack_launches(spec)
+    body: dict[str, Any] = {
+        "model": spec.model,
+        "prompt": "Say hi",
+        "max_tokens": 4,
+        "prompt_tokens": 16,
+        "ignore_eos": True,
+    }
+    async with run_in_process(launches):
+        async with (
+            open_gateway(launches[0].settings, GatewayConfig(port=0)) as gateway,
+            aiohttp.ClientSession() as session,
+        ):
+
+            async def one() -> str:
+                url = f"{gateway.url}/v1/completions"
+                async with session.post(url, json=body) as response:
+                    response.raise_for_status()
+                    return str((await response.json())["id"]).removeprefix("cmpl-")
+
+            ids = list(await asyncio.gather(*(one() for _ in range(REQUESTS))))
+        provider = trace.get_tracer_provider()
+        assert provider.force_flush(10_000)  # type: ignore[attr-defined]
+    return ids
+
+
+if __name__ == "__main__":
+    nats_url, redis_url, namespace, endpoint = json.loads(sys.argv[1])
+    print(json.dumps(asyncio.run(_child(nats_url, redis_url, namespace, endpoint))))
