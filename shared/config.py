@@ -125,7 +125,8 @@ class SchedulerSettings(_Section):
 class RouterSettings(_Section):
     """Router: places admitted requests on workers."""
 
-    placer: str = "least-loaded"
+    placer: str = "bfio"
+    """Placement policy: bfio (seed 003, default), least-loaded, jsq, rr, p2c or fcfs-fill."""
     router_id: str = "router-0"
     tick_ms: float = 20.0
     """Wall period of the placement loop when woken by no event."""
