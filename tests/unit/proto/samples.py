@@ -27,6 +27,8 @@ from proto.messages import (
     Request,
     RequeueRequest,
     RouteWeight,
+    SubmitBatch,
+    SubmitBatchReply,
     SubmitReply,
     TokenChunk,
     WorkerStats,
@@ -124,6 +126,8 @@ SAMPLES: tuple[msgspec.Struct, ...] = (
     _REQUEST,
     RequeueRequest(requests=[_CLASSIFIED]),
     RouteWeight(pool_id="pjm-a100", weight=0.5),
+    SubmitBatch(requests=[_CLASSIFIED]),
+    SubmitBatchReply(accepted=["conv-42"], duplicates=["conv-41"]),
     SubmitReply(request_id="conv-42", accepted=True),
     TokenChunk(
         request_id="conv-42",
