@@ -152,6 +152,12 @@ class WorkerSettings(_Section):
     stream_flush_ms: float = 50.0
     """Tokens of one request produced within this wall window go out in one chunk."""
     vllm_url: str = "http://127.0.0.1:8000"
+    clock_url: str | None = None
+    """Clock-control endpoint of the ``vllm`` backend (a sim-engine's ``POST /clock``);
+    found automatically against a sim-engine, else clock commands are refused."""
+    nvml_gpu_indices: tuple[int, ...] = ()
+    """NVML indices of this instance's GPUs; non-empty reads power and energy through NVML
+    (read-only: clocks belong to the dvfs agent, opt-in)."""
 
 
 class DvfsSettings(_Section):

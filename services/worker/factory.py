@@ -13,19 +13,10 @@ from shared.config import Settings
 from shared.engine import EngineConfig, create_engine
 from shared.gpu import NvmlReader
 
-__all__ = ["BACKENDS", "CLOCK_URL_SETTING", "NVML_SETTING", "build_backend"]
+__all__ = ["BACKENDS", "build_backend"]
 
 BACKENDS: Final = ("sim", "instant", "vllm")
 """Values ``worker.backend`` accepts."""
-
-NVML_SETTING: Final = "nvml_gpu_indices"
-"""Proposed ``WorkerSettings`` field (``tuple[int, ...]``, default empty): NVML indices of the
-instance's GPUs; non-empty makes the ``vllm`` backend read power and energy through NVML.
-Read with ``getattr`` until the field exists."""
-
-CLOCK_URL_SETTING: Final = "clock_url"
-"""Proposed ``WorkerSettings`` field (``str | None``, default ``None``): clock-control
-endpoint of the ``vllm`` backend (a sim-engine's ``POST /clock``)."""
 
 
 def build_backend(settings: Settings) -> WorkerBackend:
@@ -49,16 +40,14 @@ def build_backend(settings: Settings) -> WorkerBackend:
 
 def _vllm_backend(settings: Settings) -> VllmBackend:
     cfg = settings.worker
-    indices: tuple[int, ...] = tuple(getattr(cfg, NVML_SETTING, ()) or ())
-    clock_url: str | None = getattr(cfg, CLOCK_URL_SETTING, None)
-    meter = EnergyMeter(NvmlReader(indices)) if indices else EnergyMeter()
+    meter = EnergyMeter(NvmlReader(cfg.nvml_gpu_indices)) if cfg.nvml_gpu_indices else EnergyMeter()
     return VllmBackend(
         cfg.vllm_url,
         gpu=cfg.gpu,
         model=cfg.model,
         tp=cfg.tp,
         meter=meter,
-        clock_url=clock_url,
+        clock_url=cfg.clock_url,
         connect_timeout_s=settings.nats.connect_timeout_s,
         scrape_timeout_s=settings.nats.request_timeout_s,
     )
