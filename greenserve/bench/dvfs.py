@@ -343,6 +343,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ips_model": accuracy,
         "freesh_table10": freesh,
         "throttllem": throttllem,
+        "notes": [
+            "The engine's clock model is an assumption (docs/engine.md): decode keeps full "
+            "speed down to 0.6 f_max, so low clocks cost little latency and savings exceed "
+            "FREESH's; our A100-80GB baseline also draws more power than FREESH's A100 40GB.",
+            "FREESH-setting violations are E2E > 7 s of the longest SS requests (conv-trace SS "
+            "outputs average ~138 tokens, FREESH's imply ~70); MIAD's E2E trigger fires late.",
+            "throttLL'eM setting: no SLO-safe admission in front of the engine and a "
+            "decode-only IPS model (prefill ignored) make predictive control over-throttle; "
+            "predictive-prefill is our prefill-aware extension. See docs/dvfs.md.",
+        ],
         "summary": {
             "miad_energy_saving_pct": f_cfg["miad-2.0-100"]["energy_saving_pct"],
             "miad_violation_pct": f_cfg["miad-2.0-100"]["violation_pct"],
