@@ -5,7 +5,14 @@ model shapes: :data:`shared.engine.hardware.MODELS` (Llama-2-7B/13B/70B, Llama-3
 Qwen3-8B/32B). Build an engine with :func:`create_engine`.
 """
 
-from shared.engine.api import Engine, EngineConfig, EngineRequest, IterationResult
+from shared.engine.api import (
+    Engine,
+    EngineConfig,
+    EngineRequest,
+    IterationResult,
+    IterationRun,
+    MultiStepEngine,
+)
 from shared.engine.clock import DEFAULT_CLOCK_SETTINGS, ClockSettings
 from shared.engine.hardware import GPUS, MODELS, GpuSpec, ModelShape, gpu_spec, model_shape
 from shared.engine.simulated import SimulatedEngine, create_engine
@@ -20,7 +27,9 @@ __all__ = [
     "EngineRequest",
     "GpuSpec",
     "IterationResult",
+    "IterationRun",
     "ModelShape",
+    "MultiStepEngine",
     "SimulatedEngine",
     "create_engine",
     "gpu_spec",

@@ -9,9 +9,17 @@ time to wall time themselves (the worker divides by its speed-up factor).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Engine", "EngineConfig", "EngineRequest", "IterationResult"]
+__all__ = [
+    "Engine",
+    "EngineConfig",
+    "EngineRequest",
+    "IterationResult",
+    "IterationRun",
+    "MultiStepEngine",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,4 +144,122 @@ class Engine(Protocol):
 
     def idle_until(self, t_s: float) -> float:
         """Advance engine time to ``t_s`` with no work, at idle power; returns energy used."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IterationRun:
+    """Consecutive iterations that :meth:`MultiStepEngine.step_many` ran at once.
+
+    A run is either one iteration of any kind, or ``k >= 1`` *pure-decode* iterations of
+    one unchanged set of sequences: every id in ``emitted`` produced exactly one token in
+    each of the ``k`` iterations, nothing was prefilled, admitted or preempted, and only the
+    last iteration may finish requests (``finished``). Per-iteration values are exact:
+    :meth:`results` rebuilds, bit for bit, the :class:`IterationResult` objects that as
+    many :meth:`Engine.step` calls would have returned.
+    """
+
+    start_s: float
+    durations_s: tuple[float, ...]
+    """Duration of each iteration; iteration ``i`` ends at ``ends_s[i]``."""
+    energies_j: tuple[float, ...]
+    """Energy of each iteration (all GPUs)."""
+    powers_w: tuple[float, ...]
+    """Average power of each iteration (all GPUs)."""
+    kv_blocks_used: tuple[int, ...]
+    """KV blocks in use after each iteration."""
+    prefill_tokens: int
+    """Prompt tokens of each iteration (0 in a run of several iterations)."""
+    decode_tokens: int
+    """Decoding sequences of each iteration (the same in every iteration of the run)."""
+    emitted: tuple[str, ...]
+    """Ids that produced one token in *each* iteration of the run."""
+    finished: tuple[str, ...]
+    """Ids that produced their last token in the run's last iteration."""
+    preempted: tuple[str, ...] = ()
+    """Ids preempted (only ever in a run of one iteration)."""
+    clock_mhz: float = 0.0
+
+    @property
+    def iterations(self) -> int:
+        """Number of iterations in the run."""
+        return len(self.durations_s)
+
+    @property
+    def ends_s(self) -> tuple[float, ...]:
+        """End time of each iteration, summed in order as the engine's own clock is."""
+        return tuple(accumulate(self.durations_s, initial=self.start_s))[1:]
+
+    @property
+    def end_s(self) -> float:
+        """Engine time after the run."""
+        return self.ends_s[-1]
+
+    @property
+    def energy_j(self) -> float:
+        """Energy of the whole run (summed in order; the engine's counter is the exact one)."""
+        return sum(self.energies_j)
+
+    def results(self) -> tuple[IterationResult, ...]:
+        """Return the run as the per-iteration results :meth:`Engine.step` would give."""
+        starts = (self.start_s, *self.ends_s[:-1])
+        last = len(self.durations_s) - 1
+        return tuple(
+            IterationResult(
+                start_s=starts[i],
+                duration_s=self.durations_s[i],
+                prefill_tokens=self.prefill_tokens,
+                decode_tokens=self.decode_tokens,
+                emitted=self.emitted,
+                finished=self.finished if i == last else (),
+                preempted=self.preempted,
+                energy_j=self.energies_j[i],
+                power_w=self.powers_w[i],
+                clock_mhz=self.clock_mhz,
+                kv_blocks_used=self.kv_blocks_used[i],
+            )
+            for i in range(len(self.durations_s))
+        )
+
+    @classmethod
+    def of(cls, result: IterationResult) -> IterationRun:
+        """Wrap one iteration as a run of one."""
+        return cls(
+            start_s=result.start_s,
+            durations_s=(result.duration_s,),
+            energies_j=(result.energy_j,),
+            powers_w=(result.power_w,),
+            kv_blocks_used=(result.kv_blocks_used,),
+            prefill_tokens=result.prefill_tokens,
+            decode_tokens=result.decode_tokens,
+            emitted=result.emitted,
+            finished=result.finished,
+            preempted=result.preempted,
+            clock_mhz=result.clock_mhz,
+        )
+
+
+@runtime_checkable
+class MultiStepEngine(Engine, Protocol):
+    """An :class:`Engine` that can also fast-forward several iterations in one call."""
+
+    def step_many(self, max_iterations: int, until_s: float = float("inf")) -> IterationRun | None:
+        """Run up to ``max_iterations`` iterations while ``now_s < until_s``; aggregate them.
+
+        Contract (what a caller may rely on):
+
+        - Returns ``None``, changing nothing, when ``max_iterations < 1``, when
+          ``now_s >= until_s`` or when there is no work (then call :meth:`idle_until`).
+        - Otherwise runs at least one iteration. The first one may be of any kind (prefill,
+          admission, preemption); if it is, the run has exactly that one iteration. If it
+          is a pure decode, the run continues with further pure-decode iterations of the
+          same sequences and stops after the iteration that finishes a request, before an
+          iteration that would prefill, admit or preempt, after ``max_iterations``
+          iterations, or once ``now_s >= until_s`` (so the last iteration may end past
+          ``until_s``, exactly as a ``while now_s < until_s: step()`` loop).
+        - Engine state afterwards (time, energy counter, KV, queues) is exactly what as
+          many :meth:`step` calls would leave, and :meth:`IterationRun.results` equals
+          their results. Requests added, aborted or clock changes apply between runs,
+          so pass the next arrival or control tick as ``until_s``.
+        """
         ...

@@ -12,7 +12,9 @@ One call to :meth:`ContinuousBatcher.schedule` plans and runs one iteration:
 3. A sequence whose known tokens are all computed samples one new token; a sequence
    that reached its output length finishes and frees its blocks.
 
-Per iteration the work is O(running) with no per-token objects.
+Per iteration the work is O(running) with no per-token objects. This is the *reference*
+scheduler; the engine runs :class:`~shared.engine.fast_batching.DecodeGroupBatcher`, which
+makes the same decisions with O(1) work per decoding sequence group (tests prove them equal).
 """
 
 from __future__ import annotations
@@ -26,7 +28,17 @@ __all__ = ["BatchStep", "ContinuousBatcher", "Sequence"]
 class Sequence:
     """Mutable per-request state (one object per request, never per token)."""
 
-    __slots__ = ("arrival_s", "blocks", "computed", "generated", "output", "prompt", "request_id")
+    __slots__ = (
+        "arrival_s",
+        "blocks",
+        "computed",
+        "generated",
+        "join_order",
+        "joined_tick",
+        "output",
+        "prompt",
+        "request_id",
+    )
 
     def __init__(self, request_id: str, prompt: int, output: int, arrival_s: float) -> None:
         """Create the state of a request that has not started."""
@@ -39,6 +51,11 @@ class Sequence:
         self.generated = 0
         """Output tokens emitted so far (each exactly once, preemption notwithstanding)."""
         self.blocks = 0
+        self.joined_tick = -1
+        """Decode tick at which :class:`~shared.engine.fast_batching.DecodeGroupBatcher` last
+        wrote ``computed`` and ``generated``; -1 when they are current (not in its group)."""
+        self.join_order = 0
+        """Position in the decode group (running order), for ordering finished ids."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +185,11 @@ class ContinuousBatcher:
             if step is not None:
                 return step
         step = self._schedule_general()
-        # A step leaves every survivor decoding unless a prompt chunk is still unfinished.
-        self._all_decoding = all(s.computed == s.prompt + s.generated - 1 for s in self._running)
+        # A step leaves every survivor decoding unless a prompt chunk is still unfinished
+        # (one prompt token left with nothing generated yet is still a prefill chunk).
+        self._all_decoding = all(
+            s.generated and s.computed == s.prompt + s.generated - 1 for s in self._running
+        )
         return step
 
     def _decode_only(self) -> BatchStep | None:

@@ -55,6 +55,7 @@ class CostModel:
         "_ar_fixed_s",
         "_ar_rate",
         "_attn_flops_per_pair",
+        "_clock_terms",
         "_coeff",
         "_flop_rate",
         "_gamma",
@@ -104,6 +105,9 @@ class CostModel:
         self._knee = clock.memory_knee_fraction
         self._gamma = clock.power_exponent
         self._mem_power_floor = clock.memory_power_clock_independent_share
+        # Terms that depend only on the clock, computed once per clock with the very same
+        # float operations as before (results are bit-identical, see _terms_at).
+        self._clock_terms: dict[float, tuple[float, float, float, float, float, float]] = {}
         if tp > 1:
             key = str(tp)
             per_call = c.allreduce_latency_s[key] + c.allreduce_extra_latency_s
@@ -141,7 +145,10 @@ class CostModel:
             clock_mhz: SM clock.
         """
         tokens = prefill_tokens + decode_seqs
-        s = clock_mhz / self._gpu.max_clock_mhz
+        terms = self._clock_terms.get(clock_mhz)
+        if terms is None:
+            terms = self._terms_at(clock_mhz)
+        s, slowdown, kernel_layers_at_s, per_token_s, dyn, mem_power_share = terms
         flops = (
             self._lin_flops_per_token * tokens
             + self._head_flops_per_seq * sampled_seqs
@@ -151,14 +158,13 @@ class CostModel:
         memory_full = (self._weight_bytes + self._kv_bytes_per_token * kv_read_tokens) / (
             self._mem_rate
         )
-        slowdown = self._knee / s if s < self._knee else 1.0
         memory_s = memory_full * slowdown
         p = self._p
         c = self._coeff
         duration = (
             (compute_s**p + memory_s**p) ** (1.0 / p)
-            + self._kernel_layers_s / s
-            + tokens * (self._kernel_token_s * slowdown + c.token_overhead_s)
+            + kernel_layers_at_s
+            + tokens * per_token_s
             + self._host_fixed_s
         )
         if self._ar_fixed_s:
@@ -168,14 +174,30 @@ class CostModel:
         # than busy power.
         u_c = compute_s / duration
         u_m = memory_full / duration
-        dyn = s**self._gamma
-        floor = self._mem_power_floor
-        power = (
-            c.idle_w
-            + dyn * (c.busy_w + c.compute_w * u_c)
-            + c.memory_w * u_m * (floor + (1.0 - floor) * dyn)
-        )
+        power = c.idle_w + dyn * (c.busy_w + c.compute_w * u_c) + c.memory_w * u_m * mem_power_share
         # Boards are power-capped at TDP; the firmware holds the cap by shaving clocks,
         # which this model folds into the fitted efficiencies.
         power = min(power, self._gpu.tdp_w)
         return IterationCost(duration, power, compute_s, memory_s)
+
+    def _terms_at(self, clock_mhz: float) -> tuple[float, float, float, float, float, float]:
+        """Return and cache the clock-only terms of :meth:`cost_of`.
+
+        They are s, the memory slowdown, the kernel time per iteration and per token, the
+        dynamic-power factor ``s^γ`` and the clock factor of memory-bound power.
+        """
+        s = clock_mhz / self._gpu.max_clock_mhz
+        slowdown = self._knee / s if s < self._knee else 1.0
+        floor = self._mem_power_floor
+        dyn = s**self._gamma
+        terms = (
+            s,
+            slowdown,
+            self._kernel_layers_s / s,
+            self._kernel_token_s * slowdown + self._coeff.token_overhead_s,
+            dyn,
+            floor + (1.0 - floor) * dyn,
+        )
+        if len(self._clock_terms) < 4096:  # bounded: a clock sweep touches < 200 steps
+            self._clock_terms[clock_mhz] = terms
+        return terms

@@ -5,15 +5,23 @@ plans one iteration with :class:`~shared.engine.batching.ContinuousBatcher`, pri
 :class:`~shared.engine.costs.CostModel` at the current clock, advances engine time by its
 duration and adds ``power × duration`` (all GPUs) to a cumulative energy counter, as NVML's
 ``nvmlDeviceGetTotalEnergyConsumption`` does on a real GPU.
+
+The engine schedules with :class:`~shared.engine.fast_batching.DecodeGroupBatcher` (O(1)
+Python work per decoding group); ``reference=True`` selects the per-sequence reference
+scheduler it is tested against. :meth:`SimulatedEngine.step_many` fast-forwards runs of
+pure-decode iterations (contract in :class:`shared.engine.api.MultiStepEngine`).
 """
 
 from __future__ import annotations
 
-from shared.engine.api import EngineConfig, EngineRequest, IterationResult
+import math
+
+from shared.engine.api import EngineConfig, EngineRequest, IterationResult, IterationRun
 from shared.engine.batching import ContinuousBatcher, Sequence
 from shared.engine.clock import DEFAULT_CLOCK_SETTINGS, ClockSettings
 from shared.engine.coefficients import Coefficients, load_coefficients
 from shared.engine.costs import CostModel
+from shared.engine.fast_batching import DecodeGroupBatcher
 from shared.engine.hardware import gpu_spec, kv_block_budget, model_shape
 
 __all__ = ["SimulatedEngine", "create_engine"]
@@ -28,8 +36,12 @@ class SimulatedEngine:
         *,
         coefficients: Coefficients | None = None,
         clock_settings: ClockSettings = DEFAULT_CLOCK_SETTINGS,
+        reference: bool = False,
     ) -> None:
         """Build an engine for ``config``.
+
+        ``reference=True`` uses the per-sequence reference scheduler (same results, slower;
+        for equivalence tests and the speed bench's baseline).
 
         Raises:
             ValueError: for an unknown GPU or model, a GPU type without coefficients, or
@@ -52,7 +64,8 @@ class SimulatedEngine:
             gpu_memory_utilization=config.gpu_memory_utilization,
             max_num_batched_tokens=config.max_num_batched_tokens,
         )
-        self._batcher = ContinuousBatcher(
+        batcher = ContinuousBatcher if reference else DecodeGroupBatcher
+        self._batcher = batcher(
             total_blocks=blocks,
             block_size=config.block_size,
             max_num_seqs=config.max_num_seqs,
@@ -179,6 +192,62 @@ class SimulatedEngine:
             kv_blocks_used=self._batcher.used_blocks,
         )
 
+    def step_many(self, max_iterations: int, until_s: float = math.inf) -> IterationRun | None:
+        """Run up to ``max_iterations`` iterations while ``now_s < until_s``, aggregated.
+
+        The contract is :meth:`shared.engine.api.MultiStepEngine.step_many`: one iteration
+        of any kind, or a run of pure-decode iterations of the same sequences ending at the
+        first finish, before any prefill/admission/preemption, or at either bound.
+        """
+        if max_iterations < 1 or self._now >= until_s:
+            return None
+        batcher = self._batcher
+        batch = batcher.decode_step() if isinstance(batcher, DecodeGroupBatcher) else None
+        if batch is None:
+            single = self.step()
+            return None if single is None else IterationRun.of(single)
+        assert isinstance(batcher, DecodeGroupBatcher)
+        cost_of = self._costs.cost_of
+        clock = self._clock
+        tp = self._config.tp
+        emitted = batch.emitted
+        sequences = batch.decode_seqs
+        start = self._now
+        durations: list[float] = []
+        energies: list[float] = []
+        powers: list[float] = []
+        kv_used: list[int] = []
+        while True:
+            cost = cost_of(0, sequences, batch.attention_pairs, batch.kv_read_tokens, sequences,
+                           clock)  # fmt: skip
+            power = cost.power_w_per_gpu * tp
+            energy = power * cost.duration_s
+            # Same additions, in the same order, as step(): the counters stay bit-identical.
+            self._now += cost.duration_s
+            self._energy += energy
+            durations.append(cost.duration_s)
+            energies.append(energy)
+            powers.append(power)
+            kv_used.append(batcher.used_blocks)
+            if batch.finished or len(durations) >= max_iterations or self._now >= until_s:
+                break
+            following = batcher.decode_step()
+            if following is None:
+                break
+            batch = following
+        return IterationRun(
+            start_s=start,
+            durations_s=tuple(durations),
+            energies_j=tuple(energies),
+            powers_w=tuple(powers),
+            kv_blocks_used=tuple(kv_used),
+            prefill_tokens=0,
+            decode_tokens=sequences,
+            emitted=emitted,
+            finished=batch.finished,
+            clock_mhz=clock,
+        )
+
     def idle_until(self, t_s: float) -> float:
         """Advance engine time to ``t_s`` at idle power; returns the energy used."""
         if t_s <= self._now:
@@ -194,10 +263,15 @@ def create_engine(
     *,
     coefficients: Coefficients | None = None,
     clock_settings: ClockSettings = DEFAULT_CLOCK_SETTINGS,
+    reference: bool = False,
 ) -> SimulatedEngine:
     """Build the simulated engine for ``config`` (calibrated coefficients by default).
+
+    ``reference=True`` selects the slower per-sequence scheduler (identical results).
 
     Raises:
         ValueError: see :class:`SimulatedEngine`.
     """
-    return SimulatedEngine(config, coefficients=coefficients, clock_settings=clock_settings)
+    return SimulatedEngine(
+        config, coefficients=coefficients, clock_settings=clock_settings, reference=reference
+    )
