@@ -50,7 +50,7 @@ def decode(data: bytes, kind: type[T]) -> T:
         decoder = _decoders[kind] = msgspec.msgpack.Decoder(kind)
     try:
         result: T = decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
         raise DecodeError(f"invalid {kind.__name__}: {exc}") from exc
     return result
 
@@ -59,6 +59,6 @@ def decode_any(data: bytes) -> msgspec.Struct:
     """Decode any protocol message, telling its kind by its tag."""
     try:
         result: msgspec.Struct = _any_decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
         raise DecodeError(f"invalid message: {exc}") from exc
     return result

@@ -14,7 +14,7 @@ class Keys:
     prefix: str = "gs"
 
     def worker(self, worker_id: str) -> str:
-        """Worker registration (hash of its WorkerStats fields), expires without heartbeats."""
+        """Worker registration: its encoded WorkerStats, with a TTL renewed by each heartbeat."""
         return f"{self.prefix}:worker:{worker_id}"
 
     @property

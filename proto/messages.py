@@ -45,11 +45,16 @@ __all__ = [
 MAX_TOKENS_LIMIT: Final = 1 << 20
 """No model we serve has a context beyond a million tokens; larger counts are malformed."""
 
-Id = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,128}$")]
-Subject = Annotated[str, Meta(min_length=1, max_length=512)]
+# \Z, not $: "$" also matches before a trailing newline, which would end a NATS line.
+Id = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,128}\Z")]
+Subject = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\Z", max_length=512)]
+"""A concrete subject: dot-separated tokens, no wildcards, spaces or control characters."""
+FINITE_LIMIT: Final = 1e18
+Finite = Annotated[float, Meta(ge=-FINITE_LIMIT, le=FINITE_LIMIT)]
+"""Any real number; the bounds also refuse NaN and infinities."""
 TokenCount = Annotated[int, Meta(ge=1, le=MAX_TOKENS_LIMIT)]
 NonNegInt = Annotated[int, Meta(ge=0)]
-NonNeg = Annotated[float, Meta(ge=0.0)]
+NonNeg = Annotated[float, Meta(ge=0.0, le=FINITE_LIMIT)]
 Mhz = Annotated[float, Meta(ge=0.0, le=5000.0)]
 
 
@@ -83,7 +88,7 @@ class ClassifiedRequest(_Message, tag="gs.v1.classified", frozen=True, kw_only=T
     request_class: Annotated[str, Meta(min_length=1, max_length=16)]
     pool_id: Id
     region: Id
-    arrival_s: float
+    arrival_s: Finite
     """Model time of arrival (the scheduler's clock)."""
     ttft_slo_ms: NonNeg
     tbt_slo_ms: NonNeg
@@ -93,7 +98,7 @@ class ClassifiedRequest(_Message, tag="gs.v1.classified", frozen=True, kw_only=T
     """TBT of the pool's configuration (from its profile)."""
     lat_s: NonNeg
     """No-queue execution time estimate: N̂·TBT + TTFT (FREESH Eq. 6)."""
-    deadline_s: float
+    deadline_s: Finite
     """Model time by which the request should finish (arrival + α_LLF·Lat)."""
     classified_at: NonNeg
     trace: dict[str, str] = msgspec.field(default_factory=dict)
@@ -166,7 +171,7 @@ class TokenChunk(_Message, tag="gs.v1.chunk", frozen=True, kw_only=True):
     request_id: Id
     worker_id: Id
     first_index: NonNegInt
-    token_times: list[float]
+    token_times: list[Finite]
     """Wall time each token was produced (the worker's clock)."""
     text: str | None = None
 
@@ -272,12 +277,12 @@ class Forecast(_Message, tag="gs.v1.forecast", frozen=True, kw_only=True):
 
     region: Id
     issued_at: NonNeg
-    start_s: float
+    start_s: Finite
     """Model time (epoch seconds, UTC) of the first value."""
     step_s: Annotated[int, Meta(gt=0)]
-    values: list[float]
-    p10: list[float]
-    p90: list[float]
+    values: list[Finite]
+    p10: list[Finite]
+    p90: list[Finite]
     signal: str = "average"
     emission_factor: str = "direct"
     model: str = "history"

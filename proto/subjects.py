@@ -24,12 +24,12 @@ QUEUE_GROUPS: Final = {
 }
 """One queue group per service, so replicas share the work of a subject."""
 
-_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
 def valid_token(token: str) -> bool:
     """Return whether ``token`` may appear as one subject token (ids, pools, regions)."""
-    return bool(_TOKEN.match(token))
+    return _TOKEN.fullmatch(token) is not None  # fullmatch: '$' would let 'w\n' through
 
 
 def _check(token: str, what: str) -> str:
@@ -65,7 +65,9 @@ class Subjects:
     @property
     def ingress_stream(self) -> str:
         """JetStream stream name of the ingress (work-queue retention)."""
-        return f"{self.prefix.upper().replace('-', '_')}_INGRESS"
+        # The prefix is used verbatim (stream names are case-sensitive), so distinct
+        # prefixes always get distinct streams.
+        return f"INGRESS-{self.prefix}"
 
     # --- classifier → scheduler → router → worker --------------------------------------
     @property
@@ -120,6 +122,11 @@ class Subjects:
             f"{self._base}.client.{_check(client_id, 'client id')}."
             f"{_check(request_id, 'request id')}"
         )
+
+    @property
+    def client_prefix(self) -> str:
+        """Every client reply subject starts with this; others are refused as reply targets."""
+        return f"{self._base}.client."
 
     def client_wildcard(self, client_id: str) -> str:
         """Everything addressed to one client."""

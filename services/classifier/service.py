@@ -149,6 +149,17 @@ async def _classify(
         await msg.term()  # permanent: never redeliver a malformed message
         return None
     MESSAGES.labels(NAME, "Request").inc()
+    if not req.reply_subject.startswith(ctx.subjects.client_prefix):
+        # Never publish to a subject the client chose outside its own space (plan, workers).
+        await reply_error(
+            ctx.nc,
+            ctx.subjects,
+            service=NAME,
+            code="bad_reply_subject",
+            reason=f"reply subject must start with {ctx.subjects.client_prefix}",
+        )
+        await msg.term()
+        return None
     with span_from_headers(ctx.tracer, "classify", msg.headers, **{"request.id": req.request_id}):
         try:
             classified = core.classify(

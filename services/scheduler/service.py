@@ -27,6 +27,7 @@ from proto.messages import (
     SubmitBatchReply,
     SubmitReply,
 )
+from proto.subjects import QUEUE_GROUPS
 from services.scheduler.queueing import QueueDiscipline, QueuedRequest, make_discipline
 from shared.bus import serve as serve_subject
 from shared.counters import QUEUE_DEPTH
@@ -196,7 +197,7 @@ async def serve(ctx: ServiceContext) -> None:
         ended_ids.difference_update(done)
         ended_queued.difference_update(queued)
 
-    queue = "scheduler"
+    queue = QUEUE_GROUPS["scheduler"]
     subs = [
         await serve_subject(
             ctx.nc,

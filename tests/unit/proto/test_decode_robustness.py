@@ -109,11 +109,6 @@ def _decode_or_reject(data: bytes, kind: type[msgspec.Struct]) -> None:
         message = decode(data, kind)
     except DecodeError:
         return
-    except UnicodeDecodeError:
-        # Known codec gap, pinned by the strict xfail below; excused only while it is open.
-        if UTF8_GAP_OPEN:
-            return
-        raise
     _within(_type_info(kind), message, kind.__name__)
     assert decode(msgspec.msgpack.encode(message), kind) == message
 
@@ -205,26 +200,6 @@ def _invalid_utf8_payload() -> bytes:
     return ok.replace(b"\xa2ab", b"\xa2a\xff")
 
 
-def _utf8_gap_open() -> bool:
-    try:
-        decode(_invalid_utf8_payload(), SubmitReply)
-    except UnicodeDecodeError:
-        return True
-    except DecodeError:
-        return False
-    return False
-
-
-UTF8_GAP_OPEN = _utf8_gap_open()
-"""Whether proto.codec still lets msgspec's UnicodeDecodeError escape (see the xfail below)."""
-
-
-@pytest.mark.xfail(
-    UTF8_GAP_OPEN,
-    reason="proto/codec.py catches only msgspec.DecodeError/ValidationError; invalid UTF-8 in "
-    "a str field raises UnicodeDecodeError (add it to both except clauses)",
-    strict=True,
-)
 def test_invalid_utf8_in_a_string_field_raises_decode_error() -> None:
     """Test that a string that is not UTF-8 is a DecodeError like any other bad value."""
     with pytest.raises(DecodeError):

@@ -18,11 +18,7 @@ FAST = settings(max_examples=100, deadline=None, database=None)
 TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 tokens = st.from_regex(TOKEN_RE, fullmatch=True)
-# A trailing newline is the one invalid token the current pattern lets through; it has its
-# own strict xfail below, so the general property leaves it out.
-bad_tokens = st.text(max_size=140).filter(
-    lambda t: TOKEN_RE.fullmatch(t) is None and not t.endswith("\n")
-)
+bad_tokens = st.text(max_size=140).filter(lambda t: TOKEN_RE.fullmatch(t) is None)
 
 
 def _builders() -> dict[str, Callable[..., str]]:
@@ -118,11 +114,6 @@ def test_typical_injection_tokens_are_rejected(token: str) -> None:
         Subjects().worker_dispatch(token)
 
 
-@pytest.mark.xfail(
-    reason="proto/subjects.py _TOKEN uses ^...$ with re.match, and $ matches before a "
-    "trailing newline; use re.fullmatch or \\Z",
-    strict=True,
-)
 def test_a_token_with_a_trailing_newline_is_rejected() -> None:
     """Test that 'w\\n' is not a valid token (it would end the NATS protocol line)."""
     with pytest.raises(ValueError, match="not a valid subject token"):
@@ -184,11 +175,6 @@ def test_two_prefixes_never_share_a_redis_key(data: st.DataObject) -> None:
     assert not keys_a & keys_b
 
 
-@pytest.mark.xfail(
-    reason="proto/subjects.py ingress_stream upper-cases the prefix and maps '-' to '_', so "
-    "prefixes 'a-b' and 'a_b' (or 'gs' and 'GS') share one JetStream stream",
-    strict=True,
-)
 @pytest.mark.parametrize(("first", "second"), [("a-b", "a_b"), ("gs", "GS")])
 def test_two_prefixes_never_share_an_ingress_stream(first: str, second: str) -> None:
     """Test that distinct prefixes get distinct ingress stream names."""
