@@ -78,6 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where fitted models are cached",
     )
     parser.add_argument("--no-cache", action="store_true", help="always refit")
+    parser.add_argument(
+        "--no-pooling", action="store_true", help="fit each EIA region on its own data only"
+    )
     parser.add_argument("--skip-load", action="store_true", help="skip the load-forecast part")
 
 
@@ -143,15 +146,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     names = _regions(args.regions)
     cache = None if args.no_cache else args.cache_dir
     per_region: dict[str, dict[str, Any]] = {}
+    pooled = {} if args.no_pooling else {f"eia:{r}": load_eia_csv(r) for r in EIA_REGIONS}
     for position, name in enumerate(names, start=1):
         started = time.perf_counter()
         history, train_end = _load(name)
+        # EIA regions have seven training months each: the booster pools the other six
+        # (same fuel columns, same training end). Electricity Maps zones train on their own
+        # three years.
+        related = [h for other, h in pooled.items() if other != name and name.startswith("eia:")]
         result = run_backtest(
             history,
             train_end,
             config=ForecasterConfig(),
             max_origins=args.max_origins,
             cache_dir=cache,
+            related=related,
         )
         per_region[name] = as_dict(result)
         day1 = result.mape["chosen"]["day1"]

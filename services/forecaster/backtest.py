@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -119,22 +120,32 @@ def _code_digest() -> str:
     return digest.hexdigest()[:16]
 
 
+def _fingerprint(history: CarbonHistory) -> tuple[object, ...]:
+    return (
+        history.region,
+        history.source,
+        history.emission_factor,
+        str(history.intensity.index[-1]),
+        len(history.intensity),
+        float(np.nansum(history.intensity.to_numpy())),
+    )
+
+
 def fit_cached(
-    history: CarbonHistory, config: ForecasterConfig, cache_dir: Path | None
+    history: CarbonHistory,
+    config: ForecasterConfig,
+    cache_dir: Path | None,
+    related: Sequence[CarbonHistory] = (),
 ) -> tuple[CarbonForecaster, bool]:
-    """Fit a forecaster, or load the one fitted earlier on the same inputs.
+    """Fit a forecaster (see :func:`fit_forecaster`), or load the one fitted on the same inputs.
 
     Returns:
         The forecaster and whether it came from the cache.
     """
     key_material = repr(
         (
-            history.region,
-            history.source,
-            history.emission_factor,
-            str(history.intensity.index[-1]),
-            len(history.intensity),
-            float(np.nansum(history.intensity.to_numpy())),
+            _fingerprint(history),
+            [_fingerprint(other) for other in related],
             config,
             _code_digest(),
         )
@@ -146,7 +157,7 @@ def fit_cached(
             cached = pickle.load(handle)  # our own cache files, written below
         if isinstance(cached, CarbonForecaster):
             return cached, True
-    forecaster = fit_forecaster(history, config=config)
+    forecaster = fit_forecaster(history, config=config, related=related)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -164,6 +175,7 @@ def run_backtest(
     max_origins: int | None = None,
     window_h: int = 4,
     cache_dir: Path | None = None,
+    related: Sequence[CarbonHistory] = (),
 ) -> BacktestResult:
     """Fit on ``history`` up to ``train_end`` and score daily origins after it.
 
@@ -174,9 +186,12 @@ def run_backtest(
         max_origins: score at most this many origins, evenly spaced over the test span.
         window_h: length of the best-window query scored.
         cache_dir: where fitted models are cached; ``None`` disables the cache.
+        related: other regions pooled into the boosted model's training rows; cut at
+            ``train_end`` like the region itself.
     """
     cfg = config if config is not None else ForecasterConfig()
-    forecaster, _ = fit_cached(history.until(train_end), cfg, cache_dir)
+    pooled = [other.until(train_end) for other in related]
+    forecaster, _ = fit_cached(history.until(train_end), cfg, cache_dir, pooled)
     grid = to_grid(history)
     origins = daily_origins(grid, train_end + pd.Timedelta(hours=1), cfg.horizon_h)
     if max_origins is not None and len(origins) > max_origins:

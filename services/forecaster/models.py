@@ -10,6 +10,7 @@ does many origins at once for the backtest. Both read only ``y[:origin]``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -252,10 +253,40 @@ def _log_quantiles(
     return quantiles
 
 
+def _training_rows(
+    sources: list[tuple[HourlyGrid, HoltWintersParams]],
+    end: pd.Timestamp,
+    cfg: ForecasterConfig,
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Rows of every origin whose whole horizon ends by ``end``, over all source grids."""
+    horizon, need = cfg.horizon_h, min_history_h(cfg.horizon_h)
+    spans = [
+        (grid, hw, min(grid.index_of(end), len(grid) - 1) - horizon + 1) for grid, hw in sources
+    ]
+    total = sum(max(0, last - need) for _, _, last in spans)
+    stride = max(cfg.train_stride_h, -(-total * horizon // cfg.max_training_rows))
+    parts: list[tuple[FloatArray, FloatArray, FloatArray]] = []
+    for grid, hw, last in spans:
+        origins = _origins(need, last, stride, grid.start)
+        if not origins.size:
+            continue
+        template, refs = _reference_forecasts(grid, origins, horizon, hw)
+        features, _ = gbm_features(grid, origins, horizon, template, refs)
+        targets = origins[:, None] + np.arange(horizon)[None, :]
+        target = log_ratio(grid.y[targets], template).ravel()
+        parts.append((features, target, grid.observed[targets].ravel().astype(np.float64)))
+    return (
+        np.concatenate([p[0] for p in parts]),
+        np.concatenate([p[1] for p in parts]),
+        np.concatenate([p[2] for p in parts]),
+    )
+
+
 def fit_forecaster(
     history: CarbonHistory,
     fuel_mix: pd.DataFrame | None = None,
     config: ForecasterConfig | None = None,
+    related: Sequence[CarbonHistory] = (),
 ) -> CarbonForecaster:
     """Fit, choose and calibrate a forecaster on one region's history.
 
@@ -263,9 +294,14 @@ def fit_forecaster(
         history: the training history (everything in it is treated as the past).
         fuel_mix: shares to use instead of ``history.fuel_mix`` (same index), if given.
         config: settings; defaults to :class:`ForecasterConfig`.
+        related: other regions' histories with the same fuel-mix columns, pooled into the
+            boosted model's training rows (worth it when the region's own history is short,
+            as with the seven months of EIA-930 training data). They are cut at the end of
+            ``history`` and, while validating, at the validation split, like the region's own.
 
     Raises:
-        ValueError: when the history is too short to fit and validate.
+        ValueError: when the history is too short to fit and validate, or a related
+            history has other fuel-mix columns.
     """
     cfg = config if config is not None else ForecasterConfig()
     if fuel_mix is not None:
@@ -283,21 +319,28 @@ def fit_forecaster(
     split = need + int((1.0 - cfg.validation_fraction) * (last_origin - need))
     if split - horizon - need < 30 * 24 or last_origin - split < 14 * 24:
         raise ValueError(f"history of {history.region} too short to fit and validate")
-    hw_start = max(0, split - cfg.hw_fit_days * 24)
-    hw_params = fit_holt_winters(grid.y[hw_start:split])
+    split_time = grid.start + pd.Timedelta(hours=split)
+    end_time = grid.start + pd.Timedelta(hours=len(grid) - 1)
 
-    def training_set(first: int, last: int) -> tuple[FloatArray, FloatArray, FloatArray]:
-        stride = max(cfg.train_stride_h, -(-(last - first) * horizon // cfg.max_training_rows))
-        origins = _origins(first, last, stride, grid.start)
-        template, refs = _reference_forecasts(grid, origins, horizon, hw_params)
-        features, _ = gbm_features(grid, origins, horizon, template, refs)
-        targets = origins[:, None] + np.arange(horizon)[None, :]
-        target = log_ratio(grid.y[targets], template).ravel()
-        return features, target, grid.observed[targets].ravel().astype(np.float64)
+    def with_hw(other: HourlyGrid) -> tuple[HourlyGrid, HoltWintersParams]:
+        cut = other.index_of(split_time)
+        return other, fit_holt_winters(other.y[max(0, cut - cfg.hw_fit_days * 24) : cut])
 
-    # Fitting origins stop H hours before the split so no fitted target reaches validation.
+    own = with_hw(grid)
+    hw_params = own[1]
+    sources = [own]
+    for other in related:
+        other_grid = to_grid(other.until(end_time))
+        if other_grid.share_names != grid.share_names:
+            raise ValueError(f"{other.region} has other fuel-mix columns than {history.region}")
+        if other_grid.index_of(split_time) > need + horizon:
+            sources.append(with_hw(other_grid))
+
+    # Fitting targets end before the split so that none reaches the validation span.
     booster = fit_ratio_booster(
-        *training_set(need, split - horizon), seed=cfg.seed, max_iter=cfg.booster_max_iter
+        *_training_rows(sources, split_time - pd.Timedelta(hours=1), cfg),
+        seed=cfg.seed,
+        max_iter=cfg.booster_max_iter,
     )
     provisional = CarbonForecaster(
         region=history.region,
@@ -324,7 +367,7 @@ def fit_forecaster(
         horizon_h=horizon,
         hw_params=hw_params,
         booster=fit_ratio_booster(
-            *training_set(need, last_origin), seed=cfg.seed, max_iter=cfg.booster_max_iter
+            *_training_rows(sources, end_time, cfg), seed=cfg.seed, max_iter=cfg.booster_max_iter
         ),
         choice=choice,
         log_quantiles=quantiles,
