@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from services.forecaster.features import to_grid
-from services.forecaster.models import CarbonForecaster
+from services.forecaster.models import CarbonForecaster, ForecasterConfig, fit_forecaster
 from services.forecaster.sources import CarbonHistory
 
 
@@ -89,3 +90,18 @@ def test_fitted_forecaster_beats_seasonal_naive_on_synthetic_days(
         return float(np.mean(np.abs(predicted[name] - actual) / actual))
 
     assert mape("chosen") < mape("same_hour_yesterday")
+
+
+def test_fit_refuses_related_regions_with_other_fuel_columns(history: CarbonHistory) -> None:
+    """Test that pooling a region whose fuel-mix columns differ is refused."""
+    assert history.fuel_mix is not None
+    other = CarbonHistory(
+        region="OTHER",
+        intensity=history.intensity,
+        fuel_mix=history.fuel_mix.rename(columns={"SUN": "WND"}),
+        signal="average",
+        emission_factor="direct",
+        source="synthetic",
+    )
+    with pytest.raises(ValueError, match="other fuel-mix columns"):
+        fit_forecaster(history, config=ForecasterConfig(hw_fit_days=14), related=[other])
