@@ -1,9 +1,12 @@
-"""DVFS agent shell: one per node; holds a clock per GPU instance and reports power.
+"""DVFS agent shell: one per node; a clock controller per GPU instance, and power reports.
 
-``dvfs.mode = fixed`` keeps every instance of the node at ``dvfs.clock_mhz`` (its maximum
-when unset) and re-applies it when a worker reports another clock; the MIAD, predictive
-and profile-based cores plug in behind the same loop. Clock changes go to the worker as
-ClockCommands (the worker's backend applies them to the simulator or, opt-in, NVML).
+Modes: ``fixed`` (every instance at ``dvfs.clock_mhz``, or its maximum) and ``miad``
+(FREESH Eq. 5: ×2 on congestion against Table 7, −100 MHz otherwise, every ``period_s``
+of model time). Congestion is judged from the latencies of requests that finished on the
+instance during the period. Clock changes go to the worker as ClockCommands; the worker's
+backend applies them to the simulator (or, opt-in, through NVML). The predictive and
+profile-based controllers need per-request state and profiles that the live workers do not
+publish yet; they run in the offline simulator and ``bench dvfs``.
 """
 
 from __future__ import annotations
@@ -15,28 +18,46 @@ import time
 import nats.errors
 from nats.aio.msg import Msg
 
-from proto.codec import DecodeError, decode, encode
-from proto.messages import ClockCommand, ClockReply, DvfsReport, GpuReport, WorkerStats
+from proto.codec import DecodeError, decode, decode_any, encode
+from proto.messages import ClockCommand, ClockReply, Completion, DvfsReport, GpuReport, WorkerStats
+from services.dvfs.controller import ClockController, FixedClockController
+from services.dvfs.miad import MiadConfig, MiadController
+from services.dvfs.observations import LatencyCollector, observation_for
 from shared.bus import request
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
 
-__all__ = ["ISSUER", "NAME", "serve"]
+__all__ = ["ISSUER", "MODES", "NAME", "make_controller", "serve"]
 
 NAME = "dvfs"
 ISSUER = "dvfs"
+MODES = ("fixed", "miad")
 CLOCK_TOLERANCE_MHZ = 15.0
 """Clocks within one NVML step of the target count as applied."""
 
 logger = logging.getLogger(__name__)
 
 
+def make_controller(mode: str, clock_mhz: float | None, period_s: float) -> ClockController:
+    """The controller of one instance for a dvfs mode.
+
+    Raises:
+        ValueError: for a mode the live agent does not run.
+    """
+    if mode == "fixed":
+        return FixedClockController(clock_mhz, period_s)
+    if mode == "miad":
+        return MiadController(MiadConfig(period_s=period_s, max_clock_mhz=clock_mhz))
+    raise ValueError(f"dvfs mode {mode!r} is not available in the live agent; use one of {MODES}")
+
+
 async def serve(ctx: ServiceContext) -> None:
     """Run until ``ctx.stop`` is set."""
     cfg = ctx.settings.dvfs
-    if cfg.mode != "fixed":
-        raise ValueError(f"dvfs mode {cfg.mode!r} is not available yet; use 'fixed'")
+    make_controller(cfg.mode, cfg.clock_mhz, cfg.period_s)  # fail fast on a bad mode
     latest: dict[str, WorkerStats] = {}
+    controllers: dict[str, ClockController] = {}
+    collector = LatencyCollector(ctx.settings.clock.speedup)
 
     async def on_stats(msg: Msg) -> None:
         with contextlib.suppress(DecodeError):
@@ -44,13 +65,28 @@ async def serve(ctx: ServiceContext) -> None:
             if stats.node_id == cfg.node_id:
                 latest[stats.worker_id] = stats
 
-    sub = await ctx.nc.subscribe(ctx.subjects.worker_stats_wildcard, cb=on_stats)
+    async def on_done(msg: Msg) -> None:
+        with contextlib.suppress(DecodeError):
+            done = decode_any(msg.data)
+            if isinstance(done, Completion) and done.worker_id in latest:
+                collector.add(done)
+
+    subs = [
+        await ctx.nc.subscribe(ctx.subjects.worker_stats_wildcard, cb=on_stats),
+        await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done),
+    ]
 
     async def control() -> None:
-        if cfg.clock_mhz is not None:
-            for stats in list(latest.values()):
-                if abs(stats.clock_mhz - cfg.clock_mhz) > CLOCK_TOLERANCE_MHZ:
-                    await _set_clock(ctx, stats.worker_id, cfg.clock_mhz)
+        now = ctx.clock.now()
+        for worker_id, stats in list(latest.items()):
+            controller = controllers.get(worker_id)
+            if controller is None:
+                controller = controllers[worker_id] = make_controller(
+                    cfg.mode, cfg.clock_mhz, cfg.period_s
+                )
+            target = controller.decide(observation_for(stats, collector.take(worker_id), now))
+            if abs(stats.clock_mhz - target) >= CLOCK_TOLERANCE_MHZ:
+                await _set_clock(ctx, worker_id, target, cfg.mode)
         report = DvfsReport(
             node_id=cfg.node_id,
             at=time.time(),
@@ -72,13 +108,14 @@ async def serve(ctx: ServiceContext) -> None:
             ctx.stop, ctx.clock.wall_period(cfg.period_s), control, service=NAME, name="control"
         )
     finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
+        for sub in subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
 
 
-async def _set_clock(ctx: ServiceContext, worker_id: str, mhz: float) -> None:
+async def _set_clock(ctx: ServiceContext, worker_id: str, mhz: float, reason: str) -> None:
     cmd = ClockCommand(
-        worker_id=worker_id, clock_mhz=mhz, issued_by=ISSUER, reason="fixed", issued_at=time.time()
+        worker_id=worker_id, clock_mhz=mhz, issued_by=ISSUER, reason=reason, issued_at=time.time()
     )
     with ctx.tracer.start_as_current_span(
         "set_clock", attributes={"worker.id": worker_id, "clock.mhz": mhz}
@@ -94,7 +131,5 @@ async def _set_clock(ctx: ServiceContext, worker_id: str, mhz: float) -> None:
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError) as exc:
             logger.warning("clock command to %s failed: %s", worker_id, exc)
             return
-    if reply.accepted:
-        logger.info("worker %s clock set to %.0f MHz", worker_id, reply.applied_mhz)
-    else:
+    if not reply.accepted:
         logger.warning("worker %s refused clock: %s", worker_id, reply.reason)

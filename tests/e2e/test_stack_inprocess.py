@@ -6,12 +6,15 @@ import time
 
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from greenserve.runner import run_in_process
 from greenserve.stack import StackSpec, stack_launches
 from loadgen.replay import replay
 from loadgen.report import build_report
 from loadgen.traces import load_azure_trace, resolve_trace
+from proto.codec import decode
+from proto.messages import WorkerStats
 from proto.subjects import Subjects
 from shared.bus import connect_nats
 from shared.clock import ModelClock
@@ -57,3 +60,35 @@ async def test_conversation_trace_completes_through_all_services(
         assert done.output_tokens == record.trace.output_tokens
     assert report["energy_wh"] is not None
     assert report["energy_wh"] > 0
+
+
+async def test_miad_lowers_worker_clocks_in_the_live_stack(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that with dvfs mode miad the light conv load runs below max clock and completes."""
+    trace = load_azure_trace(resolve_trace("conv"), max_requests=150)
+    spec = StackSpec(
+        namespace=namespace,
+        nats_url=nats_server.url,
+        redis_url=redis_server.url,
+        workers=2,
+        regions=("PJM",),
+        speedup=SPEEDUP,
+        origin_wall_s=time.time(),
+        extra={"dvfs": {"mode": "miad"}},
+    )
+    nc: Client = await connect_nats(NatsSettings(url=nats_server.url), "test-client")
+    clocks: list[float] = []
+
+    async def on_stats(msg: Msg) -> None:
+        clocks.append(decode(msg.data, WorkerStats).clock_mhz)
+
+    try:
+        await nc.subscribe(Subjects(namespace).worker_stats_wildcard, cb=on_stats)
+        async with run_in_process(stack_launches(spec)):
+            result = await replay(nc, Subjects(namespace), trace, model=spec.model, speedup=SPEEDUP)
+    finally:
+        await nc.close()
+    assert all(r.completion is not None for r in result.records)
+    assert max(clocks) == pytest.approx(1410.0)
+    assert min(clocks) < 1000.0
