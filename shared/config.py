@@ -92,7 +92,9 @@ class ClassifierSettings(_Section):
     """Classifier: sizes, class, SLO and pool of each request."""
 
     scheme: str = "dynamollm9"
-    predictor: str = "oracle"
+    predictor: str = "quantile"
+    """Output-length predictor: quantile (online, learns from completions; default), oracle,
+    oracle-noisy or class-accuracy (trace replay only: they read the true length), proxy."""
     tokenizer_path: str | None = None
     models: tuple[str, ...] = (
         "llama-3-8b",
