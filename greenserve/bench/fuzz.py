@@ -1,0 +1,276 @@
+"""``greenserve bench fuzz``: hypothesis-generated bad input at every decoder and ingress.
+
+Three targets, one count each:
+
+* **decoders**: every ``proto.codec`` decoder (``decode(data, kind)`` for each message type
+  and ``decode_any``) gets random bytes, random MessagePack, field-shaped maps with wrong
+  types and out-of-range values, and byte-mutated encodings. A *crash* is any exception
+  other than ``DecodeError``.
+* **ingress**: the same kinds of ``Request`` payloads published on the JetStream ingress of
+  an embedded stack (own nats-server and redis-server), each with ``Nats-Msg-Id`` and a
+  ``Gs-Reply`` header. *Unanswered*: no ``ErrorReply``/``Completion`` on the header's
+  subject nor the decoded request's reply subject within the timeout.
+* **http**: malformed JSON, wrong types, negative and absurd token counts, huge prompts and
+  unknown models posted to the gateway's ``/v1/completions`` and ``/v1/chat/completions``.
+  *Unanswered*: no complete HTTP response in time; a *crash*: a 500 that is not our JSON
+  error (an exception escaped a handler).
+
+A service task of the embedded stack that died is a crash too, whatever the cases say.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from greenserve.bench._fuzz_cases import collect, fill, http_cases, ingress_cases, payloads
+from proto import messages
+from proto.codec import DecodeError, decode, decode_any
+from shared.config import Settings
+
+__all__ = ["HELP", "NAME", "add_arguments", "fuzz_decoders", "run"]
+
+NAME = "fuzz"
+HELP = "hypothesis fuzzing of every decoder, the JetStream ingress and the HTTP gateway"
+
+KINDS: tuple[type[msgspec.Struct], ...] = tuple(
+    k
+    for k in (getattr(messages, n) for n in messages.__all__)
+    if isinstance(k, type) and issubclass(k, msgspec.Struct)
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Case counts, seed and timeouts."""
+    parser.add_argument("--decoder-cases", type=int, default=450, help="per message type")
+    parser.add_argument("--ingress-cases", type=int, default=600)
+    parser.add_argument("--http-cases", type=int, default=600)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reply-timeout-s", type=float, default=15.0)
+    parser.add_argument("--speedup", type=float, default=200.0, help="simulated GPU speed-up")
+
+
+# --- (a) decoders ---------------------------------------------------------------------------
+
+
+def fuzz_decoders(cases_per_kind: int, seed: int) -> dict[str, Any]:
+    """Feed every decoder; return cases, crashes and the first few crash examples."""
+    cases = 0
+    crashes: list[str] = []
+
+    def check(kind: type[msgspec.Struct]) -> Callable[[bytes], None]:
+        def one(data: bytes) -> None:
+            nonlocal cases
+            for target, call in ((kind.__name__, decode), ("decode_any", None)):
+                cases += 1
+                try:
+                    decode(data, kind) if call is not None else decode_any(data)
+                except DecodeError:
+                    pass
+                except Exception as exc:  # the finding itself: anything but DecodeError
+                    crashes.append(f"{target}: {type(exc).__name__}: {exc} on {data[:64]!r}")
+
+        return one
+
+    for i, kind in enumerate(KINDS):
+        collect(payloads(kind), cases_per_kind, seed + i, check(kind))
+    return {"cases": cases, "crashes": len(crashes), "examples": crashes[:5]}
+
+
+# --- (b) live ingress and gateway ----------------------------------------------------------
+
+
+async def _fuzz_ingress(nc: Any, prefix: str, cases: list[Any], timeout_s: float) -> dict[str, Any]:
+    from proto.messages import Completion, ErrorReply, Request
+    from proto.subjects import Subjects
+
+    subjects = Subjects(prefix)
+    endings: Counter[str] = Counter()
+    codes: Counter[str] = Counter()
+    progress = asyncio.Event()
+
+    async def on_message(msg: Any) -> None:
+        if msg.subject == subjects.request_done:
+            return
+        with contextlib.suppress(DecodeError):
+            message = decode_any(msg.data)
+            if isinstance(message, ErrorReply | Completion):
+                endings[msg.subject] += 1
+                codes[message.code if isinstance(message, ErrorReply) else "completed"] += 1
+                progress.set()
+
+    # Everything on this private server: a decoded request may name any reply subject.
+    sub = await nc.subscribe(">", cb=on_message)
+    js = nc.jetstream()
+    expected: list[tuple[set[str], bytes]] = []
+    refused_by_bus = 0
+    for i, case in enumerate(cases):
+        header = subjects.client_reply("fz", f"c{i}")
+        payload = fill(case, f"c{i}", header)
+        wanted = {header}
+        with contextlib.suppress(DecodeError):
+            wanted.add(decode(payload, Request).reply_subject)
+        try:
+            await js.publish(
+                subjects.ingress_request,
+                payload,
+                headers={"Nats-Msg-Id": f"fz-{i}", "Gs-Reply": header},
+            )
+        except Exception:  # too big for the bus: the client hears it at once
+            refused_by_bus += 1
+            continue
+        expected.append((wanted, payload))
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if all(any(endings[s] for s in wanted) for wanted, _ in expected):
+            break
+        progress.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(progress.wait(), 0.5)
+    await sub.unsubscribe()
+    missing = [
+        (wanted, payload) for wanted, payload in expected if not any(endings[s] for s in wanted)
+    ]
+    return {
+        "cases": len(cases),
+        "unanswered": len(missing),
+        "refused_by_bus": refused_by_bus,
+        "examples": [repr(payload[:160]) for _, payload in missing[:5]],
+        "endings": dict(codes.most_common()),
+    }
+
+
+async def _fuzz_http(url: str, cases: list[tuple[str, bytes]], timeout_s: float) -> dict[str, Any]:
+    import aiohttp
+
+    statuses: Counter[int] = Counter()
+    crashes: list[str] = []
+    unanswered = 0
+    limit = asyncio.Semaphore(32)
+
+    async def one(session: aiohttp.ClientSession, path: str, body: bytes) -> None:
+        nonlocal unanswered
+        async with limit:
+            try:
+                headers = {"Content-Type": "application/json"}
+                async with session.post(url + path, data=body, headers=headers) as response:
+                    text = await response.read()
+                    statuses[response.status] += 1
+            except (TimeoutError, aiohttp.ClientError):
+                unanswered += 1
+                return
+        if response.status >= 500 and not text.startswith(b'{"error"'):
+            crashes.append(f"{response.status} {text[:120]!r} for {body[:80]!r}")
+        streamed = response.content_type == "text/event-stream"
+        if streamed and not text.rstrip().endswith(b"data: [DONE]"):
+            unanswered += 1
+
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        await asyncio.gather(*(one(session, path, body) for path, body in cases))
+    return {
+        "cases": len(cases),
+        "unanswered": unanswered,
+        "crashes": len(crashes),
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "examples": crashes[:5],
+    }
+
+
+async def _live(
+    args: argparse.Namespace,
+    ingress: list[Any],
+    http: list[tuple[str, bytes]],
+) -> dict[str, Any]:
+    from greenserve.runner import run_in_process
+    from greenserve.stack import StackSpec, stack_launches
+    from services.gateway.config import GatewayConfig
+    from services.gateway.service import open_gateway
+    from shared.bus import connect_nats
+    from shared.config import NatsSettings
+    from shared.servers import start_nats, start_redis
+
+    result: dict[str, Any] = {}
+    died: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="gs-fuzz-") as folder:
+        nats_server = start_nats(Path(folder) / "nats")
+        redis_server = start_redis(Path(folder) / "redis")
+        spec = StackSpec(
+            namespace="fuzz",
+            nats_url=nats_server.url,
+            redis_url=redis_server.url,
+            workers=2,
+            regions=("PJM",),
+            speedup=args.speedup,
+            origin_wall_s=time.time(),
+            extra={"shutdown_timeout_s": 1.0, "telemetry": {"log_level": "ERROR"}},
+        )
+        launches = stack_launches(spec)
+        config = GatewayConfig(
+            port=0, max_body_bytes=256 * 1024, request_timeout_s=args.reply_timeout_s
+        )
+        try:
+            async with run_in_process(launches) as running:
+                async with open_gateway(launches[0].settings, config) as gateway:
+                    nc = await connect_nats(NatsSettings(url=nats_server.url), "fuzz-client")
+                    try:
+                        print(f"fuzz: {len(ingress)} ingress cases", file=sys.stderr)
+                        result["ingress"] = await _fuzz_ingress(
+                            nc, spec.namespace, ingress, args.reply_timeout_s
+                        )
+                    finally:
+                        await nc.close()
+                    print(f"fuzz: {len(http)} http cases", file=sys.stderr)
+                    result["http"] = await _fuzz_http(gateway.url, http, args.reply_timeout_s)
+                died = [
+                    f"{name}: {service.task.exception()!r}"
+                    for name, service in running.items()
+                    if service.task.done() and not service.task.cancelled()
+                ]
+        except Exception as exc:  # the runner re-raises what a crashed service raised
+            died.append(f"at stop: {exc!r}")
+        finally:
+            nats_server.stop()
+            redis_server.stop()
+    result["services_died"] = died
+    return result
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Generate the cases, fuzz the decoders, then the live ingress and gateway."""
+    import logging
+
+    logging.getLogger().setLevel(logging.ERROR)  # thousands of rejections are the point
+    started = time.monotonic()
+    print(f"fuzz: decoders, {args.decoder_cases} cases x {len(KINDS)} types", file=sys.stderr)
+    decoders = fuzz_decoders(args.decoder_cases, args.seed)
+    models = list(Settings().classifier.models)
+    ingress = ingress_cases(messages.Request, models, args.ingress_cases, args.seed)
+    http = http_cases(models, args.http_cases, args.seed)
+    live = asyncio.run(_live(args, ingress, http))
+    crashes = decoders["crashes"] + len(live["services_died"])
+    unanswered = 0
+    cases = decoders["cases"]
+    for part in ("ingress", "http"):
+        if part in live:
+            cases += live[part]["cases"]
+            unanswered += live[part]["unanswered"]
+            crashes += live[part].get("crashes", 0)
+    return {
+        "cases": cases,
+        "crashes": crashes,
+        "unanswered": unanswered,
+        "decoders": decoders,
+        **live,
+        "seconds": round(time.monotonic() - started, 1),
+    }
