@@ -39,10 +39,12 @@ ALL_SCENARIOS = (
     "kill:forecaster",
     "kill:dvfs-node-pjm",
     "drop:worker-0",
+    "term:worker-0",
     "restart:nats",
     "restart:redis",
 )
 """``kill:<process>`` = SIGKILL then restart; ``drop:<worker>`` = SIGKILL, no restart;
+``term:<process>`` = SIGTERM (graceful drain), no restart;
 ``restart:<server>`` = SIGKILL the server and start it again on the same port and store."""
 
 
@@ -58,6 +60,10 @@ class ScenarioResult:
     duplicated: int
     recovery_s: float | None
     errors: dict[str, int]
+    token_mismatch: int = 0
+    """Completed requests whose delivered tokens differ from what they asked for."""
+    exit_codes: dict[str, int | None] = dataclasses.field(default_factory=dict)
+    """Exit status of processes stopped gracefully (``term:``); 0 is a clean drain."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -70,6 +76,8 @@ def _inject(stack: LocalStack, spec: StackSpec, scenario: str, folder: Path) -> 
         proc = stack.group.procs[target]
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
+    elif kind == "term":
+        os.kill(stack.group.procs[target].pid, signal.SIGTERM)
     elif kind == "restart":
         server = next(s for s in stack.servers if s.name == target)
         server.kill()
@@ -96,7 +104,11 @@ def _recover(stack: LocalStack, spec: StackSpec, scenario: str, folder: Path) ->
 
 
 def _score(
-    scenario: str, result: ReplayResult, fault_at: float, restored_at: float
+    scenario: str,
+    result: ReplayResult,
+    fault_at: float,
+    restored_at: float,
+    exit_codes: dict[str, int | None],
 ) -> ScenarioResult:
     records = result.records
     after = [
@@ -121,6 +133,12 @@ def _score(
         duplicated=sum(r.duplicate_endings for r in records),
         recovery_s=(min(after) - restored_at) if after else None,
         errors=errors,
+        token_mismatch=sum(
+            1
+            for r in records
+            if r.completion is not None and len(r.token_times) != r.trace.output_tokens
+        ),
+        exit_codes=exit_codes,
     )
 
 
@@ -146,16 +164,20 @@ async def _run(
             fault_at = time.time()
             await asyncio.to_thread(_inject, stack, spec, scenario, folder)
             restored_at = fault_at
-            if not scenario.startswith("drop:"):
+            if scenario.split(":", 1)[0] in ("kill", "restart"):
                 await asyncio.sleep(downtime_s)
                 await asyncio.to_thread(_recover, stack, spec, scenario, folder)
                 restored_at = time.time()
             result = await replaying
         finally:
             await nc.close()
+        exit_codes: dict[str, int | None] = {}
+        if scenario.startswith("term:"):
+            target = stack.group.procs[scenario.split(":", 1)[1]]
+            exit_codes[scenario] = await asyncio.to_thread(target.wait, 15)
     finally:
         await asyncio.to_thread(stack.stop)
-    return _score(scenario, result, fault_at, restored_at)
+    return _score(scenario, result, fault_at, restored_at, exit_codes)
 
 
 def run_scenario(

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -56,7 +56,14 @@ class NatsSettings(_Section):
     """JetStream redelivers an ingress message not acked within this time."""
     max_deliver: int = 20
     user: str | None = None
-    password: str | None = None
+    password: SecretStr | None = None
+    """Masked in repr and logs; prefer ``password_file`` (never both)."""
+    password_file: Path | None = None
+    """File holding the password (a mounted secret); read at connect time."""
+    inbox_prefix: str | None = None
+    """Reply-inbox prefix; a secure stack gives each user a private ``_INBOX.<user>``."""
+    tls_ca_file: Path | None = None
+    """CA bundle (PEM) that signed the server's certificate; turns TLS on."""
 
 
 class RedisSettings(_Section):
@@ -64,6 +71,14 @@ class RedisSettings(_Section):
 
     url: str = "redis://127.0.0.1:6379/0"
     socket_timeout_s: float = 2.0
+    username: str | None = None
+    """ACL user; ``None`` keeps the URL's (or the default user)."""
+    password: SecretStr | None = None
+    """Masked in repr and logs; prefer ``password_file`` (never both)."""
+    password_file: Path | None = None
+    """File holding the password (a mounted secret); read at connect time."""
+    tls_ca_file: Path | None = None
+    """CA bundle (PEM) for a ``rediss://`` URL whose certificate is self-signed."""
 
 
 class TelemetrySettings(_Section):
@@ -106,6 +121,8 @@ class ClassifierSettings(_Section):
     """Models this deployment serves; others are rejected with ``unknown_model``."""
     max_context_tokens: int = 8192
     """Prompt + output beyond this is rejected with ``too_long``."""
+    max_clock_skew_s: float = 5.0
+    """A ``sent_at`` further ahead of our clock than this is replaced by the receipt time."""
     alpha_llf: float = 1.4
     """Client window W = α_LLF · Lat (FREESH Eq. 6)."""
     default_ttft_ms: float = 250.0

@@ -16,7 +16,7 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from proto.codec import DecodeError, decode
+from proto.codec import DecodeError, decode, encode
 from proto.messages import (
     ClassifiedRequest,
     Completion,
@@ -162,8 +162,12 @@ async def _classify(
         return None
     with span_from_headers(ctx.tracer, "classify", msg.headers, **{"request.id": req.request_id}):
         try:
+            now = time.time()
+            # A client clock ahead of ours must not push the arrival (and deadline) into the
+            # future; a request that waited in the stream keeps its real, earlier arrival.
+            arrival_wall = min(req.sent_at, now + ctx.settings.classifier.max_clock_skew_s)
             classified = core.classify(
-                req, arrival_s=ctx.clock.model_at(req.sent_at), now_wall=time.time()
+                req, arrival_s=ctx.clock.model_at(arrival_wall), now_wall=now
             )
         except RequestRejectedError as exc:
             await reply_error(
@@ -172,7 +176,18 @@ async def _classify(
             await msg.ack()
             return None
         # The scheduler queues the request; its trace context must travel with it.
-        return msgspec.structs.replace(classified, trace=inject_headers())
+        classified = msgspec.structs.replace(classified, trace=inject_headers())
+    try:
+        # Validate what we hand off, one request at a time: a value the scheduler would
+        # refuse must fail here, alone, instead of poisoning the whole submit batch.
+        decode(encode(classified), ClassifiedRequest)
+    except DecodeError as exc:
+        await reply_error(
+            ctx.nc, ctx.subjects, service=NAME, code="invalid", reason=str(exc), request=req
+        )
+        await msg.term()
+        return None
+    return classified
 
 
 async def _handle_batch(ctx: ServiceContext, core: ClassifierCore, msgs: list[Msg]) -> None:

@@ -78,6 +78,9 @@ async def test_malformed_and_invalid_requests_get_error_replies_and_good_ones_st
                 "huge": _request(subjects, "huge", prompt_tokens=1_000_000),
                 "notext": _request(subjects, "notext", prompt_tokens=None),
                 "good": _request(subjects, "good"),
+                # A client clock far ahead must not lose the request (it once did: the
+                # model-time arrival overflowed its bound and the batch bounced forever).
+                "future": _request(subjects, "future", sent_at=2.6e17),
             }
             for req in cases.values():
                 await js.publish(subjects.ingress_request, encode(req))
@@ -88,7 +91,7 @@ async def test_malformed_and_invalid_requests_get_error_replies_and_good_ones_st
                     for rid, msgs in replies.items()
                     if any(isinstance(m, ErrorReply | Completion) for m in msgs)
                 }
-                if ended >= {"garbage", "wrongtype", "unknown", "huge", "notext", "good"}:
+                if ended >= {"garbage", "wrongtype", "unknown", "huge", "notext", "good", "future"}:
                     break
                 got.clear()
                 await asyncio.wait_for(got.wait(), 5)
@@ -110,4 +113,5 @@ async def test_malformed_and_invalid_requests_get_error_replies_and_good_ones_st
         "notext": "missing_prompt",
     }
     assert isinstance(ending("good"), Completion)
+    assert isinstance(ending("future"), Completion)
     assert ERRORS.labels("classifier", "malformed")._value.get() >= malformed_before + 2

@@ -11,10 +11,17 @@ from loadgen.traces import load_azure_trace, resolve_trace
 
 pytestmark = pytest.mark.connected
 
+SCENARIOS = [
+    "kill:classifier",  # JetStream redelivers what it had not acked; the scheduler dedups
+    "kill:scheduler",  # queues come back from Redis; submits during downtime are redelivered
+    "kill:router",  # pulled-but-unplaced requests are re-queued by the scheduler's reaper
+    "restart:redis",  # Redis is the recovery log; the hand-off never waits on it
+    "drop:worker-0",  # the router re-queues the silent worker's requests elsewhere
+    "term:worker-0",  # graceful drain: finish or hand back, then exit 0
+]
 
-@pytest.mark.parametrize(
-    "scenario", ["kill:scheduler", "kill:router", "restart:redis", "drop:worker-0"]
-)
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
 async def test_fault_during_replay_loses_and_duplicates_nothing(scenario: str) -> None:
     """Test that the stack recovers from the fault with every request answered exactly once."""
     trace = load_azure_trace(resolve_trace("conv"), max_requests=150)
@@ -22,5 +29,7 @@ async def test_fault_during_replay_loses_and_duplicates_nothing(scenario: str) -
     assert outcome.lost == 0, outcome
     assert outcome.duplicated == 0, outcome
     assert outcome.completed == len(trace), outcome
+    assert outcome.token_mismatch == 0, outcome
     assert outcome.recovery_s is not None
     assert outcome.recovery_s < 10.0
+    assert all(code == 0 for code in outcome.exit_codes.values()), outcome
