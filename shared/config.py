@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -26,6 +26,7 @@ __all__ = [
     "ClockSettings",
     "DvfsSettings",
     "ForecasterSettings",
+    "GatewaySettings",
     "NatsSettings",
     "PlannerSettings",
     "RedisSettings",
@@ -215,6 +216,34 @@ class PlannerSettings(_Section):
     scheme: str = "dynamollm9"
 
 
+class GatewaySettings(_Section):
+    """HTTP ingress (OpenAI-compatible); the models it serves are ``classifier.models``."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    """TCP port of the OpenAI-compatible API; 0 picks a free one (tests)."""
+    request_timeout_s: float = Field(default=300.0, gt=0.0)
+    """Longest silence (no chunk, completion or error) before the gateway answers 504."""
+    publish_timeout_s: float = Field(default=5.0, gt=0.0)
+    """Longest wait for JetStream to store a request before the gateway answers 503."""
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    """Larger bodies are refused with 413 before they are read (NATS max payload is 1 MiB)."""
+    default_max_tokens: int = Field(default=16, ge=1)
+    """Output cap when a request names none (OpenAI's default for completions)."""
+    max_tokens_limit: int = Field(default=1 << 20, ge=1, le=1 << 20)
+    """``max_tokens`` above this is absurd and refused with 400."""
+    placeholder_token: str = " tok"
+    """Text sent for each generated token when the worker streams no text (simulated GPUs)."""
+    chars_per_token: float = Field(default=4.0, gt=0.0)
+    """Prompt-length estimate (characters per token) when no tokenizer is configured."""
+
+    @model_validator(mode="after")
+    def _default_within_limit(self) -> GatewaySettings:
+        if self.default_max_tokens > self.max_tokens_limit:
+            raise ValueError("default_max_tokens must not exceed max_tokens_limit")
+        return self
+
+
 class Settings(BaseSettings):
     """Every setting of a GreenServe deployment."""
 
@@ -239,6 +268,7 @@ class Settings(BaseSettings):
     dvfs: DvfsSettings = DvfsSettings()
     forecaster: ForecasterSettings = ForecasterSettings()
     planner: PlannerSettings = PlannerSettings()
+    gateway: GatewaySettings = GatewaySettings()
     shutdown_timeout_s: float = 5.0
 
     @classmethod

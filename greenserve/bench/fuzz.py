@@ -194,10 +194,9 @@ async def _live(
 ) -> dict[str, Any]:
     from greenserve.runner import run_in_process
     from greenserve.stack import StackSpec, stack_launches
-    from services.gateway.config import GatewayConfig
     from services.gateway.service import open_gateway
     from shared.bus import connect_nats
-    from shared.config import NatsSettings
+    from shared.config import GatewaySettings, NatsSettings
     from shared.servers import start_nats, start_redis
 
     result: dict[str, Any] = {}
@@ -216,7 +215,7 @@ async def _live(
             extra={"shutdown_timeout_s": 1.0, "telemetry": {"log_level": "ERROR"}},
         )
         launches = stack_launches(spec)
-        config = GatewayConfig(
+        config = GatewaySettings(
             port=0, max_body_bytes=256 * 1024, request_timeout_s=args.reply_timeout_s
         )
         try:

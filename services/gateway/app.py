@@ -28,7 +28,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 from proto.codec import encode
 from proto.messages import Completion, ErrorReply, TokenChunk
 from proto.subjects import Subjects
-from services.gateway.config import GatewayConfig
 from services.gateway.errors import ApiError
 from services.gateway.openai_schema import (
     Endpoint,
@@ -40,6 +39,7 @@ from services.gateway.openai_schema import (
     usage,
 )
 from services.gateway.replies import ReplyRouter, TokenText
+from shared.config import GatewaySettings
 from shared.counters import ERRORS
 from shared.telemetry import inject_headers
 
@@ -65,7 +65,7 @@ class GatewayState:
     nc: Client
     js: JetStreamContext
     subjects: Subjects
-    config: GatewayConfig
+    config: GatewaySettings
     models: frozenset[str]
     client_id: str
     chars_per_token: float | None

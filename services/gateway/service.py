@@ -1,7 +1,7 @@
 """Gateway shell: the aiohttp site and the reply subscription, inside a service context.
 
 ``serve(ctx)`` is what ``python -m services.gateway`` and the in-process runner call; it
-reads :class:`~services.gateway.config.GatewayConfig` from the environment. Tests and the
+reads its settings from ``Settings.gateway`` (``GREENSERVE_GATEWAY__*``). Tests and the
 fuzz bench use :class:`Gateway` (or :func:`open_gateway`) with an explicit config and port 0.
 """
 
@@ -16,9 +16,8 @@ from aiohttp import web
 from nats.aio.subscription import Subscription
 
 from services.gateway.app import NAME, GatewayState, build_app
-from services.gateway.config import GatewayConfig
 from shared.bus import ensure_ingress_stream
-from shared.config import Settings
+from shared.config import GatewaySettings, Settings
 from shared.lifecycle import ServiceContext, service_context
 
 __all__ = ["NAME", "Gateway", "open_gateway", "serve"]
@@ -29,7 +28,7 @@ logger = logging.getLogger(__name__)
 class Gateway:
     """The HTTP ingress of one stack: start it, read its ``url``, stop it."""
 
-    def __init__(self, ctx: ServiceContext, config: GatewayConfig) -> None:
+    def __init__(self, ctx: ServiceContext, config: GatewaySettings) -> None:
         tokenizer = ctx.settings.classifier.tokenizer_path
         self.state = GatewayState(
             nc=ctx.nc,
@@ -82,7 +81,7 @@ class Gateway:
 
 
 @contextlib.asynccontextmanager
-async def open_gateway(settings: Settings, config: GatewayConfig) -> AsyncIterator[Gateway]:
+async def open_gateway(settings: Settings, config: GatewaySettings) -> AsyncIterator[Gateway]:
     """A started gateway with its own NATS/Redis/telemetry context."""
     async with service_context(NAME, settings) as ctx:
         gateway = Gateway(ctx, config)
@@ -95,7 +94,7 @@ async def open_gateway(settings: Settings, config: GatewayConfig) -> AsyncIterat
 
 async def serve(ctx: ServiceContext) -> None:
     """Run until ``ctx.stop`` is set."""
-    gateway = Gateway(ctx, GatewayConfig.from_env())
+    gateway = Gateway(ctx, ctx.settings.gateway)
     await gateway.start()
     try:
         await ctx.stop.wait()

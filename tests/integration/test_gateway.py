@@ -13,8 +13,8 @@ import pytest
 
 from greenserve.runner import run_in_process
 from greenserve.stack import StackSpec, stack_launches
-from services.gateway.config import GatewayConfig
 from services.gateway.service import open_gateway
+from shared.config import GatewaySettings
 from shared.counters import ERRORS
 from shared.servers import ServerProcess
 
@@ -43,7 +43,7 @@ async def _gateway(
         extra={"shutdown_timeout_s": 1.0},
     )
     launches = stack_launches(spec)
-    config = GatewayConfig(port=0, max_body_bytes=64 * 1024, request_timeout_s=20.0)
+    config = GatewaySettings(port=0, max_body_bytes=64 * 1024, request_timeout_s=20.0)
     async with run_in_process(launches), open_gateway(launches[0].settings, config) as gateway:
         yield gateway.url
 

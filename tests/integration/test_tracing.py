@@ -153,8 +153,8 @@ async def _child(nats_url: str, redis_url: str, namespace: str, endpoint: str) -
 
     from greenserve.runner import run_in_process
     from greenserve.stack import StackSpec, stack_launches
-    from services.gateway.config import GatewayConfig
     from services.gateway.service import open_gateway
+    from shared.config import GatewaySettings
 
     spec = StackSpec(
         namespace=namespace,
@@ -176,7 +176,7 @@ async def _child(nats_url: str, redis_url: str, namespace: str, endpoint: str) -
     }
     async with run_in_process(launches):
         async with (
-            open_gateway(launches[0].settings, GatewayConfig(port=0)) as gateway,
+            open_gateway(launches[0].settings, GatewaySettings(port=0)) as gateway,
             aiohttp.ClientSession() as session,
         ):
 

@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from proto.messages import TokenChunk
-from services.gateway.config import GatewayConfig
 from services.gateway.errors import ApiError, status_of_upstream
 from services.gateway.openai_schema import (
     ParsedRequest,
@@ -18,6 +18,7 @@ from services.gateway.openai_schema import (
     to_request,
 )
 from services.gateway.replies import TokenText
+from shared.config import load_settings
 
 MODELS = frozenset({"llama-3-8b"})
 
@@ -151,15 +152,17 @@ def test_token_text_uses_real_text_when_the_worker_sends_it() -> None:
     assert (tokens.finish(4), tokens.text) == ("", "Hello")
 
 
-def test_gateway_config_reads_typed_environment_variables() -> None:
+def test_gateway_settings_read_typed_environment_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Test that GREENSERVE_GATEWAY__* variables become typed fields."""
-    config = GatewayConfig.from_env(
-        {"GREENSERVE_GATEWAY__PORT": "9000", "GREENSERVE_GATEWAY__REQUEST_TIMEOUT_S": "2.5"}
-    )
+    monkeypatch.setenv("GREENSERVE_GATEWAY__PORT", "9000")
+    monkeypatch.setenv("GREENSERVE_GATEWAY__REQUEST_TIMEOUT_S", "2.5")
+    config = load_settings().gateway
     assert (config.port, config.request_timeout_s) == (9000, 2.5)
 
 
-def test_gateway_config_refuses_unknown_fields() -> None:
-    """Test that a misspelt variable is an error, not silently ignored."""
-    with pytest.raises(ValueError, match="no setting"):
-        GatewayConfig.from_env({"GREENSERVE_GATEWAY__PROT": "1"})
+def test_gateway_settings_refuse_unknown_fields() -> None:
+    """Test that a misspelt setting is an error, not silently ignored."""
+    with pytest.raises(ValidationError):
+        load_settings(gateway={"prot": 1})
