@@ -60,7 +60,11 @@ async def test_requests_through_the_vllm_backend_complete_with_exact_tokens_and_
         regions=("PJM",),
         speedup=SPEEDUP,
         origin_wall_s=origin,
-        extra={"worker": {"backend": "vllm", "vllm_url": url, "stats_period_s": 0.2}},
+        extra={
+            "worker": {"backend": "vllm", "vllm_url": url, "stats_period_s": 0.2},
+            # The stack's dvfs agent holds its fixed clock; make it the one this test sets.
+            "dvfs": {"clock_mhz": 1005.0},
+        },
     )
     subjects = Subjects(namespace)
     stats: list[WorkerStats] = []
