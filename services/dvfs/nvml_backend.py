@@ -15,12 +15,14 @@ fake module object through ``nvml=``; the simulated engine is the other backend.
 # ruff: noqa: N802  (method names mirror pynvml's C-style API, which a fake must match)
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self, cast
 
 from services.dvfs.controller import snap_clock
+from shared.gpu.nvml import NvmlReader, NvmlReadError, ReaderModule
 
 __all__ = [
     "NvmlBackend",
@@ -44,23 +46,11 @@ class NvmlDisabledError(NvmlBackendError):
     """NVML clock control was not enabled by the settings."""
 
 
-class NvmlModule(Protocol):
-    """The part of ``pynvml`` the backend uses (what a fake must provide)."""
+class NvmlModule(ReaderModule, Protocol):
+    """The part of ``pynvml`` the backend uses: the reader's queries plus clock locking."""
 
-    NVML_CLOCK_SM: int
     NVML_CLOCK_MEM: int
-    NVMLError: type[Exception]
 
-    def nvmlInit(self) -> None: ...
-    def nvmlShutdown(self) -> None: ...
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any: ...
-    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int: ...
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int: ...
-    def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int) -> int: ...
-    def nvmlDeviceGetSupportedMemoryClocks(self, handle: Any) -> Sequence[int]: ...
-    def nvmlDeviceGetSupportedGraphicsClocks(
-        self, handle: Any, memory_clock_mhz: int
-    ) -> Sequence[int]: ...
     def nvmlDeviceSetGpuLockedClocks(self, handle: Any, min_mhz: int, max_mhz: int) -> None: ...
     def nvmlDeviceResetGpuLockedClocks(self, handle: Any) -> None: ...
 
@@ -81,8 +71,23 @@ def load_pynvml() -> NvmlModule:
     return cast(NvmlModule, module)
 
 
+@contextlib.contextmanager
+def _as_backend_error(nvml: NvmlModule, action: str) -> Iterator[None]:
+    """Report NVML and reader failures as :class:`NvmlBackendError` naming the action."""
+    try:
+        yield
+    except NvmlReadError as exc:
+        raise NvmlBackendError(str(exc)) from exc
+    except nvml.NVMLError as exc:
+        raise NvmlBackendError(f"NVML could not {action}: {exc}") from exc
+
+
 class NvmlBackend:
-    """Reads power, energy and clocks of one instance's GPUs and locks their SM clock."""
+    """Reads power, energy and clocks of one instance's GPUs and locks their SM clock.
+
+    Reading is :class:`shared.gpu.nvml.NvmlReader`'s (one NVML session, shared); this class
+    adds only the clock lock and its reset.
+    """
 
     def __init__(
         self, gpu_indices: Sequence[int], *, enabled: bool, nvml: NvmlModule | None = None
@@ -108,30 +113,17 @@ class NvmlBackend:
             raise ValueError("an instance needs at least one GPU")
         self._nvml = nvml if nvml is not None else load_pynvml()
         self._locked = False
-        self._open = False
-        with self._errors("initialise NVML"):
-            self._nvml.nvmlInit()
-        self._open = True
+        with _as_backend_error(self._nvml, "open GPUs"):
+            self._reader = NvmlReader(gpu_indices, nvml=self._nvml)
         try:
-            with self._errors("open GPUs"):
-                self._handles = [self._nvml.nvmlDeviceGetHandleByIndex(i) for i in gpu_indices]
-                self._clocks = self._common_clocks()
+            with _as_backend_error(self._nvml, "list supported clocks"):
+                self._clocks = self._reader.supported_clocks_mhz()
         except BaseException:
             self.close()
             raise
-
-    def _errors(self, action: str) -> _NvmlErrors:
-        return _NvmlErrors(self._nvml.NVMLError, action)
-
-    def _common_clocks(self) -> tuple[float, ...]:
-        common: set[int] | None = None
-        for handle in self._handles:
-            memory = max(self._nvml.nvmlDeviceGetSupportedMemoryClocks(handle))
-            clocks = set(self._nvml.nvmlDeviceGetSupportedGraphicsClocks(handle, memory))
-            common = clocks if common is None else common & clocks
-        if not common:
+        if not self._clocks:
+            self.close()
             raise NvmlBackendError("the instance's GPUs share no supported graphics clock")
-        return tuple(float(c) for c in sorted(common))
 
     @property
     def supported_clocks_mhz(self) -> tuple[float, ...]:
@@ -145,22 +137,18 @@ class NvmlBackend:
 
     def power_w(self) -> float:
         """Current power of the instance (all GPUs), in watts."""
-        with self._errors("read power"):
-            return sum(self._nvml.nvmlDeviceGetPowerUsage(h) for h in self._handles) / 1000.0
+        with _as_backend_error(self._nvml, "read power"):
+            return self._reader.power_w()
 
     def energy_j(self) -> float:
         """Energy counter of the instance (sum over GPUs since driver load), in joules."""
-        with self._errors("read energy"):
-            total_mj = sum(self._nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in self._handles)
-        return total_mj / 1000.0
+        with _as_backend_error(self._nvml, "read energy"):
+            return self._reader.energy_j()
 
     def clock_mhz(self) -> float:
         """Current SM clock (the lowest over the instance's GPUs)."""
-        with self._errors("read clocks"):
-            return float(
-                min(self._nvml.nvmlDeviceGetClockInfo(h, self._nvml.NVML_CLOCK_SM)
-                    for h in self._handles)
-            )  # fmt: skip
+        with _as_backend_error(self._nvml, "read clocks"):
+            return self._reader.sm_clock_mhz()
 
     def set_clock_mhz(self, mhz: float) -> float:
         """Lock every GPU of the instance to the supported clock nearest ``mhz``.
@@ -172,30 +160,27 @@ class NvmlBackend:
             NvmlBackendError: when NVML refuses (usually: not running as root).
         """
         applied = snap_clock(mhz, self._clocks)
-        with self._errors(f"lock clocks at {applied:.0f} MHz"):
-            for handle in self._handles:
+        with _as_backend_error(self._nvml, f"lock clocks at {applied:.0f} MHz"):
+            for handle in self._reader.handles:
                 self._locked = True  # reset on close even if a later GPU fails
                 self._nvml.nvmlDeviceSetGpuLockedClocks(handle, int(applied), int(applied))
         return applied
 
     def reset_clocks(self) -> None:
         """Give the GPUs back to the driver's default clock management."""
-        with self._errors("reset clocks"):
-            for handle in self._handles:
+        with _as_backend_error(self._nvml, "reset clocks"):
+            for handle in self._reader.handles:
                 self._nvml.nvmlDeviceResetGpuLockedClocks(handle)
         self._locked = False
 
     def close(self) -> None:
         """Reset locked clocks and shut NVML down (idempotent)."""
-        if not self._open:
-            return
         try:
             if self._locked:
                 self.reset_clocks()
         finally:
-            self._open = False
-            with self._errors("shut NVML down"):
-                self._nvml.nvmlShutdown()
+            with _as_backend_error(self._nvml, "shut NVML down"):
+                self._reader.close()
 
     def __enter__(self) -> Self:
         return self
@@ -207,23 +192,3 @@ class NvmlBackend:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
-
-
-class _NvmlErrors:
-    """Turns the module's ``NVMLError`` into :class:`NvmlBackendError` with the action."""
-
-    def __init__(self, error_type: type[Exception], action: str) -> None:
-        self._error_type = error_type
-        self._action = action
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if exc is not None and isinstance(exc, self._error_type):
-            raise NvmlBackendError(f"NVML could not {self._action}: {exc}") from exc

@@ -135,6 +135,11 @@ class NvmlReader:
         """NVML indices read."""
         return self._indices
 
+    @property
+    def handles(self) -> tuple[Any, ...]:
+        """Device handles, for the dvfs agent's clock backend that shares this NVML session."""
+        return tuple(self._handles)
+
     def _call(self, action: str, fn: Callable[..., T], *args: Any) -> T:
         try:
             return fn(*args)
