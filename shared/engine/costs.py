@@ -27,7 +27,7 @@ from shared.engine.clock import DEFAULT_CLOCK_SETTINGS, ClockSettings
 from shared.engine.coefficients import GpuCoefficients
 from shared.engine.hardware import GpuSpec, ModelShape
 
-__all__ = ["CostModel", "IterationCost", "roofline"]
+__all__ = ["CostModel", "DecodePricing", "IterationCost", "roofline"]
 
 
 def roofline(compute_s: float, memory_s: float, sharpness: float) -> float:
@@ -45,6 +45,40 @@ class IterationCost:
     """Compute-bound time at the current clock (the clock-bound part)."""
     memory_s: float
     """Memory-bound time at the current clock."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodePricing:
+    """The terms of :meth:`CostModel.cost_of` that stay fixed while the same ``n`` sequences
+    decode at one clock, so a run of such iterations is priced with a few flops each.
+
+    :meth:`CostModel.price_decode` applies them with the same float operations, in the same
+    order, as ``cost_of(0, n, float(context), context, n, clock)``: results are bit-identical.
+    """
+
+    linear_flops: float
+    """``lin·n + head·n`` (the first two terms of the FLOP sum)."""
+    attention_flops_per_pair: float
+    flop_rate: float
+    s: float
+    weight_bytes: float
+    kv_bytes_per_token: float
+    mem_rate: float
+    slowdown: float
+    sharpness: float
+    kernel_layers_at_s: float
+    token_time: float
+    """``n · per-token time``."""
+    host_fixed_s: float
+    allreduce_s: float
+    """All-reduce time of the iteration, 0 at TP 1 (then not added, as in ``cost_of``)."""
+    idle_w: float
+    dyn: float
+    busy_w: float
+    compute_w: float
+    memory_w: float
+    mem_power_share: float
+    tdp_w: float
 
 
 class CostModel:
@@ -179,6 +213,38 @@ class CostModel:
         # which this model folds into the fitted efficiencies.
         power = min(power, self._gpu.tdp_w)
         return IterationCost(duration, power, compute_s, memory_s)
+
+    def decode_pricing(self, sequences: int, clock_mhz: float) -> DecodePricing:
+        """Return the fixed terms of pure-decode iterations of ``sequences`` at ``clock_mhz``."""
+        terms = self._clock_terms.get(clock_mhz) or self._terms_at(clock_mhz)
+        s, slowdown, kernel_layers_at_s, per_token_s, dyn, mem_power_share = terms
+        c = self._coeff
+        allreduce = 0.0
+        if self._ar_fixed_s:
+            allreduce = self._ar_fixed_s + self._ar_bytes_per_token * sequences / self._ar_rate
+        return DecodePricing(
+            linear_flops=self._lin_flops_per_token * sequences
+            + self._head_flops_per_seq * sequences,
+            attention_flops_per_pair=self._attn_flops_per_pair,
+            flop_rate=self._flop_rate,
+            s=s,
+            weight_bytes=self._weight_bytes,
+            kv_bytes_per_token=self._kv_bytes_per_token,
+            mem_rate=self._mem_rate,
+            slowdown=slowdown,
+            sharpness=self._p,
+            kernel_layers_at_s=kernel_layers_at_s,
+            token_time=sequences * per_token_s,
+            host_fixed_s=self._host_fixed_s,
+            allreduce_s=allreduce,
+            idle_w=c.idle_w,
+            dyn=dyn,
+            busy_w=c.busy_w,
+            compute_w=c.compute_w,
+            memory_w=c.memory_w,
+            mem_power_share=mem_power_share,
+            tdp_w=self._gpu.tdp_w,
+        )
 
     def _terms_at(self, clock_mhz: float) -> tuple[float, float, float, float, float, float]:
         """Return and cache the clock-only terms of :meth:`cost_of`.

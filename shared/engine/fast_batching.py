@@ -26,6 +26,7 @@ iteration (rare: only under KV pressure).
 from __future__ import annotations
 
 from shared.engine.batching import BatchStep, ContinuousBatcher, Sequence
+from shared.engine.costs import DecodePricing
 
 __all__ = ["DecodeGroupBatcher"]
 
@@ -189,6 +190,84 @@ class DecodeGroupBatcher(ContinuousBatcher):
         members = self._finish_at.pop(tick, None)
         finished = self._finish_members(members) if members else ()
         return BatchStep(0, n, float(context), context, emitted, finished, ())
+
+    def fast_forward(
+        self,
+        pricing: DecodePricing,
+        gpus: int,
+        max_steps: int,
+        now_s: float,
+        until_s: float,
+        energy_j: float,
+        out: tuple[list[float], list[float], list[float], list[int]],
+    ) -> tuple[float, float, tuple[str, ...]]:
+        """Run up to ``max_steps`` more pure-decode iterations of the current group, priced.
+
+        Does exactly what repeated :meth:`decode_step` calls priced by ``cost_of`` would do
+        (same float operations in the same order), with the bookkeeping and the cost model
+        fused in one loop. Stops before an iteration that is not a pure decode, after one
+        that finishes a request, after ``max_steps``, or once ``now_s >= until_s``. Appends
+        each iteration's duration, energy, power (all ``gpus``) and KV blocks in use to
+        ``out`` and returns the new engine time, energy counter and the finished ids.
+        """
+        n = len(self._group)
+        if not n or self._tail or n > self._token_budget:
+            return now_s, energy_j, ()
+        bs = self._block_size
+        # Admission needs that many free blocks; free blocks only fall during a pure-decode
+        # run, so checking against this fixed threshold is the reference's admission test.
+        admit_at = self._total_blocks + 1
+        waiting = self._waiting
+        if waiting and n < self._max_seqs and n < self._token_budget:
+            first = waiting[0]
+            admit_at = -(-min(first.prompt + first.generated, self._token_budget - n) // bs)
+        durations, energies, powers, kv_used = out
+        residues, finish_at, base_sum = self._residues, self._finish_at, self._base_sum
+        (linear, attention, flop_rate, s, weights, kv_bytes, mem_rate, slowdown, p, kernels,
+         token_time, host, allreduce, idle_w, dyn, busy_w, compute_w, memory_w, mem_share,
+         tdp_w) = (pricing.linear_flops, pricing.attention_flops_per_pair, pricing.flop_rate,
+                   pricing.s, pricing.weight_bytes, pricing.kv_bytes_per_token, pricing.mem_rate,
+                   pricing.slowdown, pricing.sharpness, pricing.kernel_layers_at_s,
+                   pricing.token_time, pricing.host_fixed_s, pricing.allreduce_s,
+                   pricing.idle_w, pricing.dyn, pricing.busy_w, pricing.compute_w,
+                   pricing.memory_w, pricing.mem_power_share, pricing.tdp_w)  # fmt: skip
+        tick = self._tick
+        free = self._free_blocks
+        total = self._total_blocks
+        finished: tuple[str, ...] = ()
+        for _ in range(max_steps):
+            left = free - residues[-tick % bs]
+            if left < 0 or left >= admit_at:
+                break
+            free = left
+            tick += 1
+            context = base_sum + n * tick
+            members = finish_at.pop(tick, None)
+            if members:
+                self._free_blocks, self._tick = free, tick
+                finished = self._finish_members(members)
+                free = self._free_blocks
+            # CostModel.cost_of(0, n, float(context), context, n, clock), operation for operation.
+            compute_s = (linear + attention * float(context)) / flop_rate / s
+            memory_full = (weights + kv_bytes * context) / mem_rate
+            memory_s = memory_full * slowdown
+            duration = (compute_s**p + memory_s**p) ** (1.0 / p) + kernels + token_time + host
+            if allreduce:
+                duration += allreduce
+            power = (idle_w + dyn * (busy_w + compute_w * (compute_s / duration))
+                     + memory_w * (memory_full / duration) * mem_share)  # fmt: skip
+            power = min(power, tdp_w) * gpus
+            energy = power * duration
+            now_s += duration
+            energy_j += energy
+            durations.append(duration)
+            energies.append(energy)
+            powers.append(power)
+            kv_used.append(total - free)
+            if finished or now_s >= until_s:
+                break
+        self._free_blocks, self._tick = free, tick
+        return now_s, energy_j, finished
 
     def schedule(self) -> BatchStep | None:
         """Plan and run one iteration; ``None`` when nothing can be scheduled."""

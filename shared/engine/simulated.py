@@ -207,34 +207,30 @@ class SimulatedEngine:
             single = self.step()
             return None if single is None else IterationRun.of(single)
         assert isinstance(batcher, DecodeGroupBatcher)
-        cost_of = self._costs.cost_of
         clock = self._clock
         tp = self._config.tp
-        emitted = batch.emitted
         sequences = batch.decode_seqs
+        cost = self._costs.cost_of(0, sequences, batch.attention_pairs, batch.kv_read_tokens,
+                                   sequences, clock)  # fmt: skip
+        power = cost.power_w_per_gpu * tp
+        energy = power * cost.duration_s
         start = self._now
-        durations: list[float] = []
-        energies: list[float] = []
-        powers: list[float] = []
-        kv_used: list[int] = []
-        while True:
-            cost = cost_of(0, sequences, batch.attention_pairs, batch.kv_read_tokens, sequences,
-                           clock)  # fmt: skip
-            power = cost.power_w_per_gpu * tp
-            energy = power * cost.duration_s
-            # Same additions, in the same order, as step(): the counters stay bit-identical.
-            self._now += cost.duration_s
-            self._energy += energy
-            durations.append(cost.duration_s)
-            energies.append(energy)
-            powers.append(power)
-            kv_used.append(batcher.used_blocks)
-            if batch.finished or len(durations) >= max_iterations or self._now >= until_s:
-                break
-            following = batcher.decode_step()
-            if following is None:
-                break
-            batch = following
+        # Same additions, in the same order, as step(): the counters stay bit-identical.
+        self._now += cost.duration_s
+        self._energy += energy
+        out: tuple[list[float], list[float], list[float], list[int]] = (
+            [cost.duration_s],
+            [energy],
+            [power],
+            [batcher.used_blocks],
+        )
+        finished = batch.finished
+        if not finished and max_iterations > 1 and self._now < until_s:
+            self._now, self._energy, finished = batcher.fast_forward(
+                self._costs.decode_pricing(sequences, clock), tp, max_iterations - 1,
+                self._now, until_s, self._energy, out,
+            )  # fmt: skip
+        durations, energies, powers, kv_used = out
         return IterationRun(
             start_s=start,
             durations_s=tuple(durations),
@@ -243,8 +239,8 @@ class SimulatedEngine:
             kv_blocks_used=tuple(kv_used),
             prefill_tokens=0,
             decode_tokens=sequences,
-            emitted=emitted,
-            finished=batch.finished,
+            emitted=batch.emitted,
+            finished=finished,
             clock_mhz=clock,
         )
 

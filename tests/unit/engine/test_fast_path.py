@@ -133,11 +133,17 @@ def _engine_trace(engine: SimulatedEngine, seed: int, *, many: bool) -> list[tup
     return trace
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_engine_step_and_step_many_reproduce_the_reference_engine_bit_for_bit(seed: int) -> None:
+_TP4_70B = EngineConfig(gpu="A100-80GB", model="llama-3-70b", tp=4, block_size=16,
+                       max_num_batched_tokens=1024, gpu_memory_utilization=0.6)  # fmt: skip
+_TP1_8B = EngineConfig(gpu="H100-80GB", model="llama-3-8b", tp=1, block_size=16,
+                       max_num_seqs=64, gpu_memory_utilization=0.28)  # fmt: skip
+
+
+@pytest.mark.parametrize(("config", "seed"), [(_TP4_70B, 1), (_TP4_70B, 2), (_TP1_8B, 3)])
+def test_engine_step_and_step_many_reproduce_the_reference_engine_bit_for_bit(
+    config: EngineConfig, seed: int
+) -> None:
     """Test that durations, energy, emitted/finished/preempted ids equal the reference path."""
-    config = EngineConfig(gpu="A100-80GB", model="llama-3-70b", tp=4, block_size=16,
-                          max_num_batched_tokens=1024, gpu_memory_utilization=0.6)  # fmt: skip
     expected = _engine_trace(create_engine(config, reference=True), seed, many=False)
     assert any(row[6] for row in expected[:-1]), "the workload must preempt"
     assert _engine_trace(create_engine(config), seed, many=False) == expected
