@@ -30,6 +30,7 @@ from services.classifier.pipeline import ClassifierCore
 from services.router.placement import Candidate, WorkerLoad
 from services.scheduler.laxity import laxity_s, remaining_time_s
 from services.scheduler.queueing import QueuedRequest
+from shared.config import ClassifierSettings
 from shared.engine import EngineConfig
 from shared.errors import RequestRejectedError
 
@@ -51,8 +52,24 @@ class ClusterSimulator:
         carbon: CarbonClock | None = None,
         record_token_times: bool = False,
         progress: Progress | None = None,
+        request_ids: Sequence[str] | None = None,
     ) -> None:
-        """Prepare pools, classifier and control loops; nothing runs until :meth:`run`."""
+        """Prepare pools, classifier and control loops; nothing runs until :meth:`run`.
+
+        Args:
+            scenario: the deployment.
+            policy: which core runs each knob.
+            trace: arrivals in time order.
+            carbon: intensity lookups (default: the scenario's EIA regions).
+            record_token_times: keep every token's time (for the largest-gap metric).
+            progress: called with the share of the trace simulated so far.
+            request_ids: one id per trace entry (default ``r<index>``). The classifier
+                routes by a hash of the id, so replaying a live run's ids reproduces its
+                pool choices exactly.
+        """
+        if request_ids is not None and len(request_ids) != len(trace):
+            raise ValueError("request_ids must hold one id per trace entry")
+        self.request_ids = request_ids
         self.scenario = scenario
         self.policy = policy
         self.trace = trace
@@ -67,6 +84,7 @@ class ClusterSimulator:
         self.pools = build_pools(scenario, policy)
         self.pool_by_id = {p.pool_id: p for p in self.pools}
         self.max_num_seqs = scenario.engine.max_num_seqs
+        live = ClassifierSettings()
         self.classifier = ClassifierCore(
             scheme=self.scheme,
             slos=self.slos,
@@ -76,9 +94,11 @@ class ClusterSimulator:
             models=[scenario.model],
             max_context_tokens=scenario.slo.max_context_tokens,
             alpha_llf=scenario.slo.alpha_llf,
-            default_ttft_ms=1000.0,
-            default_tbt_ms=100.0,
+            default_ttft_ms=live.default_ttft_ms,
+            default_tbt_ms=live.default_tbt_ms,
         )
+        self.bfio = policy.placer == "bfio"
+        self.stats_view = policy.router_view == "stats"
         self.states: list[RequestState] = []
         self.outstanding = 0
         self.retired: list[SimInstance] = []
@@ -128,6 +148,8 @@ class ClusterSimulator:
         """Classify one arrival and queue it in its pool (or reject it)."""
         t_s = item.t_s
         state = RequestState(index, t_s, item.prompt_tokens, item.output_tokens)
+        if self.request_ids is not None:
+            state.request_id = self.request_ids[index]
         if self.record_token_times:
             state.token_times = []
         self.states.append(state)
@@ -215,7 +237,8 @@ class ClusterSimulator:
                 worker_id=i.instance_id,
                 free_slots=i.free_slots(self.max_num_seqs),
                 running=len(i.requests),
-                kv_tokens=i.engine.kv_blocks_used * block,
+                kv_tokens=(i.kv_seen if self.stats_view else i.engine.kv_blocks_used) * block,
+                predicted_remaining=_predicted_remaining(i, t_s) if self.bfio else (),
             )
             for i in instances
         ]
@@ -300,6 +323,18 @@ class ClusterSimulator:
         self.schedule(t_s, _TICK, tick)
 
 
+def _predicted_remaining(instance: SimInstance, t_s: float) -> tuple[int, ...]:
+    """BF-IO's lookahead input, estimated as the live router does (``registry.loads``).
+
+    The router cannot see token counts, so it takes the predicted length minus the tokens a
+    request would have produced at its profile TBT since placement.
+    """
+    return tuple(
+        max(1, s.predicted - int((t_s - s.placed_s) / max(s.tbt_profile_s, 1e-3)))
+        for s in instance.requests.values()
+    )
+
+
 def _with_gpu(pool: Pool, gpu: str) -> EngineConfig:
     return replace(pool.config, gpu=gpu)
 
@@ -311,11 +346,17 @@ def simulate(
     *,
     record_token_times: bool = False,
     progress: Progress | None = None,
+    request_ids: Sequence[str] | None = None,
 ) -> SimResult:
     """Run one policy set over ``trace`` on ``scenario`` and return its result."""
     started = time.perf_counter()
     result = ClusterSimulator(
-        scenario, policy, trace, record_token_times=record_token_times, progress=progress
+        scenario,
+        policy,
+        trace,
+        record_token_times=record_token_times,
+        progress=progress,
+        request_ids=request_ids,
     ).run()
     result.wall_s = time.perf_counter() - started
     return result

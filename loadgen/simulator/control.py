@@ -86,6 +86,8 @@ class ControlLoops:
             sim.schedule_tick(control.dvfs_period_s, self._dvfs_tick)
         if sim.policy.scaling == "reactive":
             sim.schedule_tick(control.scale_period_s, self._scale_tick)
+        if sim.policy.router_view == "stats":
+            sim.schedule_tick(control.stats_period_s, self._stats_tick)
 
     def _new(self, pool: Any, t_s: float, *, warm: bool) -> None:
         instance = self.sim.start_instance(pool, t_s, warm=warm)
@@ -206,6 +208,15 @@ class ControlLoops:
                 instance.stopped_s = t_s
             self.sim.retired.extend(pool.instances)
             pool.instances.clear()
+
+    def _stats_tick(self, t_s: float) -> bool:
+        """Every worker's stats heartbeat: the router's KV view catches up."""
+        for instance in self._all_instances():
+            if instance.ready_s <= t_s:
+                instance.advance(t_s)
+                instance.kv_seen = instance.engine.kv_blocks_used
+        self.sim.schedule_tick(t_s + self.sim.scenario.control.stats_period_s, self._stats_tick)
+        return False
 
     def _dvfs_tick(self, t_s: float) -> bool:
         from services.dvfs.controller import LatencyWindow, Observation, SloThresholds

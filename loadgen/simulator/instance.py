@@ -12,9 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from shared.engine import EngineConfig, EngineRequest, IterationResult, create_engine
+from shared.engine import EngineConfig, EngineRequest, IterationRun, MultiStepEngine, create_engine
 
 __all__ = ["LatencySamples", "RequestState", "SimInstance"]
+
+_UNBOUNDED = 1 << 40
+"""Iteration cap of one ``step_many`` call: runs end at a finish, a bound or a batch change."""
 
 
 class RequestState:
@@ -31,6 +34,7 @@ class RequestState:
         "mark_tokens",
         "max_gap_s",
         "output",
+        "placed_s",
         "pool",
         "predicted",
         "prompt",
@@ -53,6 +57,7 @@ class RequestState:
         self.predicted = output
         self.request_class = "?"
         self.pool = ""
+        self.placed_s = 0.0
         self.lat_s = 0.0
         self.ttft_profile_s = 0.0
         self.tbt_profile_s = 0.0
@@ -87,6 +92,7 @@ class SimInstance:
         "draining",
         "engine",
         "instance_id",
+        "kv_seen",
         "on_finish",
         "origin_s",
         "pool_id",
@@ -113,7 +119,10 @@ class SimInstance:
         self.instance_id = instance_id
         self.pool_id = pool_id
         self.region = region
-        self.engine = create_engine(config)
+        engine = create_engine(config)
+        if not isinstance(engine, MultiStepEngine):
+            raise TypeError("the simulator needs an engine with step_many (api.MultiStepEngine)")
+        self.engine: MultiStepEngine = engine
         self.origin_s = start_s
         self.ready_s = ready_s
         self.requests: dict[str, RequestState] = {}
@@ -123,6 +132,8 @@ class SimInstance:
         self.on_finish = on_finish
         self.samples: dict[str, LatencySamples] = {}
         self.controller: object | None = None
+        self.kv_seen = 0
+        """KV blocks in use at the last stats heartbeat (the live router's view)."""
 
     @property
     def now_s(self) -> float:
@@ -153,6 +164,7 @@ class SimInstance:
             )
         )
         state.instance = self
+        state.placed_s = now_s
         self.requests[state.request_id] = state
 
     def advance(self, t_s: float) -> None:
@@ -160,11 +172,11 @@ class SimInstance:
         engine = self.engine
         target = t_s - self.origin_s
         while engine.now_s < target:
-            result = engine.step()
-            if result is None:
+            run = engine.step_many(_UNBOUNDED, target)
+            if run is None:
                 engine.idle_until(target)
                 return
-            self._apply(result)
+            self._apply(run)
 
     def run_to_next_finish(self, bound_s: float) -> float:
         """Step until a request finishes or ``bound_s`` is passed; return the cluster time.
@@ -175,10 +187,10 @@ class SimInstance:
         engine = self.engine
         target = bound_s - self.origin_s
         while engine.now_s < target:
-            result = engine.step()
-            if result is None:
+            run = engine.step_many(_UNBOUNDED, target)
+            if run is None:
                 return self.origin_s + engine.now_s
-            if self._apply(result):
+            if self._apply(run):
                 break
         return self.origin_s + engine.now_s
 
@@ -186,33 +198,49 @@ class SimInstance:
         """Hold the engine for ``seconds`` at idle power (a clock change in progress)."""
         self.engine.idle_until(self.engine.now_s + seconds)
 
-    def _apply(self, result: IterationResult) -> bool:
-        end = self.origin_s + result.start_s + result.duration_s
+    def _apply(self, run: IterationRun) -> bool:
+        """Book a run of iterations (``step_many``): tokens, first-token and finish times.
+
+        A run of several iterations is pure decode of one unchanged batch (the engine's
+        contract), so every emitted request got one token per iteration and only the last
+        iteration may finish requests.
+        """
+        origin = self.origin_s
+        count = len(run.durations_s)
+        if count == 1:
+            first = last = origin + run.start_s + run.durations_s[0]
+            inner_gap = 0.0
+            ends: tuple[float, ...] = (first,)
+        else:
+            ends = tuple(origin + e for e in run.ends_s)
+            first, last = ends[0], ends[-1]
+            inner_gap = max(run.durations_s[1:])
         requests = self.requests
-        for request_id in result.emitted:
+        for request_id in run.emitted:
             state = requests[request_id]
             if state.tokens == 0:
-                state.first_s = end
-                state.mark_s = end
+                state.first_s = first
+                state.mark_s = first
                 state.mark_tokens = 1
-                self._sample(state.request_class).ttft_s.append(end - state.arrival_s)
+                self._sample(state.request_class).ttft_s.append(first - state.arrival_s)
+                gap = inner_gap
             else:
-                gap = end - state.last_s
-                if gap > state.max_gap_s:
-                    state.max_gap_s = gap
-            state.tokens += 1
-            state.last_s = end
+                gap = max(first - state.last_s, inner_gap)
+            if gap > state.max_gap_s:
+                state.max_gap_s = gap
+            state.tokens += count
+            state.last_s = last
             if state.token_times is not None:
-                state.token_times.append(end)
-        if not result.finished:
+                state.token_times.extend(ends)
+        if not run.finished:
             return False
-        for request_id in result.finished:
+        for request_id in run.finished:
             state = requests.pop(request_id)
             samples = self._sample(state.request_class)
-            samples.e2e_s.append(end - state.arrival_s)
+            samples.e2e_s.append(last - state.arrival_s)
             if state.tokens - state.mark_tokens >= 1 and state.tokens >= 2:
-                samples.tbt_s.append((end - state.mark_s) / (state.tokens - state.mark_tokens))
-            self.on_finish(self, state, end)
+                samples.tbt_s.append((last - state.mark_s) / (state.tokens - state.mark_tokens))
+            self.on_finish(self, state, last)
         return True
 
     def _sample(self, request_class: str) -> LatencySamples:

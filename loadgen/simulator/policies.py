@@ -28,6 +28,8 @@ Pooling = Literal["single", "region"]
 ClockMode = Literal["max", "miad"]
 Scaling = Literal["static", "reactive"]
 RegionChoice = Literal["all", "carbon"]
+Profile = Literal["measured", "classifier-default"]
+RouterView = Literal["fresh", "stats"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +80,13 @@ class PolicySet:
     region_choice: RegionChoice = "all"
     """``carbon``: active instances go to the region with the lowest forecast intensity first."""
     scaler: ScalerSettings = field(default_factory=ScalerSettings)
+    profile: Profile = "measured"
+    """Where a pool's no-queue TTFT/TBT (``Lat`` of FREESH Eq. 6) comes from: ``measured``
+    on the engine, or ``classifier-default``, the classifier settings' defaults that the
+    live stack uses while its static plan carries no profile."""
+    router_view: RouterView = "fresh"
+    """KV use the placer sees: ``fresh`` (the engine's now) or ``stats``, the live router's
+    view, refreshed by each worker's stats heartbeat every ``control.stats_period_s``."""
 
 
 POLICY_SETS: Final[dict[str, PolicySet]] = {
@@ -105,6 +114,17 @@ POLICY_SETS: Final[dict[str, PolicySet]] = {
             placer="least-loaded",
             scaling="reactive",
             region_choice="carbon",
+        ),
+        PolicySet(
+            name="live-defaults",
+            description="the live stack's defaults: per-region pools, LLF, BF-IO, quantile "
+            "predictor, fixed max clock, every worker on, classifier-default profile",
+            tp=1,
+            discipline="llf",
+            placer="bfio",
+            predictor="quantile",
+            profile="classifier-default",
+            router_view="stats",
         ),
         PolicySet(
             name="greenserve",

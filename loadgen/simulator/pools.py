@@ -62,6 +62,14 @@ def measure_profile(config: EngineConfig) -> tuple[float, float]:
     return first, (last - first) / (output - 1)
 
 
+def _classifier_default() -> tuple[float, float]:
+    """(TTFT, TBT) seconds the live classifier assumes for a pool whose plan has no profile."""
+    from shared.config import ClassifierSettings
+
+    settings = ClassifierSettings()
+    return settings.default_ttft_ms / 1000.0, settings.default_tbt_ms / 1000.0
+
+
 def _config(scenario: Scenario, gpu: str, tp: int) -> EngineConfig:
     return EngineConfig(
         gpu=gpu,
@@ -85,7 +93,7 @@ def build_pools(scenario: Scenario, policy: PolicySet) -> list[Pool]:
 
     def new_pool(pool_id: str, region: str, gpu: str, slots: list[tuple[str, str]]) -> Pool:
         config = _config(scenario, gpu, policy.tp)
-        ttft, tbt = profile(config)
+        ttft, tbt = profile(config) if policy.profile == "measured" else _classifier_default()
         return Pool(
             pool_id=pool_id,
             region=region,

@@ -81,6 +81,10 @@ class ControlSettings(_Strict):
     dvfs_period_s: float = 1.0
     scale_period_s: float = 300.0
     sample_period_s: float = 10.0
+    stats_period_s: float = 0.5
+    """Worker stats heartbeat (``worker.stats_period_s``): how stale the live router's KV
+    view is, for policies with ``router_view = "stats"``. In model seconds: a live stack
+    at speed-up K has ``K × 0.5``."""
 
 
 class Scenario(_Strict):

@@ -1,0 +1,262 @@
+"""Live stack vs offline simulator: the same trace window, policies and workers agree.
+
+The live stack runs in-process over real NATS and Redis at speed-up ``K``; the simulator runs
+the ``live-defaults`` policy set (the live stack's defaults: per-region pools, LLF, BF-IO,
+quantile predictor, fixed max clock, classifier-default profile) on a scenario built from the
+same :class:`~greenserve.stack.StackSpec`, with the live run's request ids (the classifier
+routes by a hash of the id, so both pick the same pools).
+
+Tolerances (see docs/simulator.md, "Equivalence"):
+
+* completions and every request's token count: exact;
+* client-side TTFT and E2E (the report's view): the live stack adds its control plane
+  (ingress, classifier, scheduler, router, dispatch, token delivery) in real wall time, i.e.
+  ``K`` times that in model time. The test measures it per request (client TTFT − engine
+  TTFT) and allows ``live_p − sim_p`` in ``[−REL·sim_p − ABS, max overhead + REL·sim_p +
+  ABS]`` (a per-request delay in ``[0, max]`` moves every percentile by at most ``max``);
+* percentiles compared: p50/p90/p99 overall, p50/p90 per class with ≥ 15 requests in both;
+* engine-side TTFT/E2E (the worker's own stamps, accept to first/last token, which leave
+  the control plane out): ``live_p − sim_p`` in ``[−REL·sim_p − ABS, K·lag + REL·sim_p +
+  ABS]``, where ``lag`` is the worst event-loop wake-up delay a probe measured during the
+  replay (the paced engine stamps a token after an ``asyncio.sleep``, so a busy loop makes
+  stamps late; on the shared 2-core machine this reaches tens of ms wall);
+* TBT percentiles: no control plane in the gap between tokens, only event-loop jitter of the
+  paced engine, so ``|live_p − sim_p| ≤ REL·sim_p + ABS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pytest
+from nats.aio.client import Client
+from numpy.typing import NDArray
+
+from greenserve.runner import run_in_process
+from greenserve.stack import StackSpec, stack_launches
+from loadgen.replay import ReplayResult, replay
+from loadgen.report import build_report
+from loadgen.simulator import Scenario, policy_by_name, simulate
+from loadgen.simulator.results import SimResult
+from loadgen.traces import TraceRequest, load_azure_trace, resolve_trace
+from proto.subjects import Subjects
+from shared.bus import connect_nats
+from shared.clock import ModelClock
+from shared.config import ClassifierSettings, ClockSettings, NatsSettings, WorkerSettings
+from shared.servers import ServerProcess
+
+pytestmark = pytest.mark.connected
+
+SPEEDUP = 5.0
+REQUESTS = 200
+PROBE_PERIOD_S = 0.005
+REL = 0.15
+"""Relative slack: event-loop jitter of seven services and three paced engines on 2 cores."""
+ABS_S = 0.010
+"""Absolute slack (model seconds) for the smallest percentiles."""
+MIN_CLASS_REQUESTS = 15
+"""Classes with fewer requests are only compared overall (their percentiles are a few points)."""
+CLASS_PERCENTILES = (50, 90)
+OVERALL_PERCENTILES = (50, 90, 99)
+"""p99 only overall: in a class of fewer than 100 requests p99 is its largest value, which
+a single placement collision (two prefills in one iteration) decides, in either run."""
+MIN_CLASS_AGREEMENT = 0.9
+"""Share of requests both runs put in the same class (the online predictor learns from
+completions, whose order can differ by a few positions between the runs)."""
+
+
+def scenario_of(spec: StackSpec) -> Scenario:
+    """The simulator scenario with the same regions, workers, GPU, model, TP and engine."""
+    used = [spec.regions[i % len(spec.regions)] for i in range(spec.workers)]
+    regions = sorted(set(used), key=spec.regions.index)
+    classifier = ClassifierSettings()
+    return Scenario.model_validate(
+        {
+            "name": "live-mirror",
+            "model": spec.model,
+            "start_utc": datetime.fromtimestamp(ClockSettings().origin_model_s, UTC),
+            "regions": [
+                {"name": r, "carbon": r, "gpus": {spec.gpu: used.count(r) * spec.tp}}
+                for r in regions
+            ],
+            "slo": {
+                "scheme": classifier.scheme,
+                "alpha_llf": classifier.alpha_llf,
+                "max_context_tokens": classifier.max_context_tokens,
+            },
+            "engine": {"max_num_seqs": spec.max_num_seqs},
+            # The router sees KV use through the workers' stats heartbeat, K× slower in model time.
+            "control": {"stats_period_s": WorkerSettings().stats_period_s * spec.speedup},
+        }
+    )
+
+
+FloatArray = np.ndarray[Any, np.dtype[np.float64]]
+
+
+@dataclass(frozen=True, slots=True)
+class Latencies:
+    """Per-request latencies (model seconds) and classes of one run, in trace order."""
+
+    classes: np.ndarray[Any, np.dtype[np.str_]]
+    ttft_s: FloatArray
+    tbt_s: FloatArray
+    e2e_s: FloatArray
+
+
+def live_latencies(result: ReplayResult, *, engine_side: bool) -> Latencies:
+    """Latencies of the live run as the client saw them, or from the worker's accept on.
+
+    ``engine_side`` measures from the worker's accept to the worker's first/last token (its
+    own wall stamps), which leaves the control plane out; otherwise from the client's
+    publish to the client's receipt of the first/last token (the report's view).
+    """
+    k = result.speedup
+    rows = []
+    for record in result.records:
+        done = record.completion
+        assert done is not None
+        times = [record.token_times[i] for i in sorted(record.token_times)]
+        if engine_side:
+            start, first, last = done.accepted_at, done.first_token_at, done.finished_at
+        else:
+            start, first, last = record.sent_at, times[0], times[-1]
+        tokens = done.output_tokens
+        gap = (last - first) * k / (tokens - 1) if tokens > 1 else math.nan
+        rows.append((done.request_class, (first - start) * k, gap, (last - start) * k))
+    classes, ttft, tbt, e2e = zip(*rows, strict=True)
+    return Latencies(np.array(classes), np.array(ttft), np.array(tbt), np.array(e2e))
+
+
+def sim_latencies(result: SimResult) -> Latencies:
+    """Latencies of the simulated run, in trace order."""
+    c = result.columns
+    tokens = c.output_tokens
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tbt = np.where(tokens > 1, (c.finish_s - c.first_token_s) / (tokens - 1), np.nan)
+    return Latencies(
+        c.request_class.astype(np.str_),
+        c.first_token_s - c.arrival_s,
+        tbt,
+        c.finish_s - c.arrival_s,
+    )
+
+
+def _groups(
+    live: Latencies, sim: Latencies
+) -> list[tuple[str, NDArray[np.bool_], NDArray[np.bool_]]]:
+    """(name, live mask, sim mask): overall, then every class both runs hold enough of."""
+    groups = [("overall", np.ones(len(live.classes), bool), np.ones(len(sim.classes), bool))]
+    for name in sorted(set(live.classes.tolist())):
+        live_mask, sim_mask = live.classes == name, sim.classes == name
+        if min(live_mask.sum(), sim_mask.sum()) >= MIN_CLASS_REQUESTS:
+            groups.append((name, live_mask, sim_mask))
+    return groups
+
+
+def compare(live: Latencies, sim: Latencies, *, ttft_extra_s: float, label: str) -> list[str]:
+    """Return every percentile whose live − sim difference leaves its allowed band.
+
+    The band is ``[−slack, extra + slack]`` with ``slack = REL·sim + ABS_S``; ``extra`` is
+    ``ttft_extra_s`` for TTFT and E2E (time the live run spends outside the engine) and 0
+    for TBT.
+    """
+    failures = []
+    for name, live_mask, sim_mask in _groups(live, sim):
+        for metric, extra in (("ttft_s", ttft_extra_s), ("tbt_s", 0.0), ("e2e_s", ttft_extra_s)):
+            live_values = getattr(live, metric)[live_mask]
+            sim_values = getattr(sim, metric)[sim_mask]
+            for q in OVERALL_PERCENTILES if name == "overall" else CLASS_PERCENTILES:
+                live_p = float(np.nanpercentile(live_values, q))
+                sim_p = float(np.nanpercentile(sim_values, q))
+                slack = REL * sim_p + ABS_S
+                diff = live_p - sim_p
+                ok = -slack <= diff <= extra + slack
+                print(f"{label:>7} {name:>7} {metric} p{q}: live {live_p * 1e3:8.1f} sim "
+                      f"{sim_p * 1e3:8.1f} diff {diff * 1e3:+7.1f} ms, allowed "
+                      f"[{-slack * 1e3:+.1f}, {(extra + slack) * 1e3:+.1f}]"
+                      f"{'' if ok else '  FAIL'}", file=sys.stderr)  # fmt: skip
+                if not ok:
+                    failures.append(f"{label} {name} {metric} p{q}")
+    return failures
+
+
+async def _probe_loop_lag(stop: asyncio.Event, lags: list[float]) -> None:
+    """Record how late the shared event loop wakes a sleeper (what delays token stamps)."""
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        began = loop.time()
+        await asyncio.sleep(PROBE_PERIOD_S)
+        lags.append(max(0.0, loop.time() - began - PROBE_PERIOD_S))
+
+
+async def _run_live(spec: StackSpec, trace: list[TraceRequest]) -> tuple[ReplayResult, float]:
+    """Replay through the in-process stack; return the result and the worst loop lag (s)."""
+    nc: Client = await connect_nats(NatsSettings(url=spec.nats_url), "test-client")
+    stop = asyncio.Event()
+    lags: list[float] = []
+    try:
+        async with run_in_process(stack_launches(spec)):
+            probe = asyncio.create_task(_probe_loop_lag(stop, lags))
+            result = await replay(
+                nc, Subjects(spec.namespace), trace, model=spec.model, speedup=spec.speedup
+            )
+            stop.set()
+            await probe
+    finally:
+        await nc.close()
+    return result, max(lags, default=0.0)
+
+
+async def test_live_stack_and_simulator_agree_on_a_conversation_trace_window(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that live and simulated runs of 200 conv requests agree within stated tolerances."""
+    trace = load_azure_trace(resolve_trace("conv"), max_requests=REQUESTS)
+    spec = StackSpec(
+        namespace=namespace,
+        nats_url=nats_server.url,
+        redis_url=redis_server.url,
+        workers=3,
+        regions=("PJM", "CISO"),
+        speedup=SPEEDUP,
+        origin_wall_s=time.time(),
+    )
+    live, lag_s = await _run_live(spec, trace)
+    report = build_report(
+        live, ModelClock(SPEEDUP, spec.origin_wall_s, ClockSettings().origin_model_s)
+    )
+    ids = [r.request_id for r in live.records]
+    sim = simulate(scenario_of(spec), policy_by_name("live-defaults", tp=spec.tp), trace,
+                   request_ids=ids)  # fmt: skip
+
+    # Completions and every request's token count: exact.
+    assert report["completed"] == sim.completed == REQUESTS
+    assert report["token_mismatch"] == 0
+    assert sim.token_mismatch == 0
+    for record, tokens in zip(live.records, sim.columns.output_tokens, strict=True):
+        assert record.completion is not None
+        assert record.completion.output_tokens == len(record.token_times) == int(tokens)
+
+    engine_side = live_latencies(live, engine_side=True)
+    client_side = live_latencies(live, engine_side=False)
+    simulated = sim_latencies(sim)
+    agreement = float(np.mean(client_side.classes == simulated.classes))
+    # Everything the live run spends outside the engine before its first token, measured.
+    outside = client_side.ttft_s - engine_side.ttft_s
+    print(f"class agreement {agreement:.3f}; outside-engine TTFT (model ms) p50 "
+          f"{np.percentile(outside, 50) * 1e3:.1f} p99 {np.percentile(outside, 99) * 1e3:.1f} "
+          f"max {outside.max() * 1e3:.1f}", file=sys.stderr)  # fmt: skip
+    assert agreement >= MIN_CLASS_AGREEMENT
+    print(f"event-loop lag max {lag_s * 1e3:.1f} ms wall", file=sys.stderr)
+    # A token stamp is late by at most the loop's lag: K times that in model time.
+    failures = compare(engine_side, simulated, ttft_extra_s=SPEEDUP * lag_s, label="engine")
+    failures += compare(client_side, simulated, ttft_extra_s=float(outside.max()), label="client")
+    assert not failures, ", ".join(failures)
