@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from greenserve.runner import ProcessGroup, start_process
-from greenserve.stack import StackSpec, stack_launches
+from greenserve.stack import StackSpec, identity_for, stack_launches, with_settings
 from proto.keys import Keys
+from shared.security.local_servers import SecureServers, start_secure_servers
+from shared.security.secrets import write_secret
 from shared.servers import ServerProcess, start_nats, start_redis
 
 __all__ = [
@@ -48,6 +50,11 @@ class StackState:
     workers: int
     pids: dict[str, int] = field(default_factory=dict)
     server_pids: dict[str, int] = field(default_factory=dict)
+    secure: bool = False
+    """Started with ``--secure``: the URLs carry the loadgen (NATS) and monitor (Redis)
+    identities, so ``replay`` and ``status`` work unchanged; the file is owner-only."""
+    tls_ca_file: str | None = None
+    """CA of the servers' certificates when started with ``--tls``."""
 
 
 @dataclass(slots=True)
@@ -61,9 +68,7 @@ class LocalStack:
 
     def save(self) -> Path:
         """Write the state file."""
-        path = self.state_dir / STATE_FILE
-        path.write_text(json.dumps(asdict(self.state), indent=2))
-        return path
+        return write_secret(self.state_dir / STATE_FILE, json.dumps(asdict(self.state), indent=2))
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Wait until every worker is registered and a plan is published.
@@ -86,7 +91,10 @@ async def _wait_ready(stack: LocalStack, timeout_s: float) -> None:
     from redis.asyncio import Redis
 
     keys = Keys(stack.state.namespace)
-    redis = Redis.from_url(stack.state.redis_url)
+    tls: dict[str, Any] = (
+        {"ssl_ca_certs": stack.state.tls_ca_file} if stack.state.tls_ca_file else {}
+    )
+    redis = Redis.from_url(stack.state.redis_url, **tls)
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:
@@ -113,12 +121,32 @@ def start_local_stack(
     *,
     nats_url: str | None = None,
     redis_url: str | None = None,
+    secure: bool = False,
+    tls: bool = False,
 ) -> LocalStack:
-    """Start servers (unless URLs are given) and every service process of ``spec``."""
+    """Start servers (unless URLs are given) and every service process of ``spec``.
+
+    ``secure`` starts both servers with per-service users and permissions and gives each
+    process its own identity (``shared.security.local_servers``); ``tls`` adds a local CA.
+
+    Raises:
+        ValueError: ``secure`` with server URLs (it must configure the servers itself), or
+            ``tls`` without ``secure``.
+    """
+    if secure and (nats_url is not None or redis_url is not None):
+        raise ValueError("--secure starts its own NATS and Redis; drop --nats-url/--redis-url")
+    if tls and not secure:
+        raise ValueError("--tls needs --secure")
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     servers: list[ServerProcess] = []
+    secured: SecureServers | None = None
     try:
+        if secure:
+            identities = [identity_for(launch) for launch in stack_launches(spec)]
+            secured = start_secure_servers(identities, spec.namespace, state_dir, tls=tls)
+            servers += secured.servers
+            nats_url, redis_url = secured.servers[0].url, secured.servers[1].url
         if nats_url is None:
             servers.append(start_nats(state_dir / "nats"))
             nats_url = servers[-1].url
@@ -127,21 +155,26 @@ def start_local_stack(
             redis_url = servers[-1].url
         origin = time.time()
         spec = _replace(spec, nats_url=nats_url, redis_url=redis_url, origin_wall_s=origin)
-        procs = {launch.name: start_process(launch, state_dir) for launch in stack_launches(spec)}
+        launches = stack_launches(spec)
+        if secured is not None:
+            launches = with_settings(launches, secured.overrides)
+        procs = {launch.name: start_process(launch, state_dir) for launch in launches}
     except BaseException:
         for server in servers:
             server.stop()
         raise
     state = StackState(
         namespace=spec.namespace,
-        nats_url=nats_url,
-        redis_url=redis_url,
+        nats_url=secured.tool_nats_url if secured else nats_url,
+        redis_url=secured.tool_redis_url if secured else redis_url,
         speedup=spec.speedup,
         origin_wall_s=origin,
         model=spec.model,
         workers=spec.workers,
         pids={name: proc.pid for name, proc in procs.items()},
         server_pids={s.name: s.proc.pid for s in servers},
+        secure=secure,
+        tls_ca_file=str(secured.tls.ca_file) if secured and secured.tls else None,
     )
     stack = LocalStack(state, state_dir, ProcessGroup(procs), servers)
     stack.save()

@@ -12,10 +12,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.config import Settings
+from shared.security.identities import Identity
 
-__all__ = ["CONTROL_SERVICES", "ServiceLaunch", "StackSpec", "pool_id_for", "stack_launches"]
+__all__ = [
+    "CONTROL_SERVICES",
+    "ServiceLaunch",
+    "StackSpec",
+    "identity_for",
+    "pool_id_for",
+    "stack_launches",
+    "with_settings",
+]
 
-CONTROL_SERVICES = ("scheduler", "router", "planner", "forecaster", "classifier")
+CONTROL_SERVICES = ("scheduler", "router", "planner", "forecaster", "classifier", "gateway")
 """Started before workers and dvfs agents, in this order (consumers before producers)."""
 
 
@@ -39,6 +48,8 @@ class StackSpec:
     max_num_seqs: int = 64
     speedup: float = 1.0
     origin_wall_s: float = 0.0
+    gateway_port: int = 0
+    """Port of the OpenAI-compatible HTTP ingress; 0 lets the OS pick (tests)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Further settings sections merged into every process (e.g. ``{"scheduler": {...}}``)."""
 
@@ -91,6 +102,7 @@ def stack_launches(spec: StackSpec) -> list[ServiceLaunch]:
         "clock": {"speedup": spec.speedup, "origin_wall_s": spec.origin_wall_s},
         "planner": {"static_pools": pools},
         "forecaster": {"regions": list(spec.regions)},
+        "gateway": {"port": spec.gateway_port},
     }
 
     def settings(**sections: Any) -> Settings:
@@ -115,3 +127,27 @@ def stack_launches(spec: StackSpec) -> list[ServiceLaunch]:
         }
         launches.append(ServiceLaunch(f"worker-{i}", "services.worker", settings(worker=worker)))
     return launches
+
+
+def identity_for(launch: ServiceLaunch) -> Identity:
+    """The NATS/Redis identity of one process: its name, role and (worker, node) scope."""
+    role = launch.module.rsplit(".", 1)[-1]
+    scope = {
+        "worker": launch.settings.worker.worker_id,
+        "dvfs": launch.settings.dvfs.node_id,
+    }.get(role)
+    return Identity(launch.name, role, scope)
+
+
+def with_settings(
+    launches: list[ServiceLaunch], overrides: dict[str, dict[str, Any]]
+) -> list[ServiceLaunch]:
+    """The launches with per-process settings sections merged in (by process name)."""
+    out = []
+    for launch in launches:
+        extra = overrides.get(launch.name)
+        if extra:
+            merged = _merge(launch.settings.model_dump(exclude_none=True), extra)
+            launch = ServiceLaunch(launch.name, launch.module, Settings(**merged))
+        out.append(launch)
+    return out

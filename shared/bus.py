@@ -8,9 +8,11 @@ never a crash and never a retry.
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import msgspec
 import nats
@@ -24,9 +26,10 @@ from opentelemetry import trace
 
 from proto.codec import DecodeError, decode, encode
 from proto.messages import ErrorReply
-from proto.subjects import Subjects
+from proto.subjects import Subjects, valid_token
 from shared.config import NatsSettings
 from shared.counters import ERRORS, MESSAGES
+from shared.security.secrets import read_secret
 from shared.telemetry import inject_headers, span_from_headers
 
 __all__ = [
@@ -67,7 +70,15 @@ async def connect_nats(settings: NatsSettings, name: str) -> Client:
     }
     if settings.user:
         options["user"] = settings.user
-        options["password"] = settings.password
+        options["password"] = read_secret(settings.password, settings.password_file, "nats")
+    # A user's replies come to its own inbox, which a secured server lets only it read.
+    user = settings.user or urlsplit(settings.url).username
+    if settings.inbox_prefix:
+        options["inbox_prefix"] = settings.inbox_prefix
+    elif user and valid_token(user):
+        options["inbox_prefix"] = f"_INBOX.{user}"
+    if settings.tls_ca_file is not None:
+        options["tls"] = ssl.create_default_context(cafile=str(settings.tls_ca_file))
     return await nats.connect(**options)
 
 

@@ -214,6 +214,44 @@ class PlannerSettings(_Section):
     )
     """Pools of the static plan (fields of ``proto.messages.PoolPlan``)."""
     scheme: str = "dynamollm9"
+    """Class scheme of the static plan, and of the start-up profiles in ``milp`` mode."""
+    objective: str = "carbon"
+    """``milp`` objective: ``carbon`` (forecast intensity × power × time) or ``energy``."""
+    solver: str = "highs"
+    """``highs`` (in process) or ``cbc``."""
+    time_limit_s: float = Field(default=5.0, gt=0.0)
+    """Wall limit of one epoch's solve; the core falls back to a feasible plan beyond it."""
+    mip_rel_gap: float = Field(default=0.01, ge=0.0)
+    alpha: float = Field(default=1.1, gt=0.0)
+    """Safety margin on forecast peak demand (FREESH Eq. 1b)."""
+    steps_per_epoch: int = Field(default=6, ge=1)
+    """Planning steps per epoch (FREESH: six 5-min steps); step = epoch_s / steps."""
+    demand_bin_s: float = Field(default=5.0, gt=0.0)
+    """Arrivals are counted in bins this long (model s); a step's peak QPS = max bin / bin."""
+    demand_history_steps: int = Field(default=12, ge=1)
+    """Past steps of observed arrivals kept for the load forecast."""
+    load_method: str = "recent_max"
+    """Load forecaster of ``services.forecaster.load_forecast``: recent_max, ewma, last."""
+    recent_steps: int = Field(default=3, ge=1)
+    profiles_csv: Path | None = None
+    """FREESH-format profiles (+ ``clock_mhz``, as ``greenserve profile`` writes them); modes
+    it lacks are measured on the engine model at start-up."""
+    profile_clock_fractions: tuple[float, ...] = (1.0, 0.75, 0.5)
+    """Clocks (fractions of the GPU's maximum) measured when profiling at start-up."""
+    profile_window_s: float = Field(default=30.0, gt=0.0)
+    """Engine seconds of Poisson arrivals per start-up measurement (short; see planner.md)."""
+    time_share_slices: int = Field(default=4, ge=1)
+    """Live pools serve every class: an instance is planned in 1/slices shares of its time
+    (1 = FREESH's dedicated instances per class)."""
+    park_workers: bool = True
+    """Workers beyond their pool's planned instances park (``milp`` plans only)."""
+    drain_grace_wall_s: float = Field(default=2.0, ge=0.0)
+    """A pool planned to zero keeps one worker while its queue reported work this recently."""
+    gate_margin: float = Field(default=1.0, ge=0.0)
+    """Switch plans when saving > margin × transition cost (DynamoLLM overhead gate)."""
+    start_s: float = Field(default=33.0, ge=0.0)
+    """Assumed start-up time of one instance (DynamoLLM Table V, weights cached)."""
+    start_power_w_per_gpu: float = Field(default=110.0, ge=0.0)
 
 
 class GatewaySettings(_Section):

@@ -7,13 +7,17 @@ Used by ``greenserve up`` and by the test suite; binaries come from PATH, the
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from shared.security.tls import TlsFiles
 
 __all__ = [
     "ServerProcess",
@@ -86,11 +90,13 @@ class ServerProcess:
     port: int
     proc: subprocess.Popen[bytes]
     workdir: Path
+    tls: bool = False
+    """Whether clients must speak TLS (Redis then has a ``rediss://`` URL)."""
 
     @property
     def url(self) -> str:
-        """Client URL of this server."""
-        scheme = "nats" if self.name == "nats" else "redis"
+        """Client URL of this server (NATS negotiates TLS on ``nats://`` itself)."""
+        scheme = "nats" if self.name == "nats" else ("rediss" if self.tls else "redis")
         return f"{scheme}://127.0.0.1:{self.port}"
 
     def stop(self, timeout_s: float = 5.0) -> None:
@@ -110,25 +116,59 @@ class ServerProcess:
             self.proc.wait()
 
 
-def start_nats(workdir: Path, port: int | None = None) -> ServerProcess:
-    """Start nats-server with JetStream, storing streams under ``workdir``."""
+def start_nats(
+    workdir: Path,
+    port: int | None = None,
+    *,
+    config_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    tls: bool = False,
+) -> ServerProcess:
+    """Start nats-server with JetStream, storing streams under ``workdir``.
+
+    ``config_file`` adds users and permissions (``shared.security.nats_acl``); ``env`` is
+    added to the server's environment, where such a file finds its passwords. ``tls`` only
+    records that the file turns TLS on.
+    """
     port = port or free_port()
     store = workdir / "jetstream"
     store.mkdir(parents=True, exist_ok=True)
     log = (workdir / "nats.log").open("ab")
+    args = [
+        find_binary("nats-server"),
+        "-a",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "-js",
+        "-sd",
+        str(store),
+    ]
+    if config_file is not None:
+        args += ["-c", str(config_file)]
     proc = subprocess.Popen(
-        [find_binary("nats-server"), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)],
+        args,
         stdout=log,
         stderr=subprocess.STDOUT,
+        env={**os.environ, **env} if env else None,
     )
     wait_for_port(port, proc=proc)
-    return ServerProcess("nats", port, proc, workdir)
+    return ServerProcess("nats", port, proc, workdir, tls)
 
 
 def start_redis(
-    workdir: Path, port: int | None = None, password: str | None = None
+    workdir: Path,
+    port: int | None = None,
+    password: str | None = None,
+    *,
+    aclfile: Path | None = None,
+    tls: TlsFiles | None = None,
 ) -> ServerProcess:
-    """Start redis-server without persistence on ``port``."""
+    """Start redis-server without persistence on ``port``.
+
+    ``aclfile`` loads ACL users (``shared.security.redis_acl``); ``tls`` serves TLS only
+    on ``port`` (clients present no certificate).
+    """
     port = port or free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     args = [
@@ -136,7 +176,7 @@ def start_redis(
         "--bind",
         "127.0.0.1",
         "--port",
-        str(port),
+        "0" if tls else str(port),
         "--save",
         "",
         "--appendonly",
@@ -148,6 +188,12 @@ def start_redis(
     ]
     if password:
         args += ["--requirepass", password]
+    if aclfile is not None:
+        args += ["--aclfile", str(aclfile)]
+    if tls is not None:
+        args += ["--tls-port", str(port), "--tls-cert-file", str(tls.cert_file)]
+        args += ["--tls-key-file", str(tls.key_file), "--tls-ca-cert-file", str(tls.ca_file)]
+        args += ["--tls-auth-clients", "no"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for_port(port, proc=proc)
-    return ServerProcess("redis", port, proc, workdir)
+    return ServerProcess("redis", port, proc, workdir, tls is not None)

@@ -1,0 +1,102 @@
+"""A secured nats-server and redis-server for one local stack (``greenserve up --secure``).
+
+Issues a password per identity (the stack's processes plus the ``loadgen``, ``monitor`` and
+``admin`` tool identities), writes them owner-only under ``<state_dir>/secrets``, generates
+the NATS configuration and the Redis ACL file from the stack's namespace, optionally a
+local CA for TLS, and starts both servers. It returns, per process, the settings that make
+it connect as itself, and the URLs the command-line tools use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from proto.keys import Keys
+from proto.subjects import Subjects
+from shared.security.credentials import (
+    Credential,
+    by_user,
+    issue_credentials,
+    nats_password_env,
+    service_overrides,
+    write_credentials,
+)
+from shared.security.identities import Identity
+from shared.security.nats_acl import nats_server_config
+from shared.security.redis_acl import redis_acl_file
+from shared.security.secrets import write_secret
+from shared.security.tls import TlsFiles, make_local_ca
+from shared.servers import ServerProcess, start_nats, start_redis
+
+__all__ = ["TOOL_IDENTITIES", "SecureServers", "start_secure_servers"]
+
+TOOL_IDENTITIES = (
+    Identity("loadgen", "loadgen"),
+    Identity("monitor", "monitor"),
+    Identity("admin", "admin"),
+)
+"""Identities of the command-line tools: replay, status, and the operator."""
+
+
+@dataclass(slots=True)
+class SecureServers:
+    """The started servers and how each party connects to them."""
+
+    servers: list[ServerProcess]
+    """nats-server first, then redis-server."""
+    overrides: dict[str, dict[str, Any]]
+    """Settings sections per process name (user, password file, inbox, CA)."""
+    credentials: list[Credential]
+    tls: TlsFiles | None
+    tool_nats_url: str
+    """NATS URL carrying the loadgen identity (for ``greenserve replay``)."""
+    tool_redis_url: str
+    """Redis URL carrying the monitor identity (for ``greenserve status``)."""
+
+
+def _url_with(url: str, user: str, password: str) -> str:
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{quote(user, safe='')}:{quote(password, safe='')}@{rest}"
+
+
+def start_secure_servers(
+    identities: Sequence[Identity], namespace: str, state_dir: Path, *, tls: bool = False
+) -> SecureServers:
+    """Generate credentials and configurations, then start NATS and Redis with them.
+
+    Raises:
+        RuntimeError: ``tls`` without the ``cryptography`` package, or a server failed.
+    """
+    everyone = [*identities, *TOOL_IDENTITIES]
+    credentials = issue_credentials(everyone)
+    files = write_credentials(credentials, state_dir / "secrets")
+    tls_files = make_local_ca(state_dir / "tls") if tls else None
+    nats_dir, redis_dir = state_dir / "nats", state_dir / "redis"
+    nats_dir.mkdir(parents=True, exist_ok=True)
+    nats_conf = nats_dir / "nats.conf"
+    nats_conf.write_text(nats_server_config(Subjects(namespace), everyone, tls=tls_files))
+    acl = redis_acl_file(Keys(namespace), [(c.identity, c.redis_password) for c in credentials])
+    aclfile = write_secret(redis_dir / "users.acl", acl)
+    servers = [
+        start_nats(nats_dir, config_file=nats_conf, env=nats_password_env(credentials), tls=tls)
+    ]
+    try:
+        servers.append(start_redis(redis_dir, aclfile=aclfile, tls=tls_files))
+    except BaseException:
+        servers[0].stop()
+        raise
+    ca = tls_files.ca_file if tls_files else None
+    overrides = {i.user: service_overrides(i, files[i.user], tls_ca_file=ca) for i in identities}
+    creds = by_user(credentials)
+    return SecureServers(
+        servers=servers,
+        overrides=overrides,
+        credentials=credentials,
+        tls=tls_files,
+        tool_nats_url=_url_with(servers[0].url, "loadgen", creds["loadgen"].nats_password),
+        tool_redis_url=_url_with(servers[1].url, "monitor", creds["monitor"].redis_password) + "/0",
+    )

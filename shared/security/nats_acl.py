@@ -1,0 +1,216 @@
+"""NATS subject permissions per identity, and the nats-server configuration that holds them.
+
+Derived from the subject table of ``docs/protocol.md`` (who publishes, who subscribes), with
+everything not listed denied by the server:
+
+* only the classifier drives the ingress stream's consumer (``$JS.API.CONSUMER.MSG.NEXT``
+  and ``$JS.ACK`` of the ``classifier`` durable) and publishes ``scheduler.submit``;
+* only dvfs agents and the planner publish ``worker.<id>.clock``; a worker subscribes only
+  to its own dispatch and clock subjects and publishes only its own stats;
+* clients publish the ingress subject and read only their own ``client.<id>.>`` replies;
+* every identity has a private reply inbox ``_INBOX.<user>.>`` (request/reply and
+  JetStream acks land there), and responders answer through ``allow_responses``, so no
+  one needs a wildcard over other users' inboxes.
+
+Pure functions: the caller writes the text to a file and starts nats-server with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from proto.subjects import Subjects
+from shared.security.identities import Identity, env_var_name
+from shared.security.tls import TlsFiles
+
+__all__ = [
+    "CLASSIFIER_CONSUMER",
+    "NATS_PASSWORD_ENV_PREFIX",
+    "SubjectPermissions",
+    "nats_server_config",
+    "permissions_for",
+]
+
+CLASSIFIER_CONSUMER = "classifier"
+"""Durable name of the classifier's pull consumer on the ingress stream."""
+
+NATS_PASSWORD_ENV_PREFIX = "GS_NATS_PASSWORD_"
+"""nats-server reads each user's password from ``<prefix><USER>`` in its environment."""
+
+JS_API = "$JS.API"
+_ANY = "__any__"
+
+
+@dataclass(frozen=True, slots=True)
+class SubjectPermissions:
+    """What one user may publish and subscribe to (everything else is denied)."""
+
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    allow_responses: bool = False
+    """May answer requests it received (one reply each), whatever their reply subject."""
+
+
+def _stream_admin(stream: str) -> tuple[str, ...]:
+    # Create-if-missing of the ingress stream (shared.bus.ensure_ingress_stream).
+    return (f"{JS_API}.STREAM.INFO.{stream}", f"{JS_API}.STREAM.CREATE.{stream}")
+
+
+def _consumer(stream: str, durable: str) -> tuple[str, ...]:
+    return (
+        f"{JS_API}.CONSUMER.INFO.{stream}.{durable}",
+        f"{JS_API}.CONSUMER.CREATE.{stream}.{durable}",
+        f"{JS_API}.CONSUMER.CREATE.{stream}.{durable}.>",
+        f"{JS_API}.CONSUMER.DURABLE.CREATE.{stream}.{durable}",
+        f"{JS_API}.CONSUMER.MSG.NEXT.{stream}.{durable}",
+        f"$JS.ACK.{stream}.{durable}.>",
+    )
+
+
+def _any(subject_of: Callable[[str], str]) -> str:
+    """The subject with its id token as the ``*`` wildcard (Subjects refuses ``*`` as an id)."""
+    return subject_of(_ANY).replace(_ANY, "*")
+
+
+def permissions_for(subjects: Subjects, identity: Identity) -> SubjectPermissions:
+    """The least privileges of ``identity`` on the stack named by ``subjects``.
+
+    Raises:
+        ValueError: for an identity whose role has no rule (cannot happen for valid roles).
+    """
+    s = subjects
+    clients = f"{s.client_prefix}>"
+    stream = s.ingress_stream
+    inbox = f"{identity.inbox_prefix}.>"
+    role, scope = identity.role, identity.scope or ""
+    pub: tuple[str, ...]
+    sub: tuple[str, ...]
+    responds = False
+    if role == "classifier":
+        pub = (
+            s.scheduler_submit,
+            clients,  # rejection errors go to the client's reply subject
+            s.request_done,
+            s.errors,
+            *_stream_admin(stream),
+            *_consumer(stream, CLASSIFIER_CONSUMER),
+        )
+        sub = (s.request_done, s.plan)
+    elif role == "scheduler":
+        pub = (s.scheduler_ready_wildcard,)
+        sub = (s.scheduler_submit, s.scheduler_pull, s.scheduler_requeue, s.request_done)
+        responds = True
+    elif role == "router":
+        pub = (s.scheduler_pull, s.scheduler_requeue, _any(s.worker_dispatch))
+        sub = (s.worker_stats_wildcard, s.scheduler_ready_wildcard, s.request_done)
+    elif role == "worker":
+        pub = (s.worker_stats(scope), clients, s.request_done, s.errors, s.scheduler_requeue)
+        sub = (s.worker_dispatch(scope), s.worker_clock(scope))
+        responds = True
+    elif role == "dvfs":
+        pub = (_any(s.worker_clock), s.dvfs_report(scope))
+        sub = (s.worker_stats_wildcard, s.request_done)
+    elif role == "planner":
+        pub = (s.plan, _any(s.worker_clock))
+        sub = ()
+    elif role == "forecaster":
+        pub = (s.forecast_wildcard,)
+        sub = ()
+    elif role == "gateway":
+        # The gateway picks a fresh client id per process, so it reads every client subject.
+        pub = (s.ingress_request, *_stream_admin(stream))
+        sub = (clients,)
+    elif role == "loadgen":
+        # The replayer picks a fresh client id per run and measures energy from worker stats.
+        pub = (s.ingress_request,)
+        sub = (clients, s.worker_stats_wildcard)
+    elif role == "client":
+        pub = (s.ingress_request,)
+        sub = (f"{s.client_prefix}{scope}.>",)
+    elif role == "monitor":
+        pub = ()
+        sub = (
+            s.worker_stats_wildcard,
+            s.dvfs_report_wildcard,
+            s.plan,
+            s.forecast_wildcard,
+            s.errors,
+        )
+    elif role == "admin":
+        return SubjectPermissions(publish=(">",), subscribe=(">",), allow_responses=True)
+    else:  # pragma: no cover - Identity validates the role
+        raise ValueError(f"no permissions for role {role!r}")
+    return SubjectPermissions(publish=pub, subscribe=(inbox, *sub), allow_responses=responds)
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _list(items: Iterable[str]) -> str:
+    return "[" + ", ".join(_quote(i) for i in items) + "]"
+
+
+def nats_server_config(
+    subjects: Subjects,
+    identities: Sequence[Identity],
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    store_dir: str | None = None,
+    account: str = "GREENSERVE",
+    monitor_port: int | None = None,
+    tls: TlsFiles | None = None,
+) -> str:
+    """A nats-server configuration: JetStream on, one account, one user per identity.
+
+    ``host``/``port``/``store_dir`` left ``None`` are omitted (command-line flags give them).
+
+    Passwords are not in the text: each user's password is the environment variable
+    ``GS_NATS_PASSWORD_<USER>`` (:func:`~shared.security.identities.env_var_name`), which
+    nats-server resolves when it loads the file, so the file can be committed and mounted
+    while the secrets come from the environment.
+
+    Raises:
+        ValueError: two identities share a user name or a password variable.
+    """
+    variables = [env_var_name(NATS_PASSWORD_ENV_PREFIX, i.user) for i in identities]
+    if len(set(variables)) != len(variables):
+        raise ValueError("user names must differ after upper-casing and '-' → '_'")
+    lines = [
+        "# Generated by shared.security.nats_acl for namespace "
+        f"{subjects.prefix!r}; do not edit by hand.",
+    ]
+    bind = host or "0.0.0.0"
+    if port is not None:
+        lines.append(f"listen: {_quote(f'{bind}:{port}')}")
+    if monitor_port is not None:
+        lines.append(f"http: {_quote(f'{bind}:{monitor_port}')}")
+    store = f"store_dir: {_quote(store_dir)} " if store_dir is not None else ""
+    lines += [f"jetstream {{ {store}}}", "accounts {"]
+    lines += [f"  {account} {{", "    jetstream: enabled", "    users: ["]
+    for identity, variable in zip(identities, variables, strict=True):
+        perms = permissions_for(subjects, identity)
+        lines += [
+            f"      {{ user: {_quote(identity.user)}, password: ${variable}",
+            "        permissions: {",
+            f"          publish: {{ allow: {_list(perms.publish)} }}"
+            if perms.publish
+            else '          publish: { deny: [">"] }',
+            f"          subscribe: {{ allow: {_list(perms.subscribe)} }}",
+        ]
+        if perms.allow_responses:
+            lines.append("          allow_responses: { max: 1 }")
+        lines += ["        }", "      }"]
+    lines += ["    ]", "  }", "}"]
+    if tls is not None:
+        lines += [
+            "tls {",
+            f"  cert_file: {_quote(str(tls.cert_file))}",
+            f"  key_file: {_quote(str(tls.key_file))}",
+            f"  ca_file: {_quote(str(tls.ca_file))}",
+            "  timeout: 2",
+            "}",
+        ]
+    return "\n".join(lines) + "\n"

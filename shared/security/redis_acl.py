@@ -1,0 +1,117 @@
+"""Redis ACL users per identity: only the keys and commands each service's code uses.
+
+Derived from the key table of ``docs/protocol.md`` and the services' calls:
+
+| role | keys | commands |
+|---|---|---|
+| scheduler | ``queued``, ``dispatched``, ``seen:*`` | HGETALL HSET HDEL, MULTI/EXEC, script * |
+| router | ``dispatched`` | HSET |
+| worker | its own ``worker:<id>`` | SET (with PX), DEL |
+| planner | ``plan`` | SET |
+| forecaster | ``forecast:*`` | SET |
+| classifier | ``plan`` (read only) | GET |
+| monitor | ``worker:*``, ``plan``, ``forecast:*`` (read only) | GET SCAN EXISTS |
+| others | none | connection only |
+
+(*) the store-new script: EVALSHA, EVAL, SCRIPT LOAD/EXISTS, with SET and HSET inside.
+Every user may PING (health checks) and HELLO; the ``default`` user is switched off, so an
+unauthenticated connection can do nothing. Redis checks commands run inside a script against
+the caller's ACL too, so the scheduler's script gains no rights the scheduler lacks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from proto.keys import Keys
+from shared.security.identities import Identity, env_var_name
+
+__all__ = [
+    "REDIS_PASSWORD_ENV_PREFIX",
+    "acl_rules",
+    "redis_acl_file",
+    "redis_acl_template",
+]
+
+REDIS_PASSWORD_ENV_PREFIX = "GS_REDIS_PASSWORD_"
+"""The compose template reads each user's password from ``<prefix><USER>``."""
+
+_CONNECTION = ("ping", "hello")
+_SCRIPT = ("evalsha", "eval", "script|load", "script|exists")
+_TRANSACTION = ("multi", "exec", "discard")
+
+
+def _grant(
+    keys: Sequence[str], commands: Sequence[str], *, read_only: bool = False
+) -> tuple[list[str], list[str]]:
+    key_rules = [f"%R~{k}" if read_only else f"~{k}" for k in keys]
+    return key_rules, [f"+{c}" for c in (*_CONNECTION, *commands)]
+
+
+def acl_rules(keys: Keys, identity: Identity) -> str:
+    """ACL rules (no password) for ``identity`` on the stack whose keys are ``keys``."""
+    role = identity.role
+    if role == "admin":
+        return "resetkeys ~* resetchannels &* +@all"
+    key_rules: list[str]
+    commands: list[str]
+    if role == "scheduler":
+        key_rules, commands = _grant(
+            [keys.queued, keys.dispatched, keys.seen("*")],
+            ["hgetall", "hset", "hdel", "set", *_SCRIPT, *_TRANSACTION],
+        )
+    elif role == "router":
+        key_rules, commands = _grant([keys.dispatched], ["hset"])
+    elif role == "worker":
+        key_rules, commands = _grant([keys.worker(identity.scope or "")], ["set", "del"])
+    elif role == "planner":
+        key_rules, commands = _grant([keys.plan], ["set"])
+    elif role == "forecaster":
+        key_rules, commands = _grant([keys.forecast("*")], ["set"])
+    elif role == "classifier":
+        key_rules, commands = _grant([keys.plan], ["get"], read_only=True)
+    elif role == "monitor":
+        key_rules, commands = _grant(
+            [keys.worker_pattern, keys.plan, keys.forecast("*")],
+            ["get", "scan", "exists"],
+            read_only=True,
+        )
+    else:  # dvfs, gateway, loadgen, client: no shared state of their own
+        key_rules, commands = _grant([], [])
+    return " ".join(["resetkeys", *key_rules, "resetchannels", "-@all", *commands])
+
+
+def _password_hash(password: str) -> str:
+    return hashlib.sha256(password.encode()).hexdigest()
+
+
+def redis_acl_file(keys: Keys, users: Sequence[tuple[Identity, str]]) -> str:
+    """An ACL file (``redis-server --aclfile``) with each user's SHA-256 password hash.
+
+    Raises:
+        ValueError: a user name repeats, or a password is empty or holds whitespace.
+    """
+    names = [identity.user for identity, _ in users]
+    if len(set(names)) != len(names) or "default" in names:
+        raise ValueError("Redis user names must be unique and not 'default'")
+    lines = ["user default off resetkeys resetchannels -@all"]
+    for identity, password in users:
+        if not password or any(ch.isspace() for ch in password):
+            raise ValueError(f"password of {identity.user!r} must be non-empty without spaces")
+        rules = acl_rules(keys, identity)
+        lines.append(f"user {identity.user} on #{_password_hash(password)} {rules}")
+    return "\n".join(lines) + "\n"
+
+
+def redis_acl_template(keys: Keys, identities: Sequence[Identity]) -> str:
+    """The ACL file with ``>${GS_REDIS_PASSWORD_<USER>}`` placeholders for the passwords.
+
+    The compose stack renders it from the environment when Redis starts, so the committed
+    file holds rules but no secrets.
+    """
+    lines = ["user default off resetkeys resetchannels -@all"]
+    for identity in identities:
+        variable = env_var_name(REDIS_PASSWORD_ENV_PREFIX, identity.user)
+        lines.append(f"user {identity.user} on >${{{variable}}} {acl_rules(keys, identity)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,63 @@
+"""Secrets: generated, written owner-only, read from settings or files, never shown.
+
+A password reaches a service in one of two ways: the environment
+(``GREENSERVE_NATS__PASSWORD``, a :class:`pydantic.SecretStr`, masked in every repr, dump
+and log line) or a file named by ``*_file`` (a Docker secret or an owner-only file written
+by ``greenserve up --secure``). Files are preferred: they do not show in ``ps e`` or
+``docker inspect``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import SecretStr
+
+__all__ = ["generate_password", "read_secret", "redact_url", "write_secret"]
+
+
+def generate_password(nbytes: int = 24) -> str:
+    """A random URL-safe password (``nbytes`` of entropy, no spaces, no ``$`` or quotes)."""
+    return secrets.token_urlsafe(nbytes)
+
+
+def read_secret(value: SecretStr | None, file: Path | None, what: str) -> str | None:
+    """The secret given inline or in a file (trailing newline stripped), or ``None``.
+
+    Raises:
+        ValueError: both or an empty file were given (a silent fallback would hide a typo).
+        OSError: the file cannot be read.
+    """
+    if value is not None and file is not None:
+        raise ValueError(f"{what}: give the password or the password file, not both")
+    if file is not None:
+        text = Path(file).read_text(encoding="utf-8").rstrip("\r\n")
+        if not text:
+            raise ValueError(f"{what}: password file {file} is empty")
+        return text
+    return value.get_secret_value() if value is not None else None
+
+
+def write_secret(path: Path, value: str) -> Path:
+    """Write ``value`` to ``path`` readable by the owner only (created 0600, never wider)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(value)
+    os.chmod(path, 0o600)  # an existing file keeps its old mode through O_CREAT
+    return path
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for logs and messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))

@@ -1,0 +1,246 @@
+"""A secure stack on real servers: each service's identity serves traffic; the rest is refused.
+
+nats-server and redis-server are started with the configuration generated from the stack's
+namespace (``shared.security``); every service runs in this event loop with its own NATS
+user, Redis ACL user and password files, exactly as ``greenserve up --secure`` starts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import nats.errors
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from pydantic import SecretStr
+from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
+
+from greenserve.runner import run_in_process
+from greenserve.stack import ServiceLaunch, StackSpec, identity_for, stack_launches, with_settings
+from loadgen.replay import replay
+from loadgen.report import build_report
+from loadgen.traces import load_azure_trace, resolve_trace
+from proto.codec import decode, encode
+from proto.keys import Keys
+from proto.messages import ClockCommand, ClockReply, WorkerStats
+from proto.subjects import Subjects
+from shared.bus import connect_nats, request
+from shared.clock import ModelClock
+from shared.config import NatsSettings, RedisSettings
+from shared.security.credentials import Credential, by_user
+from shared.security.identities import Identity
+from shared.security.local_servers import SecureServers, start_secure_servers
+from shared.store import connect_redis
+
+pytestmark = pytest.mark.connected
+
+SPEEDUP = 20.0
+DVFS_CLOCK_MHZ = 1050.0
+CLIENTS = (Identity("client-a", "client", "client-a"), Identity("client-b", "client", "client-b"))
+
+
+class SecureStack:
+    """Servers, credentials and service launches of one secure stack."""
+
+    def __init__(self, secured: SecureServers, launches: list[ServiceLaunch], namespace: str):
+        self.secured = secured
+        self.launches = launches
+        self.namespace = namespace
+        self.creds: dict[str, Credential] = dict(by_user(secured.credentials))
+
+    @property
+    def nats_url(self) -> str:
+        return self.secured.servers[0].url
+
+    @property
+    def redis_url(self) -> str:
+        return self.secured.servers[1].url
+
+    def nats_settings(self, user: str) -> NatsSettings:
+        return NatsSettings(
+            url=self.nats_url,
+            user=user,
+            password=SecretStr(self.creds[user].nats_password),
+            request_timeout_s=1.0,
+            max_reconnect_attempts=0,
+        )
+
+    def redis_settings(self, user: str) -> RedisSettings:
+        return RedisSettings(
+            url=self.redis_url,
+            username=user,
+            password=SecretStr(self.creds[user].redis_password),
+        )
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
+    """A secured NATS and Redis for one namespace, and the launches of its services."""
+    namespace = f"sec{int(time.time() * 1000) % 10**8}"
+    spec = StackSpec(
+        namespace=namespace,
+        workers=2,
+        regions=("PJM",),
+        speedup=SPEEDUP,
+        origin_wall_s=time.time(),
+        extra={"dvfs": {"clock_mhz": DVFS_CLOCK_MHZ}},
+    )
+    identities = [identity_for(launch) for launch in stack_launches(spec)]
+    state_dir = Path(tmp_path_factory.mktemp("secure"))
+    secured = start_secure_servers([*identities, *CLIENTS], namespace, state_dir)
+    try:
+        spec_at = StackSpec(
+            namespace=namespace,
+            nats_url=secured.servers[0].url,
+            redis_url=secured.servers[1].url,
+            workers=spec.workers,
+            regions=spec.regions,
+            speedup=SPEEDUP,
+            origin_wall_s=spec.origin_wall_s,
+            extra=spec.extra,
+        )
+        launches = with_settings(stack_launches(spec_at), secured.overrides)
+        yield SecureStack(secured, launches, namespace)
+    finally:
+        for server in secured.servers:
+            server.stop()
+
+
+class Violations:
+    """Collects the errors the server sends a connection (permission violations)."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    async def record(self, exc: Exception) -> None:
+        self.messages.append(str(exc))
+
+    async def wait_for(self, text: str, timeout_s: float = 2.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(text in m.lower() for m in self.messages):
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+
+async def _connect_watched(settings: NatsSettings) -> tuple[Client, Violations]:
+    violations = Violations()
+    nc = await nats.connect(
+        settings.url,
+        user=settings.user,
+        password=settings.password.get_secret_value() if settings.password else None,
+        inbox_prefix=f"_INBOX.{settings.user}",
+        error_cb=violations.record,
+        max_reconnect_attempts=0,
+    )
+    return nc, violations
+
+
+async def test_a_replay_completes_and_the_dvfs_agent_still_sets_clocks(stack: SecureStack) -> None:
+    """Test that 40 requests complete through per-service identities and clocks follow dvfs."""
+    trace = load_azure_trace(resolve_trace("conv"), max_requests=40)
+    clocks: dict[str, float] = {}
+
+    async def on_stats(msg: Msg) -> None:
+        stats = decode(msg.data, WorkerStats)
+        clocks[stats.worker_id] = stats.clock_mhz
+
+    nc = await connect_nats(NatsSettings(url=stack.secured.tool_nats_url), "test-loadgen")
+    try:
+        await nc.subscribe(Subjects(stack.namespace).worker_stats_wildcard, cb=on_stats)
+        async with run_in_process(stack.launches):
+            result = await replay(
+                nc, Subjects(stack.namespace), trace, model="llama-3-8b", speedup=SPEEDUP
+            )
+            await asyncio.sleep(1.5)  # a dvfs period has passed for certain
+    finally:
+        await nc.close()
+    origin = stack.launches[0].settings.clock.origin_wall_s or 0.0
+    report = build_report(result, ModelClock(SPEEDUP, origin, 1_656_633_600.0))
+    assert report["completed"] == 40
+    assert report["lost"] == 0
+    assert report["failed"] == 0
+    assert set(clocks) == {"worker-0", "worker-1"}
+    assert all(abs(mhz - DVFS_CLOCK_MHZ) < 15.0 for mhz in clocks.values()), clocks
+    # Least privilege must not have cost the services anything they do.
+    service_users = {launch.name for launch in stack.launches}
+    nats_log = (stack.secured.servers[0].workdir / "nats.log").read_text()
+    refused = [line for line in nats_log.splitlines() if "Violation" in line]
+    assert not [line for line in refused if any(f"user:{u}\"" in line for u in service_users)]
+    admin = connect_redis(stack.redis_settings("admin"))
+    try:
+        denied = await admin.acl_log()
+    finally:
+        await admin.aclose()
+    assert not [entry for entry in denied if entry["username"] in service_users], denied
+
+
+async def test_a_client_clock_command_is_refused_by_the_server(stack: SecureStack) -> None:
+    """Test that a client's ClockCommand is a permissions violation, while admin's is applied."""
+    subjects = Subjects(stack.namespace)
+    forged = ClockCommand(worker_id="worker-0", clock_mhz=600.0, issued_by="planner")
+    launches = [la for la in stack.launches if la.module == "services.worker"]
+    client, violations = await _connect_watched(stack.nats_settings("client-a"))
+    admin = await connect_nats(stack.nats_settings("admin"), "test-admin")
+    try:
+        async with run_in_process(launches[:1]):
+            with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
+                await client.request(subjects.worker_clock("worker-0"), encode(forged), 1.0)
+            assert await violations.wait_for("permissions violation for publish")
+            # The same command from an identity allowed to publish there is applied, so
+            # the refusal above came from the server, not from the worker's issuer check.
+            reply = await request(admin, subjects.worker_clock("worker-0"), forged, ClockReply, 2.0)
+            assert reply.accepted
+            assert reply.applied_mhz == pytest.approx(600.0, abs=15.0)
+    finally:
+        await client.close()
+        await admin.close()
+
+
+async def test_a_client_reads_only_its_own_replies_and_cannot_publish_a_plan(
+    stack: SecureStack,
+) -> None:
+    """Test that client-a may not subscribe to client-b's replies nor publish plan.current."""
+    subjects = Subjects(stack.namespace)
+    client, violations = await _connect_watched(stack.nats_settings("client-a"))
+    try:
+        await client.subscribe(subjects.client_wildcard("client-a"))
+        await client.flush()
+        assert not violations.messages
+        await client.subscribe(subjects.client_wildcard("client-b"))
+        assert await violations.wait_for("permissions violation for subscription")
+        await client.publish(subjects.plan, b"forged plan")
+        assert await violations.wait_for(f'publish to "{subjects.plan}"')
+        await client.subscribe(subjects.ingress_request)
+        assert await violations.wait_for(f'subscription to "{subjects.ingress_request}"')
+    finally:
+        await client.close()
+
+
+async def test_redis_users_are_held_to_their_keys_and_commands(stack: SecureStack) -> None:
+    """Test that worker-0 writes its heartbeat but not the plan, and anonymous access fails."""
+    keys = Keys(stack.namespace)
+    worker = connect_redis(stack.redis_settings("worker-0"))
+    classifier = connect_redis(stack.redis_settings("classifier"))
+    anonymous = connect_redis(RedisSettings(url=stack.redis_url))
+    try:
+        assert await worker.set(keys.worker("worker-0"), b"x", px=1000)
+        with pytest.raises(NoPermissionError):
+            await worker.set(keys.plan, b"forged plan")
+        with pytest.raises(NoPermissionError):
+            await worker.set(keys.worker("worker-1"), b"x")
+        with pytest.raises(NoPermissionError):
+            await worker.hgetall(keys.queued)
+        await classifier.get(keys.plan)  # may read the plan (no NoPermissionError) ...
+        with pytest.raises(NoPermissionError):
+            await classifier.set(keys.plan, b"forged plan")  # ... but not write it
+        with pytest.raises((AuthenticationError, ResponseError)):
+            await anonymous.get(keys.plan)
+    finally:
+        for client in (worker, classifier, anonymous):
+            await client.aclose()
