@@ -138,6 +138,7 @@ class SimulatedProfileBackend:
         measured_done = 0
         unserved = warm  # first measured request without a first token (FCFS admission)
         give_up = window.give_up_share * (count - warm)
+        step_many = engine.step_many
         while measured_done < count - warm and engine.now_s < deadline:
             while unserved < index and unserved in first:
                 unserved += 1
@@ -146,10 +147,9 @@ class SimulatedProfileBackend:
                 break
             next_arrival = arrivals[index] if index < count else deadline
             until = min(next_arrival, marks[0]) if marks else next_arrival
-            if engine.has_work and engine.now_s < until:
-                run = engine.step_many(1 << 30, until)
-                assert run is not None
-                end = run.end_s
+            # Run to the next event (arrival or power mark); nothing else changes the batch.
+            while engine.now_s < until and (run := step_many(1 << 30, until)) is not None:
+                end = engine.now_s
                 if run.prefill_tokens:
                     # Only sequences completing a prefill can emit a first token, and in
                     # running order they come after every decoding sequence.
@@ -161,8 +161,7 @@ class SimulatedProfileBackend:
                     key = int(rid)
                     finish[key] = end
                     measured_done += key >= warm
-            else:
-                engine.idle_until(until)
+            engine.idle_until(until)
             if marks and engine.now_s >= marks[0]:
                 energy_marks.append((engine.now_s, engine.energy_j))
                 marks.pop(0)
