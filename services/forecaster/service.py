@@ -2,12 +2,14 @@
 
 The forecast is made at model time ``now`` from history that ends an hour before it (no
 look-ahead); it is published on ``forecast.carbon.<region>`` and stored in Redis for
-services that start later. The model is chosen by the forecasting core when it offers one;
-until then same-hour-yesterday (the seed's simplest baseline) is used and labelled so.
+services that start later. The model is the forecasting core's choice per region and
+horizon (``services.forecaster.models``, measured by ``greenserve bench forecaster``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 
@@ -16,11 +18,12 @@ import pandas as pd
 
 from proto.codec import encode
 from proto.messages import Forecast
+from services.forecaster.models import CarbonForecast, CarbonForecaster, fit_forecaster
 from services.forecaster.sources import CarbonHistory, CsvCarbonSource
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
 
-__all__ = ["NAME", "same_hour_yesterday", "serve"]
+__all__ = ["NAME", "fit_region", "same_hour_yesterday", "serve", "to_message"]
 
 NAME = "forecaster"
 HOUR_S = 3600
@@ -57,26 +60,86 @@ def same_hour_yesterday(history: CarbonHistory, origin: pd.Timestamp, horizon_h:
     )
 
 
+def to_message(forecast: CarbonForecast) -> Forecast:
+    """The wire form of a forecast from the forecasting core."""
+    return Forecast(
+        region=forecast.region,
+        issued_at=time.time(),
+        start_s=float(forecast.issued_at.timestamp()),
+        step_s=forecast.step_s,
+        values=list(forecast.values),
+        p10=list(forecast.p10),
+        p90=list(forecast.p90),
+        signal=forecast.signal,
+        emission_factor=forecast.emission_factor,
+        model=forecast.model,
+    )
+
+
+def fit_region(
+    region: str, histories: dict[str, CarbonHistory], cut: pd.Timestamp
+) -> CarbonForecaster:
+    """Fit the chosen model on everything before ``cut``, pooling the other regions' rows.
+
+    Pooling follows the backtest (docs/forecaster.md): EIA regions have only months of
+    history each, and the boosted model learns more from all of them together.
+    """
+    own = histories[region].until(cut)
+    related = [h.until(cut) for name, h in histories.items() if name != region]
+    try:
+        return fit_forecaster(own, related=related)
+    except ValueError:
+        return fit_forecaster(own)  # fuel-mix columns differ across sources: fit alone
+
+
 async def serve(ctx: ServiceContext) -> None:
-    """Run until ``ctx.stop`` is set."""
+    """Run until ``ctx.stop`` is set.
+
+    Models are fitted in a worker thread at start-up on the history before the model-time
+    origin (no look-ahead); until a region's model is ready, its forecast is
+    same-hour-yesterday, labelled so.
+    """
     cfg = ctx.settings.forecaster
     histories = {
         region: CsvCarbonSource(region=region, kind="em" if cfg.source == "em" else "eia").load()
         for region in cfg.regions
     }
+    models: dict[str, CarbonForecaster] = {}
+
+    async def fit_all() -> None:
+        cut = pd.Timestamp(ctx.clock.now(), unit="s", tz="UTC").floor("h") - pd.Timedelta(hours=1)
+        for region in histories:
+            try:
+                models[region] = await asyncio.to_thread(fit_region, region, histories, cut)
+                logger.info("forecaster for %s fitted", region)
+            except ValueError as exc:
+                logger.warning(
+                    "no fitted forecaster for %s (%s); using same-hour-yesterday", region, exc
+                )
 
     async def refresh() -> None:
         origin = pd.Timestamp(ctx.clock.now(), unit="s", tz="UTC").floor("h")
         for region, history in histories.items():
+            model = models.get(region)
             try:
-                forecast = same_hour_yesterday(history, origin, cfg.horizon_h)
+                message = (
+                    to_message(model.forecast(history, origin, cfg.horizon_h))
+                    if model is not None
+                    else same_hour_yesterday(history, origin, cfg.horizon_h)
+                )
             except ValueError as exc:
                 logger.warning("no forecast for %s: %s", region, exc)
                 continue
-            payload = encode(forecast)
+            payload = encode(message)
             await ctx.nc.publish(ctx.subjects.forecast(region), payload)
             await ctx.redis.set(ctx.keys.forecast(region), payload)
 
-    await run_periodic(
-        ctx.stop, ctx.clock.wall_period(cfg.refresh_s), refresh, service=NAME, name="forecast"
-    )
+    fitting = asyncio.create_task(fit_all())
+    try:
+        await run_periodic(
+            ctx.stop, ctx.clock.wall_period(cfg.refresh_s), refresh, service=NAME, name="forecast"
+        )
+    finally:
+        fitting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await fitting
