@@ -9,6 +9,7 @@ import threading
 
 from greenserve.commands._stack_args import add_stack_arguments, spec_from_args
 from greenserve.local import start_local_stack
+from shared.security.secrets import redact_url
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
@@ -22,13 +23,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--foreground", action="store_true", help="stay attached; Ctrl-C stops the stack"
     )
+    parser.add_argument(
+        "--secure",
+        action="store_true",
+        help="per-service NATS users and Redis ACL users with generated passwords "
+        "(in <state-dir>/secrets); replay and status use the loadgen and monitor identities",
+    )
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="with --secure: TLS on NATS and Redis with a local CA (needs 'cryptography')",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Start the stack and wait until it is ready."""
-    stack = start_local_stack(
-        spec_from_args(args), args.state_dir, nats_url=args.nats_url, redis_url=args.redis_url
-    )
+    try:
+        stack = start_local_stack(
+            spec_from_args(args),
+            args.state_dir,
+            nats_url=args.nats_url,
+            redis_url=args.redis_url,
+            secure=args.secure,
+            tls=args.tls,
+        )
+    except (ValueError, RuntimeError) as exc:
+        print(f"greenserve up failed: {exc}", file=sys.stderr)
+        return 1
     try:
         stack.wait_ready()
     except RuntimeError as exc:
@@ -37,10 +58,21 @@ def run(args: argparse.Namespace) -> int:
         return 1
     state = stack.state
     print(
-        f"stack up: {state.workers} workers, namespace {state.namespace}, NATS {state.nats_url}, "
-        f"Redis {state.redis_url}, speed-up {state.speedup:g}; logs in {args.state_dir / 'logs'}",
+        f"stack up: {state.workers} workers, namespace {state.namespace}, "
+        f"NATS {redact_url(state.nats_url)}, Redis {redact_url(state.redis_url)}, "
+        f"speed-up {state.speedup:g}; logs in {args.state_dir / 'logs'}",
         file=sys.stderr,
     )
+    if state.secure:
+        print(
+            f"secure: one identity per service; passwords in {args.state_dir / 'secrets'}",
+            file=sys.stderr,
+        )
+    if state.tls_ca_file:
+        print(
+            f"TLS on: for other tools, export SSL_CERT_FILE={state.tls_ca_file}",
+            file=sys.stderr,
+        )
     if not args.foreground:
         return 0
     stopped = threading.Event()

@@ -171,7 +171,7 @@ async def test_a_replay_completes_and_the_dvfs_agent_still_sets_clocks(stack: Se
     service_users = {launch.name for launch in stack.launches}
     nats_log = (stack.secured.servers[0].workdir / "nats.log").read_text()
     refused = [line for line in nats_log.splitlines() if "Violation" in line]
-    assert not [line for line in refused if any(f"user:{u}\"" in line for u in service_users)]
+    assert not [line for line in refused if any(f'user:{u}"' in line for u in service_users)]
     admin = connect_redis(stack.redis_settings("admin"))
     try:
         denied = await admin.acl_log()
