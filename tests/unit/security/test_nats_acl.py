@@ -1,0 +1,149 @@
+"""NATS permissions follow the protocol's subject table; the server config carries them."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from proto.subjects import Subjects
+from shared.security.identities import ROLES, Identity, env_var_name
+from shared.security.nats_acl import nats_server_config, permissions_for
+
+S = Subjects("gs")
+SCOPES = {"worker": "w1", "dvfs": "n1", "client": "c1"}
+
+
+def _identity(role: str) -> Identity:
+    return Identity(f"{role}-x", role, SCOPES.get(role))
+
+
+def _matches(pattern: str, subject: str) -> bool:
+    """NATS wildcard matching: ``*`` one token, ``>`` one or more trailing tokens."""
+    pat, sub = pattern.split("."), subject.split(".")
+    for i, token in enumerate(pat):
+        if token == ">":
+            return len(sub) > i
+        if i >= len(sub) or (token != "*" and token != sub[i]):
+            return False
+    return len(pat) == len(sub)
+
+
+def _can_publish(role: str, subject: str) -> bool:
+    return any(_matches(p, subject) for p in permissions_for(S, _identity(role)).publish)
+
+
+def _can_subscribe(role: str, subject: str) -> bool:
+    return any(_matches(p, subject) for p in permissions_for(S, _identity(role)).subscribe)
+
+
+def _roles_that(check: object, subject: str) -> set[str]:
+    assert callable(check)
+    return {role for role in ROLES if role != "admin" and check(role, subject)}
+
+
+def test_the_wildcard_matcher_follows_nats_rules() -> None:
+    """Test that the helper matches like NATS (so the checks below mean what they say)."""
+    assert _matches("a.*.c", "a.b.c")
+    assert not _matches("a.*.c", "a.b.d")
+    assert _matches("a.>", "a.b.c")
+    assert not _matches("a.>", "a")
+    assert not _matches("a.b", "a.b.c")
+
+
+def test_only_dvfs_and_planner_publish_clock_commands() -> None:
+    """Test that worker.<id>.clock is publishable by the dvfs and planner roles alone."""
+    assert _roles_that(_can_publish, S.worker_clock("w1")) == {"dvfs", "planner"}
+    assert _roles_that(_can_subscribe, S.worker_clock("w1")) == {"worker"}
+    assert not _can_subscribe("worker", S.worker_clock("w2"))
+
+
+def test_only_the_classifier_drives_the_ingress_consumer_and_submits() -> None:
+    """Test that MSG.NEXT/ACK of the classifier durable and scheduler.submit are its alone."""
+    stream = S.ingress_stream
+    assert _roles_that(_can_publish, f"$JS.API.CONSUMER.MSG.NEXT.{stream}.classifier") == {
+        "classifier"
+    }
+    assert _roles_that(_can_publish, f"$JS.ACK.{stream}.classifier.1.2.3.4.5") == {"classifier"}
+    assert _roles_that(_can_publish, S.scheduler_submit) == {"classifier"}
+    assert _roles_that(_can_subscribe, S.scheduler_submit) == {"scheduler"}
+    assert _roles_that(_can_subscribe, S.ingress_request) == set()
+
+
+def test_clients_publish_ingress_and_read_only_their_own_replies() -> None:
+    """Test that a client may publish the ingress and read client.c1.> but not c2's."""
+    assert _can_publish("client", S.ingress_request)
+    assert _can_subscribe("client", S.client_reply("c1", "r1"))
+    assert not _can_subscribe("client", S.client_reply("c2", "r1"))
+    for subject in (S.plan, S.worker_clock("w1"), S.scheduler_submit, S.request_done):
+        assert not _can_publish("client", subject), subject
+
+
+def test_the_publishers_of_each_event_are_those_of_the_protocol_table() -> None:
+    """Test the publisher set of the plan, stats, ready, done, forecast and dispatch subjects."""
+    assert _roles_that(_can_publish, S.plan) == {"planner"}
+    assert _roles_that(_can_publish, S.worker_stats("w1")) == {"worker"}
+    assert not _can_publish("worker", S.worker_stats("w2"))
+    assert _roles_that(_can_publish, S.scheduler_ready("p")) == {"scheduler"}
+    assert _roles_that(_can_publish, S.request_done) == {"worker", "classifier"}
+    assert _roles_that(_can_publish, S.forecast("PJM")) == {"forecaster"}
+    assert _roles_that(_can_publish, S.worker_dispatch("w1")) == {"router"}
+    assert _roles_that(_can_publish, S.dvfs_report("n1")) == {"dvfs"}
+    assert not _can_publish("dvfs", S.dvfs_report("n2"))
+
+
+def test_every_identity_reads_only_its_own_inbox_and_only_responders_answer() -> None:
+    """Test private inboxes (no _INBOX.> for anyone but admin) and allow_responses."""
+    for role in ROLES:
+        perms = permissions_for(S, _identity(role))
+        inboxes = [p for p in perms.subscribe if p.startswith("_INBOX")]
+        if role == "admin":
+            continue
+        assert inboxes == [f"_INBOX.{role}-x.>"], role
+        assert perms.allow_responses == (role in {"scheduler", "worker"}), role
+
+
+def test_scoped_roles_need_their_id_and_others_refuse_one() -> None:
+    """Test that Identity validates roles, scopes and user names."""
+    with pytest.raises(ValueError, match="worker id"):
+        Identity("w", "worker")
+    with pytest.raises(ValueError, match="takes no scope"):
+        Identity("s", "scheduler", "x")
+    with pytest.raises(ValueError, match="unknown role"):
+        Identity("s", "root")
+    with pytest.raises(ValueError, match="subject token"):
+        Identity("a.b", "scheduler")
+
+
+def test_the_server_config_names_every_user_and_no_password() -> None:
+    """Test that the config has one user block per identity with an env-variable password."""
+    identities = [_identity(role) for role in ROLES]
+    text = nats_server_config(S, identities, port=4222, store_dir="/data/js", monitor_port=8222)
+    assert 'listen: "0.0.0.0:4222"' in text
+    assert 'http: "0.0.0.0:8222"' in text
+    assert "jetstream: enabled" in text
+    users = re.findall(r'user: "([^"]+)", password: \$(\w+)', text)
+    assert [u for u, _ in users] == [i.user for i in identities]
+    assert [v for _, v in users] == [env_var_name("GS_NATS_PASSWORD_", i.user) for i in identities]
+    assert text.count("allow_responses") == 3  # scheduler, worker, admin
+    assert 'publish: { deny: [">"] }' in text  # the monitor publishes nothing
+
+
+def test_user_names_that_collide_as_variables_are_refused() -> None:
+    """Test that worker-1 and worker_1 (same variable) cannot share one config."""
+    pair = [Identity("worker-1", "worker", "a"), Identity("worker_1", "worker", "b")]
+    with pytest.raises(ValueError, match="differ"):
+        nats_server_config(S, pair)
+
+
+def test_the_namespace_prefixes_every_subject() -> None:
+    """Test that another namespace's subjects are out of reach of a gs identity."""
+    other = Subjects("other")
+    assert not _can_publish("dvfs", other.worker_clock("w1"))
+    assert not _can_subscribe("worker", other.worker_dispatch("w1"))
+    assert all(
+        p.startswith(("gs.", "_INBOX.", "$JS."))
+        for role in ROLES
+        if role != "admin"
+        for p in (*permissions_for(S, _identity(role)).publish,)
+    )

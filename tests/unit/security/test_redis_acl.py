@@ -1,0 +1,94 @@
+"""Redis ACL rules: each role's keys and commands, and the files that carry them."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import pytest
+
+from proto.keys import Keys
+from shared.security.identities import ROLES, Identity
+from shared.security.redis_acl import acl_rules, redis_acl_file, redis_acl_template
+
+K = Keys("gs")
+SCOPES = {"worker": "w1", "dvfs": "n1", "client": "c1"}
+
+
+def _rules(role: str) -> list[str]:
+    return acl_rules(K, Identity(f"{role}-x", role, SCOPES.get(role))).split()
+
+
+def _keys(role: str) -> set[str]:
+    return {r for r in _rules(role) if "~" in r}
+
+
+def _commands(role: str) -> set[str]:
+    return {r[1:] for r in _rules(role) if r.startswith("+")}
+
+
+def test_only_the_planner_writes_the_plan_and_the_classifier_reads_it() -> None:
+    """Test that gs:plan is writable by the planner alone and read-only for the classifier."""
+    writers = {role for role in ROLES if role != "admin" and f"~{K.plan}" in _keys(role)}
+    assert writers == {"planner"}
+    assert _keys("classifier") == {f"%R~{K.plan}"}
+    assert _commands("classifier") == {"ping", "hello", "get"}
+
+
+def test_a_worker_writes_only_its_own_heartbeat() -> None:
+    """Test that worker w1 may SET/DEL gs:worker:w1 and nothing else."""
+    assert _keys("worker") == {f"~{K.worker('w1')}"}
+    assert _commands("worker") == {"ping", "hello", "set", "del"}
+
+
+def test_the_scheduler_gets_its_hashes_dedup_keys_and_script_commands() -> None:
+    """Test the scheduler's keys and that its Lua script's inner commands are granted."""
+    assert _keys("scheduler") == {f"~{K.queued}", f"~{K.dispatched}", f"~{K.seen('*')}"}
+    assert {"hgetall", "hset", "hdel", "set", "evalsha", "script|load", "multi", "exec"} <= (
+        _commands("scheduler")
+    )
+
+
+def test_roles_without_shared_state_get_no_keys() -> None:
+    """Test that dvfs, gateway, loadgen and client users have no key pattern at all."""
+    for role in ("dvfs", "gateway", "loadgen", "client"):
+        assert _keys(role) == set(), role
+        assert _commands(role) == {"ping", "hello"}, role
+
+
+def test_every_rule_starts_from_nothing() -> None:
+    """Test that rules reset keys, channels and commands before granting (no inheritance)."""
+    for role in ROLES:
+        rules = _rules(role)
+        assert rules[0] == "resetkeys", role
+        assert "resetchannels" in rules, role
+        if role != "admin":
+            assert "-@all" in rules, role
+            assert "&*" not in rules, role
+
+
+def test_the_acl_file_holds_hashes_and_switches_the_default_user_off() -> None:
+    """Test that passwords appear only as SHA-256 hashes and anonymous access is off."""
+    scheduler = Identity("scheduler", "scheduler")
+    text = redis_acl_file(K, [(scheduler, "s3cret-pw")])
+    assert text.splitlines()[0].startswith("user default off")
+    assert "s3cret-pw" not in text
+    digest = hashlib.sha256(b"s3cret-pw").hexdigest()
+    assert re.search(rf"^user scheduler on #{digest} resetkeys ", text, re.MULTILINE)
+
+
+def test_the_acl_file_refuses_bad_users_and_passwords() -> None:
+    """Test duplicates, 'default' and passwords with spaces are refused."""
+    a = Identity("a", "router")
+    with pytest.raises(ValueError, match="unique"):
+        redis_acl_file(K, [(a, "x"), (a, "y")])
+    with pytest.raises(ValueError, match="unique"):
+        redis_acl_file(K, [(Identity("default", "router"), "x")])
+    with pytest.raises(ValueError, match="spaces"):
+        redis_acl_file(K, [(a, "has space")])
+
+
+def test_the_template_names_one_variable_per_user() -> None:
+    """Test that the compose template has a >${GS_REDIS_PASSWORD_<USER>} per user."""
+    text = redis_acl_template(K, [Identity("worker-0", "worker", "worker-0")])
+    assert "user worker-0 on >${GS_REDIS_PASSWORD_WORKER_0} resetkeys ~gs:worker:worker-0" in text
