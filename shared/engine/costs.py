@@ -91,6 +91,7 @@ class CostModel:
         "_attn_flops_per_pair",
         "_clock_terms",
         "_coeff",
+        "_decode_pricings",
         "_flop_rate",
         "_gamma",
         "_gpu",
@@ -142,6 +143,7 @@ class CostModel:
         # Terms that depend only on the clock, computed once per clock with the very same
         # float operations as before (results are bit-identical, see _terms_at).
         self._clock_terms: dict[float, tuple[float, float, float, float, float, float]] = {}
+        self._decode_pricings: dict[tuple[int, float], DecodePricing] = {}
         if tp > 1:
             key = str(tp)
             per_call = c.allreduce_latency_s[key] + c.allreduce_extra_latency_s
@@ -216,13 +218,16 @@ class CostModel:
 
     def decode_pricing(self, sequences: int, clock_mhz: float) -> DecodePricing:
         """Return the fixed terms of pure-decode iterations of ``sequences`` at ``clock_mhz``."""
+        cached = self._decode_pricings.get((sequences, clock_mhz))
+        if cached is not None:
+            return cached
         terms = self._clock_terms.get(clock_mhz) or self._terms_at(clock_mhz)
         s, slowdown, kernel_layers_at_s, per_token_s, dyn, mem_power_share = terms
         c = self._coeff
         allreduce = 0.0
         if self._ar_fixed_s:
             allreduce = self._ar_fixed_s + self._ar_bytes_per_token * sequences / self._ar_rate
-        return DecodePricing(
+        pricing = DecodePricing(
             linear_flops=self._lin_flops_per_token * sequences
             + self._head_flops_per_seq * sequences,
             attention_flops_per_pair=self._attn_flops_per_pair,
@@ -245,6 +250,9 @@ class CostModel:
             mem_power_share=mem_power_share,
             tdp_w=self._gpu.tdp_w,
         )
+        if len(self._decode_pricings) < 65536:  # batch sizes × clocks in use: small
+            self._decode_pricings[(sequences, clock_mhz)] = pricing
+        return pricing
 
     def _terms_at(self, clock_mhz: float) -> tuple[float, float, float, float, float, float]:
         """Return and cache the clock-only terms of :meth:`cost_of`.

@@ -274,6 +274,10 @@ class DecodeGroupBatcher(ContinuousBatcher):
         step = self.decode_step()
         if step is not None:
             return step
+        return self.schedule_mixed()
+
+    def schedule_mixed(self) -> BatchStep | None:
+        """Plan and run one iteration, given that :meth:`decode_step` just declined it."""
         n = len(self._group)
         budget = self._token_budget - n
         if budget < 0:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from shared.engine.api import EngineConfig, EngineRequest, IterationResult, IterationRun
-from shared.engine.batching import ContinuousBatcher, Sequence
+from shared.engine.batching import BatchStep, ContinuousBatcher, Sequence
 from shared.engine.clock import DEFAULT_CLOCK_SETTINGS, ClockSettings
 from shared.engine.coefficients import Coefficients, load_coefficients
 from shared.engine.costs import CostModel
@@ -163,8 +163,10 @@ class SimulatedEngine:
     def step(self) -> IterationResult | None:
         """Run one iteration and advance engine time; ``None`` when there is no work."""
         batch = self._batcher.schedule()
-        if batch is None:
-            return None
+        return None if batch is None else self._run(batch)
+
+    def _run(self, batch: BatchStep) -> IterationResult:
+        """Price a scheduled iteration, advance time and energy, and report it."""
         cost = self._costs.cost_of(
             batch.prefill_tokens,
             batch.decode_seqs,
@@ -204,8 +206,11 @@ class SimulatedEngine:
         batcher = self._batcher
         batch = batcher.decode_step() if isinstance(batcher, DecodeGroupBatcher) else None
         if batch is None:
-            single = self.step()
-            return None if single is None else IterationRun.of(single)
+            if isinstance(batcher, DecodeGroupBatcher):
+                batch = batcher.schedule_mixed()  # decode_step declined: skip re-checking
+            else:
+                batch = batcher.schedule()
+            return None if batch is None else IterationRun.of(self._run(batch))
         assert isinstance(batcher, DecodeGroupBatcher)
         clock = self._clock
         tp = self._config.tp
