@@ -71,6 +71,7 @@ class ControlLoops:
         self._cut_this_period = False
         self.clock_changes = 0
         self.end_s = 0.0
+        self._floors: dict[tuple[str, int], float] = {}
 
     # -- set-up ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -96,18 +97,36 @@ class ControlLoops:
 
             instance.controller = MiadController(
                 MiadConfig(
-                    period_s=self.sim.scenario.control.dvfs_period_s, thresholds=self._thresholds()
+                    min_clock_mhz=self._floor(instance.engine.config),
+                    period_s=self.sim.scenario.control.dvfs_period_s,
+                    thresholds=self._thresholds(),
+                    queue_triggers=self.sim.policy.miad_queue_triggers,
                 )
             )
+
+    def _floor(self, config: Any) -> float:
+        """MIAD's f_min: FREESH's 300 MHz, or the SLO floor when the policy asks for it."""
+        sim = self.sim
+        if not sim.policy.miad_slo_floor:
+            return 300.0
+        key = (config.gpu, config.tp)
+        if key not in self._floors:
+            from loadgen.simulator.pools import slo_clock_floor_mhz
+
+            self._floors[key] = slo_clock_floor_mhz(
+                config, sim.scheme, sim.slos, sim.policy.miad_guard
+            )
+        return self._floors[key]
 
     def _thresholds(self) -> dict[str, Any]:
         from services.dvfs.controller import SloThresholds
 
         # E2E has no class-wide bound here (it is per request, 5·Lat), so only TTFT and TBT
-        # can signal congestion.
+        # can signal congestion. The guard band scales both below the SLO.
+        guard = self.sim.policy.miad_guard / 1000.0
         return {
             name: SloThresholds(
-                ttft_s=s.ttft_ms / 1000.0, tbt_s=s.tbt_ms / 1000.0, e2e_s=float("inf")
+                ttft_s=s.ttft_ms * guard, tbt_s=s.tbt_ms * guard, e2e_s=float("inf")
             )
             for name, s in self.sim.slos.items()
         }

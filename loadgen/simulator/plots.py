@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from loadgen.simulator.results import SimResult
-from shared.metrics.latency import e2e_s, mean_tbt_s, ttft_s
+from shared.metrics.plots import plot_latency_cdfs
 
 __all__ = ["plot_results"]
 
@@ -60,28 +60,7 @@ def plot_results(results: Sequence[SimResult], out_dir: Path) -> list[Path]:
     plt.close(fig)
     paths.append(path)
 
-    classes = sorted({str(c) for r in results for c in r.columns.request_class} - {"?"})
-    metrics = (("TTFT", ttft_s), ("TBT", mean_tbt_s), ("E2E", e2e_s))
-    fig, axes = plt.subplots(
-        len(classes) or 1, 3, figsize=(12, 2.2 * max(len(classes), 1)), squeeze=False
+    paths.append(
+        plot_latency_cdfs([(r.policy, r.columns) for r in results], out_dir / "latency_cdf.png")
     )
-    for row, name in enumerate(classes):
-        for col, (label, fn) in enumerate(metrics):
-            ax = axes[row][col]
-            for result in results:
-                cols = result.columns.subset(result.columns.request_class == name)
-                values = np.sort(fn(cols)[np.isfinite(fn(cols))])
-                if values.size:
-                    ax.plot(
-                        values, np.arange(1, values.size + 1) / values.size, label=result.policy
-                    )
-            ax.set_xscale("log")
-            ax.set_title(f"{name} {label} (s)", fontsize=9)
-            ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    path = out_dir / "latency_cdf.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    paths.append(path)
     return paths

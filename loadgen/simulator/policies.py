@@ -84,6 +84,15 @@ class PolicySet:
     """Where a pool's no-queue TTFT/TBT (``Lat`` of FREESH Eq. 6) comes from: ``measured``
     on the engine, or ``classifier-default``, the classifier settings' defaults that the
     live stack uses while its static plan carries no profile."""
+    miad_guard: float = 1.0
+    """MIAD congestion thresholds as a share of each class's TTFT/TBT SLO (FREESH Eq. 5a
+    fires on the threshold; below 1 it acts before the SLO itself is broken)."""
+    miad_slo_floor: bool = False
+    """Floor MIAD's clock at :func:`~loadgen.simulator.pools.slo_clock_floor_mhz` (a lone
+    request at each bounded input class's longest prompt meets ``miad_guard`` × its TTFT
+    SLO), so an idle instance never sits at a clock a new arrival cannot be served at."""
+    miad_queue_triggers: bool = False
+    """Also treat a non-empty engine queue as congestion (``MiadConfig.queue_triggers``)."""
     router_view: RouterView = "fresh"
     """KV use the placer sees: ``fresh`` (the engine's now) or ``stats``, the live router's
     view, refreshed by each worker's stats heartbeat every ``control.stats_period_s``."""
@@ -128,7 +137,30 @@ POLICY_SETS: Final[dict[str, PolicySet]] = {
         ),
         PolicySet(
             name="greenserve",
-            description="LLF, least-loaded, MIAD clock, reactive scaling, carbon-first regions",
+            description="LLF, least-loaded, MIAD at half the SLO above the SLO clock floor, "
+            "reactive scaling, carbon-first regions",
+            discipline="llf",
+            placer="least-loaded",
+            clock="miad",
+            miad_guard=0.5,
+            miad_slo_floor=True,
+            scaling="reactive",
+            region_choice="carbon",
+        ),
+        PolicySet(
+            name="greenserve-guard80",
+            description="GreenServe with MIAD thresholds at 80 % of the SLO (with floor)",
+            discipline="llf",
+            placer="least-loaded",
+            clock="miad",
+            miad_guard=0.8,
+            miad_slo_floor=True,
+            scaling="reactive",
+            region_choice="carbon",
+        ),
+        PolicySet(
+            name="greenserve-miad-edge",
+            description="GreenServe with MIAD on the SLO itself and FREESH's 300 MHz floor",
             discipline="llf",
             placer="least-loaded",
             clock="miad",
@@ -141,6 +173,8 @@ POLICY_SETS: Final[dict[str, PolicySet]] = {
             discipline="llf",
             placer="bfio",
             clock="miad",
+            miad_guard=0.5,
+            miad_slo_floor=True,
             scaling="reactive",
             region_choice="carbon",
         ),

@@ -8,18 +8,27 @@ pool's configuration.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from loadgen.simulator.instance import SimInstance
 from loadgen.simulator.policies import PolicySet
 from loadgen.simulator.scenario import Scenario
 from proto.messages import Plan, PoolPlan, RouteWeight
+from services.classifier.classes import ClassScheme, ClassSLO
 from services.router.placement import Placer, make_placer
 from services.scheduler.queueing import HeapDiscipline, make_discipline
 from shared.engine import EngineConfig, EngineRequest, create_engine
 
-__all__ = ["PROFILE_REQUEST", "Pool", "build_pools", "measure_profile", "routing_plan"]
+__all__ = [
+    "PROFILE_REQUEST",
+    "Pool",
+    "build_pools",
+    "measure_profile",
+    "routing_plan",
+    "slo_clock_floor_mhz",
+]
 
 PROFILE_REQUEST = (1024, 128)
 """(prompt, output) tokens of the profiling request: near the conversation trace's medians."""
@@ -60,6 +69,49 @@ def measure_profile(config: EngineConfig) -> tuple[float, float]:
             first = end if first < 0 else first
             last = end
     return first, (last - first) / (output - 1)
+
+
+def _lone_ttft_s(config: EngineConfig, prompt: int, clock_mhz: float) -> float:
+    engine = create_engine(replace(config, clock_mhz=clock_mhz))
+    engine.add(EngineRequest(request_id="floor", prompt_tokens=prompt, output_tokens=1))
+    while (result := engine.step()) is not None:
+        if result.emitted:
+            return result.start_s + result.duration_s
+    return math.inf
+
+
+def slo_clock_floor_mhz(
+    config: EngineConfig, scheme: ClassScheme, slos: dict[str, ClassSLO], guard: float
+) -> float:
+    """Lowest clock at which a lone request meets ``guard`` × its TTFT SLO in every bounded
+    input class.
+
+    For each input bucket with an upper edge (DynamoLLM S < 256, M < 1024 tokens) the
+    longest prompt of the bucket must reach its first token within ``guard`` × the bucket's
+    TTFT SLO (the tightest over its output buckets) when it runs alone on ``config``.
+    Binary search over the supported clocks (prefill time falls monotonically with clock).
+    """
+    clocks = create_engine(config).supported_clocks_mhz
+    needs: list[tuple[int, float]] = []
+    for index, edge in enumerate(scheme.input_edges):
+        label = scheme.labels[index]
+        budgets = [slos[label + out].ttft_ms for out in scheme.labels if label + out in slos]
+        if budgets:
+            needs.append((edge - 1, guard * min(budgets) / 1000.0))
+
+    def feasible(clock: float) -> bool:
+        return all(_lone_ttft_s(config, prompt, clock) <= budget for prompt, budget in needs)
+
+    low, high = 0, len(clocks) - 1
+    if not feasible(clocks[high]):
+        return clocks[high]
+    while low < high:
+        middle = (low + high) // 2
+        if feasible(clocks[middle]):
+            high = middle
+        else:
+            low = middle + 1
+    return clocks[high]
 
 
 def _classifier_default() -> tuple[float, float]:

@@ -13,7 +13,7 @@ from loadgen.simulator.pools import PROFILE_REQUEST, measure_profile
 from loadgen.simulator.results import SimResult
 from loadgen.simulator.scenario import Scenario
 from loadgen.traces import TraceRequest, synthetic_trace
-from shared.engine import EngineConfig, create_engine
+from shared.engine import EngineConfig, EngineRequest, create_engine
 
 INTENSITY = 400.0
 
@@ -100,3 +100,41 @@ def test_a_scenario_with_an_unknown_key_is_refused() -> None:
     """Test that a typo in a scenario file is an error, not a silent default."""
     with pytest.raises(pydantic.ValidationError):
         _scenario(engine={"max_num_seq": 8})
+
+
+def test_the_slo_clock_floor_is_the_lowest_clock_meeting_the_guarded_ttft() -> None:
+    """Test that a lone boundary prompt meets guard × TTFT at the floor, not one step below."""
+    from dataclasses import replace
+
+    from loadgen.simulator.pools import slo_clock_floor_mhz
+    from services.classifier.classes import default_slos, scheme_by_name
+
+    scheme = scheme_by_name("dynamollm9")
+    slos = default_slos(scheme)
+    config = EngineConfig(gpu="A100-80GB", model="llama-3-70b", tp=4, max_num_seqs=8)
+    floor = slo_clock_floor_mhz(config, scheme, slos, 0.8)
+    clocks = create_engine(config).supported_clocks_mhz
+    below = clocks[clocks.index(floor) - 1]
+
+    def lone_ttft(clock: float) -> float:
+        engine = create_engine(replace(config, clock_mhz=clock))
+        engine.add(EngineRequest(request_id="x", prompt_tokens=1023, output_tokens=1))
+        result = engine.step()
+        assert result is not None
+        return result.start_s + result.duration_s
+
+    budget = 0.8 * slos["MS"].ttft_ms / 1000.0
+    assert lone_ttft(floor) <= budget < lone_ttft(below)
+
+
+def test_given_request_ids_are_used_and_must_match_the_trace() -> None:
+    """Test that replayed ids name the simulated requests and a wrong count is refused."""
+    trace = _trace(n_s=5.0)
+    carbon = CarbonClock({"R": np.full(48, INTENSITY)}, start_offset_s=3600.0)
+    policy = policy_by_name("max-clock-fcfs-rr", tp=1)
+    ids = [f"live-{i}" for i in range(len(trace))]
+    sim = ClusterSimulator(_scenario(), policy, trace, carbon=carbon, request_ids=ids)
+    sim.run()
+    assert [s.request_id for s in sim.states] == ids
+    with pytest.raises(ValueError, match="one id per trace entry"):
+        ClusterSimulator(_scenario(), policy, trace, carbon=carbon, request_ids=ids[:-1])
