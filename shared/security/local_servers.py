@@ -9,6 +9,7 @@ it connect as itself, and the URLs the command-line tools use.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +77,8 @@ def start_secure_servers(
     files = write_credentials(credentials, state_dir / "secrets")
     tls_files = make_local_ca(state_dir / "tls") if tls else None
     nats_dir, redis_dir = state_dir / "nats", state_dir / "redis"
+    # A stack we start owns its server: an earlier run's stored requests must not come back.
+    shutil.rmtree(nats_dir / "jetstream", ignore_errors=True)
     nats_dir.mkdir(parents=True, exist_ok=True)
     nats_conf = nats_dir / "nats.conf"
     nats_conf.write_text(nats_server_config(Subjects(namespace), everyone, tls=tls_files))

@@ -119,11 +119,11 @@ def test_each_command_is_a_real_service_entry_point(name: str) -> None:
 
 
 def test_compose_runs_every_service_the_embedded_stack_runs() -> None:
-    """Test that compose deploys each module `greenserve up` starts (the same seven services)."""
+    """Test that compose deploys each module `greenserve up` starts (seven and the gateway)."""
     deployed = {svc["command"][2] for svc in GREENSERVE.values()}
     launched = {launch.module for launch in stack_launches(StackSpec())}
     assert launched <= deployed, f"not in docker-compose.yml: {sorted(launched - deployed)}"
-    assert len(launched) == 7
+    assert len(launched) == 8
 
 
 @pytest.mark.parametrize("name", sorted(GREENSERVE))
@@ -247,3 +247,111 @@ def test_infrastructure_is_what_the_design_names() -> None:
     assert devices[0]["capabilities"] == ["gpu"]
     assert _env(worker)["GREENSERVE_WORKER__BACKEND"] == "vllm"
     assert _env(worker)["GREENSERVE_WORKER__VLLM_URL"] == "http://vllm:8000"
+
+
+# --- secure variant (docker-compose.secure.yml) ------------------------------------------
+SECURE = REPO / "docker-compose.secure.yml"
+SECURE_DIR = REPO / "docker" / "secure"
+REQUIRED = re.compile(r"\$\{(\w+):\?[^}]*\}")
+
+
+def _secure() -> dict[str, Any]:
+    data = yaml.safe_load(SECURE.read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def _identities() -> dict[str, Any]:
+    from shared.security.compose import COMPOSE_IDENTITIES
+
+    return {identity.user: identity for identity in COMPOSE_IDENTITIES}
+
+
+def test_the_committed_server_configs_are_the_generated_ones() -> None:
+    """Test that docker/secure/* equal what shared.security.compose generates today."""
+    from shared.security.compose import compose_files
+
+    for name, text in compose_files().items():
+        assert (SECURE_DIR / name).read_text(encoding="utf-8") == text, (
+            f"docker/secure/{name} is stale: python -m shared.security.compose docker/secure"
+        )
+
+
+def test_every_greenserve_service_connects_as_its_own_identity() -> None:
+    """Test user = service name, the role of its command, its scope, and its own secrets."""
+    secure = _secure()
+    identities = _identities()
+    secrets = secure["secrets"]
+    for name, base in GREENSERVE.items():
+        svc = secure["services"].get(name)
+        assert svc is not None, f"{name} has no identity in docker-compose.secure.yml"
+        env = {**_env(base), **svc["environment"]}
+        identity = identities[name]
+        assert env["GREENSERVE_NATS__USER"] == env["GREENSERVE_REDIS__USERNAME"] == name
+        assert env["GREENSERVE_NATS__INBOX_PREFIX"] == identity.inbox_prefix
+        assert identity.role == base["command"][2].removeprefix("services."), name
+        scope = env.get("GREENSERVE_WORKER__WORKER_ID") if identity.role == "worker" else None
+        if identity.role == "dvfs":
+            scope = env["GREENSERVE_DVFS__NODE_ID"]
+        assert identity.scope == scope, name
+        for kind in ("nats", "redis"):
+            secret = f"{kind}-{name}"
+            assert secret in svc["secrets"], name
+            assert env[f"GREENSERVE_{kind.upper()}__PASSWORD_FILE"] == f"/run/secrets/{secret}"
+            variable = secrets[secret]["environment"]
+            assert variable == f"GS_{kind.upper()}_PASSWORD_{name.upper().replace('-', '_')}"
+        for variable in svc["environment"]:
+            _setting_path(variable)
+        assert "GREENSERVE_NATS__PASSWORD" not in env
+        assert "GREENSERVE_REDIS__PASSWORD" not in env
+
+
+def test_the_servers_require_a_password_variable_for_every_identity() -> None:
+    """Test that nats and redis get GS_*_PASSWORD_<USER> (required) for each identity."""
+    services = _secure()["services"]
+    for kind, server in (("NATS", "nats"), ("REDIS", "redis")):
+        env = services[server]["environment"]
+        expected = {f"GS_{kind}_PASSWORD_{u.upper().replace('-', '_')}" for u in _identities()}
+        assert set(env) == expected, server
+        for variable, value in env.items():
+            assert REQUIRED.findall(value) == [variable], f"{variable} must be required (:?)"
+        if server == "nats":  # nats-server parses a variable's value: keep it a string
+            assert all(v.startswith('"') and v.endswith('"') for v in env.values())
+
+
+def test_the_servers_load_the_mounted_files() -> None:
+    """Test that nats runs -c on the mounted nats.conf and redis on the rendered ACL file."""
+    services = _secure()["services"]
+    nats, redis = services["nats"], services["redis"]
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in nats["volumes"] if m.startswith("./")}
+    config = nats["command"][nats["command"].index("-c") + 1]
+    assert (COMPOSE.parent / mounts[config]).resolve() == SECURE_DIR / "nats.conf"
+    assert "-js" in nats["command"]
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in redis["volumes"] if m.startswith("./")}
+    script = redis["command"][-1]
+    template = next(path for path in mounts if path in script)
+    assert (COMPOSE.parent / mounts[template]).resolve() == SECURE_DIR / "redis-users.acl.in"
+    assert "--aclfile /tmp/users.acl" in script
+    assert "--user monitor" in " ".join(redis["healthcheck"]["test"])
+
+
+def test_the_redis_renderer_fills_every_password(tmp_path: Path) -> None:
+    """Test that the container's awk renderer turns the template into an ACL without holes."""
+    import shutil
+    import subprocess
+
+    if shutil.which("awk") is None:
+        pytest.skip("no awk on this machine")
+    script = _secure()["services"]["redis"]["command"][-1].replace("$$", "$")
+    program = script.split("awk '", 1)[1].split("' ", 1)[0]
+    env = {f"GS_REDIS_PASSWORD_{u.upper().replace('-', '_')}": f"pw-{u}" for u in _identities()}
+    rendered = subprocess.run(
+        ["awk", program, str(SECURE_DIR / "redis-users.acl.in")],
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "${" not in rendered
+    for user in _identities():
+        assert f"user {user} on >pw-{user} " in rendered

@@ -1,0 +1,73 @@
+"""The secure compose stack's identities and its committed NATS and Redis ACL files.
+
+``docker-compose.secure.yml`` mounts ``docker/secure/nats.conf`` (users and subject
+permissions; passwords are ``$GS_NATS_PASSWORD_<USER>`` variables of the nats container) and
+``docker/secure/redis-users.acl.in`` (ACL rules with ``${GS_REDIS_PASSWORD_<USER>}``
+placeholders, rendered from the redis container's environment at start). Regenerate both
+after a fleet or protocol change with ``python -m shared.security.compose docker/secure``;
+``tests/unit/deploy/test_compose.py`` fails while they are stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from proto.keys import Keys
+from proto.subjects import Subjects
+from shared.security.identities import Identity
+from shared.security.nats_acl import nats_server_config
+from shared.security.redis_acl import redis_acl_template
+
+__all__ = [
+    "COMPOSE_IDENTITIES",
+    "COMPOSE_NAMESPACE",
+    "NATS_CONF",
+    "REDIS_ACL_TEMPLATE",
+    "compose_files",
+    "main",
+]
+
+COMPOSE_NAMESPACE = "gs"
+NATS_CONF = "nats.conf"
+REDIS_ACL_TEMPLATE = "redis-users.acl.in"
+
+COMPOSE_IDENTITIES = (
+    Identity("scheduler", "scheduler"),
+    Identity("router", "router"),
+    Identity("planner", "planner"),
+    Identity("forecaster", "forecaster"),
+    Identity("classifier", "classifier"),
+    Identity("worker-0", "worker", "worker-0"),
+    Identity("worker-1", "worker", "worker-1"),
+    Identity("worker-vllm", "worker", "worker-vllm-0"),
+    Identity("dvfs", "dvfs", "node-0"),
+    Identity("gateway", "gateway"),
+    Identity("loadgen", "loadgen"),
+    Identity("monitor", "monitor"),
+    Identity("admin", "admin"),
+)
+"""One identity per compose service (user = service name) plus the tool identities."""
+
+
+def compose_files() -> dict[str, str]:
+    """File name → content of the secure compose stack's server configuration."""
+    return {
+        NATS_CONF: nats_server_config(Subjects(COMPOSE_NAMESPACE), COMPOSE_IDENTITIES),
+        REDIS_ACL_TEMPLATE: redis_acl_template(Keys(COMPOSE_NAMESPACE), COMPOSE_IDENTITIES),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the files into the folder named on the command line."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("folder", type=Path)
+    args = parser.parse_args(argv)
+    args.folder.mkdir(parents=True, exist_ok=True)
+    for name, text in compose_files().items():
+        (args.folder / name).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
