@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import time
 from dataclasses import asdict, dataclass, field
@@ -148,6 +149,9 @@ def start_local_stack(
             servers += secured.servers
             nats_url, redis_url = secured.servers[0].url, secured.servers[1].url
         if nats_url is None:
+            # A stack we start owns its server: begin with an empty JetStream store, so no
+            # request of an earlier run is redelivered to a client that is long gone.
+            shutil.rmtree(state_dir / "nats", ignore_errors=True)
             servers.append(start_nats(state_dir / "nats"))
             nats_url = servers[-1].url
         if redis_url is None:

@@ -23,7 +23,7 @@ from shared.clock import ModelClock
 from shared.metrics.records import RequestRecord, RequestStatus
 from shared.metrics.summary import EnergyAccount, summarize
 
-__all__ = ["build_report", "print_report"]
+__all__ = ["build_report", "print_report", "replay_records"]
 
 J_PER_KWH = 3.6e6
 
@@ -63,21 +63,17 @@ def _pct(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
-def build_report(result: ReplayResult, clock: ModelClock) -> dict[str, Any]:
-    """Summarise a replay: counts, latency percentiles, SLO metrics, energy and CO2."""
+def replay_records(result: ReplayResult) -> list[RequestRecord]:
+    """Per-request records of a replay in model time, seconds from the replay start."""
     k = result.speedup
     t0 = result.started_at
     records: list[RequestRecord] = []
-    overheads_ms: list[float] = []
     for rec in result.records:
         done = rec.completion
-        status = (
-            RequestStatus.OK
-            if done
-            else RequestStatus.FAILED
-            if rec.error
-            else RequestStatus.TIMEOUT
-        )
+        if done:
+            status = RequestStatus.OK
+        else:
+            status = RequestStatus.FAILED if rec.error else RequestStatus.TIMEOUT
         times = [rec.token_times[i] for i in sorted(rec.token_times)]
         records.append(
             RequestRecord(
@@ -94,8 +90,17 @@ def build_report(result: ReplayResult, clock: ModelClock) -> dict[str, Any]:
                 token_times_s=[(t - t0) * k for t in times],
             )
         )
-        if done:
-            overheads_ms.append((done.accepted_at - rec.sent_at) * 1000.0)
+    return records
+
+
+def build_report(result: ReplayResult, clock: ModelClock) -> dict[str, Any]:
+    """Summarise a replay: counts, latency percentiles, SLO metrics, energy and CO2."""
+    k = result.speedup
+    t0 = result.started_at
+    records = replay_records(result)
+    overheads_ms = [
+        (r.completion.accepted_at - r.sent_at) * 1000.0 for r in result.records if r.completion
+    ]
     summary = summarize(records, energy=_energy(result, clock))
     completed = sum(1 for r in result.records if r.completion)
     failed = sum(1 for r in result.records if r.error)

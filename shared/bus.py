@@ -7,6 +7,7 @@ never a crash and never a retry.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import ssl
 import time
@@ -21,7 +22,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js.errors import BadRequestError, NotFoundError
 from opentelemetry import trace
 
 from proto.codec import DecodeError, decode, encode
@@ -41,6 +42,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+JS_SUBJECTS_OVERLAP = 10065
+"""JetStream API error code: a stream with overlapping subjects already exists."""
 
 In = TypeVar("In", bound=msgspec.Struct)
 Out = TypeVar("Out", bound=msgspec.Struct)
@@ -99,10 +103,25 @@ async def ensure_ingress_stream(
         max_age=max_age_s,
         duplicate_window=min(120.0, max_age_s),
     )
-    try:
+    with contextlib.suppress(NotFoundError):
         await js.stream_info(subjects.ingress_stream)
-    except NotFoundError:
+        return
+    try:
         await js.add_stream(config)
+    except BadRequestError as exc:
+        if exc.err_code != JS_SUBJECTS_OVERLAP:
+            raise
+        # Two services creating the stream at once is fine; another stream owning the
+        # subjects (an older version's name) is a deployment error worth saying plainly.
+        try:
+            await js.stream_info(subjects.ingress_stream)
+        except NotFoundError:
+            owner = await js.find_stream_name_by_subject(subjects.ingress_request)
+            raise RuntimeError(
+                f"the ingress subjects {subjects.ingress_wildcard} belong to JetStream stream "
+                f"{owner!r}, not {subjects.ingress_stream!r} (left by an older GreenServe?); "
+                "delete that stream or use another namespace"
+            ) from exc
 
 
 async def publish(

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from greenserve.local import StackState
+from loadgen.plots import plot_replay
 from loadgen.replay import replay
 from loadgen.report import build_report
 from loadgen.traces import TraceRequest, load_azure_trace, resolve_trace, synthetic_trace
@@ -35,9 +37,13 @@ def trace_from_args(args: argparse.Namespace) -> list[TraceRequest]:
 
 
 def replay_on_stack(
-    state: StackState, trace: list[TraceRequest], *, progress: bool = True
+    state: StackState,
+    trace: list[TraceRequest],
+    *,
+    progress: bool = True,
+    plots: Path | None = None,
 ) -> dict[str, Any]:
-    """Replay ``trace`` at the stack's speed-up; return the report."""
+    """Replay ``trace`` at the stack's speed-up; return the report (and plot it if asked)."""
 
     async def run() -> dict[str, Any]:
         nc = await connect_nats(NatsSettings(url=state.nats_url), "greenserve-replay")
@@ -62,15 +68,16 @@ def replay_on_stack(
         finally:
             await nc.close()
         clock = ModelClock(state.speedup, state.origin_wall_s, ClockSettings().origin_model_s)
-        return build_report(result, clock)
+        report = build_report(result, clock)
+        if plots is not None:
+            report["plots"] = [str(p) for p in plot_replay(result, plots)]
+        return report
 
     return asyncio.run(run())
 
 
-def write_json(report: dict[str, Any], path: object) -> None:
+def write_json(report: dict[str, Any], path: Path | None) -> None:
     """Write the report as JSON when a path is given."""
-    from pathlib import Path
-
-    if isinstance(path, Path):
+    if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=2, default=float))

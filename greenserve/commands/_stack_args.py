@@ -66,3 +66,6 @@ def add_replay_arguments(
     )
     parser.add_argument("--cv", type=float, default=1.0, help="synthetic inter-arrival CV (Gamma)")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON report here")
+    parser.add_argument(
+        "--plots", type=Path, default=None, help="write latency-CDF and power PNGs to this folder"
+    )

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
             f"({args.duration:g} s of trace) at speed-up {stack.state.speedup:g}",
             file=sys.stderr,
         )
-        report = replay_on_stack(stack.state, trace)
+        report = replay_on_stack(stack.state, trace, plots=args.plots)
     finally:
         stack.stop()
     print_report(report)

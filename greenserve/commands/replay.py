@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         print("the chosen trace window holds no requests", file=sys.stderr)
         return 1
     print(f"replaying {len(trace)} requests at speed-up {state.speedup:g}", file=sys.stderr)
-    report = replay_on_stack(state, trace)
+    report = replay_on_stack(state, trace, plots=args.plots)
     print_report(report)
     write_json(report, args.out)
     if args.json:

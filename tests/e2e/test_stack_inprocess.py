@@ -66,14 +66,17 @@ async def test_miad_lowers_worker_clocks_in_the_live_stack(
     nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
 ) -> None:
     """Test that with dvfs mode miad the light conv load runs below max clock and completes."""
-    trace = load_azure_trace(resolve_trace("conv"), max_requests=150)
+    # MIAD judges end-to-end latencies, control plane included; at a high speed-up its wall
+    # overhead (x K in model time) alone would exceed Table 7's TTFT bound, so keep K low.
+    speedup = 5.0
+    trace = load_azure_trace(resolve_trace("conv"), max_requests=80)
     spec = StackSpec(
         namespace=namespace,
         nats_url=nats_server.url,
         redis_url=redis_server.url,
         workers=2,
         regions=("PJM",),
-        speedup=SPEEDUP,
+        speedup=speedup,
         origin_wall_s=time.time(),
         extra={"dvfs": {"mode": "miad"}},
     )
@@ -86,7 +89,7 @@ async def test_miad_lowers_worker_clocks_in_the_live_stack(
     try:
         await nc.subscribe(Subjects(namespace).worker_stats_wildcard, cb=on_stats)
         async with run_in_process(stack_launches(spec)):
-            result = await replay(nc, Subjects(namespace), trace, model=spec.model, speedup=SPEEDUP)
+            result = await replay(nc, Subjects(namespace), trace, model=spec.model, speedup=speedup)
     finally:
         await nc.close()
     assert all(r.completion is not None for r in result.records)
