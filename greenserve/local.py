@@ -23,7 +23,7 @@ from greenserve.stack import StackSpec, identity_for, stack_launches, with_setti
 from proto.keys import Keys
 from shared.security.local_servers import SecureServers, start_secure_servers
 from shared.security.secrets import write_secret
-from shared.servers import ServerProcess, start_nats, start_redis
+from shared.servers import ServerProcess, free_port, start_nats, start_redis
 
 __all__ = [
     "DEFAULT_STATE_DIR",
@@ -56,6 +56,8 @@ class StackState:
     identities, so ``replay`` and ``status`` work unchanged; the file is owner-only."""
     tls_ca_file: str | None = None
     """CA of the servers' certificates when started with ``--tls``."""
+    gateway_url: str | None = None
+    """Base URL of the OpenAI-compatible HTTP ingress (``…/v1/completions``)."""
 
 
 @dataclass(slots=True)
@@ -158,7 +160,14 @@ def start_local_stack(
             servers.append(start_redis(state_dir / "redis"))
             redis_url = servers[-1].url
         origin = time.time()
-        spec = _replace(spec, nats_url=nats_url, redis_url=redis_url, origin_wall_s=origin)
+        gateway_port = spec.gateway_port or free_port()
+        spec = _replace(
+            spec,
+            nats_url=nats_url,
+            redis_url=redis_url,
+            origin_wall_s=origin,
+            gateway_port=gateway_port,
+        )
         launches = stack_launches(spec)
         if secured is not None:
             launches = with_settings(launches, secured.overrides)
@@ -179,6 +188,7 @@ def start_local_stack(
         server_pids={s.name: s.proc.pid for s in servers},
         secure=secure,
         tls_ca_file=str(secured.tls.ca_file) if secured and secured.tls else None,
+        gateway_url=f"http://127.0.0.1:{spec.gateway_port}",
     )
     stack = LocalStack(state, state_dir, ProcessGroup(procs), servers)
     stack.save()

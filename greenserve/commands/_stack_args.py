@@ -26,6 +26,12 @@ def add_stack_arguments(parser: argparse.ArgumentParser, *, speedup: float = 1.0
         "--speedup", type=float, default=speedup, help="model seconds per wall second"
     )
     parser.add_argument("--namespace", default="gs", help="subject/key prefix of this stack")
+    parser.add_argument(
+        "--gateway-port",
+        type=int,
+        default=0,
+        help="port of the OpenAI-compatible API (0: any free)",
+    )
     parser.add_argument("--nats-url", default=None, help="use this NATS instead of starting one")
     parser.add_argument("--redis-url", default=None, help="use this Redis instead of starting one")
     parser.add_argument(
@@ -43,6 +49,7 @@ def spec_from_args(args: argparse.Namespace) -> StackSpec:
         model=args.model,
         tp=args.tp,
         speedup=args.speedup,
+        gateway_port=args.gateway_port,
     )
 
 

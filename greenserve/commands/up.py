@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         f"speed-up {state.speedup:g}; logs in {args.state_dir / 'logs'}",
         file=sys.stderr,
     )
+    print(f"OpenAI-compatible API: {state.gateway_url}/v1", file=sys.stderr)
     if state.secure:
         print(
             f"secure: one identity per service; passwords in {args.state_dir / 'secrets'}",
