@@ -84,6 +84,9 @@ def permissions_for(subjects: Subjects, identity: Identity) -> SubjectPermission
     stream = s.ingress_stream
     inbox = f"{identity.inbox_prefix}.>"
     role, scope = identity.role, identity.scope or ""
+    # Emergency clock overrides (scheduler → dvfs) exist only in newer Subjects.
+    override = getattr(s, "dvfs_override_wildcard", None)
+    overrides: tuple[str, ...] = (override,) if isinstance(override, str) else ()
     pub: tuple[str, ...]
     sub: tuple[str, ...]
     responds = False
@@ -98,22 +101,29 @@ def permissions_for(subjects: Subjects, identity: Identity) -> SubjectPermission
         )
         sub = (s.request_done, s.plan)
     elif role == "scheduler":
-        pub = (s.scheduler_ready_wildcard,)
-        sub = (s.scheduler_submit, s.scheduler_pull, s.scheduler_requeue, s.request_done)
+        pub = (s.scheduler_ready_wildcard, *overrides)  # overrides: emergency max clock
+        sub = (
+            s.scheduler_submit,
+            s.scheduler_pull,
+            s.scheduler_requeue,
+            s.request_done,
+            s.worker_stats_wildcard,  # the emergency ladder watches pools' load
+        )
         responds = True
     elif role == "router":
         pub = (s.scheduler_pull, s.scheduler_requeue, _any(s.worker_dispatch))
         sub = (s.worker_stats_wildcard, s.scheduler_ready_wildcard, s.request_done)
     elif role == "worker":
         pub = (s.worker_stats(scope), clients, s.request_done, s.errors, s.scheduler_requeue)
-        sub = (s.worker_dispatch(scope), s.worker_clock(scope))
+        # Peers' stats and the plan: a worker parks when its pool is planned smaller.
+        sub = (s.worker_dispatch(scope), s.worker_clock(scope), s.worker_stats_wildcard, s.plan)
         responds = True
     elif role == "dvfs":
         pub = (_any(s.worker_clock), s.dvfs_report(scope))
-        sub = (s.worker_stats_wildcard, s.request_done)
+        sub = (s.worker_stats_wildcard, s.request_done, s.plan, *overrides)
     elif role == "planner":
         pub = (s.plan, _any(s.worker_clock))
-        sub = ()
+        sub = (s.request_done, s.scheduler_ready_wildcard)  # observed demand
     elif role == "forecaster":
         pub = (s.forecast_wildcard,)
         sub = ()

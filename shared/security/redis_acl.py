@@ -6,10 +6,10 @@ Derived from the key table of ``docs/protocol.md`` and the services' calls:
 |---|---|---|
 | scheduler | ``queued``, ``dispatched``, ``seen:*`` | HGETALL HSET HDEL, MULTI/EXEC, script * |
 | router | ``dispatched`` | HSET |
-| worker | its own ``worker:<id>`` | SET (with PX), DEL |
-| planner | ``plan`` | SET |
+| worker | its own ``worker:<id>``; ``plan`` read only | SET (with PX), DEL, GET |
+| planner | ``plan``; ``worker:*``, ``forecast:*`` read only | SET, GET, MGET, SCAN |
 | forecaster | ``forecast:*`` | SET |
-| classifier | ``plan`` (read only) | GET |
+| classifier, dvfs | ``plan`` (read only) | GET |
 | monitor | ``worker:*``, ``plan``, ``forecast:*`` (read only) | GET SCAN EXISTS |
 | others | none | connection only |
 
@@ -64,12 +64,14 @@ def acl_rules(keys: Keys, identity: Identity) -> str:
     elif role == "router":
         key_rules, commands = _grant([keys.dispatched], ["hset"])
     elif role == "worker":
-        key_rules, commands = _grant([keys.worker(identity.scope or "")], ["set", "del"])
+        key_rules, commands = _grant([keys.worker(identity.scope or "")], ["set", "del", "get"])
+        key_rules.append(f"%R~{keys.plan}")  # reads the plan to know whether to park
     elif role == "planner":
-        key_rules, commands = _grant([keys.plan], ["set"])
+        key_rules, commands = _grant([keys.plan], ["set", "get", "mget", "scan"])
+        key_rules += [f"%R~{keys.worker_pattern}", f"%R~{keys.forecast('*')}"]
     elif role == "forecaster":
         key_rules, commands = _grant([keys.forecast("*")], ["set"])
-    elif role == "classifier":
+    elif role in ("classifier", "dvfs"):
         key_rules, commands = _grant([keys.plan], ["get"], read_only=True)
     elif role == "monitor":
         key_rules, commands = _grant(
@@ -77,7 +79,7 @@ def acl_rules(keys: Keys, identity: Identity) -> str:
             ["get", "scan", "exists"],
             read_only=True,
         )
-    else:  # dvfs, gateway, loadgen, client: no shared state of their own
+    else:  # gateway, loadgen, client: no shared state of their own
         key_rules, commands = _grant([], [])
     return " ".join(["resetkeys", *key_rules, "resetchannels", "-@all", *commands])
 

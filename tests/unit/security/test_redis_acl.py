@@ -31,14 +31,16 @@ def test_only_the_planner_writes_the_plan_and_the_classifier_reads_it() -> None:
     """Test that gs:plan is writable by the planner alone and read-only for the classifier."""
     writers = {role for role in ROLES if role != "admin" and f"~{K.plan}" in _keys(role)}
     assert writers == {"planner"}
-    assert _keys("classifier") == {f"%R~{K.plan}"}
-    assert _commands("classifier") == {"ping", "hello", "get"}
+    for reader in ("classifier", "dvfs"):
+        assert _keys(reader) == {f"%R~{K.plan}"}
+        assert _commands(reader) == {"ping", "hello", "get"}
+    assert f"%R~{K.worker_pattern}" in _keys("planner")
 
 
 def test_a_worker_writes_only_its_own_heartbeat() -> None:
-    """Test that worker w1 may SET/DEL gs:worker:w1 and nothing else."""
-    assert _keys("worker") == {f"~{K.worker('w1')}"}
-    assert _commands("worker") == {"ping", "hello", "set", "del"}
+    """Test that worker w1 may SET/DEL gs:worker:w1 and only read the plan."""
+    assert _keys("worker") == {f"~{K.worker('w1')}", f"%R~{K.plan}"}
+    assert _commands("worker") == {"ping", "hello", "set", "del", "get"}
 
 
 def test_the_scheduler_gets_its_hashes_dedup_keys_and_script_commands() -> None:
@@ -50,8 +52,8 @@ def test_the_scheduler_gets_its_hashes_dedup_keys_and_script_commands() -> None:
 
 
 def test_roles_without_shared_state_get_no_keys() -> None:
-    """Test that dvfs, gateway, loadgen and client users have no key pattern at all."""
-    for role in ("dvfs", "gateway", "loadgen", "client"):
+    """Test that gateway, loadgen and client users have no key pattern at all."""
+    for role in ("gateway", "loadgen", "client"):
         assert _keys(role) == set(), role
         assert _commands(role) == {"ping", "hello"}, role
 
