@@ -140,6 +140,22 @@ class SchedulerSettings(_Section):
     """While a pool has queued work, remind routers this often (covers lost events)."""
     unplaced_timeout_s: float = 3.0
     """A request a router pulled but never placed (the router died) is re-queued after this."""
+    ladder: bool = True
+    """Run DynamoLLM's emergency ladder over each pool's queue every ready period
+    (reorder → max clock → re-steer → shed; ``docs/scheduling.md``)."""
+    ladder_shed: bool = False
+    """Let the ladder's last rung end hopeless requests with error ``shed`` (opt-in: it
+    changes what clients see, and a stack recovering from a fault would shed its backlog)."""
+    ladder_imminent_laxity_s: float = Field(default=0.5, ge=0.0)
+    """A queued request is at risk when deadline − now − Lat falls below this (model s)."""
+    ladder_escalate_after_s: float = Field(default=2.0, ge=0.0)
+    """Model seconds a rung gets before the next one."""
+    ladder_recover_after_s: float = Field(default=10.0, ge=0.0)
+    """Risk-free model seconds before the ladder releases its overrides."""
+    ladder_shed_wait_s: float = Field(default=30.0, ge=0.0)
+    """Only requests queued at least this long (model s) are shed."""
+    ladder_clock_hold_s: float = Field(default=10.0, gt=0.0, le=3600.0)
+    """Model seconds one max-clock override lasts; refreshed while the emergency lasts."""
 
 
 class RouterSettings(_Section):
@@ -178,6 +194,11 @@ class WorkerSettings(_Section):
     nvml_gpu_indices: tuple[int, ...] = ()
     """NVML indices of this instance's GPUs; non-empty reads power and energy through NVML
     (read-only: clocks belong to the dvfs agent, opt-in)."""
+    admission: bool = True
+    """SLO-safe admission on dispatch (throttLL'eM Eq. 1–4, ``services/worker/admission_gate``):
+    refuse with reason ``admission`` when KV would overflow or an admitted deadline break."""
+    admission_hold_s: float = Field(default=0.5, ge=0.0)
+    """Wall seconds a refusal keeps the gate closed unless a request ends here first."""
 
 
 class DvfsSettings(_Section):

@@ -6,7 +6,11 @@ of model time). Congestion is judged from the latencies of requests that finishe
 instance during the period. Clock changes go to the worker as ClockCommands; the worker's
 backend applies them to the simulator (or, opt-in, through NVML). The predictive and
 profile-based controllers need per-request state and profiles that the live workers do not
-publish yet; they run in the offline simulator and ``bench dvfs``.
+publish yet; they run in the offline simulator and ``bench dvfs``. A ClockOverride from the
+scheduler's emergency ladder holds a pool at its maximum clock for a bounded time
+(:mod:`services.dvfs.clock_override`). Under a MILP plan the
+pool's planned clock caps every controller's choice
+(:func:`services.planner.parking.pool_clock_caps`).
 """
 
 from __future__ import annotations
@@ -19,13 +23,24 @@ import nats.errors
 from nats.aio.msg import Msg
 
 from proto.codec import DecodeError, decode, decode_any, encode
-from proto.messages import ClockCommand, ClockReply, Completion, DvfsReport, GpuReport, WorkerStats
+from proto.messages import (
+    ClockCommand,
+    ClockReply,
+    Completion,
+    DvfsReport,
+    GpuReport,
+    Plan,
+    WorkerStats,
+)
+from services.dvfs.clock_override import ClockOverrides, max_clock_of, subscribe_overrides
 from services.dvfs.controller import ClockController, FixedClockController
 from services.dvfs.miad import MiadConfig, MiadController
 from services.dvfs.observations import LatencyCollector, observation_for
+from services.planner.parking import pool_clock_caps
 from shared.bus import request
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
+from shared.plan_watch import watch_plan
 
 __all__ = ["ISSUER", "MODES", "NAME", "make_controller", "serve"]
 
@@ -58,6 +73,12 @@ async def serve(ctx: ServiceContext) -> None:
     latest: dict[str, WorkerStats] = {}
     controllers: dict[str, ClockController] = {}
     collector = LatencyCollector(ctx.settings.clock.speedup)
+    overrides = ClockOverrides()  # the scheduler's emergency max clock, bounded in time
+    caps: dict[str, float] = {}
+
+    def on_plan(plan: Plan) -> None:
+        caps.clear()
+        caps.update(pool_clock_caps(plan))
 
     async def on_stats(msg: Msg) -> None:
         with contextlib.suppress(DecodeError):
@@ -74,6 +95,10 @@ async def serve(ctx: ServiceContext) -> None:
     subs = [
         await ctx.nc.subscribe(ctx.subjects.worker_stats_wildcard, cb=on_stats),
         await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done),
+        await subscribe_overrides(
+            ctx, overrides, latest, lambda w, mhz: _set_clock(ctx, w, mhz, "emergency")
+        ),
+        await watch_plan(ctx, on_plan),
     ]
 
     async def control() -> None:
@@ -85,6 +110,8 @@ async def serve(ctx: ServiceContext) -> None:
                     cfg.mode, cfg.clock_mhz, cfg.period_s
                 )
             target = controller.decide(observation_for(stats, collector.take(worker_id), now))
+            target = min(target, caps.get(stats.pool_id, target))
+            target = overrides.target(stats.pool_id, worker_id, target, max_clock_of(stats), now)
             if abs(stats.clock_mhz - target) >= CLOCK_TOLERANCE_MHZ:
                 await _set_clock(ctx, worker_id, target, cfg.mode)
         report = DvfsReport(

@@ -1,24 +1,28 @@
 """Planner shell: publish a plan every epoch.
 
-``planner.mode = static`` publishes the pools of the settings (the first, simple form);
-the MILP core (FREESH Eq. 1 with a clock dimension) plugs in behind the same loop. Each
-plan goes out on ``plan.current`` and into Redis, so services that start later follow it.
+``planner.mode = static`` publishes the pools of the settings (the default);
+``planner.mode = milp`` plans each epoch with FREESH Eq. 1 and a clock dimension from live
+inputs (:mod:`services.planner.live_service`). Each plan goes out on ``plan.current`` and into
+Redis, so services that start later follow it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
 from proto.codec import encode
 from proto.messages import Plan, PoolPlan, RouteWeight
+from services.planner.live_service import LivePlanner
 from shared.config import PlannerSettings
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
 
-__all__ = ["NAME", "serve", "static_plan"]
+__all__ = ["MODES", "NAME", "serve", "static_plan"]
 
 NAME = "planner"
+MODES = ("static", "milp")
 
 logger = logging.getLogger(__name__)
 
@@ -53,9 +57,12 @@ async def serve(ctx: ServiceContext) -> None:
     restarted Redis or a service that missed the event is back on the plan within seconds.
     """
     cfg = ctx.settings.planner
-    if cfg.mode != "static":
-        raise ValueError(f"planner mode {cfg.mode!r} is not available yet; use 'static'")
+    if cfg.mode not in MODES:
+        raise ValueError(f"planner mode {cfg.mode!r} is not available; use one of {MODES}")
     epoch_wall_s = ctx.clock.wall_period(cfg.epoch_s)
+    if cfg.mode == "milp":
+        await _serve_milp(ctx, LivePlanner(ctx))
+        return
     current: list[Plan] = []
 
     async def publish() -> None:
@@ -63,9 +70,7 @@ async def serve(ctx: ServiceContext) -> None:
         if not current or current[0].epoch != epoch:
             current[:] = [static_plan(cfg, epoch, time.time(), epoch_wall_s)]
             logger.info("plan epoch %d with %d pools", epoch, len(current[0].pools))
-        payload = encode(current[0])
-        await ctx.redis.set(ctx.keys.plan, payload)
-        await ctx.nc.publish(ctx.subjects.plan, payload)
+        await _publish(ctx, current[0])
 
     await run_periodic(
         ctx.stop,
@@ -74,3 +79,45 @@ async def serve(ctx: ServiceContext) -> None:
         service=NAME,
         name="plan",
     )
+
+
+async def _publish(ctx: ServiceContext, plan: Plan) -> None:
+    payload = encode(plan)
+    await ctx.redis.set(ctx.keys.plan, payload)
+    await ctx.nc.publish(ctx.subjects.plan, payload)
+
+
+async def _serve_milp(ctx: ServiceContext, live: LivePlanner) -> None:
+    cfg = ctx.settings.planner
+    epoch_wall_s = ctx.clock.wall_period(cfg.epoch_s)
+    subs = [
+        await ctx.nc.subscribe(ctx.subjects.request_done, cb=live.on_done),
+        await ctx.nc.subscribe(ctx.subjects.scheduler_ready_wildcard, cb=live.on_ready),
+    ]
+
+    async def publish() -> None:
+        epoch = int(ctx.clock.now() // cfg.epoch_s)
+        if epoch != live.epoch or live.bootstrapping:
+            try:
+                await live.plan_epoch(epoch)
+            except Exception:
+                # Keep the last good plan (never an empty route table); retry next epoch.
+                live.epoch = epoch
+                logger.exception("planning epoch %d failed; keeping the last plan", epoch)
+        else:
+            live.refresh()
+        plan = live.plan or static_plan(cfg, max(epoch, 0), time.time(), epoch_wall_s)
+        await _publish(ctx, plan)
+
+    try:
+        await run_periodic(
+            ctx.stop,
+            lambda: min(cfg.republish_wall_s, epoch_wall_s),
+            publish,
+            service=NAME,
+            name="plan",
+        )
+    finally:
+        for sub in subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()

@@ -7,7 +7,9 @@ vLLM server (or ``greenserve sim-engine``) over HTTP. Tokens stream to the clien
 subject, the first at once and later ones coalesced; completions also go to
 ``request.done``. The worker registers in Redis with a heartbeat TTL, and on shutdown stops
 accepting, lets running requests finish within the shutdown timeout, hands the rest back
-to the scheduler, and deregisters.
+to the scheduler, and deregisters. Under a MILP plan a worker beyond its pool's planned
+instances parks (:mod:`services.planner.parking`): it refuses new dispatches, finishes what
+it has and idles until the plan needs it again.
 """
 
 from __future__ import annotations
@@ -21,17 +23,20 @@ import nats.errors
 from nats.aio.msg import Msg
 from opentelemetry import context as otel_context
 
-from proto.codec import DecodeError, encode
+from proto.codec import DecodeError, decode, encode
 from proto.messages import (
     ClassifiedRequest,
     ClockCommand,
     ClockReply,
     Completion,
     DispatchReply,
+    Plan,
     RequeueRequest,
     SubmitReply,
     WorkerStats,
 )
+from services.planner.parking import PlanFollower
+from services.worker.admission_gate import REFUSAL_REASON, AdmissionGate, limits_of
 from services.worker.backend import BackendRefusalError, OutputBatch, WorkerBackend
 from services.worker.factory import build_backend
 from services.worker.streams import StreamBook
@@ -40,6 +45,7 @@ from shared.bus import serve as serve_subject
 from shared.counters import GPU_CLOCK_MHZ, GPU_ENERGY_J, GPU_POWER_W, REQUEST_LATENCY_S
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
+from shared.plan_watch import watch_plan
 from shared.replies import reply_error
 
 __all__ = ["NAME", "WorkerShim", "serve"]
@@ -60,7 +66,13 @@ class WorkerShim:
         self._emptied = asyncio.Event()
         """Set whenever the last in-flight request ends (drain waits on it)."""
         self._draining = False
+        self._parked = False
+        """Beyond the plan's instances for this pool: refuse new work, finish the rest."""
+        self._follower = PlanFollower(
+            self._cfg.worker_id, self._cfg.pool_id, self._cfg.heartbeat_ttl_s
+        )
         self._tokens_out = 0
+        self._gate = AdmissionGate(enabled=self._cfg.admission, hold_s=self._cfg.admission_hold_s)
         self._trace_parents: dict[str, otel_context.Context] = {}
 
     @property
@@ -77,13 +89,24 @@ class WorkerShim:
         )
         if rid in self._book:
             return reply
-        if self._draining or len(self._book) >= self._cfg.max_num_seqs:
+        if self._draining or self._parked or len(self._book) >= self._cfg.max_num_seqs:
             return DispatchReply(
                 request_id=rid,
                 worker_id=self._cfg.worker_id,
                 accepted=False,
                 accepted_at=now,
-                reason="draining" if self._draining else "full",
+                reason="draining" if self._draining else "parked" if self._parked else "full",
+            )
+        was_closed = self._gate.closed
+        if not self._gate.admit(req, self._ctx.clock.now(), limits_of(self._backend)):
+            if not was_closed:  # say "no room" before the refusal, so the router waits
+                await self._announce_room()
+            return DispatchReply(
+                request_id=rid,
+                worker_id=self._cfg.worker_id,
+                accepted=False,
+                accepted_at=now,
+                reason=REFUSAL_REASON,
             )
         try:
             self._backend.submit(req)
@@ -99,6 +122,7 @@ class WorkerShim:
             )
             return reply
         self._book.open(req, now)
+        self._gate.opened(req)
         # The generate span is recorded at completion, as a child of this dispatch span.
         self._trace_parents[rid] = otel_context.get_current()
         return reply
@@ -120,10 +144,28 @@ class WorkerShim:
             reason=outcome.reason,
         )
 
+    def on_plan(self, plan: Plan) -> None:
+        """Follow a new plan (park or unpark at once)."""
+        self._follower.on_plan(plan)
+        self._update_parking()
+
+    async def on_peer_stats(self, msg: Msg) -> None:
+        """Track the pool's members: their ids rank who parks."""
+        with contextlib.suppress(DecodeError):
+            self._follower.on_peer(decode(msg.data, WorkerStats), time.time())
+
+    def _update_parking(self) -> None:
+        parked = self._ctx.settings.planner.park_workers and self._follower.parked(time.time())
+        if parked != self._parked:
+            self._parked = parked
+            logger.info("%s %s", self._cfg.worker_id, "parks" if parked else "serves again")
+
     async def on_output(self, batch: OutputBatch) -> None:
         """Publish the chunks and completions one backend batch produces."""
         nc = self._ctx.nc
         self._tokens_out += len(batch.emitted)
+        if self._gate.observe(batch.emitted, batch.finished):
+            await self._announce_room()
         chunks, completions = self._book.on_iteration(
             batch.emitted,
             batch.finished,
@@ -146,6 +188,7 @@ class WorkerShim:
         """End an accepted request with a final error (the backend could not serve it)."""
         stream = self._book.drop(request_id)
         self._trace_parents.pop(request_id, None)
+        self._gate.observe((), (request_id,))
         if stream is not None:
             await reply_error(
                 self._ctx.nc,
@@ -157,6 +200,11 @@ class WorkerShim:
             )
         if not len(self._book):
             self._emptied.set()
+
+    async def _announce_room(self) -> None:
+        """Publish stats now: the router hears at once that the admission gate closed or opened."""
+        stats = encode(self.stats())
+        await self._ctx.nc.publish(self._ctx.subjects.worker_stats(self._cfg.worker_id), stats)
 
     async def flush_loop(self) -> None:
         """Send coalesced tokens whose window closed while their request produced no more."""
@@ -199,8 +247,8 @@ class WorkerShim:
             tp=snap.tp,
             running=snap.running,
             waiting=snap.waiting,
-            max_num_seqs=cfg.max_num_seqs,
-            free_slots=max(0, cfg.max_num_seqs - len(self._book)),
+            max_num_seqs=self._gate.advertised_slots(cfg.max_num_seqs, len(self._book)),
+            free_slots=0 if self._gate.closed else max(0, cfg.max_num_seqs - len(self._book)),
             kv_blocks_used=snap.kv_blocks_used,
             kv_blocks_total=snap.kv_blocks_total,
             kv_block_size=max(1, snap.kv_block_size),
@@ -210,7 +258,7 @@ class WorkerShim:
             tokens_out=self._tokens_out,
             at=time.time(),
             backend=self._backend.name,
-            draining=self._draining,
+            draining=self._draining or self._parked,
         )
 
     async def publish_stats(self) -> None:
@@ -220,6 +268,7 @@ class WorkerShim:
         except Exception:
             # A failed scrape must not stop the heartbeat: the worker still serves.
             logger.exception("backend refresh failed; publishing the last known stats")
+        self._update_parking()
         stats = self.stats()
         GPU_CLOCK_MHZ.labels(stats.worker_id).set(stats.clock_mhz)
         GPU_POWER_W.labels(stats.worker_id).set(stats.power_w)
@@ -291,6 +340,8 @@ async def _serve_with(ctx: ServiceContext, shim: WorkerShim) -> None:
         await serve_subject(
             ctx.nc, ctx.subjects.worker_clock(wid), ClockCommand, shim.on_clock, service=NAME
         ),
+        await ctx.nc.subscribe(ctx.subjects.worker_stats_wildcard, cb=shim.on_peer_stats),
+        await watch_plan(ctx, shim.on_plan),
     ]
     async with asyncio.TaskGroup() as tg:
         engine_task = tg.create_task(shim.backend.run())

@@ -1,0 +1,262 @@
+"""From live inputs to FREESH Eq. 1, and from its solution to the wire plan. Pure.
+
+Live pools differ from FREESH's instances in one way: every worker of a pool serves every
+class (the classifier routes classes to pools, not to instances). The problem therefore
+plans each pool in *slices*, 1/K of an instance's time: a slice of a profile row serves
+L̄/K QPS at P̃/K watts, the pool's inventory is K slices per worker, and the pool runs
+⌈slices/K⌉ instances. K = 1 is FREESH's dedicated instance per class; a larger K stops a
+small fleet from needing one whole instance per class. Each pool's slices are labelled with
+the pool id as GPU type, so Eq. 1c's inventory is per pool (exact for a pool of one mode).
+
+A pool runs at one clock: the highest clock the solution picked among its slices (every
+class then gets at least its planned speed; power is charged at the rows' planned clocks, an
+under-estimate when the clocks differ). TTFT and TBT are the rows' values weighted by planned
+capacity. Routes: each class to the pools holding its slices, weighted by planned capacity;
+``*`` (classes with no slice) to every active pool by total capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from proto.messages import Plan as WirePlan
+from proto.messages import PoolPlan, RouteWeight
+from services.planner.live_inputs import LivePool
+from services.planner.live_profiles import scheme_name_for
+from services.planner.plan_model import Allocation
+from services.planner.plan_model import Plan as CorePlan
+from services.planner.problem import (
+    IntensityUnit,
+    PlanningProblem,
+    ServingConfig,
+    SloPolicy,
+)
+
+__all__ = [
+    "LIVE_PARTITION",
+    "PoolDecision",
+    "bootstrap_plan",
+    "build_live_problem",
+    "pool_allocations",
+    "pool_decisions",
+    "wire_plan",
+]
+
+LIVE_PARTITION = "live"
+"""Partition label of pool-level allocations (the overhead gate compares whole pools)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolDecision:
+    """What the plan asks of one live pool."""
+
+    pool_id: str
+    instances: int
+    clock_mhz: float | None
+    power_w: float
+    """Planned power of the pool (Σ slices × P̃/K)."""
+    capacity_by_class: Mapping[str, float]
+    """Planned QPS per class (Σ slices × L̄/K)."""
+    ttft_ms: float = 0.0
+    tbt_ms: float = 0.0
+
+
+def _slice(config: ServingConfig, pool: LivePool, slices: int) -> ServingConfig:
+    return replace(
+        config,
+        gpu_type=pool.pool_id,
+        gpus=1,
+        power_w=config.power_w / slices,
+        max_qps=config.max_qps / slices,
+    )
+
+
+def build_live_problem(
+    *,
+    pools: Mapping[str, LivePool],
+    profiles: Mapping[str, tuple[ServingConfig, ...]],
+    demand_qps: Mapping[tuple[str, str], tuple[float, ...]],
+    intensity: Mapping[str, tuple[float, ...]],
+    step_s: float,
+    alpha: float,
+    slo: SloPolicy,
+    slices: int,
+) -> PlanningProblem:
+    """Eq. 1 over the live pools (profiles keyed by pool id), in slices of 1/``slices``."""
+    configs = tuple(
+        _slice(config, pools[pool_id], slices)
+        for pool_id, rows in sorted(profiles.items())
+        if pool_id in pools
+        for config in rows
+    )
+    inventory = {(p.region, p.pool_id): len(p.workers) * slices for p in pools.values()}
+    regions = tuple(sorted({p.region for p in pools.values()}))
+    return PlanningProblem(
+        regions=regions,
+        configs=configs,
+        inventory=inventory,
+        demand_qps=dict(demand_qps),
+        intensity={r: intensity[r] for r in regions},
+        intensity_unit=IntensityUnit.G_PER_KWH,
+        step_s=step_s,
+        alpha=alpha,
+        slo=slo,
+    )
+
+
+def pool_decisions(
+    plan: CorePlan, problem: PlanningProblem, pools: Mapping[str, LivePool], slices: int
+) -> dict[str, PoolDecision]:
+    """Instances, clock, power, capacity and latency per live pool from a slice-level plan."""
+    rows = {
+        (c.gpu_type, c.partition, c.request_class, c.mode, c.clock_mhz): c for c in problem.configs
+    }
+    by_pool: dict[str, list[Allocation]] = defaultdict(list)
+    for a in plan.allocations:
+        by_pool[a.gpu_type].append(a)
+    out: dict[str, PoolDecision] = {}
+    for pool_id, pool in pools.items():
+        allocs = by_pool.get(pool_id, [])
+        capacity: dict[str, float] = defaultdict(float)
+        ttft = tbt = 0.0
+        for a in allocs:
+            qps = a.instances * a.max_qps
+            capacity[a.request_class] += qps
+            row = rows.get((a.gpu_type, a.partition, a.request_class, a.mode, a.clock_mhz))
+            if row is not None:
+                ttft += qps * row.ttft_ms
+                tbt += qps * row.tbt_ms
+        total = sum(capacity.values())
+        # None is the GPU's maximum, so any None row makes the pool run at maximum.
+        clocks = [a.clock_mhz for a in allocs if a.clock_mhz is not None]
+        clock = max(clocks) if clocks and len(clocks) == len(allocs) else None
+        out[pool_id] = PoolDecision(
+            pool_id=pool_id,
+            instances=min(len(pool.workers), math.ceil(sum(a.instances for a in allocs) / slices)),
+            clock_mhz=clock,
+            power_w=sum(a.instances * a.power_w for a in allocs),
+            capacity_by_class=dict(capacity),
+            ttft_ms=ttft / total if total > 0 else 0.0,
+            tbt_ms=tbt / total if total > 0 else 0.0,
+        )
+    return out
+
+
+def pool_allocations(
+    decisions: Mapping[str, PoolDecision], pools: Mapping[str, LivePool]
+) -> tuple[Allocation, ...]:
+    """One allocation per active pool, for the overhead gate (whole instances, one clock)."""
+    return tuple(
+        Allocation(
+            region=pools[d.pool_id].region,
+            partition=LIVE_PARTITION,
+            request_class="*",
+            gpu_type=d.pool_id,
+            tensor_parallel=pools[d.pool_id].tp,
+            clock_mhz=d.clock_mhz,
+            instances=d.instances,
+            gpus_per_instance=pools[d.pool_id].tp,
+            power_w=d.power_w / d.instances,
+            max_qps=sum(d.capacity_by_class.values()) / d.instances,
+        )
+        for d in decisions.values()
+        if d.instances > 0 and d.pool_id in pools
+    )
+
+
+def _pool_plan(pool: LivePool, decision: PoolDecision | None, instances: int) -> PoolPlan:
+    return PoolPlan(
+        pool_id=pool.pool_id,
+        region=pool.region,
+        gpu=pool.gpu,
+        tp=pool.tp,
+        instances=instances,
+        clock_mhz=decision.clock_mhz if decision else None,
+        classes=sorted(decision.capacity_by_class) if decision else [],
+        ttft_ms=decision.ttft_ms if decision else 0.0,
+        tbt_ms=decision.tbt_ms if decision else 0.0,
+    )
+
+
+def wire_plan(
+    *,
+    decisions: Mapping[str, PoolDecision],
+    pools: Mapping[str, LivePool],
+    partition: str,
+    epoch: int,
+    issued_at: float,
+    valid_until: float,
+    objective: str,
+    status: str,
+    keep_one: frozenset[str] = frozenset(),
+    fallback_order: tuple[str, ...] = (),
+) -> WirePlan:
+    """The published plan: every live pool, planned instances, routes by planned capacity.
+
+    Pools in ``keep_one`` keep one active instance even when planned to zero (their queue
+    still holds work). The route table is never empty: with no planned capacity at all the
+    first pool of ``fallback_order`` (e.g. lowest intensity) gets one instance and ``*``.
+    """
+    routes: dict[str, list[RouteWeight]] = defaultdict(list)
+    totals: dict[str, float] = {}
+    for pool_id, d in sorted(decisions.items()):
+        if pool_id not in pools or d.instances <= 0:
+            continue
+        for cls, qps in sorted(d.capacity_by_class.items()):
+            if qps > 0:
+                routes[cls].append(RouteWeight(pool_id=pool_id, weight=qps))
+        totals[pool_id] = sum(d.capacity_by_class.values())
+    instances = {pid: (decisions[pid].instances if pid in decisions else 0) for pid in pools}
+    if not any(w > 0 for w in totals.values()):
+        chosen = next((p for p in fallback_order if p in pools), min(pools, default=None))
+        if chosen is not None:
+            totals = {chosen: 1.0}
+            instances[chosen] = max(1, instances[chosen])
+    routes["*"] = [RouteWeight(pool_id=p, weight=w) for p, w in sorted(totals.items()) if w > 0]
+    for pool_id in keep_one:
+        if pool_id in instances and pools[pool_id].workers:
+            instances[pool_id] = max(1, instances[pool_id])
+    return WirePlan(
+        epoch=epoch,
+        issued_at=issued_at,
+        valid_until=valid_until,
+        scheme=scheme_name_for(partition),
+        pools=[
+            _pool_plan(p, decisions.get(pid), instances[pid]) for pid, p in sorted(pools.items())
+        ],
+        routes=dict(routes),
+        objective=objective,
+        status=status,
+    )
+
+
+def bootstrap_plan(
+    pools: Mapping[str, LivePool], *, scheme: str, epoch: int, issued_at: float, valid_until: float
+) -> WirePlan:
+    """Every registered worker active at its maximum clock, classes spread by worker count.
+
+    Used until the planner has seen demand, profiles and the fleet; workers never park on it.
+    """
+    return WirePlan(
+        epoch=epoch,
+        issued_at=issued_at,
+        valid_until=valid_until,
+        scheme=scheme,
+        pools=[
+            PoolPlan(
+                pool_id=p.pool_id, region=p.region, gpu=p.gpu, tp=p.tp, instances=len(p.workers)
+            )
+            for _, p in sorted(pools.items())
+        ],
+        routes={
+            "*": [
+                RouteWeight(pool_id=pid, weight=float(len(p.workers)))
+                for pid, p in sorted(pools.items())
+                if p.workers
+            ]
+        },
+        objective="bootstrap",
+    )

@@ -1,0 +1,189 @@
+"""Profiles for the live planner: from a CSV, or measured on the engine model at start-up.
+
+The MILP needs one :class:`ServingConfig` per (partition, class, mode, clock) (FREESH §3,
+DynamoLLM Eq. 1's clock dimension). A ``greenserve profile`` CSV gives them directly. Modes the
+CSV lacks are measured here with the same sweep (:func:`shared.engine.profiler.profile_sweep`)
+on the calibrated simulated engine, shortened for start-up: ``window_s`` engine seconds of
+Poisson arrivals per point and 15 % QPS precision (about 3 s for nine classes × three clocks
+of one mode). Request lengths of each class are drawn from the Azure conversation trace,
+bucketed by the class scheme's thresholds.
+
+I/O: :func:`measure_mode_profiles` reads the trace; everything else is pure.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from services.classifier.classes import (
+    DYNAMOLLM_SCHEME_NAME,
+    FREESH_SCHEME_PREFIX,
+    ClassScheme,
+    default_slos,
+    scheme_by_name,
+)
+from services.planner.problem import ServingConfig, SloPolicy
+from shared.engine.hardware import gpu_spec
+from shared.engine.profile_sim import SimulatedProfileBackend, SimWindow
+from shared.engine.profiler import ProfileSlo, ProfileTarget, RequestClass, profile_sweep
+from shared.paths import data_path
+
+__all__ = [
+    "ModeKey",
+    "ProfileRequest",
+    "class_pools",
+    "gpu_family",
+    "measure_mode_profiles",
+    "profiles_for_mode",
+    "scheme_name_for",
+    "slo_policy_for",
+]
+
+ModeKey = tuple[str, int]
+"""(GPU family, TP), e.g. ``("a100", 1)``: what a profile row and a live pool share."""
+
+
+def gpu_family(gpu: str) -> str:
+    """Short lower-case GPU name (``"A100-80GB"`` and ``"A100"`` both give ``"a100"``)."""
+    return gpu.split("-")[0].lower()
+
+
+def scheme_name_for(partition: str) -> str:
+    """Classifier scheme of a profile partition (``"a"`` → ``"freesh-a"``)."""
+    if partition == DYNAMOLLM_SCHEME_NAME or partition.startswith(FREESH_SCHEME_PREFIX):
+        return partition
+    return FREESH_SCHEME_PREFIX + partition
+
+
+def slo_policy_for(partitions: Iterable[str]) -> SloPolicy:
+    """Eq. 1e filters from the classifier's SLOs of each partition's scheme.
+
+    TTFT per class as the classifier targets it (DynamoLLM Table IV for ``dynamollm9``,
+    FREESH's 300/600 ms for its partitions); TBT the loosest class target; E2E ≤ 5 × mean.
+    """
+    ttft: dict[str, float] = {}
+    tbt = 0.0
+    for partition in partitions:
+        for cls, slo in default_slos(scheme_by_name(scheme_name_for(partition))).items():
+            ttft[cls] = max(ttft.get(cls, 0.0), slo.ttft_ms)
+            tbt = max(tbt, slo.tbt_ms)
+    return SloPolicy(ttft_ms_by_class=ttft, tbt_ms=tbt or None)
+
+
+def profiles_for_mode(configs: Sequence[ServingConfig], mode: ModeKey) -> tuple[ServingConfig, ...]:
+    """The rows of one mode (GPU family and TP) among ``configs``."""
+    family, tp = mode
+    return tuple(c for c in configs if gpu_family(c.gpu_type) == family and c.tensor_parallel == tp)
+
+
+def class_pools(
+    scheme: ClassScheme, lengths: Iterable[tuple[int, int]], *, pool_size: int = 200
+) -> list[RequestClass]:
+    """Prompt and output length pools per class of ``scheme`` from (prompt, output) pairs.
+
+    A class's prompts are the observed prompts in its input bucket, its outputs the observed
+    outputs in its output bucket, drawn independently (as ``load_request_classes`` does for
+    FREESH's partitions); pools are thinned evenly to ``pool_size``. Classes with no sample
+    on either side are left out.
+    """
+    pairs = [(p, o) for p, o in lengths if p >= 1 and o >= 1]
+    classes: list[RequestClass] = []
+    for name in scheme.classes:
+        first, second = scheme.labels.index(name[0]), scheme.labels.index(name[1])
+        prompts = sorted(p for p, _ in pairs if scheme.input_bucket(p) == first)
+        outputs = sorted(o for _, o in pairs if scheme.output_bucket(o) == second)
+        if prompts and outputs:
+            classes.append(
+                RequestClass(
+                    partition=scheme.name,
+                    name=name,
+                    prompt_tokens=_thin(prompts, pool_size),
+                    output_tokens=_thin(outputs, pool_size),
+                )
+            )
+    return classes
+
+
+def _thin(values: list[int], size: int) -> tuple[int, ...]:
+    if len(values) <= size:
+        return tuple(values)
+    return tuple(values[(i * len(values)) // size] for i in range(size))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProfileRequest:
+    """What to measure for one live mode."""
+
+    gpu: str
+    tp: int
+    model: str
+    scheme: str
+    clock_fractions: tuple[float, ...] = (1.0, 0.75, 0.5)
+    window_s: float = 30.0
+    tolerance: float = 0.15
+    max_num_seqs: int = 256
+
+
+def measure_mode_profiles(request: ProfileRequest) -> tuple[ServingConfig, ...]:
+    """Profile one mode on the simulated engine for every class of ``request.scheme``.
+
+    Rows carry the scheme name as partition and the short GPU name as ``gpu_type``; a class
+    whose SLO no load meets keeps ``max_qps = 0`` (the MILP never uses it).
+
+    Raises:
+        ValueError: unknown GPU, model or scheme.
+    """
+    scheme = scheme_by_name(request.scheme)
+    trace = data_path("traces", "AzureLLMInferenceTrace_conv.csv")
+    with trace.open(newline="") as handle:
+        lengths = [
+            (int(r["ContextTokens"]), int(r["GeneratedTokens"])) for r in csv.DictReader(handle)
+        ]
+    gpu = gpu_spec(request.gpu)
+    clocks = sorted({gpu.snap_clock(f * gpu.max_clock_mhz) for f in request.clock_fractions})
+    targets = [
+        ProfileTarget(
+            gpu_type=gpu.name.split("-")[0], tp=request.tp, model=request.model, clock_mhz=clock
+        )
+        for clock in reversed(clocks)
+    ]
+    slos = default_slos(scheme)
+    slo = ProfileSlo(
+        ttft_ms_by_class={cls: s.ttft_ms for cls, s in slos.items()},
+        tbt_ms=max(s.tbt_ms for s in slos.values()),
+    )
+    backend = SimulatedProfileBackend(
+        window=SimWindow(window_s=request.window_s, drain_s=2.0 * request.window_s),
+        max_num_seqs=request.max_num_seqs,
+    )
+    rows = profile_sweep(
+        backend,
+        targets,
+        class_pools(scheme, lengths),
+        slo=slo,
+        relative_tolerance=request.tolerance,
+    )
+    return tuple(
+        ServingConfig(
+            partition=row.partition,
+            request_class=row.request_type,
+            mode=row.mode,
+            gpu_type=row.gpu_type,
+            gpus=row.gpus,
+            tensor_parallel=row.tensor_parallel,
+            clock_mhz=row.clock_mhz,
+            power_w=row.power_w,
+            max_qps=row.max_qps,
+            e2e_s=_finite(row.e2e_s),
+            tbt_ms=_finite(row.tbt_ms),
+            ttft_ms=_finite(row.ttft_ms),
+        )
+        for row in rows
+    )
+
+
+def _finite(value: float) -> float:
+    """NaN means 'never measured' (no finished request): an SLO filter must reject it."""
+    return value if value == value else 1e9

@@ -1,0 +1,309 @@
+"""The ``milp`` planner loop: live inputs → FREESH Eq. 1 → overhead gate → published plan.
+
+Every epoch (model time) the planner reads the fleet from the workers' Redis registrations,
+the latest carbon forecast per region from Redis, and the demand it observed on
+``request.done``; it solves Eq. 1 with the clock dimension (:func:`solve_plan`, time limit and
+feasible fallbacks), compares the result with the running plan through DynamoLLM's overhead
+gate, and publishes the winner. Until it has demand history, profiles and a fleet it
+publishes a bootstrap plan (everyone serves). A failed solve keeps the last good plan.
+
+Between epochs the plan is re-published every ``republish_wall_s``; a pool planned to zero
+keeps one worker while the scheduler still reports queued work for it
+(``scheduler.ready.<pool>``), so no request is stranded behind parked workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from nats.aio.msg import Msg
+
+from proto.codec import DecodeError, decode, decode_any
+from proto.messages import Completion, Forecast, WorkerStats
+from proto.messages import Plan as WirePlan
+from services.classifier.classes import scheme_by_name
+from services.forecaster.load_forecast import LOAD_METHODS, LoadForecastConfig
+from services.planner.freesh_instance import load_profiles_csv
+from services.planner.live_inputs import DemandTracker, LivePool, intensity_steps, pools_from_stats
+from services.planner.live_plan import (
+    PoolDecision,
+    bootstrap_plan,
+    build_live_problem,
+    pool_allocations,
+    pool_decisions,
+    wire_plan,
+)
+from services.planner.live_profiles import (
+    ProfileRequest,
+    gpu_family,
+    measure_mode_profiles,
+    profiles_for_mode,
+    scheme_name_for,
+    slo_policy_for,
+)
+from services.planner.milp import solve_plan
+from services.planner.overhead_gate import TransitionCosts, gate_plans
+from services.planner.plan_model import Plan as CorePlan
+from services.planner.plan_model import demand_shortfall
+from services.planner.problem import (
+    Objective,
+    PlannerSettings,
+    PlanningProblem,
+    ServingConfig,
+    Solver,
+)
+from shared.lifecycle import ServiceContext
+from shared.store import as_bytes
+
+__all__ = ["LivePlanner"]
+
+logger = logging.getLogger(__name__)
+
+ProfileKey = tuple[str, int, str, int]
+"""(GPU family, TP, model, max_num_seqs): what one start-up measurement covers."""
+
+
+@dataclass(slots=True)
+class _Running:
+    """The plan in force, in the forms the gate and the republisher need."""
+
+    core: CorePlan
+    decisions: dict[str, PoolDecision]
+    pools: dict[str, LivePool]
+    fallback_order: tuple[str, ...]
+
+
+class LivePlanner:
+    """State of the ``milp`` planner between epochs."""
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        """Read settings and the profiles CSV; nothing is measured yet."""
+        self._ctx = ctx
+        cfg = self._cfg = ctx.settings.planner
+        if cfg.load_method not in LOAD_METHODS:
+            raise ValueError(f"planner.load_method must be one of {LOAD_METHODS}")
+        self._csv: tuple[ServingConfig, ...] = (
+            load_profiles_csv(cfg.profiles_csv) if cfg.profiles_csv is not None else ()
+        )
+        partitions = {c.partition for c in self._csv} | {cfg.scheme}
+        schemes = {p: scheme_by_name(scheme_name_for(p)) for p in sorted(partitions)}
+        self._schemes = schemes
+        step_s = cfg.epoch_s / cfg.steps_per_epoch
+        bins = max(1, round(step_s / cfg.demand_bin_s))
+        self._demand = DemandTracker(
+            schemes,
+            LoadForecastConfig(
+                bin_s=step_s / bins,
+                step_s=step_s,
+                steps=cfg.steps_per_epoch,
+                method=cfg.load_method,  # checked above
+                recent_steps=cfg.recent_steps,
+            ),
+            cfg.demand_history_steps,
+        )
+        self._measured: dict[ProfileKey, tuple[ServingConfig, ...]] = {}
+        self._measuring: dict[ProfileKey, asyncio.Task[tuple[ServingConfig, ...]]] = {}
+        self._max_num_seqs: dict[str, int] = {}
+        self._last_intensity: dict[str, float] = {}
+        self._ready_wall: dict[str, float] = {}
+        self._running: _Running | None = None
+        self.epoch = -1
+        self.plan: WirePlan | None = None
+
+    async def on_done(self, msg: Msg) -> None:
+        """Count a completed request as an arrival at its send time (model time)."""
+        with contextlib.suppress(DecodeError):
+            done = decode_any(msg.data)
+            if isinstance(done, Completion):
+                arrival = self._ctx.clock.model_at(done.sent_at)
+                latency = self._ctx.clock.model_at(done.finished_at) - arrival
+                self._demand.add(arrival, done.input_tokens, max(1, done.output_tokens), latency)
+
+    async def on_ready(self, msg: Msg) -> None:
+        """Note that the scheduler holds queued work for a pool."""
+        self._ready_wall[msg.subject.rsplit(".", 1)[-1]] = time.time()
+
+    async def _inventory(self) -> dict[str, LivePool]:
+        redis, keys = self._ctx.redis, self._ctx.keys
+        names = [k async for k in redis.scan_iter(match=keys.worker_pattern)]
+        stats: list[WorkerStats] = []
+        for raw in await redis.mget(names) if names else []:
+            if raw:
+                with contextlib.suppress(DecodeError):
+                    stats.append(decode(as_bytes(raw), WorkerStats))
+        self._max_num_seqs = {s.pool_id: s.max_num_seqs for s in stats}
+        return pools_from_stats(stats)
+
+    def _profiles(self, pools: dict[str, LivePool]) -> dict[str, tuple[ServingConfig, ...]]:
+        """Rows per pool: from the CSV, else measured; modes still being measured are absent.
+
+        Measurements run in a child process (the engine model is CPU-bound Python and would
+        starve this process's event loop, which may host other services in tests).
+        """
+        out: dict[str, tuple[ServingConfig, ...]] = {}
+        for pool_id, pool in pools.items():
+            rows = profiles_for_mode(self._csv, (gpu_family(pool.gpu), pool.tp))
+            if rows:
+                out[pool_id] = rows
+                continue
+            key = (gpu_family(pool.gpu), pool.tp, pool.model, self._max_num_seqs[pool_id])
+            if key in self._measured:
+                out[pool_id] = self._measured[key]
+            elif key not in self._measuring:
+                request = ProfileRequest(
+                    gpu=pool.gpu, tp=pool.tp, model=pool.model, scheme=self._cfg.scheme,
+                    clock_fractions=self._cfg.profile_clock_fractions,
+                    window_s=self._cfg.profile_window_s, max_num_seqs=key[3],
+                )  # fmt: skip
+                self._measuring[key] = asyncio.create_task(self._measure(key, request))
+        return out
+
+    async def _measure(self, key: ProfileKey, request: ProfileRequest) -> tuple[ServingConfig, ...]:
+        started = time.perf_counter()
+        context = multiprocessing.get_context("spawn")  # no fork of a threaded event loop
+        try:
+            with ProcessPoolExecutor(1, mp_context=context) as pool:
+                rows = await asyncio.get_running_loop().run_in_executor(
+                    pool, measure_mode_profiles, request
+                )
+        except Exception:
+            logger.exception("profiling %s tp%d failed; retrying", request.gpu, request.tp)
+            del self._measuring[key]
+            return ()
+        self._measured[key] = rows
+        logger.info(
+            "profiled %s: %d rows in %.1f s", key,
+            len(rows), time.perf_counter() - started,
+        )  # fmt: skip
+        return rows
+
+    async def _intensity(self, regions: list[str], start_s: float) -> dict[str, tuple[float, ...]]:
+        cfg = self._cfg
+        steps, step_s = cfg.steps_per_epoch, cfg.epoch_s / cfg.steps_per_epoch
+        if cfg.objective == Objective.ENERGY:
+            return dict.fromkeys(regions, (1.0,) * steps)
+        out: dict[str, tuple[float, ...] | None] = {}
+        for region in regions:
+            forecast: Forecast | None = None
+            raw = await self._ctx.redis.get(self._ctx.keys.forecast(region))
+            if raw:
+                with contextlib.suppress(DecodeError):
+                    forecast = decode(as_bytes(raw), Forecast)
+            values = intensity_steps(
+                forecast, start_s, step_s, steps, self._last_intensity.get(region)
+            )
+            if values:
+                self._last_intensity[region] = values[-1]
+            out[region] = values
+        known = [max(v) for v in out.values() if v]
+        # A region with no forecast yet is taken as the worst known one: never a magnet.
+        worst = max(known) if known else 1.0
+        return {r: v if v else (worst,) * steps for r, v in out.items()}
+
+    async def plan_epoch(self, epoch: int) -> None:
+        """Plan one epoch (or bootstrap) and keep the result as ``self.plan``."""
+        cfg, now = self._cfg, self._ctx.clock.now()
+        issued, valid = time.time(), time.time() + self._ctx.clock.wall_period(cfg.epoch_s)
+        pools = {k: p for k, p in (await self._inventory()).items() if p.workers}
+        self.epoch = epoch
+        if not pools:
+            self.plan, self._running = None, None  # the shell publishes the static plan
+            return
+        profiles = self._profiles(pools)
+        if len(profiles) < len(pools) or self._demand.observed_steps(now) < 1:
+            self.plan = bootstrap_plan(
+                pools, scheme=cfg.scheme, epoch=epoch, issued_at=issued, valid_until=valid
+            )
+            self._running = None
+            return
+        regions = sorted({p.region for p in pools.values()})
+        intensity = await self._intensity(regions, epoch * cfg.epoch_s)
+        partitions = sorted({c.partition for rows in profiles.values() for c in rows})
+        keys = [(p, cls) for p in partitions for cls in self._schemes[p].classes]
+        problem = build_live_problem(
+            pools=pools, profiles=profiles, demand_qps=self._demand.forecast(now, keys),
+            intensity=intensity, step_s=cfg.epoch_s / cfg.steps_per_epoch, alpha=cfg.alpha,
+            slo=slo_policy_for(partitions), slices=cfg.time_share_slices,
+        )  # fmt: skip
+        settings = PlannerSettings(
+            objective=Objective(cfg.objective), solver=Solver(cfg.solver),
+            time_limit_s=cfg.time_limit_s, mip_rel_gap=cfg.mip_rel_gap,
+        )  # fmt: skip
+        core = await asyncio.to_thread(solve_plan, problem, settings)
+        decisions = pool_decisions(core, problem, pools, cfg.time_share_slices)
+        order = tuple(sorted(pools, key=lambda pid: (sum(intensity[pools[pid].region]), pid)))
+        candidate = _Running(core, decisions, pools, order)
+        if self._keep_running(candidate, problem, intensity):
+            assert self._running is not None
+            self._running.fallback_order = order
+        else:
+            self._running = candidate
+        logger.info(
+            "plan epoch %d: %s, peak demand %.3g qps, instances %s", epoch, core.status.value,
+            sum(max(v) for v in problem.demand_qps.values()),
+            {pid: d.instances for pid, d in self._running.decisions.items()},
+        )  # fmt: skip
+        self.plan = self._wire(epoch, issued, valid)
+
+    def _keep_running(
+        self, new: _Running, problem: PlanningProblem, intensity: dict[str, tuple[float, ...]]
+    ) -> bool:
+        """DynamoLLM's gate: keep the running plan unless switching pays for itself."""
+        old = self._running
+        if old is None or old.pools != new.pools or old.core.partition != new.core.partition:
+            return False
+        covers = not demand_shortfall(old.core.allocations, problem, old.core.partition)
+        weight = None
+        if self._cfg.objective == Objective.CARBON:
+            weight = {r: sum(v) / len(v) for r, v in intensity.items()}
+        decision = gate_plans(
+            pool_allocations(old.decisions, old.pools),
+            pool_allocations(new.decisions, new.pools),
+            remaining_s=self._cfg.epoch_s,
+            costs=TransitionCosts(
+                start_s=self._cfg.start_s, start_power_w_per_gpu=self._cfg.start_power_w_per_gpu
+            ),
+            old_covers_demand=covers,
+            region_weight=weight,
+            margin=self._cfg.gate_margin,
+        )
+        logger.info("overhead gate: %s", decision.reason)
+        return not decision.reconfigure
+
+    def _wire(self, epoch: int, issued: float, valid: float) -> WirePlan:
+        running = self._running
+        assert running is not None
+        now = time.time()
+        busy = frozenset(
+            pid
+            for pid, seen in self._ready_wall.items()
+            if now - seen <= self._cfg.drain_grace_wall_s
+        )
+        return wire_plan(
+            decisions=running.decisions,
+            pools=running.pools,
+            partition=running.core.partition,
+            epoch=epoch,
+            issued_at=issued,
+            valid_until=valid,
+            objective=self._cfg.objective,
+            status=running.core.status.value,
+            keep_one=busy,
+            fallback_order=running.fallback_order,
+        )
+
+    @property
+    def bootstrapping(self) -> bool:
+        """True until the first MILP plan: the shell then re-plans on every tick."""
+        return self._running is None
+
+    def refresh(self) -> None:
+        """Re-derive the current plan's kept-for-draining pools (between epochs)."""
+        if self._running is not None and self.plan is not None:
+            self.plan = self._wire(self.plan.epoch, self.plan.issued_at, self.plan.valid_until)
