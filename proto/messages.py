@@ -21,6 +21,7 @@ __all__ = [
     "Assignment",
     "ClassifiedRequest",
     "ClockCommand",
+    "ClockOverride",
     "ClockReply",
     "Completion",
     "DispatchReply",
@@ -293,6 +294,24 @@ class ClockCommand(_Message, tag="gs.v1.clock", frozen=True, kw_only=True):
 
     worker_id: Id
     clock_mhz: Mhz
+    issued_by: str
+    reason: str = ""
+    issued_at: NonNeg = 0.0
+
+
+class ClockOverride(_Message, tag="gs.v1.clock_override", frozen=True, kw_only=True):
+    """Hold a pool's GPUs (or one worker's) at their maximum clock for a bounded time.
+
+    Sent by the scheduler's emergency ladder when an SLO miss is imminent (DynamoLLM §4.4,
+    rung 2); dvfs agents honour it only from ``issued_by = "scheduler"``. ``hold_s`` 0
+    releases the override at once.
+    """
+
+    pool_id: Id
+    worker_id: Id | None = None
+    """One worker of the pool; None means every worker of the pool."""
+    hold_s: Annotated[float, Meta(ge=0.0, le=3600.0)]
+    """Model seconds the override lasts from receipt; a new override replaces the old."""
     issued_by: str
     reason: str = ""
     issued_at: NonNeg = 0.0

@@ -156,6 +156,15 @@ class Subjects:
         """All nodes' dvfs reports."""
         return f"{self._base}.dvfs.report.*"
 
+    def dvfs_override(self, pool_id: str) -> str:
+        """Event: the scheduler asks for a pool's maximum clock (emergency ladder)."""
+        return f"{self._base}.dvfs.override.{_check(pool_id, 'pool id')}"
+
+    @property
+    def dvfs_override_wildcard(self) -> str:
+        """All pools' clock overrides (dvfs agents subscribe)."""
+        return f"{self._base}.dvfs.override.*"
+
     @property
     def errors(self) -> str:
         """Dead letters: messages that could not even be attributed to a request."""

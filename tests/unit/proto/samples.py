@@ -13,6 +13,7 @@ from proto.messages import (
     Assignment,
     ClassifiedRequest,
     ClockCommand,
+    ClockOverride,
     ClockReply,
     Completion,
     DispatchReply,
@@ -80,6 +81,7 @@ SAMPLES: tuple[msgspec.Struct, ...] = (
     _CLASSIFIED,
     ClockCommand(worker_id="worker-0", clock_mhz=1200.0, issued_by="dvfs", reason="fixed"),
     ClockReply(worker_id="worker-0", applied_mhz=1200.0, accepted=True),
+    ClockOverride(pool_id="pjm-a100", hold_s=10.0, issued_by="scheduler", reason="emergency"),
     Completion(
         request_id="conv-42",
         worker_id="worker-0",

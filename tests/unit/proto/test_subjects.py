@@ -135,6 +135,7 @@ def test_subjects_of_one_stack_are_distinct_and_wildcards_stay_in_their_family(
         "worker_stats_wildcard": {"worker_stats"},
         "forecast_wildcard": {"forecast"},
         "dvfs_report_wildcard": {"dvfs_report"},
+        "dvfs_override_wildcard": {"dvfs_override"},
         "client_wildcard": {"client_reply"},
     }
     assert set(families) == set(WILDCARDS) | {"client_wildcard"}
