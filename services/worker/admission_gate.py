@@ -1,0 +1,237 @@
+"""SLO-safe admission at the worker: throttLL'eM's scoreboard checked on every dispatch.
+
+The worker knows its engine exactly, so it decides. On a dispatch it projects batch size
+and KV blocks over the coming iterations for the requests it holds plus the candidate
+(throttLL'eM Eq. 1–2), prices each iteration with the backend's own iteration-time model
+(Eq. 3) and refuses with reason ``admission`` when the KV cache would overflow or an
+admitted request would miss its deadline (Eq. 4); see
+:func:`services.scheduler.admission.check_admission`.
+
+Iteration time per backend:
+
+* ``sim``: the engine's calibrated cost model (``CostModel.cost_of``) at the engine's
+  current clock, for a pure decode of B sequences over the projected context; the prefill
+  of requests that have not produced a token yet (the candidate included) is added to the
+  first iteration.
+* ``vllm``: KV only (the server's iteration time is not modelled here), and only when the
+  server reports its real block count; otherwise admission is off.
+* ``instant``: off (nothing to protect).
+
+A refusal *closes* the gate: until a request ends here (or ``hold_s`` wall seconds pass)
+the worker refuses at once and advertises no free slot, so the router does not offer the
+same queue head again and again; the scheduler keeps the request in LLF order meanwhile.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from proto.messages import ClassifiedRequest
+from services.scheduler.admission import (
+    AdmissionConfig,
+    AdmissionDecision,
+    FloatArray,
+    IntArray,
+    IterationTimeModel,
+    ScoreboardEntry,
+    check_admission,
+)
+from services.worker.backend import WorkerBackend
+from services.worker.sim_backend import SimBackend
+from services.worker.vllm_backend import KV_FRACTION_BLOCKS, VllmBackend
+from shared.engine import SimulatedEngine
+from shared.engine.costs import CostModel
+
+__all__ = [
+    "REFUSAL_REASON",
+    "AdmissionGate",
+    "EngineLimits",
+    "decode_iteration_time",
+    "limits_of",
+]
+
+REFUSAL_REASON: Final = "admission"
+"""``DispatchReply.reason`` of a request refused by the gate."""
+
+
+def decode_iteration_time(
+    costs: CostModel, clock_mhz: float, block_tokens: int, prefill_s: float = 0.0
+) -> IterationTimeModel:
+    """The engine's pure-decode iteration time for (batch, KV blocks) arrays (throttLL'eM Eq. 3).
+
+    Same float operations as ``costs.cost_of(0, B, C, C, B, clock_mhz).duration_s`` with
+    C = KV blocks × ``block_tokens`` (an upper bound of the context: the last block of
+    each sequence is counted full), vectorised over iterations that share a batch size.
+
+    Args:
+        costs: the engine's cost model.
+        clock_mhz: the clock the projection assumes.
+        block_tokens: tokens per KV block.
+        prefill_s: extra seconds added to the first iteration (pending prefills).
+    """
+
+    def model(batch: IntArray, kv_blocks: IntArray) -> FloatArray:
+        out = np.zeros(batch.shape, dtype=np.float64)
+        context = kv_blocks.astype(np.float64) * block_tokens
+        for b in np.unique(batch):
+            n = int(b)
+            if n <= 0:
+                continue
+            p = costs.decode_pricing(n, clock_mhz)
+            at = batch == b
+            ctx = context[at]
+            compute_s = (p.linear_flops + p.attention_flops_per_pair * ctx) / p.flop_rate / p.s
+            memory_s = (p.weight_bytes + p.kv_bytes_per_token * ctx) / p.mem_rate * p.slowdown
+            duration = (compute_s**p.sharpness + memory_s**p.sharpness) ** (1.0 / p.sharpness)
+            duration = duration + p.kernel_layers_at_s + p.token_time + p.host_fixed_s
+            out[at] = duration + p.allreduce_s
+        if out.size:
+            out[0] += prefill_s
+        return out
+
+    return model
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    """What admission knows of one engine right now."""
+
+    kv_capacity_blocks: int
+    block_tokens: int
+    costs: CostModel | None = None
+    """Iteration-time model; None checks the KV cache only."""
+    clock_mhz: float = 0.0
+
+
+def limits_of(backend: WorkerBackend) -> EngineLimits | None:
+    """The admission limits a backend supports now, or None when admission is off for it."""
+    if isinstance(backend, SimBackend) and isinstance(backend.engine, SimulatedEngine):
+        engine = backend.engine
+        return EngineLimits(
+            engine.kv_blocks_total, engine.config.block_size, engine.cost_model, engine.clock_mhz
+        )
+    if isinstance(backend, VllmBackend):
+        snap = backend.snapshot()
+        if snap.kv_blocks_total > 0 and snap.kv_blocks_total != KV_FRACTION_BLOCKS:
+            return EngineLimits(snap.kv_blocks_total, snap.kv_block_size)
+    return None
+
+
+def _no_time(batch: IntArray, kv_blocks: IntArray) -> FloatArray:
+    del kv_blocks
+    return np.zeros(batch.shape, dtype=np.float64)
+
+
+@dataclass(slots=True)
+class _Held:
+    request: ClassifiedRequest
+    generated: int = 0
+
+
+class AdmissionGate:
+    """Scoreboard of one worker: its requests, their progress, and the admission check."""
+
+    def __init__(self, *, enabled: bool, hold_s: float) -> None:
+        """Check dispatches when ``enabled``; a refusal closes the gate for ``hold_s`` wall s."""
+        self._enabled = enabled
+        self._hold_s = hold_s
+        self._held: dict[str, _Held] = {}
+        self._closed_until: float | None = None
+        self.refusals = 0
+        self.last_decision: AdmissionDecision | None = None
+
+    @property
+    def closed(self) -> bool:
+        """Whether the gate refuses every dispatch now (it refused one and nothing ended)."""
+        if self._closed_until is not None and time.time() >= self._closed_until:
+            self._closed_until = None
+        return self._closed_until is not None
+
+    def advertised_slots(self, max_num_seqs: int, in_flight: int) -> int:
+        """The sequence limit to report in stats: no room while closed."""
+        return min(in_flight, max_num_seqs) if self.closed else max_num_seqs
+
+    def admit(
+        self, candidate: ClassifiedRequest, now_s: float, limits: EngineLimits | None
+    ) -> bool:
+        """Decide one dispatch at model time ``now_s``; closes the gate on a refusal."""
+        if not self._enabled or limits is None or not self._held:
+            return True  # an idle engine always takes work, or nothing would ever start
+        if self.closed:
+            self.refusals += 1
+            return False
+        running = [_entry(h.request, h.generated) for h in self._held.values()]
+        entry = _entry(candidate, 0)
+        config = AdmissionConfig(
+            kv_capacity_blocks=limits.kv_capacity_blocks,
+            block_tokens=limits.block_tokens,
+        )
+        model: IterationTimeModel = _no_time
+        if limits.costs is not None:
+            pending = [h.request.input_tokens for h in self._held.values() if h.generated == 0]
+            with_candidate = _prefill_s(limits, [*pending, candidate.input_tokens])
+            alone = _prefill_s(limits, pending)
+            base = decode_iteration_time(limits.costs, limits.clock_mhz, limits.block_tokens)
+            n_running = len(running)
+
+            def model(batch: IntArray, kv_blocks: IntArray) -> FloatArray:
+                out = base(batch, kv_blocks)
+                # check_admission projects with and without the candidate; the first
+                # iteration's batch tells which, and so whose prefill delays it.
+                if out.size:
+                    out[0] += with_candidate if int(batch[0]) > n_running else alone
+                return out
+
+        decision = check_admission(running, entry, now_s=now_s, config=config, iteration_time=model)
+        self.last_decision = decision
+        if decision.admitted:
+            return True
+        self.refusals += 1
+        self._closed_until = time.time() + self._hold_s
+        return False
+
+    def opened(self, request: ClassifiedRequest) -> None:
+        """Put an accepted request on the scoreboard."""
+        self._held.setdefault(request.request.request_id, _Held(request))
+
+    def observe(self, emitted: Iterable[str], ended: Iterable[str]) -> bool:
+        """Count produced tokens and forget ended requests; return whether the gate reopened."""
+        for rid in emitted:
+            held = self._held.get(rid)
+            if held is not None:
+                held.generated += 1
+        reopened = False
+        for rid in ended:
+            if self._held.pop(rid, None) is not None and self._closed_until is not None:
+                self._closed_until = None
+                reopened = True
+        return reopened
+
+
+def _entry(request: ClassifiedRequest, generated: int) -> ScoreboardEntry:
+    # Past its prediction a request runs to max_tokens at most (throttLL'eM's overrun rule,
+    # with the request's own cap instead of a global one).
+    cap = request.request.max_tokens
+    predicted = min(request.predicted_output_tokens, cap)
+    remaining = predicted - generated if predicted > generated else cap - generated
+    return ScoreboardEntry(
+        request_id=request.request.request_id,
+        prompt_tokens=request.input_tokens,
+        generated_tokens=generated,
+        predicted_remaining_tokens=max(remaining, 1),
+        deadline_s=request.deadline_s,
+    )
+
+
+def _prefill_s(limits: EngineLimits, prompts: list[int]) -> float:
+    if not prompts or limits.costs is None:
+        return 0.0
+    total = sum(prompts)
+    pairs = sum(p * (p + 1) / 2.0 for p in prompts)
+    cost = limits.costs.cost_of(total, 0, pairs, 0.0, len(prompts), limits.clock_mhz)
+    return cost.duration_s
