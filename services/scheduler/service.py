@@ -28,6 +28,7 @@ from proto.messages import (
     SubmitReply,
 )
 from proto.subjects import QUEUE_GROUPS
+from services.scheduler.ladder_shell import start_ladder
 from services.scheduler.queueing import QueueDiscipline, QueuedRequest, make_discipline
 from shared.bus import serve as serve_subject
 from shared.counters import QUEUE_DEPTH
@@ -95,6 +96,21 @@ class SchedulerState:
             assert isinstance(item.payload, ClassifiedRequest)
             out.append(item.payload)
         return out
+
+    def switch_discipline(self, pool_id: str, name: str | None, now_s: float) -> bool:
+        """Re-rank one pool's queue by ``name`` (None: the configured discipline).
+
+        Used by the emergency ladder's REORDER rung; returns False when nothing changed.
+        """
+        wanted = name or self._discipline
+        current = self.queue(pool_id)
+        if current.name == wanted:
+            return False
+        fresh = make_discipline(wanted)
+        for item in current.ordered(now_s):
+            fresh.push(item)
+        self._queues[pool_id] = fresh
+        return True
 
     def remove(self, request_id: str) -> bool:
         """Drop a queued request from whichever pool holds it."""
@@ -221,6 +237,10 @@ async def serve(ctx: ServiceContext) -> None:
         await ctx.nc.subscribe(subjects.request_done, cb=on_done),
     ]
 
+    if ctx.settings.scheduler.ladder:
+        _ladder, ladder_sub, ladder_tick = await start_ladder(ctx, state)
+        subs.append(ladder_sub)
+
     async def remind() -> None:
         for pool_id in state.backlog():
             await ctx.nc.publish(subjects.scheduler_ready(pool_id), b"")
@@ -234,6 +254,16 @@ async def serve(ctx: ServiceContext) -> None:
                 )
             )
             tg.create_task(run_periodic(ctx.stop, 0.05, forget_ended, service=NAME, name="forget"))
+            if cfg.ladder:  # DynamoLLM's emergency ladder, each ready period
+                tg.create_task(
+                    run_periodic(
+                        ctx.stop,
+                        cfg.ready_period_ms / 1000.0,
+                        ladder_tick,
+                        service=NAME,
+                        name="ladder",
+                    )
+                )
             tg.create_task(
                 run_periodic(
                     ctx.stop,
