@@ -64,9 +64,9 @@ def decode_iteration_time(
 ) -> IterationTimeModel:
     """The engine's pure-decode iteration time for (batch, KV blocks) arrays (throttLL'eM Eq. 3).
 
-    Same float operations as ``costs.cost_of(0, B, C, C, B, clock_mhz).duration_s`` with
+    ``costs.cost_of(0, B, C, C, B, clock_mhz).duration_s`` (to float rounding) with
     C = KV blocks × ``block_tokens`` (an upper bound of the context: the last block of
-    each sequence is counted full), vectorised over iterations that share a batch size.
+    each sequence is counted full), vectorised over the projection's iterations.
 
     Args:
         costs: the engine's cost model.
@@ -75,21 +75,22 @@ def decode_iteration_time(
         prefill_s: extra seconds added to the first iteration (pending prefills).
     """
 
+    one = costs.decode_pricing(1, clock_mhz)
+    two = costs.decode_pricing(2, clock_mhz)
+    p = one.sharpness
+
     def model(batch: IntArray, kv_blocks: IntArray) -> FloatArray:
-        out = np.zeros(batch.shape, dtype=np.float64)
+        # Per-sequence terms are linear in B (allreduce affine), so one pricing serves all B.
+        seqs = batch.astype(np.float64)
         context = kv_blocks.astype(np.float64) * block_tokens
-        for b in np.unique(batch):
-            n = int(b)
-            if n <= 0:
-                continue
-            p = costs.decode_pricing(n, clock_mhz)
-            at = batch == b
-            ctx = context[at]
-            compute_s = (p.linear_flops + p.attention_flops_per_pair * ctx) / p.flop_rate / p.s
-            memory_s = (p.weight_bytes + p.kv_bytes_per_token * ctx) / p.mem_rate * p.slowdown
-            duration = (compute_s**p.sharpness + memory_s**p.sharpness) ** (1.0 / p.sharpness)
-            duration = duration + p.kernel_layers_at_s + p.token_time + p.host_fixed_s
-            out[at] = duration + p.allreduce_s
+        linear = one.linear_flops * seqs
+        compute_s = (linear + one.attention_flops_per_pair * context) / one.flop_rate / one.s
+        memory_s = (one.weight_bytes + one.kv_bytes_per_token * context) / one.mem_rate
+        memory_s = memory_s * one.slowdown
+        out = (compute_s**p + memory_s**p) ** (1.0 / p) + one.kernel_layers_at_s
+        out = out + one.token_time * seqs + one.host_fixed_s
+        out = out + one.allreduce_s + (two.allreduce_s - one.allreduce_s) * (seqs - 1.0)
+        out = np.where(batch > 0, out, 0.0)
         if out.size:
             out[0] += prefill_s
         return out
