@@ -84,9 +84,7 @@ def permissions_for(subjects: Subjects, identity: Identity) -> SubjectPermission
     stream = s.ingress_stream
     inbox = f"{identity.inbox_prefix}.>"
     role, scope = identity.role, identity.scope or ""
-    # Emergency clock overrides (scheduler → dvfs) exist only in newer Subjects.
-    override = getattr(s, "dvfs_override_wildcard", None)
-    overrides: tuple[str, ...] = (override,) if isinstance(override, str) else ()
+    overrides = (s.dvfs_override_wildcard,)  # the scheduler's emergency max clock → dvfs
     pub: tuple[str, ...]
     sub: tuple[str, ...]
     responds = False
@@ -101,7 +99,8 @@ def permissions_for(subjects: Subjects, identity: Identity) -> SubjectPermission
         )
         sub = (s.request_done, s.plan)
     elif role == "scheduler":
-        pub = (s.scheduler_ready_wildcard, *overrides)  # overrides: emergency max clock
+        # Ready events, emergency clock overrides, and shed errors (client + request.done).
+        pub = (s.scheduler_ready_wildcard, *overrides, clients, s.request_done, s.errors)
         sub = (
             s.scheduler_submit,
             s.scheduler_pull,

@@ -85,7 +85,8 @@ def test_the_publishers_of_each_event_are_those_of_the_protocol_table() -> None:
     assert _roles_that(_can_publish, S.worker_stats("w1")) == {"worker"}
     assert not _can_publish("worker", S.worker_stats("w2"))
     assert _roles_that(_can_publish, S.scheduler_ready("p")) == {"scheduler"}
-    assert _roles_that(_can_publish, S.request_done) == {"worker", "classifier"}
+    # Errors end requests from the classifier, workers and the scheduler's emergency ladder.
+    assert _roles_that(_can_publish, S.request_done) == {"worker", "classifier", "scheduler"}
     assert _roles_that(_can_publish, S.forecast("PJM")) == {"forecaster"}
     assert _roles_that(_can_publish, S.worker_dispatch("w1")) == {"router"}
     assert _roles_that(_can_publish, S.dvfs_report("n1")) == {"dvfs"}
