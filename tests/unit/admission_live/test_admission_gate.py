@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from proto.messages import ClassifiedRequest, Request
+from proto.messages import ClassifiedRequest
 from services.worker.admission_gate import (
     AdmissionGate,
     EngineLimits,
@@ -17,33 +17,22 @@ from services.worker.admission_gate import (
 from services.worker.instant_backend import InstantBackend
 from services.worker.sim_backend import SimBackend
 from shared.engine import EngineConfig, SimulatedEngine, create_engine
+from tests.factories import classified_request
 
 
 def _request(
     rid: str, *, deadline: float, prompt: int = 200, output: int = 100, predicted: int = 0
 ) -> ClassifiedRequest:
-    return ClassifiedRequest(
-        request=Request(
-            request_id=rid,
-            model="llama-3-8b",
-            reply_subject=f"gs.v1.client.c.{rid}",
-            sent_at=0.0,
-            max_tokens=output,
-            prompt_tokens=prompt,
-        ),
-        input_tokens=prompt,
+    return classified_request(
+        rid,
+        prompt_tokens=prompt,
+        output_tokens=output,
         predicted_output_tokens=predicted or output,
-        request_class="SS",
-        pool_id="p",
-        region="PJM",
-        arrival_s=0.0,
         ttft_slo_ms=0.0,
         tbt_slo_ms=0.0,
         profile_ttft_ms=100.0,
         profile_tbt_ms=15.0,
-        lat_s=1.0,
         deadline_s=deadline,
-        classified_at=0.0,
     )
 
 

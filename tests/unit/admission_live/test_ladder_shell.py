@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from proto.messages import ClassifiedRequest, ClockOverride, Request, WorkerStats
+from proto.messages import ClassifiedRequest, ClockOverride, WorkerStats
 from services.dvfs.clock_override import ClockOverrides
 from services.scheduler.emergency import (
     EmergencyConfig,
@@ -14,6 +14,7 @@ from services.scheduler.emergency import (
 )
 from services.scheduler.ladder_shell import LadderBook, SchedulerQueues
 from services.scheduler.service import SchedulerState
+from tests.factories import classified_request, worker_stats
 
 CONFIG = EmergencyConfig(
     imminent_laxity_s=0.0, escalate_after_s=1.0, recover_after_s=2.0, shed_wait_s=0.5
@@ -23,52 +24,23 @@ CONFIG = EmergencyConfig(
 def _request(
     rid: str, pool: str, *, arrival: float, deadline: float, predicted: int = 100
 ) -> ClassifiedRequest:
-    return ClassifiedRequest(
-        request=Request(
-            request_id=rid,
-            model="llama-3-8b",
-            reply_subject=f"gs.v1.client.c.{rid}",
-            sent_at=0.0,
-            max_tokens=100,
-            prompt_tokens=100,
-        ),
-        input_tokens=100,
+    return classified_request(
+        rid,
+        prompt_tokens=100,
+        output_tokens=100,
         predicted_output_tokens=predicted,
-        request_class="SS",
         pool_id=pool,
-        region="PJM",
         arrival_s=arrival,
         ttft_slo_ms=0.0,
         tbt_slo_ms=0.0,
         profile_ttft_ms=100.0,
-        profile_tbt_ms=10.0,
         lat_s=predicted * 0.01 + 0.1,
         deadline_s=deadline,
-        classified_at=0.0,
     )
 
 
 def _stats(worker: str, pool: str, free: int) -> WorkerStats:
-    return WorkerStats(
-        worker_id=worker,
-        pool_id=pool,
-        region="CISO",
-        node_id="n",
-        gpu="A100-80GB",
-        model="llama-3-8b",
-        tp=1,
-        running=0,
-        waiting=0,
-        max_num_seqs=8,
-        free_slots=free,
-        kv_blocks_used=0,
-        kv_blocks_total=100,
-        clock_mhz=1005.0,
-        power_w=0.0,
-        energy_j=0.0,
-        tokens_out=0,
-        at=0.0,
-    )
+    return worker_stats(worker, pool_id=pool, region="CISO", free_slots=free, clock_mhz=1005.0)
 
 
 def _kinds(actions: Sequence[tuple[str, object]]) -> list[str]:

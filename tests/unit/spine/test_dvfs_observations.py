@@ -8,6 +8,7 @@ from proto.messages import Completion, WorkerStats
 from services.dvfs.miad import MiadController
 from services.dvfs.observations import LatencyCollector, observation_for
 from services.dvfs.service import make_controller
+from tests.factories import worker_stats
 
 
 def _done(worker: str, ttft_s: float, e2e_s: float, tokens: int) -> Completion:
@@ -19,11 +20,7 @@ def _done(worker: str, ttft_s: float, e2e_s: float, tokens: int) -> Completion:
 
 
 def _stats(clock: float) -> WorkerStats:
-    return WorkerStats(
-        worker_id="w", pool_id="p", region="PJM", node_id="n", gpu="A100-80GB", model="m", tp=1,
-        running=1, waiting=0, max_num_seqs=8, free_slots=7, kv_blocks_used=10,
-        kv_blocks_total=100, clock_mhz=clock, power_w=100.0, energy_j=0.0, tokens_out=0, at=0.0,
-    )  # fmt: skip
+    return worker_stats(running=1, free_slots=7, kv_blocks_used=10, clock_mhz=clock, power_w=100.0)
 
 
 def test_latencies_are_scaled_to_model_time_and_taken_once() -> None:

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from proto.messages import WorkerStats
 from services.router.registry import WorkerRegistry
+from tests.factories import worker_stats
 from tests.unit.spine.test_worker_streams import _classified
 
 
 def _stats(wid: str, pool: str = "p", max_seqs: int = 2) -> WorkerStats:
-    return WorkerStats(
-        worker_id=wid, pool_id=pool, region="PJM", node_id="n", gpu="A100-80GB", model="m", tp=1,
-        running=0, waiting=0, max_num_seqs=max_seqs, free_slots=max_seqs, kv_blocks_used=0,
-        kv_blocks_total=100, clock_mhz=1410.0, power_w=0.0, energy_j=0.0, tokens_out=0, at=0.0,
-    )  # fmt: skip
+    return worker_stats(wid, pool_id=pool, max_num_seqs=max_seqs, free_slots=max_seqs)
 
 
 def test_free_slots_count_the_routers_own_placements() -> None:

@@ -2,35 +2,13 @@
 
 from __future__ import annotations
 
-from proto.messages import ClassifiedRequest, Request
+from proto.messages import ClassifiedRequest
 from services.worker.streams import StreamBook
+from tests.factories import classified_request
 
 
 def _classified(rid: str, out: int) -> ClassifiedRequest:
-    req = Request(
-        request_id=rid,
-        model="m",
-        reply_subject=f"reply.{rid}",
-        sent_at=0.0,
-        max_tokens=out,
-        prompt_tokens=10,
-    )
-    return ClassifiedRequest(
-        request=req,
-        input_tokens=10,
-        predicted_output_tokens=out,
-        request_class="SS",
-        pool_id="p",
-        region="PJM",
-        arrival_s=0.0,
-        ttft_slo_ms=250.0,
-        tbt_slo_ms=100.0,
-        profile_ttft_ms=50.0,
-        profile_tbt_ms=10.0,
-        lat_s=1.0,
-        deadline_s=1.4,
-        classified_at=0.0,
-    )
+    return classified_request(rid, output_tokens=out)
 
 
 def test_first_token_is_flushed_at_once_and_later_tokens_are_coalesced() -> None:

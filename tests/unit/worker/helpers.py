@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from proto.messages import ClassifiedRequest, Request
+from proto.messages import ClassifiedRequest
 from services.worker.backend import OutputBatch
+from tests.factories import classified_request
 
 __all__ = ["RecordingSink", "classified"]
 
@@ -15,30 +16,8 @@ def classified(
     rid: str, *, prompt_tokens: int = 10, max_tokens: int = 5, prompt: str | None = None
 ) -> ClassifiedRequest:
     """A classified request with the given sizes."""
-    req = Request(
-        request_id=rid,
-        model="llama-3-8b",
-        reply_subject=f"reply.{rid}",
-        sent_at=0.0,
-        max_tokens=max_tokens,
-        prompt_tokens=prompt_tokens,
-        prompt=prompt,
-    )
-    return ClassifiedRequest(
-        request=req,
-        input_tokens=prompt_tokens,
-        predicted_output_tokens=max_tokens,
-        request_class="SS",
-        pool_id="p",
-        region="PJM",
-        arrival_s=0.0,
-        ttft_slo_ms=250.0,
-        tbt_slo_ms=100.0,
-        profile_ttft_ms=50.0,
-        profile_tbt_ms=10.0,
-        lat_s=1.0,
-        deadline_s=1.4,
-        classified_at=0.0,
+    return classified_request(
+        rid, prompt_tokens=prompt_tokens, output_tokens=max_tokens, prompt=prompt
     )
 
 

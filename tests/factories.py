@@ -1,0 +1,77 @@
+"""Message factories for tests: one place that builds valid protocol messages.
+
+Every field has a plausible default; tests name only what they are about.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proto.messages import ClassifiedRequest, Request, WorkerStats
+
+__all__ = ["classified_request", "worker_stats"]
+
+
+def classified_request(
+    rid: str,
+    *,
+    prompt_tokens: int = 10,
+    output_tokens: int = 5,
+    predicted_output_tokens: int | None = None,
+    prompt: str | None = None,
+    **fields: Any,
+) -> ClassifiedRequest:
+    """A classified request for ``rid``; ``fields`` override any ClassifiedRequest field."""
+    request = Request(
+        request_id=rid,
+        model="llama-3-8b",
+        reply_subject=f"gs.v1.client.c.{rid}",
+        sent_at=0.0,
+        max_tokens=output_tokens,
+        prompt_tokens=prompt_tokens,
+        prompt=prompt,
+    )
+    values: dict[str, Any] = {
+        "request": request,
+        "input_tokens": prompt_tokens,
+        "predicted_output_tokens": predicted_output_tokens or output_tokens,
+        "request_class": "SS",
+        "pool_id": "p",
+        "region": "PJM",
+        "arrival_s": 0.0,
+        "ttft_slo_ms": 250.0,
+        "tbt_slo_ms": 100.0,
+        "profile_ttft_ms": 50.0,
+        "profile_tbt_ms": 10.0,
+        "lat_s": 1.0,
+        "deadline_s": 1.4,
+        "classified_at": 0.0,
+    }
+    values.update(fields)
+    return ClassifiedRequest(**values)
+
+
+def worker_stats(worker_id: str = "w", **fields: Any) -> WorkerStats:
+    """A worker heartbeat; ``fields`` override any WorkerStats field."""
+    values: dict[str, Any] = {
+        "worker_id": worker_id,
+        "pool_id": "p",
+        "region": "PJM",
+        "node_id": "n",
+        "gpu": "A100-80GB",
+        "model": "llama-3-8b",
+        "tp": 1,
+        "running": 0,
+        "waiting": 0,
+        "max_num_seqs": 8,
+        "free_slots": 8,
+        "kv_blocks_used": 0,
+        "kv_blocks_total": 100,
+        "clock_mhz": 1410.0,
+        "power_w": 0.0,
+        "energy_j": 0.0,
+        "tokens_out": 0,
+        "at": 0.0,
+    }
+    values.update(fields)
+    return WorkerStats(**values)
