@@ -16,13 +16,13 @@ fake module object through ``nvml=``; the simulated engine is the other backend.
 from __future__ import annotations
 
 import contextlib
-import importlib
 from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self, cast
 
 from services.dvfs.controller import snap_clock
-from shared.gpu.nvml import NvmlReader, NvmlReadError, ReaderModule
+from shared.gpu.nvml import NvmlReader, NvmlReadError, ReaderModule, load_nvml
+from shared.gpu.nvml import NvmlUnavailableError as ReaderUnavailableError
 
 __all__ = [
     "NvmlBackend",
@@ -56,14 +56,14 @@ class NvmlModule(ReaderModule, Protocol):
 
 
 def load_pynvml() -> NvmlModule:
-    """Import ``pynvml``.
+    """Import ``pynvml`` (through the shared reader's loader).
 
     Raises:
         NvmlUnavailableError: when it is not installed.
     """
     try:
-        module = importlib.import_module("pynvml")
-    except ImportError as exc:
+        module = load_nvml()
+    except ReaderUnavailableError as exc:
         raise NvmlUnavailableError(
             "NVML clock control needs the optional package nvidia-ml-py "
             "(pip install nvidia-ml-py); the simulator backend needs nothing"
