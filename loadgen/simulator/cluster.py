@@ -315,6 +315,10 @@ class ClusterSimulator:
 
     def update_routes(self, t_s: float) -> None:
         """Give the classifier a plan that matches the live instances."""
+        planner = self.control.planner
+        if planner is not None and planner.plan is not None:
+            self.classifier.update_plan(planner.plan)
+            return
         plan = routing_plan(self.pools, self.routing_weights(), self.scheme.name, t_s)
         self.classifier.update_plan(plan)
 

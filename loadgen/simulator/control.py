@@ -72,6 +72,12 @@ class ControlLoops:
         self.clock_changes = 0
         self.end_s = 0.0
         self._floors: dict[tuple[str, int], float] = {}
+        self.planner: Any = None
+        if sim.policy.scaling == "planned":
+            from loadgen.simulator.planned import EpochPlanner
+            from services.planner.problem import Objective
+
+            self.planner = EpochPlanner(sim, Objective(sim.policy.objective))
 
     # -- set-up ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -89,8 +95,18 @@ class ControlLoops:
             sim.schedule_tick(control.scale_period_s, self._scale_tick)
         if sim.policy.router_view == "stats":
             sim.schedule_tick(control.stats_period_s, self._stats_tick)
+        if self.planner is not None:
+            sim.schedule_tick(0.0, self._plan_tick)
 
-    def _new(self, pool: Any, t_s: float, *, warm: bool) -> None:
+    def _plan_tick(self, t_s: float) -> bool:
+        self.sim.schedule_tick(self.planner.tick(t_s), self._plan_tick)
+        return False
+
+    def new_instance(self, pool: Any, t_s: float) -> SimInstance | None:
+        """Start a cold instance (start delay) with the policy's clock controller."""
+        return self._new(pool, t_s, warm=False)
+
+    def _new(self, pool: Any, t_s: float, *, warm: bool) -> SimInstance | None:
         instance = self.sim.start_instance(pool, t_s, warm=warm)
         if instance is not None and self.use_miad:
             from services.dvfs.miad import MiadConfig, MiadController
@@ -103,6 +119,7 @@ class ControlLoops:
                     queue_triggers=self.sim.policy.miad_queue_triggers,
                 )
             )
+        return instance
 
     def _floor(self, config: Any) -> float:
         """MIAD's f_min: FREESH's 300 MHz, or the SLO floor when the policy asks for it."""
@@ -135,6 +152,8 @@ class ControlLoops:
         """Count whether a finished request met its class SLO (the scaler's feedback)."""
         slo = self.sim.slos.get(state.request_class)
         self._window_done += 1
+        if self.planner is not None:
+            self.planner.observe(state)
         if slo is None:
             return
         ttft = state.first_s - state.arrival_s
@@ -266,6 +285,11 @@ class ControlLoops:
                 latencies=windows,
             )
             target = instance.controller.decide(observation)  # type: ignore[attr-defined]
+            if self.planner is not None and instance.pool_id in self.planner.clock_caps:
+                # The plan's clock caps MIAD (the live dvfs agent's pool_clock_caps), but never
+                # below the SLO floor MIAD itself keeps.
+                cap = max(self.planner.clock_caps[instance.pool_id], self._floor(engine.config))
+                target = min(target, cap)
             if abs(target - engine.clock_mhz) > 0.5:
                 engine.set_clock_mhz(target)
                 instance.stall(stall)

@@ -26,7 +26,8 @@ __all__ = [
 
 Pooling = Literal["single", "region"]
 ClockMode = Literal["max", "miad"]
-Scaling = Literal["static", "reactive"]
+Scaling = Literal["static", "reactive", "planned"]
+ObjectiveName = Literal["carbon", "energy"]
 RegionChoice = Literal["all", "carbon"]
 Profile = Literal["measured", "classifier-default"]
 RouterView = Literal["fresh", "stats"]
@@ -76,7 +77,12 @@ class PolicySet:
     predictor_params: Mapping[str, float] = field(default_factory=dict)
     clock: ClockMode = "max"
     scaling: Scaling = "static"
-    """``static``: every instance the inventory holds runs all the time (sized for peak)."""
+    """``static``: every instance the inventory holds runs all the time (sized for peak);
+    ``reactive``: :class:`ScalerSettings`; ``planned``: the epoch planner's MILP
+    (:mod:`loadgen.simulator.planned`) sets instances, per-class routes and clock caps."""
+    objective: ObjectiveName = "carbon"
+    """What the epoch planner minimises (``planned`` scaling only): FREESH Eq. 1a carbon, or
+    energy (FREESH's MinEnergy baseline)."""
     region_choice: RegionChoice = "all"
     """``carbon``: active instances go to the region with the lowest forecast intensity first."""
     scaler: ScalerSettings = field(default_factory=ScalerSettings)
@@ -146,6 +152,31 @@ POLICY_SETS: Final[dict[str, PolicySet]] = {
             miad_slo_floor=True,
             scaling="reactive",
             region_choice="carbon",
+        ),
+        PolicySet(
+            name="greenserve-planned",
+            description="the epoch planner (MILP, carbon objective, forecast demand and "
+            "intensity) sets instances, routes and clock caps; MIAD (guard 0.5, SLO floor) "
+            "under the cap; LLF, least-loaded",
+            discipline="llf",
+            placer="least-loaded",
+            clock="miad",
+            miad_guard=0.5,
+            miad_slo_floor=True,
+            scaling="planned",
+            objective="carbon",
+        ),
+        PolicySet(
+            name="min-energy",
+            description="FREESH MinEnergy: the epoch planner with the energy objective; "
+            "otherwise as greenserve-planned",
+            discipline="llf",
+            placer="least-loaded",
+            clock="miad",
+            miad_guard=0.5,
+            miad_slo_floor=True,
+            scaling="planned",
+            objective="energy",
         ),
         PolicySet(
             name="greenserve-guard80",

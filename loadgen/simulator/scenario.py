@@ -81,6 +81,10 @@ class ControlSettings(_Strict):
     dvfs_period_s: float = 1.0
     scale_period_s: float = 300.0
     sample_period_s: float = 10.0
+    epoch_s: float = 1800.0
+    """Epoch of the planner (``planned`` policy sets; the live ``planner.epoch_s``)."""
+    steps_per_epoch: int = 6
+    """Demand/intensity steps per epoch (FREESH: six 5-minute steps)."""
     stats_period_s: float = 0.5
     """Worker stats heartbeat (``worker.stats_period_s``): how stale the live router's KV
     view is, for policies with ``router_view = "stats"``. In model seconds: a live stack

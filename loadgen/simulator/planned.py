@@ -1,0 +1,271 @@
+"""The epoch planner in the simulator: the live ``milp`` planner's cores in virtual time.
+
+Every epoch (``control.epoch_s``, six steps of ``epoch_s / steps_per_epoch``) the simulator
+builds FREESH Eq. 1 with DynamoLLM's clock dimension from the same functions the live
+planner (``services/planner/live_service.py``) calls:
+
+* fleet: one :class:`~services.planner.live_inputs.LivePool` per simulated pool (region ×
+  GPU type × the policy's TP), one worker per instance slot of the scenario inventory;
+* profiles: :func:`~services.planner.live_profiles.measure_mode_profiles` on the engine
+  model, measured once per mode and cached for the process;
+* demand: :class:`~services.planner.live_inputs.DemandTracker` fed with the simulator's own
+  completions (arrival time, true sizes, E2E), so its history ends ``p90(E2E)`` before now
+  exactly as live; the forecast is the per-class peak QPS of the next steps;
+* intensity: :meth:`services.forecaster.models.CarbonForecaster.forecast` issued at the
+  epoch's start hour (inputs end 1 h before it: no look-ahead), fitted once per region on
+  the EIA history before the scenario's start; the energy objective (FREESH's MinEnergy)
+  uses λ = 1.
+
+Then :func:`~services.planner.milp.solve_plan` and
+:func:`~services.planner.live_plan.pool_decisions` / :func:`~services.planner.live_plan.wire_plan`
+turn the solution into instance counts, per-class routes and pool clock caps. Changes are
+make-before-break: new instances start (``delays.instance_start_s``), and only when they are
+ready do routes switch and surplus instances drain. Until one whole step of demand history
+exists the fleet keeps the bootstrap (every instance on, routes by instance count), re-checked
+every step, as the live planner does.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import pandas as pd
+
+from proto.messages import Plan as WirePlan
+from services.classifier.classes import scheme_by_name
+from services.forecaster.load_forecast import LoadForecastConfig
+from services.planner.live_inputs import DemandTracker, LivePool
+from services.planner.live_plan import pool_decisions, wire_plan
+from services.planner.live_profiles import ProfileRequest, measure_mode_profiles, slo_policy_for
+from services.planner.milp import solve_plan
+from services.planner.problem import Objective, PlannerSettings, ServingConfig
+from shared.config import PlannerSettings as LivePlannerSettings
+
+if TYPE_CHECKING:
+    from loadgen.simulator.cluster import ClusterSimulator
+    from loadgen.simulator.instance import RequestState
+    from services.forecaster.models import CarbonForecaster
+    from services.forecaster.sources import CarbonHistory
+
+__all__ = ["EpochPlanner", "fitted_forecaster", "mode_profiles"]
+
+FORECAST_HORIZON_H = 6
+"""Hours the simulator's carbon forecaster is fitted for (an epoch needs at most two)."""
+
+
+@functools.lru_cache(maxsize=16)
+def mode_profiles(request: ProfileRequest) -> tuple[ServingConfig, ...]:
+    """Profile rows of one mode, measured once per process (≈ 3–5 s each)."""
+    return measure_mode_profiles(request)
+
+
+@functools.lru_cache(maxsize=16)
+def _history(code: str) -> CarbonHistory:
+    from services.forecaster.sources import load_eia_csv
+
+    return load_eia_csv(code)
+
+
+@functools.lru_cache(maxsize=16)
+def fitted_forecaster(code: str, start_utc: pd.Timestamp) -> CarbonForecaster:
+    """The carbon forecaster of one EIA region, fitted on history ending before ``start_utc``."""
+    from services.forecaster.models import ForecasterConfig, fit_forecaster
+
+    history = _history(code).until(start_utc.floor("h") - pd.Timedelta(hours=1))
+    return fit_forecaster(history, config=ForecasterConfig(horizon_h=FORECAST_HORIZON_H))
+
+
+class EpochPlanner:
+    """Plans one simulation's fleet every epoch and applies the plan to its pools."""
+
+    def __init__(self, sim: ClusterSimulator, objective: Objective) -> None:
+        """Bind to a simulator; profiles and forecasters are prepared here (cached)."""
+        self.sim = sim
+        self.objective = objective
+        self.live = LivePlannerSettings()
+        control = sim.scenario.control
+        self.epoch_s = control.epoch_s
+        self.step_s = control.epoch_s / control.steps_per_epoch
+        self.steps = control.steps_per_epoch
+        self.scheme = scheme_by_name(sim.scenario.slo.scheme)
+        bins = max(1, round(self.step_s / self.live.demand_bin_s))
+        self.demand = DemandTracker(
+            {self.scheme.name: self.scheme},
+            LoadForecastConfig(
+                bin_s=self.step_s / bins,
+                step_s=self.step_s,
+                steps=self.steps,
+                method=self.live.load_method,  # type: ignore[arg-type]
+                recent_steps=self.live.recent_steps,
+            ),
+            self.live.demand_history_steps,
+        )
+        self.pools = {
+            p.pool_id: LivePool(
+                pool_id=p.pool_id,
+                region=p.region,
+                gpu=p.gpu,
+                tp=p.config.tp,
+                model=sim.scenario.model,
+                workers=tuple(f"{p.pool_id}#{k}" for k in range(p.max_instances)),
+            )
+            for p in sim.pools
+        }
+        self.profiles = {
+            pid: mode_profiles(
+                ProfileRequest(
+                    gpu=pool.gpu,
+                    tp=pool.tp,
+                    model=pool.model,
+                    scheme=self.scheme.name,
+                    clock_fractions=self.live.profile_clock_fractions,
+                    window_s=self.live.profile_window_s,
+                    max_num_seqs=sim.max_num_seqs,
+                )
+            )
+            for pid, pool in self.pools.items()
+        }
+        codes = {r.name: r.carbon for r in sim.scenario.regions}
+        start = pd.Timestamp(sim.scenario.start_utc)
+        self.start_utc = start
+        self.forecasters = (
+            {name: fitted_forecaster(code, start) for name, code in codes.items()}
+            if objective == Objective.CARBON
+            else {}
+        )
+        self.codes = codes
+        self.plan: WirePlan | None = None
+        self.clock_caps: dict[str, float] = {}
+        self.epochs = 0
+        self.solves: list[dict[str, Any]] = []
+
+    # -- inputs -------------------------------------------------------------------------
+    def observe(self, state: RequestState) -> None:
+        """A completion: the live planner's only demand signal (``request.done``)."""
+        self.demand.add(
+            state.arrival_s, state.prompt, max(1, state.tokens), state.last_s - state.arrival_s
+        )
+
+    def intensity(self, t_s: float) -> dict[str, tuple[float, ...]]:
+        """Forecast intensity per region at each step of the epoch starting at ``t_s``."""
+        regions = sorted({p.region for p in self.pools.values()})
+        if self.objective == Objective.ENERGY:
+            return dict.fromkeys(regions, (1.0,) * self.steps)
+        origin = (self.start_utc + pd.Timedelta(seconds=t_s)).floor("h")
+        out: dict[str, tuple[float, ...]] = {}
+        for region in regions:
+            forecast = self.forecasters[region].forecast(
+                _history(self.codes[region]), origin, horizon_h=FORECAST_HORIZON_H
+            )
+            values = []
+            for k in range(self.steps):
+                at = self.start_utc + pd.Timedelta(seconds=t_s + k * self.step_s)
+                index = int((at - origin).total_seconds() // forecast.step_s)
+                values.append(forecast.values[min(index, len(forecast.values) - 1)])
+            out[region] = tuple(values)
+        return out
+
+    # -- epoch ----------------------------------------------------------------------------
+    def tick(self, t_s: float) -> float:
+        """Plan if there is demand history; return when to plan next."""
+        if self.demand.observed_steps(t_s) < 1:
+            return t_s + self.step_s  # bootstrap: re-check every step
+        self._plan(t_s)
+        return (math.floor(t_s / self.epoch_s) + 1) * self.epoch_s
+
+    def _plan(self, t_s: float) -> None:
+        from services.planner.live_plan import build_live_problem
+
+        intensity = self.intensity(t_s)
+        keys = [(self.scheme.name, cls) for cls in self.scheme.classes]
+        problem = build_live_problem(
+            pools=self.pools,
+            profiles=self.profiles,
+            demand_qps=self.demand.forecast(t_s, keys),
+            intensity=intensity,
+            step_s=self.step_s,
+            alpha=self.live.alpha,
+            slo=slo_policy_for([self.scheme.name]),
+            slices=self.live.time_share_slices,
+        )
+        settings = PlannerSettings(
+            objective=self.objective, time_limit_s=self.live.time_limit_s,
+            mip_rel_gap=self.live.mip_rel_gap,
+        )  # fmt: skip
+        core = solve_plan(problem, settings)
+        decisions = pool_decisions(core, problem, self.pools, self.live.time_share_slices)
+        order = tuple(
+            sorted(self.pools, key=lambda pid: (sum(intensity[self.pools[pid].region]), pid))
+        )
+        busy = frozenset(p.pool_id for p in self.sim.pools if len(p.queue))
+        plan = wire_plan(
+            decisions=decisions, pools=self.pools, partition=self.scheme.name,
+            epoch=self.epochs, issued_at=t_s, valid_until=t_s + self.epoch_s,
+            objective=self.objective.value, status=core.status.value, keep_one=busy,
+            fallback_order=order,
+        )  # fmt: skip
+        self.epochs += 1
+        self.solves.append(
+            {
+                "t_s": t_s,
+                "status": core.status.value,
+                "peak_demand_qps": sum(max(v) for v in problem.demand_qps.values()),
+                "instances": {p.pool_id: p.instances for p in plan.pools},
+                "clock_mhz": {d.pool_id: d.clock_mhz for d in decisions.values()},
+                "intensity": {r: v[0] for r, v in intensity.items()},
+            }
+        )
+        self._apply(plan, decisions_clock={d.pool_id: d.clock_mhz for d in decisions.values()})
+
+    def _apply(self, plan: WirePlan, decisions_clock: Mapping[str, float | None]) -> None:
+        """Start planned instances now; switch routes and drain surplus once they are ready."""
+        sim = self.sim
+        t_s = sim.now_s
+        want = {p.pool_id: p.instances for p in plan.pools}
+        started = False
+        for pool in sim.pools:
+            target = want.get(pool.pool_id, 0)
+            for instance in [i for i in pool.instances if i.draining][
+                : max(0, target - len(pool.live()))
+            ]:
+                instance.draining = False
+            while len(pool.live()) < target:
+                if sim.control.new_instance(pool, t_s) is None:
+                    break
+                started = True
+        # The router keeps the sim pools' measured no-queue profile (Lat of FREESH Eq. 6), so
+        # every policy set is judged against the same per-request E2E bound.
+        measured = {p.pool_id: p for p in sim.pools}
+        pools = [
+            msgspec.structs.replace(
+                p,
+                ttft_ms=measured[p.pool_id].ttft_s * 1000.0,
+                tbt_ms=measured[p.pool_id].tbt_s * 1000.0,
+            )
+            for p in plan.pools
+        ]
+        pending = msgspec.structs.replace(plan, pools=pools)
+        caps = {pid: c for pid, c in decisions_clock.items() if c is not None}
+        delay = sim.scenario.delays.instance_start_s if started else 0.0
+
+        def switch(at_s: float) -> bool:
+            self.plan = pending
+            self.clock_caps = caps
+            for pool in sim.pools:
+                live = pool.live()
+                surplus = len(live) - want.get(pool.pool_id, 0)
+                for instance in sorted(live, key=lambda i: len(i.requests))[: max(0, surplus)]:
+                    instance.draining = True
+            sim.control.scale_events += 1
+            sim.update_routes(at_s)
+            sim.resteer_orphans(at_s)
+            return False
+
+        if delay > 0:
+            sim.schedule_tick(t_s + delay, switch)
+        else:
+            switch(t_s)
