@@ -53,6 +53,7 @@ class ClusterSimulator:
         record_token_times: bool = False,
         progress: Progress | None = None,
         request_ids: Sequence[str] | None = None,
+        carbon_forecast: Callable[[str, float], float] | None = None,
     ) -> None:
         """Prepare pools, classifier and control loops; nothing runs until :meth:`run`.
 
@@ -66,10 +67,14 @@ class ClusterSimulator:
             request_ids: one id per trace entry (default ``r<index>``). The classifier
                 routes by a hash of the id, so replaying a live run's ids reproduces its
                 pool choices exactly.
+            carbon_forecast: the epoch planner's intensity forecast, ``(region, t_s) →
+                gCO2/kWh`` (default: the carbon forecaster fitted on the EIA history before
+                the scenario's start, issued at each epoch's start hour).
         """
         if request_ids is not None and len(request_ids) != len(trace):
             raise ValueError("request_ids must hold one id per trace entry")
         self.request_ids = request_ids
+        self.carbon_forecast = carbon_forecast
         self.scenario = scenario
         self.policy = policy
         self.trace = trace

@@ -134,7 +134,7 @@ class EpochPlanner:
         self.start_utc = start
         self.forecasters = (
             {name: fitted_forecaster(code, start) for name, code in codes.items()}
-            if objective == Objective.CARBON
+            if objective == Objective.CARBON and sim.carbon_forecast is None
             else {}
         )
         self.codes = codes
@@ -155,6 +155,12 @@ class EpochPlanner:
         regions = sorted({p.region for p in self.pools.values()})
         if self.objective == Objective.ENERGY:
             return dict.fromkeys(regions, (1.0,) * self.steps)
+        given = self.sim.carbon_forecast
+        if given is not None:
+            return {
+                r: tuple(given(r, t_s + k * self.step_s) for k in range(self.steps))
+                for r in regions
+            }
         origin = (self.start_utc + pd.Timedelta(seconds=t_s)).floor("h")
         out: dict[str, tuple[float, ...]] = {}
         for region in regions:

@@ -45,6 +45,8 @@ class SimResult:
     energy_wh_by_region: dict[str, float] | None = None
     co2_kg_by_region: dict[str, float] | None = None
     series: Series | None = None
+    plans: list[dict[str, Any]] | None = None
+    """The epoch planner's solves (``planned`` policy sets): time, status, demand, counts."""
 
     @property
     def sim_speedup(self) -> float:
@@ -77,6 +79,7 @@ class SimResult:
             "clock_changes": self.clock_changes,
             "energy_wh_by_region": self.energy_wh_by_region,
             "co2_kg_by_region": self.co2_kg_by_region,
+            "plans": self.plans,
             "summary": self.summary.as_dict(),
         }
         if series and self.series is not None:
@@ -153,4 +156,5 @@ def build_result(sim: ClusterSimulator) -> SimResult:
         energy_wh_by_region={k: v / 3600.0 for k, v in control.energy_by_region.items()},
         co2_kg_by_region={k: v / 1000.0 for k, v in control.co2_by_region.items()},
         series=control.series,
+        plans=control.planner.solves if control.planner is not None else None,
     )

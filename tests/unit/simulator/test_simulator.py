@@ -138,3 +138,34 @@ def test_given_request_ids_are_used_and_must_match_the_trace() -> None:
     assert [s.request_id for s in sim.states] == ids
     with pytest.raises(ValueError, match="one id per trace entry"):
         ClusterSimulator(_scenario(), policy, trace, carbon=carbon, request_ids=ids[:-1])
+
+
+def test_the_planned_policy_serves_more_load_in_the_lower_carbon_region_than_single_pool() -> None:
+    """Test that the epoch planner (carbon objective) shifts load to the cleaner region."""
+    hourly = {"CLEAN": np.full(48, 100.0), "DIRTY": np.full(48, 700.0)}
+    scenario = _scenario(
+        regions=[
+            {"name": "CLEAN", "carbon": "BPAT", "gpus": {"H100-80GB": 3}},
+            {"name": "DIRTY", "carbon": "PJM", "gpus": {"H100-80GB": 3}},
+        ],
+        control={"sample_period_s": 5.0, "epoch_s": 60.0, "steps_per_epoch": 6},
+        delays={"instance_start_s": 5.0},
+    )
+    carbon = CarbonClock(hourly, start_offset_s=3600.0)
+    trace = _trace(n_s=120.0)
+    shares = {}
+    for name in ("single-pool", "greenserve-planned"):
+        sim = ClusterSimulator(
+            scenario,
+            policy_by_name(name, tp=1),
+            trace,
+            carbon=carbon,
+            carbon_forecast=lambda region, t_s: carbon.forecast(region, t_s),
+        )
+        result = sim.run()
+        assert result.completed == len(trace)
+        by_region = result.energy_wh_by_region or {}
+        shares[name] = by_region["CLEAN"] / sum(by_region.values())
+        if name == "greenserve-planned":
+            assert result.plans, "the planner never planned"
+    assert shares["greenserve-planned"] > shares["single-pool"] + 0.1
