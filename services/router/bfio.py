@@ -28,13 +28,12 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-import operator
 from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
 
-from services.router.lookahead import base_trajectories
+from services.router.lookahead import SnapshotCache, base_trajectories
 from services.router.placement import DEFAULT_URGENT_LAXITY_S, Candidate, WorkerLoad
 
 __all__ = ["BalanceFuturePlacer", "balance_future_assign"]
@@ -42,33 +41,49 @@ __all__ = ["BalanceFuturePlacer", "balance_future_assign"]
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
-_PROMPT = operator.attrgetter("prompt_tokens")
-_LAXITY = operator.attrgetter("laxity_s")
+
+class _Workspace:
+    """Scratch arrays reused across decisions of one fleet shape (no per-call (G, H+1) allocs)."""
+
+    def __init__(self, count: int, width: int) -> None:
+        self.shape = (count, width)
+        self.drift: FloatArray = np.arange(width, dtype=np.float64)
+        self.columns: IntArray = np.arange(width, dtype=np.int64)
+        self.fixed: FloatArray = np.empty((count, width))
+        self.loads: FloatArray = np.empty((count, width))
+
+    @classmethod
+    def for_shape(cls, workspace: _Workspace | None, count: int, width: int) -> _Workspace:
+        """Return ``workspace`` if it fits ``(count, width)``, else a new one."""
+        if workspace is not None and workspace.shape == (count, width):
+            return workspace
+        return cls(count, width)
 
 
-def _column_top_two(loads: FloatArray) -> tuple[FloatArray, IntArray, FloatArray]:
-    """Return each column's max, its row, and the max of the other rows."""
-    if loads.shape[0] == 1:
-        top = loads[0].copy()
-        return top, np.zeros(loads.shape[1], dtype=np.int64), np.full_like(top, -np.inf)
+def _column_top_two(
+    loads: FloatArray, columns: IntArray
+) -> tuple[FloatArray, IntArray, FloatArray]:
+    """Return each column's max, its row, and the max of the other rows.
+
+    ``loads`` is scratch: its maxima are masked in place and restored, which avoids a copy.
+    """
     arg = np.argmax(loads, axis=0)
-    cols = np.arange(loads.shape[1])
-    top = loads[arg, cols]
-    masked = loads.copy()
-    masked[arg, cols] = -np.inf
-    return top, arg.astype(np.int64), masked.max(axis=0)
+    top = loads[arg, columns]
+    if loads.shape[0] == 1:
+        return top, arg, np.full_like(top, -np.inf)
+    loads[arg, columns] = -np.inf
+    second = loads.max(axis=0)
+    loads[arg, columns] = top
+    return top, arg, second
 
 
-def _others_max(loads: FloatArray) -> FloatArray:
-    """Return a (G, T) array: for each row, the column max over the other rows."""
-    top, arg, second = _column_top_two(loads)
-    rows = np.arange(loads.shape[0])[:, None]
-    return np.where(rows == arg[None, :], second[None, :], top[None, :])
-
-
-def _best_worker(loads: FloatArray, added: FloatArray, open_rows: NDArray[np.bool_]) -> int:
+def _best_worker(
+    loads: FloatArray, added: FloatArray, open_rows: NDArray[np.bool_], columns: IntArray
+) -> int:
     """Return the open worker on which adding ``added`` raises the objective least."""
-    others = _others_max(loads)
+    top, arg, second = _column_top_two(loads, columns)
+    rows = np.arange(loads.shape[0])[:, None]
+    others = np.where(rows == arg[None, :], second[None, :], top[None, :])
     new_max = np.maximum(others, loads + added[None, :])
     cost = new_max.sum(axis=1)
     cost[~open_rows] = np.inf
@@ -81,85 +96,47 @@ def _best_worker(loads: FloatArray, added: FloatArray, open_rows: NDArray[np.boo
     return int(tied[keys[0]])
 
 
-class _SortedPool:
-    """Available prompts in sorted order, with nearest-available lookup.
-
-    Taken positions are skipped by a linear scan from the bisection point. A decision
-    takes about ``G*B/mean_output`` items (tens), so the runs scanned stay short; a
-    union-find skip list would be faster at cold start but cannot cheaply un-take an item,
-    which the exchange phase needs.
-    """
-
-    def __init__(self, prompts: FloatArray, members: IntArray) -> None:
-        order = members[np.argsort(prompts[members])]
-        self.index: list[int] = order.tolist()
-        self.sizes: FloatArray = prompts[order]
-        self.size: list[float] = self.sizes.tolist()
-        self._taken = [False] * len(self.index)
-        self._marked: list[int] = []
-
-    def nearest(self, target: float) -> int:
-        """Return the position of the available prompt nearest ``target`` (-1 if none)."""
-        taken, n = self._taken, len(self.size)
-        pos = bisect.bisect_left(self.size, target)
-        right = pos
-        while right < n and taken[right]:
-            right += 1
-        left = pos - 1
-        while left >= 0 and taken[left]:
-            left -= 1
-        if right >= n:
-            return left
-        if left < 0:
-            return right
-        return left if target - self.size[left] <= self.size[right] - target else right
-
-    def smallest(self) -> float:
-        """Return the smallest available prompt (inf if none)."""
-        pos = self.nearest(-math.inf)
-        return self.size[pos] if pos >= 0 else math.inf
-
-    def take(self, pos: int) -> None:
-        """Mark a position taken."""
-        self._taken[pos] = True
-        self._marked.append(pos)
-
-    def reset(self, taken: Sequence[int] = ()) -> None:
-        """Make every position available, then take ``taken``."""
-        for pos in self._marked:
-            self._taken[pos] = False
-        self._marked = []
-        for pos in taken:
-            self.take(pos)
-
-    def release(self, pos: int) -> None:
-        """Mark a position available again."""
-        self._taken[pos] = False
-
-
 def _greedy_fill(
-    need: FloatArray, slots: IntArray, pool: _SortedPool
-) -> tuple[list[list[int]], FloatArray]:
-    """Fill each worker's slots toward its prompt-sum need; return picks and their sums."""
-    count = need.shape[0]
+    need: list[float], slots: list[int], size: list[float]
+) -> tuple[list[list[int]], list[float]]:
+    """Fill each worker's slots toward its prompt-sum need from the sorted ``size`` list.
+
+    Neediest worker per open slot first, so large prompts go where the deficit is largest;
+    each takes the available prompt nearest its per-slot need (bisection, then a short
+    scan past taken positions: a decision takes only tens of the pool's items).
+    Returns the positions picked per worker and each worker's added prompt sum.
+    """
+    count, n = len(need), len(size)
+    taken = bytearray(n)
     heap = [(-need[g] / slots[g], g) for g in range(count) if slots[g] > 0]
     heapq.heapify(heap)
-    remaining = need.tolist()
-    left = slots.tolist()
+    remaining, left = list(need), list(slots)
     picked: list[list[int]] = [[] for _ in range(count)]
     sums = [0.0] * count
-    # Neediest worker per open slot first, so large prompts go where the deficit is largest.
+    bisect_left, heappop, heappush = bisect.bisect_left, heapq.heappop, heapq.heappush
     while heap:
-        _, g = heapq.heappop(heap)
-        pos = pool.nearest(remaining[g] / left[g])
-        pool.take(pos)
+        g = heappop(heap)[1]
+        target = remaining[g] / left[g]
+        right = bisect_left(size, target)
+        below = right - 1
+        while right < n and taken[right]:
+            right += 1
+        while below >= 0 and taken[below]:
+            below -= 1
+        if right >= n:
+            pos = below
+        elif below < 0 or target - size[below] > size[right] - target:
+            pos = right
+        else:
+            pos = below
+        taken[pos] = 1
         picked[g].append(pos)
-        remaining[g] -= pool.size[pos]
-        sums[g] += pool.size[pos]
+        remaining[g] -= size[pos]
+        sums[g] += size[pos]
         left[g] -= 1
         if left[g] > 0:
-            heapq.heappush(heap, (-remaining[g] / left[g], g))
-    return picked, np.array(sums)
+            heappush(heap, (-remaining[g] / left[g], g))
+    return picked, sums
 
 
 def _fill_to_targets(
@@ -169,82 +146,87 @@ def _fill_to_targets(
     members: IntArray,
     swaps: int,
     levels: int,
-) -> list[tuple[int, int]]:
-    """Fill every open slot from ``members`` (more members than slots); return (item, worker)."""
+    work: _Workspace,
+) -> tuple[IntArray, IntArray]:
+    """Fill every open slot from ``members`` (more members than slots); return items, workers."""
     count, width = loads.shape
-    drift = np.arange(width, dtype=np.float64)
-    fixed = loads + slots[:, None] * drift[None, :]
-    pool = _SortedPool(prompts, members)
-    floor = fixed + (slots * pool.smallest())[:, None]
+    fixed = np.multiply(slots[:, None], work.drift[None, :], out=work.fixed)
+    fixed += loads
+    order = members[np.argsort(prompts[members])]
+    sizes = prompts[order]
+    size = sizes.tolist()
+    floor = fixed + (slots * size[0])[:, None]
     gaps = floor.max(axis=0)[None, :] - fixed
     rank = min(width - 1, max(0, math.ceil(width / count) - 1))
     need = np.partition(gaps, rank, axis=1)[:, rank]
     # A common level above the lowest feasible one leaves room to balance with larger
     # prompts; the objective is flat in the level once balanced, so try a few and keep the
     # best by the exact objective (earliest, i.e. lowest max, on ties).
-    step = 0.25 * pool.size[len(pool.size) // 2]
+    step = 0.25 * size[len(size) // 2]
+    slot_list = slots.tolist()
     best: tuple[float, list[list[int]], FloatArray] | None = None
     for level in range(max(1, levels)):
-        pool.reset()
-        picked, added = _greedy_fill(need + level * step * slots, slots, pool)
-        value = _objective(fixed, added)
+        picked, sums = _greedy_fill((need + level * step * slots).tolist(), slot_list, size)
+        added = np.array(sums)
+        value = _objective(fixed, added, work.loads)
         if best is None or value < best[0] - 1e-9:
             best = (value, picked, added)
     assert best is not None
     _, picked, added = best
-    pool.reset([p for items in picked for p in items])
-    _exchange(fixed, added, picked, pool, rank, swaps)
-    return [(pool.index[p], g) for g in range(count) for p in picked[g]]
+    rows = [g for g in range(count) if picked[g]]
+    pair_rows = np.array([g for g in rows for _ in picked[g]], dtype=np.int64)
+    positions = np.array([p for g in rows for p in picked[g]], dtype=np.int64)
+    if rows and swaps > 0:
+        _exchange(fixed, added, np.array(rows), pair_rows, positions, sizes, rank, swaps, work)
+    return order[positions], pair_rows
 
 
-def _objective(fixed: FloatArray, added: FloatArray) -> float:
+def _objective(fixed: FloatArray, added: FloatArray, scratch: FloatArray) -> float:
     """Return the (IO) objective up to a constant: ``G * sum_h max - width * sum added``."""
-    loads = fixed + added[:, None]
+    loads = np.add(fixed, added[:, None], out=scratch)
     return float(fixed.shape[0] * loads.max(axis=0).sum() - fixed.shape[1] * added.sum())
 
 
 def _exchange(
     fixed: FloatArray,
     added: FloatArray,
-    picked: list[list[int]],
-    pool: _SortedPool,
+    row_index: IntArray,
+    pair_rows: IntArray,
+    old: IntArray,
+    size: FloatArray,
     rank: int,
     rounds: int,
+    work: _Workspace,
 ) -> None:
-    """Improve ``picked`` in place by single swaps with the pool, accepting exact gains.
+    """Improve the picks ``old`` (positions in ``size``) in place by single swaps with the pool.
 
     Each round scores, for every picked item at once, the swap toward its worker's ideal
     prompt sum (nearest available prompt, found by one vectorised search), and applies the
-    best strictly improving one.
+    best strictly improving one, evaluated exactly with the top-two column maxima.
     """
     count, width = fixed.shape
-    rows = [g for g in range(count) if picked[g]]
-    if not rows or rounds <= 0:
-        return
-    row_index = np.array(rows)
-    pair_rows = np.array([g for g in rows for _ in picked[g]])
     pair_row_slot = np.searchsorted(row_index, pair_rows)
-    old = np.array([p for g in rows for p in picked[g]])
-    size = pool.sizes
+    fixed_rows, fixed_pairs = fixed[row_index], fixed[pair_rows]
     taken = np.zeros(size.shape[0], dtype=bool)
     taken[old] = True
     for _ in range(rounds):
-        loads = fixed + added[:, None]
-        top, arg, second = _column_top_two(loads)
+        loads = np.add(fixed, added[:, None], out=work.loads)
+        top, arg, second = _column_top_two(loads, work.columns)
         others = np.where(row_index[:, None] == arg[None, :], second[None, :], top[None, :])
-        wish = np.partition(others - fixed[row_index], rank, axis=1)[:, rank] - added[row_index]
+        wish = np.partition(others - fixed_rows, rank, axis=1)[:, rank] - added[row_index]
         pair_wish = wish[pair_row_slot]
         free = np.flatnonzero(~taken)
         if free.size == 0:
             break
+        free_size = size[free]
         target = size[old] + pair_wish
-        right = np.minimum(np.searchsorted(size[free], target), free.size - 1)
+        right = np.minimum(np.searchsorted(free_size, target), free.size - 1)
         left = np.maximum(right - 1, 0)
-        nearer = np.abs(size[free[left]] - target) <= np.abs(size[free[right]] - target)
+        nearer = np.abs(free_size[left] - target) <= np.abs(free_size[right] - target)
         new = free[np.where(nearer, left, right)]
         delta = np.where(np.abs(pair_wish) >= 1.0, size[new] - size[old], 0.0)
         pair_others = others[pair_row_slot]
-        pair_loads = loads[pair_rows]
+        pair_loads = fixed_pairs + added[pair_rows][:, None]
         # Exact change of G*sum_h(max) - sum_h(sum_g L) when one row moves by delta.
         now = np.maximum(pair_others, pair_loads).sum(axis=1)
         after = np.maximum(pair_others, pair_loads + delta[:, None]).sum(axis=1)
@@ -255,8 +237,6 @@ def _exchange(
         taken[new[best]], taken[old[best]] = True, False
         old[best] = new[best]
         added[pair_rows[best]] += delta[best]
-    for g in rows:
-        picked[g] = old[pair_rows == g].tolist()
 
 
 def balance_future_assign(
@@ -267,6 +247,7 @@ def balance_future_assign(
     *,
     swap_rounds: int = 2,
     levels: int = 2,
+    workspace: _Workspace | None = None,
 ) -> IntArray:
     """Solve one BF-IO decision approximately.
 
@@ -277,35 +258,38 @@ def balance_future_assign(
         urgent_order: candidate indices that must be admitted first, least laxity first.
         swap_rounds: exchange rounds after the greedy fill (0 disables them).
         levels: common fill levels tried by the greedy (each costs one fill).
+        workspace: scratch buffers from an earlier call (the placer keeps one).
 
     Returns:
         (W,) worker index of each candidate, -1 when it stays queued.
     """
-    width = base.shape[1]
-    drift = np.arange(width, dtype=np.float64)
-    loads = base.astype(np.float64, copy=True)
+    work = _Workspace.for_shape(workspace, *base.shape)
+    drift = work.drift
+    # Only the urgent and small-pool paths add to the loads; the fill path just reads them.
+    mutated = len(urgent_order) > 0 or prompts.shape[0] <= int(np.maximum(free_slots, 0).sum())
+    loads = base.astype(np.float64, copy=mutated)
     slots = np.maximum(np.asarray(free_slots, dtype=np.int64), 0)
     assign = np.full(prompts.shape[0], -1, dtype=np.int64)
     for i in urgent_order:
         if slots.sum() == 0:
             return assign
         trajectory = prompts[i] + drift
-        g = _best_worker(loads, trajectory, slots > 0)
+        g = _best_worker(loads, trajectory, slots > 0, work.columns)
         assign[i], loads[g] = g, loads[g] + trajectory
         slots[g] -= 1
-    members = np.flatnonzero(assign < 0)
+    members = np.flatnonzero(assign < 0) if len(urgent_order) else np.arange(prompts.shape[0])
     capacity = int(slots.sum())
     if capacity == 0 or members.size == 0:
         return assign
     if members.size <= capacity:
         for i in members[np.argsort(-prompts[members], kind="stable")].tolist():
             trajectory = prompts[i] + drift
-            g = _best_worker(loads, trajectory, slots > 0)
+            g = _best_worker(loads, trajectory, slots > 0, work.columns)
             assign[i], loads[g] = g, loads[g] + trajectory
             slots[g] -= 1
         return assign
-    for item, g in _fill_to_targets(loads, slots, prompts, members, swap_rounds, levels):
-        assign[item] = g
+    items, workers = _fill_to_targets(loads, slots, prompts, members, swap_rounds, levels, work)
+    assign[items] = workers
     return assign
 
 
@@ -340,6 +324,9 @@ class BalanceFuturePlacer:
         self.swap_rounds = swap_rounds
         self.levels = levels
         self.refill = refill
+        # Decision-to-decision state that never changes a decision, only its cost.
+        self._workspace: _Workspace | None = None
+        self._snapshots = SnapshotCache()
 
     def place(
         self, candidates: Sequence[Candidate], workers: Sequence[WorkerLoad]
@@ -347,12 +334,15 @@ class BalanceFuturePlacer:
         """Return the BF-IO admissions and placements for this step."""
         if not candidates or not workers:
             return []
-        free = np.fromiter((w.free_slots for w in workers), dtype=np.int64, count=len(workers))
+        free = np.array([w.free_slots for w in workers], dtype=np.int64)
         if free.max() <= 0:
             return []
-        prompts = np.fromiter(map(_PROMPT, candidates), dtype=np.float64, count=len(candidates))
-        laxity = np.fromiter(map(_LAXITY, candidates), dtype=np.float64, count=len(candidates))
-        base = base_trajectories(workers, self.horizon, self.refill_tokens(prompts))
+        # List comprehensions read ~2k attributes faster than fromiter over attrgetter.
+        prompts = np.array([c.prompt_tokens for c in candidates], dtype=np.float64)
+        laxity = np.array([c.laxity_s for c in candidates], dtype=np.float64)
+        base = base_trajectories(
+            workers, self.horizon, self.refill_tokens(prompts), cache=self._snapshots
+        )
         assign = self.assign_arrays(base, free, prompts, laxity)
         chosen = np.flatnonzero(assign >= 0).tolist()
         return [(candidates[i].request_id, workers[int(assign[i])].worker_id) for i in chosen]
@@ -377,6 +367,13 @@ class BalanceFuturePlacer:
         """
         urgent = np.flatnonzero(laxity <= self.urgent_laxity_s)
         order = urgent[np.argsort(laxity[urgent], kind="stable")].tolist()
+        self._workspace = _Workspace.for_shape(self._workspace, *base.shape)
         return balance_future_assign(
-            base, free_slots, prompts, order, swap_rounds=self.swap_rounds, levels=self.levels
+            base,
+            free_slots,
+            prompts,
+            order,
+            swap_rounds=self.swap_rounds,
+            levels=self.levels,
+            workspace=self._workspace,
         )

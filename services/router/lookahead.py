@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 from services.router.placement import WorkerLoad
 
 __all__ = [
+    "SnapshotCache",
     "base_from_arrays",
     "base_trajectories",
     "future_imbalance",
@@ -31,6 +32,7 @@ __all__ = [
 ]
 
 FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
 
 
 def new_request_trajectory(prompt_tokens: float, horizon: int) -> FloatArray:
@@ -38,8 +40,45 @@ def new_request_trajectory(prompt_tokens: float, horizon: int) -> FloatArray:
     return prompt_tokens + np.arange(horizon + 1, dtype=np.float64)
 
 
+_Snapshot = tuple[int, int, tuple[int, ...], tuple[int, ...]]
+
+
+def _snapshot(worker: WorkerLoad) -> _Snapshot:
+    """Return the fields a worker's histogram depends on (immutable, unlike the dataclass)."""
+    return (worker.running, worker.kv_tokens, worker.predicted_remaining, worker.running_kv)
+
+
+class SnapshotCache:
+    """Per-worker finish-step histograms, reused while a worker's snapshot is unchanged.
+
+    Reading a worker's per-sequence tuples into arrays is the object path's main cost
+    (~9k Python ints at G = 64, B = 72). A worker whose ``predicted_remaining``,
+    ``running_kv``, ``running`` and ``kv_tokens`` are unchanged since the last call (the
+    same tuple objects, or equal ones) reuses its histogram row; only changed workers are
+    re-read. Rows hold histograms, not loads, so the refill option (which depends on the
+    pool) is applied afresh each call and results are bit-identical to an uncached read.
+    """
+
+    def __init__(self) -> None:
+        self.width = -1
+        self.rows: dict[str, tuple[_Snapshot, FloatArray, IntArray]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def lookup(self, worker: WorkerLoad) -> tuple[FloatArray, IntArray] | None:
+        """Return the cached (kv, sequence) histogram rows of an unchanged worker, or None."""
+        entry = self.rows.get(worker.worker_id)
+        if entry is None:
+            return None
+        # Tuples compare by identity first, so an unchanged snapshot costs O(1) here.
+        return (entry[1], entry[2]) if entry[0] == _snapshot(worker) else None
+
+
 def base_trajectories(
-    workers: Sequence[WorkerLoad], horizon: int, refill_tokens: float = 0.0
+    workers: Sequence[WorkerLoad],
+    horizon: int,
+    refill_tokens: float = 0.0,
+    cache: SnapshotCache | None = None,
 ) -> FloatArray:
     """Return the (G, H+1) predicted load of each worker's running sequences.
 
@@ -50,15 +89,45 @@ def base_trajectories(
         workers: worker snapshots, in placement order.
         horizon: lookahead H in decode steps (0 = current loads only).
         refill_tokens: prompt size assumed to refill each slot freed in the window (0 = none).
+        cache: per-worker histograms kept between calls (the placer owns one).
     """
     count = len(workers)
     width = horizon + 1
-    # Build flat arrays once so that all workers are binned by one bincount call: at G=64
-    # and B=72 this is ~5k sequences and must cost well under the 1 ms decision budget.
+    if sum(w.running for w in workers) == 0:
+        return np.zeros((count, width), dtype=np.float64)
+    if cache is None:
+        kv_drop, seq_drop = _histograms(workers, width)
+        return _loads_from_drops(kv_drop, seq_drop, refill_tokens)
+    if cache.width != width:
+        cache.rows.clear()
+        cache.width = width
+    cached = [cache.lookup(w) for w in workers]
+    changed = [g for g, row in enumerate(cached) if row is None]
+    cache.hits += count - len(changed)
+    cache.misses += len(changed)
+    if len(changed) == count:
+        kv_drop, seq_drop = _histograms(workers, width)
+    else:
+        kv_drop = np.empty((count, width + 1))
+        seq_drop = np.empty((count, width + 1), dtype=np.int64)
+        kept = [g for g, row in enumerate(cached) if row is not None]
+        kv_drop[kept] = [cached[g][0] for g in kept]  # type: ignore[index]
+        seq_drop[kept] = [cached[g][1] for g in kept]  # type: ignore[index]
+        if changed:
+            kv_new, seq_new = _histograms([workers[g] for g in changed], width)
+            kv_drop[changed], seq_drop[changed] = kv_new, seq_new
+    # Drop workers no longer in the pool, so the cache never outgrows the fleet.
+    cache.rows = {
+        w.worker_id: (_snapshot(w), kv_drop[g], seq_drop[g]) for g, w in enumerate(workers)
+    }
+    return _loads_from_drops(kv_drop, seq_drop, refill_tokens)
+
+
+def _histograms(workers: Sequence[WorkerLoad], width: int) -> tuple[FloatArray, IntArray]:
+    """Return (G, H+2) histograms of KV tokens and sequences by finish step, one bincount."""
+    count = len(workers)
     lengths = [w.running for w in workers]
     total = sum(lengths)
-    if total == 0:
-        return np.zeros((count, width), dtype=np.float64)
     remaining = np.fromiter(
         itertools.chain.from_iterable(
             w.predicted_remaining
@@ -82,13 +151,12 @@ def base_trajectories(
     owner = np.repeat(np.arange(count), lengths)
     # A sequence with r remaining tokens is alive for h < r: bin it at min(r, H+1), then a
     # reverse cumulative sum counts the sequences (and KV) alive at each h.
-    finish = np.clip(remaining, 0, width) + owner * (width + 1)
+    finish = np.minimum(np.maximum(remaining, 0), width) + owner * (width + 1)
     bins = count * (width + 1)
     kv_drop = np.bincount(finish, weights=kv.astype(np.float64), minlength=bins)
     seq_drop = np.bincount(finish, minlength=bins)
-    return _loads_from_drops(
-        kv_drop.reshape(count, width + 1), seq_drop.reshape(count, width + 1), refill_tokens
-    )
+    shape = (count, width + 1)
+    return np.asarray(kv_drop, dtype=np.float64).reshape(shape), seq_drop.reshape(shape)
 
 
 def _loads_from_drops(
@@ -145,7 +213,8 @@ def base_from_arrays(
     count = kv.shape[0]
     width = horizon + 1
     # Sequences alive for h < r: one (G, H+2) drop histogram, then a reverse cumulative sum.
-    finish = np.clip(remaining, 0, width) + (np.arange(count) * (width + 1))[:, None]
+    # np.minimum/np.maximum: same result as np.clip on integers, at a third of its overhead.
+    finish = np.minimum(np.maximum(remaining, 0), width) + (np.arange(count) * (width + 1))[:, None]
     finish, weights = finish[active], kv[active]
     bins = count * (width + 1)
     kv_drop = np.bincount(finish, weights=weights, minlength=bins).reshape(count, width + 1)
