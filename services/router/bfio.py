@@ -96,18 +96,34 @@ def _best_worker(
     return int(tied[keys[0]])
 
 
+def _first_free(jump: dict[int, int], pos: int) -> int:
+    """Return the first untaken position reached from ``pos`` by following ``jump``.
+
+    ``jump`` maps each taken position to a neighbour in one direction; paths are
+    compressed, so runs of taken equal-size prompts (the pool has many ties) are crossed
+    in amortised O(1) instead of one step per taken item.
+    """
+    root = pos
+    while root in jump:
+        root = jump[root]
+    while pos != root:
+        jump[pos], pos = root, jump[pos]
+    return root
+
+
 def _greedy_fill(
     need: list[float], slots: list[int], size: list[float]
 ) -> tuple[list[list[int]], list[float]]:
     """Fill each worker's slots toward its prompt-sum need from the sorted ``size`` list.
 
     Neediest worker per open slot first, so large prompts go where the deficit is largest;
-    each takes the available prompt nearest its per-slot need (bisection, then a short
-    scan past taken positions: a decision takes only tens of the pool's items).
+    each takes the available prompt nearest its per-slot need (bisection, then skip
+    pointers past taken positions on either side).
     Returns the positions picked per worker and each worker's added prompt sum.
     """
     count, n = len(need), len(size)
-    taken = bytearray(n)
+    to_right: dict[int, int] = {}
+    to_left: dict[int, int] = {}
     heap = [(-need[g] / slots[g], g) for g in range(count) if slots[g] > 0]
     heapq.heapify(heap)
     remaining, left = list(need), list(slots)
@@ -119,17 +135,17 @@ def _greedy_fill(
         target = remaining[g] / left[g]
         right = bisect_left(size, target)
         below = right - 1
-        while right < n and taken[right]:
-            right += 1
-        while below >= 0 and taken[below]:
-            below -= 1
+        if right in to_right:
+            right = _first_free(to_right, right)
+        if below in to_left:
+            below = _first_free(to_left, below)
         if right >= n:
             pos = below
         elif below < 0 or target - size[below] > size[right] - target:
             pos = right
         else:
             pos = below
-        taken[pos] = 1
+        to_right[pos], to_left[pos] = pos + 1, pos - 1
         picked[g].append(pos)
         remaining[g] -= size[pos]
         sums[g] += size[pos]
