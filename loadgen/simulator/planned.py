@@ -22,7 +22,9 @@ turn the solution into instance counts, per-class routes and pool clock caps. Ch
 make-before-break: new instances start (``delays.instance_start_s``), and only when they are
 ready do routes switch and surplus instances drain. Until one whole step of demand history
 exists the fleet keeps the bootstrap (every instance on, routes by instance count), re-checked
-every step, as the live planner does.
+every sample period (the live planner re-checks on every republish); a failed epoch keeps the
+last plan, as live. Not applied (unlike live): DynamoLLM's overhead gate, so every epoch's
+solution is applied.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import pandas as pd
 from proto.messages import Plan as WirePlan
 from services.classifier.classes import scheme_by_name
 from services.forecaster.load_forecast import LoadForecastConfig
+from services.planner.errors import InfeasiblePlanError
 from services.planner.live_inputs import DemandTracker, LivePool
 from services.planner.live_plan import pool_decisions, wire_plan
 from services.planner.live_profiles import ProfileRequest, measure_mode_profiles, slo_policy_for
@@ -179,8 +182,12 @@ class EpochPlanner:
     def tick(self, t_s: float) -> float:
         """Plan if there is demand history; return when to plan next."""
         if self.demand.observed_steps(t_s) < 1:
-            return t_s + self.step_s  # bootstrap: re-check every step
-        self._plan(t_s)
+            # Bootstrap: the live planner re-checks on every republish; here every sample.
+            return t_s + self.sim.scenario.control.sample_period_s
+        try:
+            self._plan(t_s)
+        except (InfeasiblePlanError, ValueError) as error:  # live keeps the last plan too
+            self.solves.append({"t_s": t_s, "status": f"failed: {error}"})
         return (math.floor(t_s / self.epoch_s) + 1) * self.epoch_s
 
     def _plan(self, t_s: float) -> None:

@@ -168,4 +168,5 @@ def test_the_planned_policy_serves_more_load_in_the_lower_carbon_region_than_sin
         shares[name] = by_region["CLEAN"] / sum(by_region.values())
         if name == "greenserve-planned":
             assert result.plans, "the planner never planned"
+            assert all(p["status"] == "optimal" for p in result.plans)
     assert shares["greenserve-planned"] > shares["single-pool"] + 0.1
