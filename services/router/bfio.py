@@ -281,10 +281,10 @@ def balance_future_assign(
     """
     work = _Workspace.for_shape(workspace, *base.shape)
     drift = work.drift
-    # Only the urgent and small-pool paths add to the loads; the fill path just reads them.
-    mutated = len(urgent_order) > 0 or prompts.shape[0] <= int(np.maximum(free_slots, 0).sum())
-    loads = base.astype(np.float64, copy=mutated)
     slots = np.maximum(np.asarray(free_slots, dtype=np.int64), 0)
+    # Only the urgent and small-pool paths add to the loads; the fill path just reads them.
+    mutated = len(urgent_order) > 0 or prompts.shape[0] <= int(slots.sum())
+    loads = base.astype(np.float64, copy=mutated)
     assign = np.full(prompts.shape[0], -1, dtype=np.int64)
     for i in urgent_order:
         if slots.sum() == 0:
@@ -382,7 +382,7 @@ class BalanceFuturePlacer:
             (W,) worker index per candidate, -1 when it stays queued.
         """
         urgent = np.flatnonzero(laxity <= self.urgent_laxity_s)
-        order = urgent[np.argsort(laxity[urgent], kind="stable")].tolist()
+        order = urgent[np.argsort(laxity[urgent], kind="stable")].tolist() if urgent.size else []
         self._workspace = _Workspace.for_shape(self._workspace, *base.shape)
         return balance_future_assign(
             base,

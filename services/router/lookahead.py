@@ -61,17 +61,38 @@ class SnapshotCache:
 
     def __init__(self) -> None:
         self.width = -1
-        self.rows: dict[str, tuple[_Snapshot, FloatArray, IntArray]] = {}
+        self.seen: dict[str, tuple[int, _Snapshot]] = {}
+        self.kv_drop: FloatArray = np.zeros((0, 0))
+        self.seq_drop: IntArray = np.zeros((0, 0), dtype=np.int64)
         self.hits = 0
         self.misses = 0
 
-    def lookup(self, worker: WorkerLoad) -> tuple[FloatArray, IntArray] | None:
-        """Return the cached (kv, sequence) histogram rows of an unchanged worker, or None."""
-        entry = self.rows.get(worker.worker_id)
-        if entry is None:
-            return None
+    def histograms(self, workers: Sequence[WorkerLoad], width: int) -> tuple[FloatArray, IntArray]:
+        """Return the (G, H+2) histograms, re-reading only workers that changed."""
+        if self.width != width:
+            self.seen, self.width = {}, width
+        snaps = [_snapshot(w) for w in workers]
+        previous = [self.seen.get(w.worker_id) for w in workers]
         # Tuples compare by identity first, so an unchanged snapshot costs O(1) here.
-        return (entry[1], entry[2]) if entry[0] == _snapshot(worker) else None
+        source = [
+            -1 if p is None or p[1] != snap else p[0]
+            for p, snap in zip(previous, snaps, strict=True)
+        ]
+        changed = [g for g, row in enumerate(source) if row < 0]
+        self.hits += len(workers) - len(changed)
+        self.misses += len(changed)
+        if len(changed) == len(workers):
+            kv_drop, seq_drop = _histograms(workers, width)
+        else:
+            kv_drop, seq_drop = self.kv_drop[source], self.seq_drop[source]
+            if changed:
+                kv_new, seq_new = _histograms([workers[g] for g in changed], width)
+                kv_drop[changed], seq_drop[changed] = kv_new, seq_new
+        # Only this call's workers are kept, so the cache never outgrows the fleet.
+        pairs = zip(workers, snaps, strict=True)
+        self.seen = {w.worker_id: (g, snap) for g, (w, snap) in enumerate(pairs)}
+        self.kv_drop, self.seq_drop = kv_drop, seq_drop
+        return kv_drop, seq_drop
 
 
 def base_trajectories(
@@ -97,29 +118,8 @@ def base_trajectories(
         return np.zeros((count, width), dtype=np.float64)
     if cache is None:
         kv_drop, seq_drop = _histograms(workers, width)
-        return _loads_from_drops(kv_drop, seq_drop, refill_tokens)
-    if cache.width != width:
-        cache.rows.clear()
-        cache.width = width
-    cached = [cache.lookup(w) for w in workers]
-    changed = [g for g, row in enumerate(cached) if row is None]
-    cache.hits += count - len(changed)
-    cache.misses += len(changed)
-    if len(changed) == count:
-        kv_drop, seq_drop = _histograms(workers, width)
     else:
-        kv_drop = np.empty((count, width + 1))
-        seq_drop = np.empty((count, width + 1), dtype=np.int64)
-        kept = [g for g, row in enumerate(cached) if row is not None]
-        kv_drop[kept] = [cached[g][0] for g in kept]  # type: ignore[index]
-        seq_drop[kept] = [cached[g][1] for g in kept]  # type: ignore[index]
-        if changed:
-            kv_new, seq_new = _histograms([workers[g] for g in changed], width)
-            kv_drop[changed], seq_drop[changed] = kv_new, seq_new
-    # Drop workers no longer in the pool, so the cache never outgrows the fleet.
-    cache.rows = {
-        w.worker_id: (_snapshot(w), kv_drop[g], seq_drop[g]) for g, w in enumerate(workers)
-    }
+        kv_drop, seq_drop = cache.histograms(workers, width)
     return _loads_from_drops(kv_drop, seq_drop, refill_tokens)
 
 

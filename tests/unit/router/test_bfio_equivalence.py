@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from services.router.bfio import BalanceFuturePlacer, balance_future_assign
-from services.router.lookahead import base_from_arrays, base_trajectories
+from services.router.lookahead import SnapshotCache, base_from_arrays, base_trajectories
 from services.router.placement import Candidate, WorkerLoad
 from tests.unit.router.bfio_reference import (
     reference_assign,
@@ -116,3 +116,25 @@ def _worker(
         predicted_remaining=tuple(int(r) for r in remaining[active]),
         running_kv=tuple(int(k) for k in kv[active]) if per_seq else (),
     )
+
+
+def test_snapshot_cache_serves_unchanged_workers_and_rereads_changed_ones() -> None:
+    """Test that cached histograms are reused only for unchanged workers, in any fleet order."""
+    rng = np.random.default_rng(9)
+    kv, remaining, active = _fleet(rng, 6, 10, 0.7)
+    workers = [_worker(g, kv[g], remaining[g], active[g], 0) for g in range(6)]
+    cache = SnapshotCache()
+    first = base_trajectories(workers, 20, cache=cache)
+    assert np.array_equal(first, reference_base_trajectories(workers, 20))
+    moved = [workers[3], workers[0], workers[5]]
+    bumped = WorkerLoad(
+        worker_id="w1",
+        free_slots=0,
+        running=1,
+        kv_tokens=7,
+        predicted_remaining=(3,),
+        running_kv=(7,),
+    )
+    again = base_trajectories([*moved, bumped], 20, cache=cache)
+    assert np.array_equal(again, reference_base_trajectories([*moved, bumped], 20))
+    assert (cache.hits, cache.misses) == (3, 7)
