@@ -193,7 +193,7 @@ def _fill_to_targets(
     pair_rows = np.array([g for g in rows for _ in picked[g]], dtype=np.int64)
     positions = np.array([p for g in rows for p in picked[g]], dtype=np.int64)
     if rows and swaps > 0:
-        _exchange(fixed, added, np.array(rows), pair_rows, positions, sizes, rank, swaps, work)
+        _exchange(fixed, added, pair_rows, positions, sizes, rank, swaps, work)
     return order[positions], pair_rows
 
 
@@ -206,7 +206,6 @@ def _objective(fixed: FloatArray, added: FloatArray, scratch: FloatArray) -> flo
 def _exchange(
     fixed: FloatArray,
     added: FloatArray,
-    row_index: IntArray,
     pair_rows: IntArray,
     old: IntArray,
     size: FloatArray,
@@ -221,28 +220,30 @@ def _exchange(
     best strictly improving one, evaluated exactly with the top-two column maxima.
     """
     count, width = fixed.shape
-    pair_row_slot = np.searchsorted(row_index, pair_rows)
-    fixed_rows, fixed_pairs = fixed[row_index], fixed[pair_rows]
+    # Everything is evaluated per picked item (most workers get one or two): a worker's
+    # wish is recomputed for each of its items, with identical values, to save the
+    # row-to-item gathers.
+    fixed_pairs = fixed[pair_rows]
     taken = np.zeros(size.shape[0], dtype=bool)
     taken[old] = True
     for _ in range(rounds):
         loads = np.add(fixed, added[:, None], out=work.loads)
         top, arg, second = _column_top_two(loads, work.columns)
-        others = np.where(row_index[:, None] == arg[None, :], second[None, :], top[None, :])
-        wish = np.partition(others - fixed_rows, rank, axis=1)[:, rank] - added[row_index]
-        pair_wish = wish[pair_row_slot]
+        pair_others = np.where(pair_rows[:, None] == arg[None, :], second[None, :], top[None, :])
+        pair_added = added[pair_rows]
+        pair_wish = np.partition(pair_others - fixed_pairs, rank, axis=1)[:, rank] - pair_added
         free = np.flatnonzero(~taken)
         if free.size == 0:
             break
         free_size = size[free]
-        target = size[old] + pair_wish
+        old_size = size[old]
+        target = old_size + pair_wish
         right = np.minimum(np.searchsorted(free_size, target), free.size - 1)
         left = np.maximum(right - 1, 0)
         nearer = np.abs(free_size[left] - target) <= np.abs(free_size[right] - target)
         new = free[np.where(nearer, left, right)]
-        delta = np.where(np.abs(pair_wish) >= 1.0, size[new] - size[old], 0.0)
-        pair_others = others[pair_row_slot]
-        pair_loads = fixed_pairs + added[pair_rows][:, None]
+        delta = np.where(np.abs(pair_wish) >= 1.0, size[new] - old_size, 0.0)
+        pair_loads = fixed_pairs + pair_added[:, None]
         # Exact change of G*sum_h(max) - sum_h(sum_g L) when one row moves by delta.
         now = np.maximum(pair_others, pair_loads).sum(axis=1)
         after = np.maximum(pair_others, pair_loads + delta[:, None]).sum(axis=1)
