@@ -11,7 +11,7 @@ import contextlib
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -39,12 +39,16 @@ __all__ = [
     "publish",
     "request",
     "serve",
+    "tracing_active",
 ]
 
 logger = logging.getLogger(__name__)
 
 JS_SUBJECTS_OVERLAP = 10065
 """JetStream API error code: a stream with overlapping subjects already exists."""
+
+TRACEPARENT = "traceparent"
+"""W3C trace-context header: a message that carries it continues a trace."""
 
 In = TypeVar("In", bound=msgspec.Struct)
 Out = TypeVar("Out", bound=msgspec.Struct)
@@ -166,6 +170,8 @@ async def serve(
 ) -> Subscription:
     """Subscribe ``handler`` to ``subject`` with decoding, error replies and counters."""
 
+    received = MESSAGES.labels(service, kind.__name__)  # resolved once, not per message
+
     async def callback(msg: Msg) -> None:
         try:
             message = decode(msg.data, kind)
@@ -175,28 +181,60 @@ async def serve(
             if msg.reply:
                 await _reply_error(msg, service, "malformed", str(exc))
             return
-        MESSAGES.labels(service, kind.__name__).inc()
-        tracer = trace.get_tracer(f"greenserve.{service}")
-        with span_from_headers(
-            tracer,
-            f"{service} {kind.__name__}",
-            msg.headers,
-            **{"messaging.destination.name": msg.subject},
-        ) as span:
-            try:
-                result = await handler(message, msg)
-            except Exception as exc:  # handler boundary: log, count, answer, keep serving
-                ERRORS.labels(service, "internal").inc()
-                logger.exception("handler for %s failed", msg.subject)
-                span.record_exception(exc)
-                span.set_status(trace.StatusCode.ERROR)
-                if msg.reply:
-                    await _reply_error(msg, service, "internal", f"{type(exc).__name__}: {exc}")
-                return
+        received.inc()
+        if not tracing_active(msg.headers):
+            result = await _handle_untraced(handler, message, msg, service)
+        else:
+            tracer = trace.get_tracer(f"greenserve.{service}")
+            with span_from_headers(
+                tracer,
+                f"{service} {kind.__name__}",
+                msg.headers,
+                **{"messaging.destination.name": msg.subject},
+            ) as span:
+                try:
+                    result = await handler(message, msg)
+                except Exception as exc:  # handler boundary: log, count, answer, keep serving
+                    span.record_exception(exc)
+                    span.set_status(trace.StatusCode.ERROR)
+                    await _handler_failed(msg, service, exc)
+                    return
         if result is not None and msg.reply:
             await msg.respond(encode(result))
 
     return await nc.subscribe(subject, queue=queue, cb=callback)
+
+
+def tracing_active(headers: Mapping[str, str] | None) -> bool:
+    """Whether a span here could be recorded or carry a trace on.
+
+    False when no tracer provider is installed (the no-op default) and the message brings
+    no trace context: a span would then be a no-op that still costs a context attach, a
+    generator context manager and a header extraction per message (``docs/performance.md``).
+    """
+    if headers and TRACEPARENT in headers:
+        return True
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+async def _handle_untraced(
+    handler: Callable[[In, Msg], Awaitable[msgspec.Struct | None]],
+    message: In,
+    msg: Msg,
+    service: str,
+) -> msgspec.Struct | None:
+    try:
+        return await handler(message, msg)
+    except Exception as exc:  # handler boundary: log, count, answer, keep serving
+        await _handler_failed(msg, service, exc)
+        return None
+
+
+async def _handler_failed(msg: Msg, service: str, exc: Exception) -> None:
+    ERRORS.labels(service, "internal").inc()
+    logger.exception("handler for %s failed", msg.subject, exc_info=exc)
+    if msg.reply:
+        await _reply_error(msg, service, "internal", f"{type(exc).__name__}: {exc}")
 
 
 async def _reply_error(msg: Msg, service: str, code: str, reason: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -30,9 +31,28 @@ from shared.metrics_http import start_metrics_server
 from shared.store import connect_redis
 from shared.telemetry import setup_tracing
 
-__all__ = ["ServiceContext", "run_service", "service_context"]
+__all__ = ["ServiceContext", "event_loop_factory", "run_service", "service_context"]
 
 logger = logging.getLogger(__name__)
+
+EVENT_LOOP_ENV = "GREENSERVE_EVENT_LOOP"
+"""``asyncio`` forces the standard loop; otherwise uvloop is used when it is installed."""
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The loop every service runs on: uvloop when installed, else the standard one.
+
+    uvloop's C event loop and transports cut the CPU each message costs in every service
+    (measured in ``docs/performance.md``); semantics are those of asyncio.
+    """
+    if os.environ.get(EVENT_LOOP_ENV, "").lower() == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
 
 
 @dataclass(slots=True)
@@ -109,4 +129,5 @@ def run_service(
             await serve(ctx)
             logger.info("%s stopping", name)
 
-    asyncio.run(amain())
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        runner.run(amain())

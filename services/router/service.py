@@ -30,7 +30,7 @@ from proto.messages import (
 )
 from services.router.placement import Candidate, Placer, make_placer
 from services.router.registry import WorkerRegistry
-from shared.bus import request
+from shared.bus import request, tracing_active
 from shared.counters import DECISIONS, ERRORS
 from shared.lifecycle import ServiceContext
 from shared.loops import MAX_BACKOFF_S, sleep_or_stop
@@ -168,11 +168,17 @@ async def _dispatch(
 ) -> Assignment | bool | None:
     """Hand one request to a worker: its Assignment, True if it already ended, None if refused."""
     rid = req.request.request_id
-    with ctx.tracer.start_as_current_span(
-        "dispatch",
-        context=extract_context(req.trace),
-        attributes={"request.id": rid, "worker.id": worker_id},
-    ):
+    # A no-op span still costs a context attach and a header extraction per request.
+    span: contextlib.AbstractContextManager[object] = (
+        ctx.tracer.start_as_current_span(
+            "dispatch",
+            context=extract_context(req.trace),
+            attributes={"request.id": rid, "worker.id": worker_id},
+        )
+        if tracing_active(req.trace)
+        else contextlib.nullcontext()
+    )
+    with span:
         try:
             reply = await request(
                 ctx.nc,

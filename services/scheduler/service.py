@@ -31,6 +31,7 @@ from proto.subjects import QUEUE_GROUPS
 from services.scheduler.ladder_shell import start_ladder
 from services.scheduler.queueing import QueueDiscipline, QueuedRequest, make_discipline
 from shared.bus import serve as serve_subject
+from shared.bus import tracing_active
 from shared.counters import QUEUE_DEPTH
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
@@ -125,7 +126,6 @@ async def serve(ctx: ServiceContext) -> None:
     """Run until ``ctx.stop`` is set."""
     state = SchedulerState(ctx.settings.scheduler.discipline)
     keys, redis, subjects = ctx.keys, ctx.redis, ctx.subjects
-    store_new = redis.register_script(STORE_NEW_LUA)
     restored = 0
     for raw in (await redis.hgetall(keys.queued)).values():
         with contextlib.suppress(DecodeError):
@@ -139,9 +139,9 @@ async def serve(ctx: ServiceContext) -> None:
         pipe = redis.pipeline(transaction=False)
         for req in batch.requests:
             rid = req.request.request_id
-            await store_new(
-                keys=[keys.seen(rid), keys.queued], args=[rid, SEEN_TTL_S, encode(req)], client=pipe
-            )
+            # EVAL, not a registered Script: a Script in a pipeline costs a SCRIPT EXISTS
+            # round trip per batch; the body is short and Redis caches it by its digest.
+            pipe.eval(STORE_NEW_LUA, 2, keys.seen(rid), keys.queued, rid, SEEN_TTL_S, encode(req))
         fresh_flags = await pipe.execute()
         accepted: list[str] = []
         duplicates: list[str] = []
@@ -151,9 +151,12 @@ async def serve(ctx: ServiceContext) -> None:
             if not fresh:
                 duplicates.append(rid)
                 continue
-            with ctx.tracer.start_as_current_span(
-                "enqueue", context=extract_context(req.trace), attributes={"request.id": rid}
-            ):
+            if tracing_active(req.trace):
+                with ctx.tracer.start_as_current_span(
+                    "enqueue", context=extract_context(req.trace), attributes={"request.id": rid}
+                ):
+                    state.push(req)
+            else:  # a no-op span would cost more than the push itself
                 state.push(req)
             accepted.append(rid)
             pools.add(req.pool_id)
@@ -166,12 +169,16 @@ async def serve(ctx: ServiceContext) -> None:
         taken = state.pop(pull.pool_id, pull.slots, ctx.clock.now())
         if taken:
             now = time.time()
+            held = {
+                req.request.request_id: encode(
+                    Assignment(request=req, worker_id=UNPLACED_WORKER, dispatched_at=now)
+                )
+                for req in taken
+            }
+            # Still one MULTI/EXEC, but two commands for the whole pull instead of two each.
             pipe = redis.pipeline(transaction=True)
-            for req in taken:
-                rid = req.request.request_id
-                held = Assignment(request=req, worker_id=UNPLACED_WORKER, dispatched_at=now)
-                pipe.hset(keys.dispatched, rid, encode(held))
-                pipe.hdel(keys.queued, rid)
+            pipe.hset(keys.dispatched, mapping=held)  # type: ignore[arg-type]
+            pipe.hdel(keys.queued, *held)
             try:
                 await pipe.execute()
             except RedisError as exc:
@@ -287,11 +294,12 @@ async def _requeue(
     for req in requests:
         state.push(req)
         await ctx.nc.publish(ctx.subjects.scheduler_ready(req.pool_id), b"")
+    if not requests:
+        return
+    queued = {req.request.request_id: encode(req) for req in requests}
     pipe = ctx.redis.pipeline(transaction=True)
-    for req in requests:
-        rid = req.request.request_id
-        pipe.hset(ctx.keys.queued, rid, encode(req))
-        pipe.hdel(ctx.keys.dispatched, rid)
+    pipe.hset(ctx.keys.queued, mapping=queued)  # type: ignore[arg-type]
+    pipe.hdel(ctx.keys.dispatched, *queued)
     try:
         await pipe.execute()
     except RedisError as exc:
