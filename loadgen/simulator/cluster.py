@@ -86,7 +86,12 @@ class ClusterSimulator:
         )
         self.scheme = scheme_by_name(scenario.slo.scheme)
         self.slos = default_slos(self.scheme)
-        self.pools = build_pools(scenario, policy)
+        shares = None
+        if policy.pooling == "class":
+            from loadgen.simulator.multipool import class_token_shares
+
+            shares = class_token_shares(trace, self.scheme)
+        self.pools = build_pools(scenario, policy, shares)
         self.pool_by_id = {p.pool_id: p for p in self.pools}
         self.max_num_seqs = scenario.engine.max_num_seqs
         live = ClassifierSettings()

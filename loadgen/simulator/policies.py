@@ -24,7 +24,7 @@ __all__ = [
     "policy_by_name",
 ]
 
-Pooling = Literal["single", "region"]
+Pooling = Literal["single", "region", "class"]
 ClockMode = Literal["max", "miad"]
 Scaling = Literal["static", "reactive", "planned"]
 ObjectiveName = Literal["carbon", "energy"]
@@ -69,7 +69,8 @@ class PolicySet:
     name: str
     description: str
     pooling: Pooling = "region"
-    """``single``: one pool over every GPU; ``region``: one pool per (region, GPU type)."""
+    """``single``: one pool over every GPU; ``region``: one pool per (region, GPU type);
+    ``class``: one pool per request class over slots of every region (DynamoLLM MultiPool)."""
     tp: int = 4
     discipline: str = "fcfs"
     placer: str = "rr"
@@ -111,6 +112,13 @@ POLICY_SETS: Final[dict[str, PolicySet]] = {
             name="single-pool",
             description="one pool, TP8, max clock, every GPU on (sized for peak), FCFS, RR",
             pooling="single",
+            tp=8,
+        ),
+        PolicySet(
+            name="multi-pool",
+            description="DynamoLLM MultiPool: one TP8 pool per class sized by its token share, "
+            "max clock, every GPU on, FCFS, RR",
+            pooling="class",
             tp=8,
         ),
         PolicySet(

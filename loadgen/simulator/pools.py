@@ -9,7 +9,7 @@ pool's configuration.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from loadgen.simulator.instance import SimInstance
@@ -50,6 +50,8 @@ class Pool:
     tbt_s: float
     slots: tuple[tuple[str, str], ...] = ()
     """(region, GPU type) of each instance slot, in the order slots are filled."""
+    request_class: str | None = None
+    """The one class this pool serves (MultiPool); ``None``: every class."""
     instances: list[SimInstance] = field(default_factory=list)
 
     def live(self) -> list[SimInstance]:
@@ -132,8 +134,13 @@ def _config(scenario: Scenario, gpu: str, tp: int) -> EngineConfig:
     )
 
 
-def build_pools(scenario: Scenario, policy: PolicySet) -> list[Pool]:
-    """Create the policy's pools over the scenario's inventory (no instances yet)."""
+def build_pools(
+    scenario: Scenario, policy: PolicySet, class_shares: Mapping[str, float] | None = None
+) -> list[Pool]:
+    """Create the policy's pools over the scenario's inventory (no instances yet).
+
+    ``class_shares`` (``pooling = "class"`` only) sizes one pool per class.
+    """
     pools: list[Pool] = []
     profiles: dict[tuple[str, int], tuple[float, float]] = {}
 
@@ -161,6 +168,23 @@ def build_pools(scenario: Scenario, policy: PolicySet) -> list[Pool]:
             slots=tuple(slots),
         )
 
+    if policy.pooling == "class":
+        from loadgen.simulator.multipool import class_instance_counts
+
+        every = [
+            (region.name, gpu)
+            for region in scenario.regions
+            for gpu, n in region.gpus.items()
+            for _ in range(n // policy.tp)
+        ]
+        start = 0
+        for name, count in class_instance_counts(class_shares or {}, len(every)).items():
+            chunk = every[start : start + count]
+            start += count
+            pool = new_pool(f"class-{name}", "*", chunk[0][1], chunk)
+            pool.request_class = name
+            pools.append(pool)
+        return pools
     if policy.pooling == "single":
         # One pool over every GPU: each instance slot keeps its own region and GPU type; the
         # profile (Lat of Eq. 6) is that of the most numerous GPU type.
@@ -181,7 +205,8 @@ def build_pools(scenario: Scenario, policy: PolicySet) -> list[Pool]:
 
 
 def routing_plan(pools: Sequence[Pool], weights: dict[str, float], scheme: str, t_s: float) -> Plan:
-    """The plan the classifier follows: every class to every pool with a positive weight."""
+    """The plan the classifier follows: every class to every pool with a positive weight, or,
+    for class pools (MultiPool), each class to its own pool."""
     return Plan(
         epoch=0,
         issued_at=max(t_s, 0.0),
@@ -200,10 +225,11 @@ def routing_plan(pools: Sequence[Pool], weights: dict[str, float], scheme: str, 
             for p in pools
         ],
         routes={
-            "*": [
+            name: [
                 RouteWeight(pool_id=p.pool_id, weight=weights.get(p.pool_id, 0.0))
                 for p in pools
-                if weights.get(p.pool_id, 0.0) > 0
+                if name in ("*", p.request_class) and weights.get(p.pool_id, 0.0) > 0
             ]
+            for name in {"*", *(p.request_class for p in pools if p.request_class)}
         },
     )

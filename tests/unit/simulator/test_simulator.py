@@ -170,3 +170,26 @@ def test_the_planned_policy_serves_more_load_in_the_lower_carbon_region_than_sin
             assert result.plans, "the planner never planned"
             assert all(p["status"] == "optimal" for p in result.plans)
     assert shares["greenserve-planned"] > shares["single-pool"] + 0.1
+
+
+def test_multi_pool_sends_each_class_only_to_its_own_pool() -> None:
+    """Test that MultiPool gives every class with load its own pool and routes it there."""
+    trace = _trace(n_s=40.0)
+    carbon = CarbonClock({"R": np.full(48, INTENSITY)}, start_offset_s=3600.0)
+    sim = ClusterSimulator(
+        _scenario(gpus=8), policy_by_name("multi-pool", tp=1), trace, carbon=carbon
+    )
+    result = sim.run()
+    assert result.completed == len(trace)
+    assert sum(p.max_instances for p in sim.pools) == 8
+    for state in sim.states:
+        assert state.pool == f"class-{state.request_class}"
+
+
+def test_class_instance_counts_give_one_each_and_the_rest_by_share() -> None:
+    """Test that MultiPool sizing gives every class one instance and splits the rest by share."""
+    from loadgen.simulator.multipool import class_instance_counts
+
+    assert class_instance_counts({"A": 0.7, "B": 0.2, "C": 0.1}, 10) == {"A": 6, "B": 2, "C": 2}
+    with pytest.raises(ValueError):
+        class_instance_counts({"A": 0.5, "B": 0.5}, 1)
