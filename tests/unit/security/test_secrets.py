@@ -78,9 +78,10 @@ def test_secret_files_are_owner_only(tmp_path: Path) -> None:
 def test_urls_are_redacted() -> None:
     """Test that a URL's password is replaced and a URL without one is unchanged."""
     assert (
-        redact_url("redis://monitor:pw@127.0.0.1:6379/0") == "redis://monitor:***@127.0.0.1:6379/0"
+        redact_url("redis://monitor:pw@127.0.0.1:16379/0")
+        == "redis://monitor:***@127.0.0.1:16379/0"
     )
-    assert redact_url("nats://127.0.0.1:4222") == "nats://127.0.0.1:4222"
+    assert redact_url("nats://127.0.0.1:14222") == "nats://127.0.0.1:14222"
 
 
 def test_generated_passwords_are_long_distinct_and_space_free() -> None:
