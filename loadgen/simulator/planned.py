@@ -29,6 +29,7 @@ solution is applied.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Mapping
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import pandas as pd
 
+from loadgen.simulator.demand import ArrivalHistory
 from proto.messages import Plan as WirePlan
 from services.classifier.classes import scheme_by_name
 from services.forecaster.load_forecast import LoadForecastConfig
@@ -45,7 +47,7 @@ from services.planner.live_inputs import DemandTracker, LivePool
 from services.planner.live_plan import pool_decisions, wire_plan
 from services.planner.live_profiles import ProfileRequest, measure_mode_profiles, slo_policy_for
 from services.planner.milp import solve_plan
-from services.planner.problem import Objective, PlannerSettings, ServingConfig
+from services.planner.problem import Objective, PlannerSettings, ServingConfig, SloPolicy
 from shared.config import PlannerSettings as LivePlannerSettings
 
 if TYPE_CHECKING:
@@ -96,17 +98,20 @@ class EpochPlanner:
         self.steps = control.steps_per_epoch
         self.scheme = scheme_by_name(sim.scenario.slo.scheme)
         bins = max(1, round(self.step_s / self.live.demand_bin_s))
-        self.demand = DemandTracker(
-            {self.scheme.name: self.scheme},
-            LoadForecastConfig(
-                bin_s=self.step_s / bins,
-                step_s=self.step_s,
-                steps=self.steps,
-                method=self.live.load_method,  # type: ignore[arg-type]
-                recent_steps=self.live.recent_steps,
-            ),
-            self.live.demand_history_steps,
+        load_config = LoadForecastConfig(
+            bin_s=self.step_s / bins,
+            step_s=self.step_s,
+            steps=self.steps,
+            method=self.live.load_method,  # type: ignore[arg-type]
+            recent_steps=self.live.recent_steps,
         )
+        self.demand = DemandTracker(
+            {self.scheme.name: self.scheme}, load_config, self.live.demand_history_steps
+        )
+        # The same completions, kept per class for the event trigger and the trend forecast.
+        self.history = ArrivalHistory(load_config, self.live.demand_history_steps)
+        self.planned_qps: float | None = None
+        """Total per-class peak QPS the current plan is sized for (α × forecast)."""
         self.pools = {
             p.pool_id: LivePool(
                 pool_id=p.pool_id,
@@ -152,6 +157,7 @@ class EpochPlanner:
         self.demand.add(
             state.arrival_s, state.prompt, max(1, state.tokens), state.last_s - state.arrival_s
         )
+        self.history.add(state.arrival_s, self.scheme.classify(state.prompt, max(1, state.tokens)))
 
     def intensity(self, t_s: float) -> dict[str, tuple[float, ...]]:
         """Forecast intensity per region at each step of the epoch starting at ``t_s``."""
@@ -180,29 +186,64 @@ class EpochPlanner:
 
     # -- epoch ----------------------------------------------------------------------------
     def tick(self, t_s: float) -> float:
-        """Plan if there is demand history; return when to plan next."""
+        """Plan if due (or, with event re-planning, if demand outgrew the plan); next tick."""
+        sample_s = self.sim.scenario.control.sample_period_s
         if self.demand.observed_steps(t_s) < 1:
             # Bootstrap: the live planner re-checks on every republish; here every sample.
-            return t_s + self.sim.scenario.control.sample_period_s
-        try:
-            self._plan(t_s)
-        except (InfeasiblePlanError, ValueError) as error:  # live keeps the last plan too
-            self.solves.append({"t_s": t_s, "status": f"failed: {error}"})
-        return (math.floor(t_s / self.epoch_s) + 1) * self.epoch_s
+            return t_s + sample_s
+        next_epoch_s = (math.floor(t_s / self.epoch_s) + 1) * self.epoch_s
+        event = self.sim.policy.replan == "event"
+        due = self.planned_qps is None or t_s % self.epoch_s == 0.0 or self._outgrown(t_s)
+        if due:
+            try:
+                self._plan(t_s)
+            except (InfeasiblePlanError, ValueError) as error:  # live keeps the last plan too
+                self.solves.append({"t_s": t_s, "status": f"failed: {error}"})
+                self.planned_qps = math.inf if self.planned_qps is None else self.planned_qps
+        return min(next_epoch_s, t_s + sample_s) if event else next_epoch_s
+
+    def observed_qps(self, t_s: float) -> float:
+        """Σ over classes of the last whole step's peak QPS (history ends one lag before now)."""
+        peaks = self.history.past_peaks(t_s - self.demand.lag_s, 1)
+        return float(sum(v[-1] for v in peaks.values()))
+
+    def _outgrown(self, t_s: float) -> bool:
+        if self.sim.policy.replan != "event" or self.planned_qps is None:
+            return False
+        return self.observed_qps(t_s) > self.planned_qps
+
+    def _demand(self, t_s: float) -> dict[tuple[str, str], tuple[float, ...]]:
+        keys = [(self.scheme.name, cls) for cls in self.scheme.classes]
+        if self.sim.policy.demand_forecast == "live":
+            return self.demand.forecast(t_s, keys)
+        trended = self.history.forecast(
+            t_s - self.demand.lag_s,
+            self.demand.observed_steps(t_s),
+            self.scheme.classes,
+            self.live.recent_steps,
+        )
+        return {(self.scheme.name, cls): trended[cls] for cls in self.scheme.classes}
+
+    def _slo(self) -> SloPolicy:
+        slo = slo_policy_for([self.scheme.name])
+        margin = self.sim.policy.plan_ttft_margin
+        if margin is None:
+            return slo
+        ttft = {cls: margin * v for cls, v in slo.ttft_ms_by_class.items()}
+        return dataclasses.replace(slo, ttft_ms_by_class=ttft)
 
     def _plan(self, t_s: float) -> None:
         from services.planner.live_plan import build_live_problem
 
         intensity = self.intensity(t_s)
-        keys = [(self.scheme.name, cls) for cls in self.scheme.classes]
         problem = build_live_problem(
             pools=self.pools,
             profiles=self.profiles,
-            demand_qps=self.demand.forecast(t_s, keys),
+            demand_qps=self._demand(t_s),
             intensity=intensity,
             step_s=self.step_s,
             alpha=self.live.alpha,
-            slo=slo_policy_for([self.scheme.name]),
+            slo=self._slo(),
             slices=self.live.time_share_slices,
         )
         settings = PlannerSettings(
@@ -222,6 +263,7 @@ class EpochPlanner:
             fallback_order=order,
         )  # fmt: skip
         self.epochs += 1
+        self.planned_qps = self.live.alpha * sum(max(v) for v in problem.demand_qps.values())
         self.solves.append(
             {
                 "t_s": t_s,

@@ -31,6 +31,8 @@ ObjectiveName = Literal["carbon", "energy"]
 RegionChoice = Literal["all", "carbon"]
 Profile = Literal["measured", "classifier-default"]
 RouterView = Literal["fresh", "stats"]
+Replan = Literal["epoch", "event"]
+DemandForecast = Literal["live", "trend"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +86,18 @@ class PolicySet:
     objective: ObjectiveName = "carbon"
     """What the epoch planner minimises (``planned`` scaling only): FREESH Eq. 1a carbon, or
     energy (FREESH's MinEnergy baseline)."""
+    replan: Replan = "epoch"
+    """When the epoch planner solves (``planned`` only): ``epoch``, every ``control.epoch_s``
+    as the live planner; ``event``, also as soon as the last step's observed peak demand
+    exceeds the capacity the plan was sized for (α × its forecast; DynamoLLM's 5-min level
+    re-plans on a load change)."""
+    demand_forecast: DemandForecast = "live"
+    """``live``: the live planner's ``DemandTracker`` forecast (``recent_max``); ``trend``:
+    the recent max plus the least-squares slope of the same recent steps, extrapolated per
+    step and never below the recent max (:mod:`loadgen.simulator.demand`)."""
+    plan_ttft_margin: float | None = None
+    """SLO-margin filter of the planner's profile rows: a row is eligible only if its profiled
+    TTFT is at most this share of its class's TTFT SLO (``None``: the SLO itself, as live)."""
     region_choice: RegionChoice = "all"
     """``carbon``: active instances go to the region with the lowest forecast intensity first."""
     scaler: ScalerSettings = field(default_factory=ScalerSettings)
@@ -220,6 +234,45 @@ POLICY_SETS: Final[dict[str, PolicySet]] = {
     )
 }
 """Every policy set the simulator knows, by name."""
+
+
+def _planned_variant(base: PolicySet, suffix: str, what: str, **changes: object) -> PolicySet:
+    return replace(
+        base,
+        name=f"{base.name}-{suffix}",
+        description=f"{base.description}; {what}",
+        **changes,  # type: ignore[arg-type]
+    )
+
+
+def _planned_variants() -> tuple[PolicySet, ...]:
+    """Planner-side fixes of the planned sets' TTFT misses, alone and stacked."""
+    replan = "re-plans when observed demand exceeds the planned capacity"
+    trend = "demand forecast with the recent trend"
+    margin = "profile rows need TTFT <= MIAD guard x SLO"
+    out: list[PolicySet] = []
+    for base in (POLICY_SETS["greenserve-planned"], POLICY_SETS["min-energy"]):
+        guard = base.miad_guard
+        out += [
+            _planned_variant(base, "replan", replan, replan="event"),
+            _planned_variant(base, "trend", trend, demand_forecast="trend"),
+            _planned_variant(base, "margin", margin, plan_ttft_margin=guard),
+            _planned_variant(
+                base, "replan-trend", f"{replan}; {trend}", replan="event", demand_forecast="trend"
+            ),
+            _planned_variant(
+                base,
+                "all",
+                f"{replan}; {trend}; {margin}",
+                replan="event",
+                demand_forecast="trend",
+                plan_ttft_margin=guard,
+            ),
+        ]
+    return tuple(out)
+
+
+POLICY_SETS.update({p.name: p for p in _planned_variants()})
 
 
 def miad_available() -> bool:
