@@ -161,8 +161,14 @@ def start_local_stack(
             redis_url = servers[-1].url
         origin = time.time()
         gateway_port = spec.gateway_port or free_port()
+        # Fitted forecasters outlive a stack (unlike its queues): a restart skips the fit.
+        extra = dict(spec.extra)
+        forecaster = dict(extra.get("forecaster", {}))
+        forecaster.setdefault("model_cache_dir", str(state_dir / "cache" / "forecaster"))
+        extra["forecaster"] = forecaster
         spec = _replace(
             spec,
+            extra=extra,
             nats_url=nats_url,
             redis_url=redis_url,
             origin_wall_s=origin,

@@ -221,6 +221,8 @@ class ForecasterSettings(_Section):
     """``eia`` reads ``carbon/<region>.csv``; ``em`` reads ``carbon_em/<zone>_<year>.csv``."""
     refresh_s: float = 300.0
     horizon_h: int = 24
+    model_cache_dir: Path | None = None
+    """Keep fitted models here (operator-owned) so a restart reuses them; ``None``: refit."""
 
 
 class PlannerSettings(_Section):

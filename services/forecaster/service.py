@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 
@@ -18,6 +19,7 @@ import pandas as pd
 
 from proto.codec import encode
 from proto.messages import Forecast
+from services.forecaster.model_cache import cache_key, load_or_fit
 from services.forecaster.models import CarbonForecast, CarbonForecaster, fit_forecaster
 from services.forecaster.sources import CarbonHistory, CsvCarbonSource
 from shared.lifecycle import ServiceContext
@@ -109,8 +111,15 @@ async def serve(ctx: ServiceContext) -> None:
     async def fit_all() -> None:
         cut = pd.Timestamp(ctx.clock.now(), unit="s", tz="UTC").floor("h") - pd.Timedelta(hours=1)
         for region in histories:
+            key = cache_key(region, cfg.source, list(histories), cut)
             try:
-                models[region] = await asyncio.to_thread(fit_region, region, histories, cut)
+                models[region] = await asyncio.to_thread(
+                    load_or_fit,
+                    cfg.model_cache_dir,
+                    key,
+                    functools.partial(fit_region, region, histories, cut),
+                    CarbonForecaster,
+                )
                 logger.info("forecaster for %s fitted", region)
             except ValueError as exc:
                 logger.warning(

@@ -1,0 +1,69 @@
+"""On-disk cache of fitted forecasters, so a restarted forecaster does not refit for a minute.
+
+A fitted model depends on the region, the data source, the regions pooled with it, the
+last hour of history it saw, and the code that fitted it; all of these are in the key, so
+a cached model is only ever reused for exactly the fit that made it. Entries are pickles
+written atomically. The cache directory belongs to the operator (like the data directory):
+never point it at a folder others can write, since unpickling runs code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import pickle
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Final, TypeVar
+
+import pandas as pd
+import sklearn
+
+__all__ = ["MODEL_CACHE_VERSION", "cache_key", "load_or_fit"]
+
+MODEL_CACHE_VERSION: Final = 1
+"""Bump when the forecasting code changes what a fit produces."""
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def cache_key(region: str, source: str, pooled: Sequence[str], cut: pd.Timestamp) -> str:
+    """File name of the model fitted on ``region``'s history up to ``cut``."""
+    ident = "|".join(
+        [region, source, ",".join(sorted(pooled)), cut.isoformat(), sklearn.__version__]
+    )
+    digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
+    return f"{region}-v{MODEL_CACHE_VERSION}-{digest}.pkl"
+
+
+def load_or_fit(folder: Path | None, key: str, fit: Callable[[], T], kind: type[T]) -> T:
+    """The cached ``kind`` for ``key``, or ``fit()`` stored under it (``folder`` None: no cache).
+
+    An unreadable or foreign entry is refitted and replaced, never trusted.
+    """
+    if folder is None:
+        return fit()
+    path = folder / key
+    if path.exists():
+        try:
+            with path.open("rb") as handle:
+                model = pickle.load(handle)  # operator-owned cache, see the module doc
+            if isinstance(model, kind):
+                return model
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+            logger.warning("ignoring unreadable cached model %s: %s", path, exc)
+    model = fit()
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            pickle.dump(model, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return model
