@@ -25,6 +25,12 @@ exists the fleet keeps the bootstrap (every instance on, routes by instance coun
 every sample period (the live planner re-checks on every republish); a failed epoch keeps the
 last plan, as live. Not applied (unlike live): DynamoLLM's overhead gate, so every epoch's
 solution is applied.
+
+Simulator-side fixes, chosen per policy set and passed only through the planner's public
+inputs: ``replan="event"`` also re-plans when the last step's observed peak demand exceeds
+α × the plan's forecast; ``demand_forecast="trend"`` adds the recent least-squares trend
+(:mod:`loadgen.simulator.demand`); ``plan_ttft_margin`` scales the TTFT limits of FREESH
+Eq. 1e so only rows with that much SLO headroom are eligible.
 """
 
 from __future__ import annotations

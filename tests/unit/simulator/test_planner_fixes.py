@@ -75,7 +75,8 @@ def test_event_replanning_plans_again_when_the_load_outgrows_the_plan() -> None:
     """Test that a load step inside an epoch triggers extra plans only with event re-planning."""
     epoch = _ramp_run("greenserve-planned")
     event = _ramp_run("greenserve-planned-replan")
-    assert epoch.plans is not None and event.plans is not None
+    assert epoch.plans is not None
+    assert event.plans is not None
     assert len(event.plans) > len(epoch.plans)
     peaks = [p["peak_demand_qps"] for p in event.plans if "peak_demand_qps" in p]
     assert max(peaks) > peaks[0]
