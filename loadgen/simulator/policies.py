@@ -200,48 +200,44 @@ POLICY_SETS: Final[dict[str, PolicySet]] = {
             scaling="planned",
             objective="energy",
         ),
-        PolicySet(
-            name="greenserve-guard80",
-            description="GreenServe with MIAD thresholds at 80 % of the SLO (with floor)",
-            discipline="llf",
-            placer="least-loaded",
-            clock="miad",
-            miad_guard=0.8,
-            miad_slo_floor=True,
-            scaling="reactive",
-            region_choice="carbon",
-        ),
-        PolicySet(
-            name="greenserve-miad-edge",
-            description="GreenServe with MIAD on the SLO itself and FREESH's 300 MHz floor",
-            discipline="llf",
-            placer="least-loaded",
-            clock="miad",
-            scaling="reactive",
-            region_choice="carbon",
-        ),
-        PolicySet(
-            name="greenserve-bfio",
-            description="GreenServe with BF-IO placement (seed 003)",
-            discipline="llf",
-            placer="bfio",
-            clock="miad",
-            miad_guard=0.5,
-            miad_slo_floor=True,
-            scaling="reactive",
-            region_choice="carbon",
-        ),
     )
 }
 """Every policy set the simulator knows, by name."""
 
 
-def _planned_variant(base: PolicySet, suffix: str, what: str, **changes: object) -> PolicySet:
+def _variant(base: PolicySet, suffix: str, description: str, **changes: object) -> PolicySet:
+    """``base`` with some knobs changed, named ``<base>-<suffix>``."""
     return replace(
         base,
         name=f"{base.name}-{suffix}",
-        description=f"{base.description}; {what}",
+        description=description,
         **changes,  # type: ignore[arg-type]
+    )
+
+
+def _greenserve_variants() -> tuple[PolicySet, ...]:
+    """The GreenServe set with one knob changed: where its SLO/energy trade-off comes from."""
+    base = POLICY_SETS["greenserve"]
+    return (
+        _variant(
+            base,
+            "guard80",
+            "GreenServe with MIAD thresholds at 80 % of the SLO (with floor)",
+            miad_guard=0.8,
+        ),
+        _variant(
+            base,
+            "miad-edge",
+            "GreenServe with MIAD on the SLO itself and FREESH's 300 MHz floor",
+            miad_guard=1.0,
+            miad_slo_floor=False,
+        ),
+        _variant(
+            base,
+            "bfio",
+            "GreenServe with BF-IO placement (seed 003)",
+            placer="bfio",
+        ),
     )
 
 
@@ -253,17 +249,22 @@ def _planned_variants() -> tuple[PolicySet, ...]:
     out: list[PolicySet] = []
     for base in (POLICY_SETS["greenserve-planned"], POLICY_SETS["min-energy"]):
         guard = base.miad_guard
+        desc = base.description
         out += [
-            _planned_variant(base, "replan", replan, replan="event"),
-            _planned_variant(base, "trend", trend, demand_forecast="trend"),
-            _planned_variant(base, "margin", margin, plan_ttft_margin=guard),
-            _planned_variant(
-                base, "replan-trend", f"{replan}; {trend}", replan="event", demand_forecast="trend"
+            _variant(base, "replan", f"{desc}; {replan}", replan="event"),
+            _variant(base, "trend", f"{desc}; {trend}", demand_forecast="trend"),
+            _variant(base, "margin", f"{desc}; {margin}", plan_ttft_margin=guard),
+            _variant(
+                base,
+                "replan-trend",
+                f"{desc}; {replan}; {trend}",
+                replan="event",
+                demand_forecast="trend",
             ),
-            _planned_variant(
+            _variant(
                 base,
                 "all",
-                f"{replan}; {trend}; {margin}",
+                f"{desc}; {replan}; {trend}; {margin}",
                 replan="event",
                 demand_forecast="trend",
                 plan_ttft_margin=guard,
@@ -272,6 +273,7 @@ def _planned_variants() -> tuple[PolicySet, ...]:
     return tuple(out)
 
 
+POLICY_SETS.update({p.name: p for p in _greenserve_variants()})
 POLICY_SETS.update({p.name: p for p in _planned_variants()})
 
 
