@@ -1,7 +1,9 @@
 """Replay a trace onto the ingress stream and record what comes back.
 
 Requests are published to JetStream with ``Nats-Msg-Id`` = request id (a retried publish is
-not a second request) at ``t / speedup`` wall seconds after the start. Every chunk,
+not a second request) at ``t / speedup`` wall seconds after the start, on the replayer's
+own ingress subject ``ingress.client.<client id>``: on a secured stack the client id is
+the NATS user (``loadgen``), the only one the server lets it publish and read as. Every chunk,
 completion and error addressed to this client is recorded; token indices deduplicate
 chunks a restarted worker may send twice. A request with neither a completion nor an error
 when the replay settles is *lost*.
@@ -12,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ from loadgen.traces import TraceRequest
 from proto.codec import DecodeError, decode_any, encode
 from proto.messages import Completion, ErrorReply, Request, TokenChunk, WorkerStats
 from proto.subjects import Subjects
+from shared.security.client_ids import instance_token, pick_client_id
 from shared.telemetry import inject_headers
 
 __all__ = ["ClientRecord", "ReplayResult", "WorkerEnergy", "replay"]
@@ -79,6 +81,7 @@ async def replay(
     speedup: float,
     settle_timeout_s: float = 30.0,
     on_progress: Callable[[int, int], None] | None = None,
+    client_id: str | None = None,
 ) -> ReplayResult:
     """Publish ``trace`` in (sped-up) real time and wait until every request ends or settles.
 
@@ -91,10 +94,14 @@ async def replay(
         settle_timeout_s: after the last publish, wait at most this long (wall) without any
             request ending before declaring the rest lost.
         on_progress: called with (ended, total) as requests end.
+        client_id: the client id to publish and read as; default: the user the connection
+            authenticated as (its bound id on a secured stack), else a random ``lg-`` id.
     """
     js = nc.jetstream()
-    client_id = f"lg-{uuid.uuid4().hex[:12]}"
-    records = [ClientRecord(f"{client_id}-{i}", tr) for i, tr in enumerate(trace)]
+    client_id = pick_client_id(nc, client_id, "lg")
+    # Concurrent replays may share a bound client id; the run token keeps their ids apart.
+    run = f"{client_id[:64]}-{instance_token()}"
+    records = [ClientRecord(f"{run}-{i}", tr) for i, tr in enumerate(trace)]
     by_id = {r.request_id: r for r in records}
     workers: dict[str, WorkerEnergy] = {}
     ended = 0
@@ -154,7 +161,7 @@ async def replay(
             client_id=client_id,
         )
         headers = inject_headers({"Nats-Msg-Id": record.request_id, REPLY_HEADER: reply})
-        await js.publish(subjects.ingress_request, encode(req), headers=headers)
+        await js.publish(subjects.ingress_client(client_id), encode(req), headers=headers)
 
     try:
         for record in records:

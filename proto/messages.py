@@ -78,6 +78,7 @@ class Request(_Message, tag="gs.v1.request", frozen=True, kw_only=True):
     ignore_eos: bool = True
     stream: bool = True
     client_id: Id | None = None
+    """The sender; on ``ingress.client.<id>`` the classifier requires ``<id>`` (or fills it in)."""
 
 
 class ClassifiedRequest(_Message, tag="gs.v1.classified", frozen=True, kw_only=True):

@@ -54,12 +54,24 @@ class Subjects:
     # --- ingress (JetStream) ---------------------------------------------------------
     @property
     def ingress_request(self) -> str:
-        """Clients publish :class:`proto.messages.Request` here (JetStream, durable)."""
+        """Unbound ingress of :class:`proto.messages.Request` (JetStream, durable).
+
+        Open stacks and the operator use it; on a secured stack only ``admin`` may publish
+        here, every client publishes on its own :meth:`ingress_client` subject.
+        """
         return f"{self._base}.ingress.request"
+
+    def ingress_client(self, client_id: str) -> str:
+        """Where one client publishes its Requests; a secured server lets only it publish here.
+
+        The classifier takes the client id from this subject, not from the payload, and
+        refuses a request whose ``client_id`` or reply subject names another client.
+        """
+        return f"{self._base}.ingress.client.{_check(client_id, 'client id')}"
 
     @property
     def ingress_wildcard(self) -> str:
-        """Subjects captured by the ingress stream."""
+        """Subjects captured by the ingress stream (and read by the classifier's consumer)."""
         return f"{self._base}.ingress.>"
 
     @property

@@ -26,6 +26,11 @@ from proto.messages import (
     SubmitBatchReply,
 )
 from services.classifier.classes import default_slos, make_predictor, scheme_by_name
+from services.classifier.ingress_identity import (
+    admit_bound_request,
+    error_reply_target,
+    widen_legacy_consumer,
+)
 from services.classifier.pipeline import ClassifierCore
 from shared.bus import ensure_ingress_stream, request
 from shared.counters import ERRORS, MESSAGES, REQUESTS
@@ -88,8 +93,9 @@ async def serve(ctx: ServiceContext) -> None:
 
     nats_cfg = ctx.settings.nats
     await ensure_ingress_stream(ctx.js, ctx.subjects)
+    await widen_legacy_consumer(ctx.js, ctx.subjects, "classifier")  # bound ingress subjects
     psub = await ctx.js.pull_subscribe(
-        ctx.subjects.ingress_request,
+        ctx.subjects.ingress_wildcard,
         durable="classifier",
         stream=ctx.subjects.ingress_stream,
         config=ConsumerConfig(
@@ -137,7 +143,9 @@ async def _classify(
     try:
         req = decode(msg.data, Request)
     except DecodeError as exc:
-        reply_to = (msg.headers or {}).get(REPLY_HEADER)
+        reply_to = error_reply_target(
+            ctx.subjects, msg.subject, (msg.headers or {}).get(REPLY_HEADER)
+        )
         await reply_error(
             ctx.nc,
             ctx.subjects,
@@ -149,6 +157,9 @@ async def _classify(
         await msg.term()  # permanent: never redeliver a malformed message
         return None
     MESSAGES.labels(NAME, "Request").inc()
+    if (bound := await admit_bound_request(ctx.nc, ctx.subjects, msg, req)) is None:
+        return None  # its client id is not its sender's: answered, counted, settled
+    req = bound
     if not req.reply_subject.startswith(ctx.subjects.client_prefix):
         # Never publish to a subject the client chose outside its own space (plan, workers).
         await reply_error(

@@ -4,7 +4,9 @@ A request is validated once (:mod:`services.gateway.openai_schema`), published t
 ingress stream with ``Nats-Msg-Id`` (a retried publish is not a second request), the
 reply subject in ``Gs-Reply`` and the trace context, and answered from the replies that
 arrive on this gateway's client subject: ``TokenChunk`` → text, ``Completion`` → end,
-``ErrorReply`` → an OpenAI error with the status of :mod:`services.gateway.errors`.
+``ErrorReply`` → an OpenAI error with the status of :mod:`services.gateway.errors`. It
+publishes on its own ``ingress.client.<client id>``; on a secured stack the client id is
+its NATS user, the only one the server lets it publish and read as.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from services.gateway.openai_schema import (
 from services.gateway.replies import ReplyRouter, TokenText
 from shared.config import GatewaySettings
 from shared.counters import ERRORS
+from shared.security.client_ids import instance_token
 from shared.telemetry import inject_headers
 
 __all__ = ["HTTP_REQUESTS", "NAME", "REPLY_HEADER", "STATE", "GatewayState", "build_app"]
@@ -72,10 +75,12 @@ class GatewayState:
     """Prompt-length estimate; ``None`` when the classifier tokenises the text itself."""
     router: ReplyRouter = field(default_factory=ReplyRouter)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
+    _instance: str = field(default_factory=instance_token)
+    """Gateway replicas share their identity's client id; this keeps their ids apart."""
 
     def new_request_id(self) -> str:
         """A request id unique to this gateway instance."""
-        return f"{self.client_id}-{next(self._ids)}"
+        return f"{self.client_id[:64]}-{self._instance}-{next(self._ids)}"
 
 
 STATE: web.AppKey[GatewayState] = web.AppKey("state", GatewayState)
@@ -139,7 +144,7 @@ async def _publish(state: GatewayState, parsed: ParsedRequest, request_id: str) 
     headers = inject_headers({"Nats-Msg-Id": request_id, REPLY_HEADER: reply})
     try:
         await state.js.publish(
-            state.subjects.ingress_request,
+            state.subjects.ingress_client(state.client_id),
             encode(message),
             timeout=state.config.publish_timeout_s,
             headers=headers,

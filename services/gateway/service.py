@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import uuid
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -19,6 +18,7 @@ from services.gateway.app import NAME, GatewayState, build_app
 from shared.bus import ensure_ingress_stream
 from shared.config import GatewaySettings, Settings
 from shared.lifecycle import ServiceContext, service_context
+from shared.security.client_ids import pick_client_id
 
 __all__ = ["NAME", "Gateway", "open_gateway", "serve"]
 
@@ -36,7 +36,8 @@ class Gateway:
             subjects=ctx.subjects,
             config=config,
             models=frozenset(ctx.settings.classifier.models),
-            client_id=f"gw-{uuid.uuid4().hex[:12]}",
+            # Bound to the NATS user on a secured stack (the only id it may use there).
+            client_id=pick_client_id(ctx.nc, None, "gw"),
             chars_per_token=None if tokenizer else config.chars_per_token,
         )
         self._ctx = ctx

@@ -15,6 +15,7 @@ from typing import Final
 from proto.subjects import valid_token
 
 __all__ = [
+    "BOUND_BY_USER",
     "ROLES",
     "SCOPED_ROLES",
     "Identity",
@@ -37,13 +38,16 @@ ROLES: Final = (
 )
 """Every role: the seven services, the HTTP gateway, and the tools that talk to a stack.
 
-``loadgen`` is the trace replayer (it watches worker stats and all client subjects of the
-stack); ``client`` is an ordinary client bound to one client id; ``monitor`` reads the
+``loadgen`` is the trace replayer (it watches worker stats and its own client subjects);
+``client`` is an ordinary client bound to one client id; ``monitor`` reads the
 store for ``greenserve status``; ``admin`` is the operator's unrestricted account.
 """
 
 SCOPED_ROLES: Final = {"worker": "worker id", "dvfs": "node id", "client": "client id"}
 """Roles whose permissions name one instance; their identity must carry that id."""
+
+BOUND_BY_USER: Final = ("gateway", "loadgen")
+"""Client roles whose client id is their user name (``client`` is bound to its scope)."""
 
 _NON_ENV = re.compile(r"[^A-Z0-9]")
 
@@ -72,6 +76,18 @@ class Identity:
                 raise ValueError(f"role {self.role!r} needs its {SCOPED_ROLES[self.role]}")
         elif self.scope is not None:
             raise ValueError(f"role {self.role!r} takes no scope")
+
+    @property
+    def client_id(self) -> str | None:
+        """The one client id this identity may send requests as and read replies of.
+
+        A ``client`` is bound to its scope; the gateway and the replayer to their user name
+        (what their connection authenticates as, so they need no extra setting); the
+        services are not clients (``None``).
+        """
+        if self.role == "client":
+            return self.scope
+        return self.user if self.role in BOUND_BY_USER else None
 
     @property
     def inbox_prefix(self) -> str:

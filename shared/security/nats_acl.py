@@ -7,7 +7,9 @@ everything not listed denied by the server:
   and ``$JS.ACK`` of the ``classifier`` durable) and publishes ``scheduler.submit``;
 * only dvfs agents and the planner publish ``worker.<id>.clock``; a worker subscribes only
   to its own dispatch and clock subjects and publishes only its own stats;
-* clients publish the ingress subject and read only their own ``client.<id>.>`` replies;
+* client identities (gateway, loadgen, client) publish only their own
+  ``ingress.client.<client id>`` subject and read only their own ``client.<id>.>``
+  replies, so the server binds a request's client id to the identity that sent it;
 * every identity has a private reply inbox ``_INBOX.<user>.>`` (request/reply and
   JetStream acks land there), and responders answer through ``allow_responses``, so no
   one needs a wildcard over other users' inboxes.
@@ -126,17 +128,16 @@ def permissions_for(subjects: Subjects, identity: Identity) -> SubjectPermission
     elif role == "forecaster":
         pub = (s.forecast_wildcard,)
         sub = ()
-    elif role == "gateway":
-        # The gateway picks a fresh client id per process, so it reads every client subject.
-        pub = (s.ingress_request, *_stream_admin(stream))
-        sub = (clients,)
-    elif role == "loadgen":
-        # The replayer picks a fresh client id per run and measures energy from worker stats.
-        pub = (s.ingress_request,)
-        sub = (clients, s.worker_stats_wildcard)
-    elif role == "client":
-        pub = (s.ingress_request,)
-        sub = (f"{s.client_prefix}{scope}.>",)
+    elif role in ("gateway", "loadgen", "client"):
+        # Bound client ids: the ingress subject names the sender (the classifier checks the
+        # payload against it), and only the sender's own reply space is readable.
+        client_id = identity.client_id or ""
+        pub = (s.ingress_client(client_id),)
+        sub = (f"{s.client_prefix}{client_id}.>",)
+        if role == "gateway":
+            pub += _stream_admin(stream)
+        elif role == "loadgen":
+            sub += (s.worker_stats_wildcard,)  # the replayer measures energy from stats
     elif role == "monitor":
         pub = ()
         sub = (

@@ -26,11 +26,13 @@ from loadgen.report import build_report
 from loadgen.traces import load_azure_trace, resolve_trace
 from proto.codec import decode, encode
 from proto.keys import Keys
-from proto.messages import ClockCommand, ClockReply, WorkerStats
+from proto.messages import ClockCommand, ClockReply, ErrorReply, Request, WorkerStats
 from proto.subjects import Subjects
-from shared.bus import connect_nats, request
+from services.classifier.ingress_identity import CLIENT_ID_MISMATCH
+from shared.bus import connect_nats, ensure_ingress_stream, request
 from shared.clock import ModelClock
 from shared.config import NatsSettings, RedisSettings
+from shared.counters import ERRORS
 from shared.security.credentials import Credential, by_user
 from shared.security.identities import Identity
 from shared.security.local_servers import SecureServers, start_secure_servers
@@ -142,7 +144,11 @@ async def _connect_watched(settings: NatsSettings) -> tuple[Client, Violations]:
 
 
 async def test_a_replay_completes_and_the_dvfs_agent_still_sets_clocks(stack: SecureStack) -> None:
-    """Test that 40 requests complete through per-service identities and clocks follow dvfs."""
+    """Test that 40 requests complete through per-service identities and clocks follow dvfs.
+
+    The replayer runs as the bound ``loadgen`` client and, at the same time, ``client-a``
+    replays 5 requests as itself: both complete on their own subjects without crosstalk.
+    """
     trace = load_azure_trace(resolve_trace("conv"), max_requests=40)
     clocks: dict[str, float] = {}
 
@@ -150,21 +156,34 @@ async def test_a_replay_completes_and_the_dvfs_agent_still_sets_clocks(stack: Se
         stats = decode(msg.data, WorkerStats)
         clocks[stats.worker_id] = stats.clock_mhz
 
+    subjects = Subjects(stack.namespace)
     nc = await connect_nats(NatsSettings(url=stack.secured.tool_nats_url), "test-loadgen")
+    client_a, a_violations = await _connect_watched(stack.nats_settings("client-a"))
     try:
-        await nc.subscribe(Subjects(stack.namespace).worker_stats_wildcard, cb=on_stats)
+        await nc.subscribe(subjects.worker_stats_wildcard, cb=on_stats)
         async with run_in_process(stack.launches):
-            result = await replay(
-                nc, Subjects(stack.namespace), trace, model="llama-3-8b", speedup=SPEEDUP
+            result, result_a = await asyncio.gather(
+                replay(nc, subjects, trace, model="llama-3-8b", speedup=SPEEDUP),
+                replay(client_a, subjects, trace[:5], model="llama-3-8b", speedup=SPEEDUP),
             )
             await asyncio.sleep(1.5)  # a dvfs period has passed for certain
     finally:
         await nc.close()
+        await client_a.close()
     origin = stack.launches[0].settings.clock.origin_wall_s or 0.0
-    report = build_report(result, ModelClock(SPEEDUP, origin, 1_656_633_600.0))
+    model_clock = ModelClock(SPEEDUP, origin, 1_656_633_600.0)
+    report = build_report(result, model_clock)
     assert report["completed"] == 40
     assert report["lost"] == 0
     assert report["failed"] == 0
+    report_a = build_report(result_a, model_clock)
+    assert (report_a["completed"], report_a["lost"], report_a["failed"]) == (5, 0, 0)
+    assert all(
+        r.completion and r.completion.request_id.startswith("client-a-") for r in result_a.records
+    )
+    # The replayer also watches worker stats (energy), which a plain client may not: that
+    # refusal is expected; nothing on its ingress or reply subjects may be refused.
+    assert [m for m in a_violations.messages if ".stats.worker." not in m] == []
     assert set(clocks) == {"worker-0", "worker-1"}
     assert all(abs(mhz - DVFS_CLOCK_MHZ) < 15.0 for mhz in clocks.values()), clocks
     # Least privilege must not have cost the services anything they do.
@@ -244,3 +263,91 @@ async def test_redis_users_are_held_to_their_keys_and_commands(stack: SecureStac
     finally:
         for client in (worker, classifier, anonymous):
             await client.aclose()
+
+
+async def test_a_client_cannot_send_a_request_as_another_client(stack: SecureStack) -> None:
+    """Test the binding of client ids on ingress.
+
+    The server refuses client-a's publish to client-b's ingress subject and to the unbound
+    ``ingress.request``; on its own subject, a request naming client-b (as ``client_id`` or
+    as reply subject) is answered ``client_id_mismatch`` on client-a's own reply subject and
+    counted, and client-b receives nothing.
+    """
+    subjects = Subjects(stack.namespace)
+    classifier = [la for la in stack.launches if la.module == "services.classifier"]
+    client_a, a_violations = await _connect_watched(stack.nats_settings("client-a"))
+    client_b, _ = await _connect_watched(stack.nats_settings("client-b"))
+    to_a: asyncio.Queue[ErrorReply] = asyncio.Queue()
+    to_b: list[bytes] = []
+
+    async def on_a(msg: Msg) -> None:
+        await to_a.put(decode(msg.data, ErrorReply))
+
+    async def on_b(msg: Msg) -> None:
+        to_b.append(msg.data)
+
+    def forged(rid: str, client_id: str, reply_to: str) -> bytes:
+        return encode(
+            Request(
+                request_id=rid,
+                model="llama-3-8b",
+                reply_subject=subjects.client_reply(reply_to, rid),
+                sent_at=time.time(),
+                max_tokens=4,
+                prompt_tokens=4,
+                client_id=client_id,
+            )
+        )
+
+    mismatches = ERRORS.labels("classifier", CLIENT_ID_MISMATCH)
+    before = mismatches._value.get()
+    try:
+        await client_a.subscribe(subjects.client_wildcard("client-a"), cb=on_a)
+        await client_b.subscribe(subjects.client_wildcard("client-b"), cb=on_b)
+        for subject in (subjects.ingress_client("client-b"), subjects.ingress_request):
+            await client_a.publish(subject, forged("sp-0", "client-b", "client-b"))
+            assert await a_violations.wait_for(f'publish to "{subject}"'), subject
+        admin = await connect_nats(stack.nats_settings("admin"), "test-admin")
+        try:  # the stream must exist before a client publishes (the gateway makes it too)
+            await ensure_ingress_stream(admin.jetstream(), subjects)
+        finally:
+            await admin.close()
+        js = client_a.jetstream()
+        async with run_in_process(classifier):
+            await js.publish(
+                subjects.ingress_client("client-a"), forged("sp-1", "client-b", "client-b")
+            )
+            await js.publish(
+                subjects.ingress_client("client-a"), forged("sp-2", "client-a", "client-b")
+            )
+            errors = [await asyncio.wait_for(to_a.get(), 5.0) for _ in range(2)]
+            await asyncio.sleep(0.3)  # anything misaddressed would have reached client-b by now
+    finally:
+        await client_a.close()
+        await client_b.close()
+    assert sorted((e.request_id, e.code, e.service) for e in errors) == [
+        ("sp-1", CLIENT_ID_MISMATCH, "classifier"),
+        ("sp-2", CLIENT_ID_MISMATCH, "classifier"),
+    ]
+    assert mismatches._value.get() == before + 2
+    assert to_b == []
+
+
+@pytest.mark.parametrize("user", ["client-a", "loadgen", "gateway"])
+async def test_no_client_identity_reads_or_feeds_another_clients_subjects(
+    stack: SecureStack, user: str
+) -> None:
+    """Test that each client identity is refused client-b's completion subject and ingress."""
+    subjects = Subjects(stack.namespace)
+    own = user  # client-a is scoped to its own name; gateway and loadgen are bound by user
+    nc, violations = await _connect_watched(stack.nats_settings(user))
+    try:
+        await nc.subscribe(subjects.client_reply(own, "r1"))
+        await nc.flush()
+        assert not violations.messages
+        await nc.subscribe(subjects.client_reply("client-b", "r1"))
+        assert await violations.wait_for("permissions violation for subscription")
+        await nc.publish(subjects.ingress_client("client-b"), b"forged")
+        assert await violations.wait_for(f'publish to "{subjects.ingress_client("client-b")}"')
+    finally:
+        await nc.close()

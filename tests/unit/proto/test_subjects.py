@@ -130,7 +130,7 @@ def test_subjects_of_one_stack_are_distinct_and_wildcards_stay_in_their_family(
     concrete = _concrete(subjects, data.draw)
     assert len(set(concrete.values())) == len(concrete)
     families = {
-        "ingress_wildcard": {"ingress_request"},
+        "ingress_wildcard": {"ingress_request", "ingress_client"},
         "scheduler_ready_wildcard": {"scheduler_ready"},
         "worker_stats_wildcard": {"worker_stats"},
         "forecast_wildcard": {"forecast"},

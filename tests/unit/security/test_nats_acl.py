@@ -72,11 +72,42 @@ def test_only_the_classifier_drives_the_ingress_consumer_and_submits() -> None:
 
 def test_clients_publish_ingress_and_read_only_their_own_replies() -> None:
     """Test that a client may publish the ingress and read client.c1.> but not c2's."""
-    assert _can_publish("client", S.ingress_request)
+    assert _can_publish("client", S.ingress_client("c1"))
     assert _can_subscribe("client", S.client_reply("c1", "r1"))
     assert not _can_subscribe("client", S.client_reply("c2", "r1"))
     for subject in (S.plan, S.worker_clock("w1"), S.scheduler_submit, S.request_done):
         assert not _can_publish("client", subject), subject
+
+
+@pytest.mark.parametrize("role", ["gateway", "loadgen", "client"])
+def test_each_client_identity_is_bound_to_its_one_client_id(role: str) -> None:
+    """Test that a client identity publishes and reads only as its own client id.
+
+    The gateway and the replayer are bound to their user name, a client to its scope; none
+    may publish the unbound ingress or another id's ingress, nor read another id's replies.
+    """
+    identity = _identity(role)
+    own = identity.client_id
+    assert own == ("c1" if role == "client" else f"{role}-x")
+    perms = permissions_for(S, identity)
+    can_pub = [
+        s
+        for s in (S.ingress_client(own), S.ingress_client("other"), S.ingress_request)
+        if any(_matches(p, s) for p in perms.publish)
+    ]
+    assert can_pub == [S.ingress_client(own)]
+    assert any(_matches(p, S.client_reply(own, "r1")) for p in perms.subscribe)
+    for subject in (S.client_reply("other", "r1"), S.ingress_client(own), S.ingress_wildcard):
+        assert not any(_matches(p, subject) for p in perms.subscribe), subject
+
+
+def test_only_client_roles_have_a_client_id_and_only_admin_publishes_unbound() -> None:
+    """Test Identity.client_id per role, and that nobody but admin reaches ingress.request."""
+    for role in ROLES:
+        expected = role in {"gateway", "loadgen", "client"}
+        assert (_identity(role).client_id is not None) == expected, role
+    assert _roles_that(_can_publish, S.ingress_request) == set()
+    assert _roles_that(_can_publish, S.ingress_client("c1")) == {"client"}
 
 
 def test_the_publishers_of_each_event_are_those_of_the_protocol_table() -> None:
