@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from loadgen.simulator.demand import ArrivalHistory
+from loadgen.simulator.gate import instance_idle_w
 from loadgen.simulator.instance import RequestState, SimInstance
 from proto.messages import Plan, PoolPlan, RouteWeight
 from services.forecaster.load_forecast import LoadForecastConfig
@@ -50,7 +51,6 @@ from services.planner.overhead_gate import reconfiguration_gate
 from services.planner.problem import ServingConfig
 from services.scheduler.queueing import QueuedRequest
 from shared.config import PlannerSettings as LivePlannerSettings
-from shared.engine import EngineConfig, create_engine
 from shared.engine.coefficients import load_coefficients
 from shared.engine.hardware import model_shape
 
@@ -196,12 +196,6 @@ def _profile_rows(request: ProfileRequest) -> tuple[ServingConfig, ...]:
     return measure_mode_profiles(request)
 
 
-@functools.lru_cache(maxsize=32)
-def _idle_w(config: EngineConfig) -> float:
-    engine: Any = create_engine(config)
-    return float(engine.idle_power_w)
-
-
 ProfileSource = Callable[[str, int, str], ServingConfig | None]
 """``(gpu, tp, class) → profile row`` (``None``: no row); tests inject their own."""
 
@@ -312,7 +306,7 @@ class ShardManager:
         for tp in self.settings.layouts:
             config = replace(node.pool.config, gpu=node.gpu, tp=tp)
             try:
-                idle = _idle_w(config)
+                idle = instance_idle_w(config)
             except ValueError:  # the weights do not fit on this TP
                 continue
             row = self._profile(node.gpu, tp, request_class)

@@ -63,10 +63,10 @@ def _served_in_b_after_the_second_plan(sim: ClusterSimulator) -> int:
 
 
 def _second_epoch(sim: ClusterSimulator) -> dict[str, Any]:
-    solves = sim.control.planner.solves
+    solves: list[dict[str, Any]] = sim.control.planner.solves
     assert solves[0]["instances"]["A-H100-80GB"] > 0
     assert solves[0]["instances"]["B-H100-80GB"] == 0
-    second = next(s for s in solves if s["t_s"] == EPOCH_S)
+    second: dict[str, Any] = next(s for s in solves if s["t_s"] == EPOCH_S)
     assert second["instances"]["B-H100-80GB"] > 0, "the solver should prefer B now"
     return second
 

@@ -1,0 +1,152 @@
+"""DynamoLLM's ScaleShard baseline in the simulator (``loadgen.simulator.scaleshard``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from loadgen.simulator.carbon import CarbonClock
+from loadgen.simulator.cluster import ClusterSimulator
+from loadgen.simulator.gate import instance_idle_w
+from loadgen.simulator.policies import policy_by_name
+from loadgen.simulator.scaleshard import (
+    NodeOption,
+    ShardManager,
+    ShardSettings,
+    choose_layout,
+    reshard_delay_s,
+    tau_s,
+)
+from loadgen.simulator.scenario import Scenario
+from loadgen.traces import TraceRequest
+from services.planner.problem import ServingConfig
+from shared.engine import EngineConfig
+from shared.engine.coefficients import load_coefficients
+from shared.engine.hardware import model_shape
+
+PERIOD_S = 30.0
+HIGH_FROM_S = 90.0
+
+
+def test_reshard_delays_are_table_vi_in_units_of_tau_plus_engine_sync() -> None:
+    """Test Table VI's homogeneous entries and τ from the engine's GPU-to-GPU rate."""
+    tau, sync = 0.05, 2.0
+    assert reshard_delay_s(8, 8, tau, sync) == 0.0
+    assert reshard_delay_s(8, 4, tau, sync) == pytest.approx(tau + sync)
+    assert reshard_delay_s(8, 2, tau, sync) == pytest.approx(tau + sync)
+    assert reshard_delay_s(4, 2, tau, sync) == pytest.approx(tau + sync)
+    assert reshard_delay_s(4, 8, tau, sync) == pytest.approx(sync)
+    assert reshard_delay_s(2, 8, tau, sync) == pytest.approx(sync)
+    assert reshard_delay_s(2, 4, tau, sync) == pytest.approx(sync)
+    rate = load_coefficients().gpus["H100-80GB"].allreduce_bytes_per_s["2"]
+    tau_70b = tau_s("llama-3-70b", "H100-80GB")
+    assert tau_70b == pytest.approx(model_shape("llama-3-70b").weight_bytes / 8 / rate)
+    assert 0.01 < tau_70b < 0.1  # the seed's τ ≈ 50 ms for 1/8 of a 70B model
+
+
+def _option(tp: int, per_instance_qps: float, joules_per_query: float) -> NodeOption:
+    count = 8 // tp
+    capacity = count * per_instance_qps
+    return NodeOption(
+        tp=tp,
+        instances=count,
+        capacity_qps=capacity,
+        idle_w=600.0,
+        busy_w=capacity * joules_per_query,
+    )
+
+
+# Larger TP: fewer joules per query but less capacity per node (made-up profile points).
+OPTIONS = {8: _option(8, 1.0, 100.0), 4: _option(4, 1.5, 120.0), 2: _option(2, 2.5, 150.0)}
+
+
+def test_the_layout_is_the_lowest_power_that_covers_alpha_times_the_load() -> None:
+    """Test the pool-level choice: cheapest covering layout, else the largest capacity."""
+    one = [OPTIONS]
+    assert choose_layout(one, [8], 0.5, 1.1) == (8,)
+    assert choose_layout(one, [8], 2.0, 1.1) == (4,)  # TP8 covers 1.0 < 2.2
+    assert choose_layout(one, [8], 5.0, 1.1) == (2,)
+    assert choose_layout(one, [4], 50.0, 1.1) == (2,)  # nothing covers: most capacity
+    assert choose_layout(one, [4], 0.0, 1.1) == (4,)  # idle: every layout equal, no change
+    # Two nodes at 4 QPS: TP8+TP8 covers 2 < 4.4; 2TP4 twice (6 QPS) draws the least.
+    assert choose_layout([OPTIONS, OPTIONS], [8, 8], 4.0, 1.1) == (4, 4)
+    # 2.5 QPS: one node changes (the one already at TP4 keeps it), the other stays at TP8.
+    assert choose_layout([OPTIONS, OPTIONS], [8, 4], 2.5, 1.1) == (8, 4)
+
+
+def _fake_profile(gpu: str, tp: int, request_class: str) -> ServingConfig:
+    """OPTIONS as profile rows on the 8B engine's real idle power."""
+    idle = instance_idle_w(EngineConfig(gpu=gpu, model="llama-3-8b", tp=tp, max_num_seqs=8))
+    per_instance, joules = {8: (1.0, 100.0), 4: (1.5, 120.0), 2: (2.5, 150.0)}[tp]
+    return ServingConfig(
+        partition="dynamollm9", request_class=request_class, mode=f"{gpu}-tp{tp}",
+        gpu_type=gpu, gpus=tp, tensor_parallel=tp, clock_mhz=None,
+        power_w=idle + joules * per_instance, max_qps=per_instance, e2e_s=1.0, tbt_ms=10.0,
+        ttft_ms=50.0,
+    )  # fmt: skip
+
+
+def _run(policy: str) -> ClusterSimulator:
+    """Two 8-GPU nodes, one class (SS): 0.2 QPS until 90 s, then 4 QPS until 180 s."""
+    scenario = Scenario.model_validate(
+        {
+            "name": "shard",
+            "model": "llama-3-8b",
+            "start_utc": "2022-06-15T00:00:00Z",
+            "regions": [{"name": "R", "carbon": "CISO", "gpus": {"H100-80GB": 16}}],
+            "engine": {"max_num_seqs": 8},
+            "control": {"sample_period_s": 5.0, "scale_period_s": PERIOD_S},
+        }
+    )
+    low = [TraceRequest(t_s=5.0 * k, prompt_tokens=100, output_tokens=50) for k in range(18)]
+    high = [
+        TraceRequest(t_s=HIGH_FROM_S + 0.25 * k, prompt_tokens=100, output_tokens=50)
+        for k in range(360)
+    ]
+    carbon = CarbonClock({"R": np.full(48, 300.0)}, start_offset_s=3600.0)
+    sim = ClusterSimulator(scenario, policy_by_name(policy), low + high, carbon=carbon)
+    if policy == "scale-shard":
+        sim.control.planner = ShardManager(sim, profile=_fake_profile)
+    sim.run()
+    return sim
+
+
+def test_nodes_reshard_when_the_load_rises_and_wait_out_the_delay_losing_nothing() -> None:
+    """Test re-shard with load, the delay in virtual time, no request lost, same completions."""
+    sim = _run("scale-shard")
+    manager = sim.control.planner
+    assert isinstance(manager, ShardManager)
+    reshards = manager.reshards
+    # Low load keeps TP8 (fewest joules per query); 4 QPS needs 2TP4 on both nodes, one
+    # node at a time (staggered), decided at the first period that saw the high load.
+    assert [(r["from_tp"], r["to_tp"]) for r in reshards] == [(8, 4), (8, 4)]
+    assert reshards[0]["begin_s"] == HIGH_FROM_S + PERIOD_S
+    assert reshards[1]["begin_s"] == pytest.approx(reshards[0]["ready_s"])
+    sync = ShardSettings().sync_s
+    expected = reshard_delay_s(8, 4, tau_s("llama-3-8b", "H100-80GB"), sync)
+    for record in reshards:
+        assert record["delay_s"] == pytest.approx(expected)
+        assert record["ready_s"] - record["drained_s"] == pytest.approx(expected)
+        assert record["drained_s"] >= record["begin_s"]
+        node = record["node"]
+        for state in sim.states:
+            instance = state.instance
+            assert instance is not None
+            if instance.instance_id == node:  # the node's TP8 instance
+                assert state.placed_s <= record["begin_s"]
+            elif instance.instance_id.startswith(f"{node}.tp4."):  # its new TP4 instances
+                assert state.placed_s >= record["ready_s"]
+                assert state.first_s > record["ready_s"]
+    started = sorted(i.instance_id for i in sim.retired if ".tp4." in i.instance_id)
+    assert len(started) == 4, "each node became two TP4 instances"
+    served = {s.instance.instance_id for s in sim.states if s.instance is not None}
+    assert served & set(started), "the new instances served"
+    # Nothing lost: every request completes with its exact token count, as under MultiPool.
+    baseline = _run("multi-pool")
+    assert not any(s.rejected for s in sim.states)
+    assert [(s.request_id, s.tokens) for s in sim.states] == [
+        (s.request_id, s.tokens) for s in baseline.states
+    ]
+    assert all(s.tokens == s.output for s in sim.states)
+    # The re-sharded GPUs are never counted twice.
+    assert sim.control.gpu_seconds <= 16 * sim.control.end_s + 1e-6
