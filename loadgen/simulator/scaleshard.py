@@ -10,11 +10,12 @@ TP2, TP4 and TP8 as the load changes. The paper gives no internal policy for it 
   period, then the largest of the last ``recent_steps`` steps (the live planner's
   ``recent_max``), read from the pool's own arrivals.
 * **Layout.** Each node is one of ``TP8``, ``2TP4`` or ``4TP2`` (Table VI's homogeneous
-  layouts). A layout's capacity is ``instances × L̄`` and its power at load ``L``, split in
-  proportion to capacity, is ``idle + (L / capacity) × Σ(P̃ − idle)``: the two profile points
-  (idle, and P̃ at L̄) interpolated linearly, as DynamoLLM interpolates its profile (§3.1).
-  ``L̄`` and ``P̃`` are the calibrated engine's per-class profile rows at maximum clock
-  (:func:`services.planner.live_profiles.measure_mode_profiles`, the live planner's profiler).
+  layouts). A layout's capacity is ``instances × L̄``; its power at load ``L``, split in
+  proportion to capacity, comes from each instance's load curve (:class:`LoadCurve`): the
+  calibrated engine's power measured at a few loads up to ``L̄`` and interpolated, as
+  DynamoLLM's profile (§3.1). ``L̄`` and the power at ``L̄`` are the live planner's profile
+  rows at maximum clock (:func:`services.planner.live_profiles.measure_mode_profiles`), the
+  lower points the same measurement at shares of ``L̄`` (:func:`measured_curve`).
   The pool takes the lowest-power layout whose capacity covers ``α × L`` (Eq. 1, simplified
   pool level: f fixed at maximum); when none does, the largest capacity.
 * **Gate.** The switch goes through DynamoLLM's overhead gate
@@ -35,24 +36,32 @@ measurement for the whole run, so SLO attainment is judged as for MultiPool.
 
 from __future__ import annotations
 
+import csv
 import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final
 
+import numpy as np
+
 from loadgen.simulator.demand import ArrivalHistory
 from loadgen.simulator.gate import instance_idle_w
 from loadgen.simulator.instance import RequestState, SimInstance
 from proto.messages import Plan, PoolPlan, RouteWeight
+from services.classifier.classes import scheme_by_name
 from services.forecaster.load_forecast import LoadForecastConfig
-from services.planner.live_profiles import ProfileRequest, measure_mode_profiles
+from services.planner.live_profiles import ProfileRequest, class_pools, measure_mode_profiles
 from services.planner.overhead_gate import reconfiguration_gate
 from services.planner.problem import ServingConfig
 from services.scheduler.queueing import QueuedRequest
 from shared.config import PlannerSettings as LivePlannerSettings
+from shared.engine import EngineConfig
 from shared.engine.coefficients import load_coefficients
-from shared.engine.hardware import model_shape
+from shared.engine.hardware import gpu_spec, model_shape
+from shared.engine.profile_sim import SimulatedProfileBackend, SimWindow
+from shared.engine.profiler import ProfileTarget, RequestClass
+from shared.paths import data_path
 
 if TYPE_CHECKING:
     from loadgen.simulator.cluster import ClusterSimulator
@@ -61,11 +70,13 @@ if TYPE_CHECKING:
 __all__ = [
     "NODE_GPUS",
     "TABLE_VI_TAU",
+    "LoadCurve",
     "NodeOption",
     "ShardManager",
     "ShardSettings",
     "choose_layout",
     "layout_power_w",
+    "measured_curve",
     "reshard_delay_s",
     "tau_s",
 ]
@@ -96,6 +107,9 @@ class ShardSettings:
     hundred ms to a few seconds" for vLLM, without a number)."""
     layouts: tuple[int, ...] = (8, 4, 2)
     """TP degrees a node may take (one degree per node)."""
+    load_fractions: tuple[float, ...] = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
+    """Profile points below L̄, as shares of it (DynamoLLM §3.1: a few load levels up to
+    the maximum throughput). Power is concave in load, so they are denser at low load."""
 
 
 def tau_s(model: str, gpu: str) -> float:
@@ -117,26 +131,52 @@ def reshard_delay_s(source_tp: int, target_tp: int, tau: float, sync_s: float) -
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LoadCurve:
+    """Power of one instance against the arrival rate of one class (DynamoLLM §3.1 profile).
+
+    Points are measured at a few loads up to ``max_qps`` and interpolated piecewise
+    linearly (DynamoLLM uses SciPy ``interp1d``); the first point is the idle instance.
+    """
+
+    max_qps: float
+    """L̄: the highest arrival rate one instance sustains within the class's SLO."""
+    qps: tuple[float, ...]
+    """Ascending loads, starting at 0 and ending at ``max_qps``."""
+    power_w: tuple[float, ...]
+
+    def at(self, qps: float) -> float:
+        """Interpolated power at ``qps`` (held at ``max_qps`` beyond it)."""
+        return float(np.interp(min(qps, self.max_qps), self.qps, self.power_w))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeOption:
-    """One layout of one node for one class, from the profile rows of its GPU and TP."""
+    """One layout of one node for one class: ``instances`` instances of TP ``tp``."""
 
     tp: int
     instances: int
-    capacity_qps: float
-    """instances × L̄ (0: the class's SLO is not met on this layout at any load)."""
-    idle_w: float
-    """The node's power when idle (the same for every layout of the node)."""
-    busy_w: float
-    """instances × (P̃ − the instance's idle power): what full load adds to idle."""
+    curve: LoadCurve
+
+    @property
+    def capacity_qps(self) -> float:
+        """instances × L̄."""
+        return self.instances * self.curve.max_qps
+
+    @property
+    def idle_w(self) -> float:
+        """The node's power when idle (the same for every layout of the node)."""
+        return self.instances * self.curve.power_w[0]
+
+    def power_at(self, utilisation: float) -> float:
+        """The node's power when each instance carries ``utilisation`` × its L̄."""
+        return self.instances * self.curve.at(utilisation * self.curve.max_qps)
 
 
 def layout_power_w(options: Sequence[NodeOption], demand_qps: float) -> float:
     """Predicted power of nodes at ``demand_qps``, split in proportion to their capacity."""
-    idle = sum(o.idle_w for o in options)
     capacity = sum(o.capacity_qps for o in options)
-    if capacity <= 0.0:
-        return idle + sum(o.busy_w for o in options)
-    return idle + min(1.0, demand_qps / capacity) * sum(o.busy_w for o in options)
+    utilisation = min(1.0, demand_qps / capacity) if capacity > 0 else 1.0
+    return sum(o.power_at(utilisation) for o in options)
 
 
 def choose_layout(
@@ -196,8 +236,60 @@ def _profile_rows(request: ProfileRequest) -> tuple[ServingConfig, ...]:
     return measure_mode_profiles(request)
 
 
-ProfileSource = Callable[[str, int, str], ServingConfig | None]
-"""``(gpu, tp, class) → profile row`` (``None``: no row); tests inject their own."""
+ProfileSource = Callable[[str, int, str], LoadCurve | None]
+"""``(gpu, tp, class) → load curve`` (``None``: no profile); tests inject their own."""
+
+
+@functools.lru_cache(maxsize=1)
+def _conv_classes(scheme: str) -> dict[str, RequestClass]:
+    """Request lengths per class from the Azure conversation trace (as the live profiler)."""
+    trace = data_path("traces", "AzureLLMInferenceTrace_conv.csv")
+    with trace.open(newline="") as handle:
+        lengths = [
+            (int(r["ContextTokens"]), int(r["GeneratedTokens"])) for r in csv.DictReader(handle)
+        ]
+    return {c.name: c for c in class_pools(scheme_by_name(scheme), lengths)}
+
+
+@functools.lru_cache(maxsize=128)
+def measured_curve(
+    request: ProfileRequest, request_class: str, fractions: tuple[float, ...]
+) -> LoadCurve | None:
+    """The calibrated engine's load curve of one class on one mode at maximum clock.
+
+    ``L̄`` and the power at ``L̄`` are the live planner's profile row
+    (:func:`~services.planner.live_profiles.measure_mode_profiles`); the other points are
+    the same measurement (:class:`~shared.engine.profile_sim.SimulatedProfileBackend`, same
+    window, request lengths and engine settings) at ``fractions`` of ``L̄``; idle is the
+    engine's idle power. ``None`` when no load meets the class's SLO (``L̄ = 0``).
+    """
+    row = next(
+        (r for r in _profile_rows(request) if r.request_class == request_class and r.max_qps > 0),
+        None,
+    )
+    if row is None:
+        return None
+    gpu = gpu_spec(request.gpu)
+    idle = instance_idle_w(
+        EngineConfig(gpu=gpu.name, model=request.model, tp=request.tp,
+                     max_num_seqs=request.max_num_seqs)
+    )  # fmt: skip
+    backend = SimulatedProfileBackend(
+        window=SimWindow(window_s=request.window_s, drain_s=2.0 * request.window_s),
+        max_num_seqs=request.max_num_seqs,
+    )
+    target = ProfileTarget(
+        gpu_type=gpu.name.split("-")[0], tp=request.tp, model=request.model,
+        clock_mhz=gpu.max_clock_mhz,
+    )  # fmt: skip
+    cls = _conv_classes(request.scheme)[request_class]
+    loads = sorted(f * row.max_qps for f in fractions if 0.0 < f < 1.0)
+    powers = [backend.measure(target, cls, q).power_w for q in loads]
+    return LoadCurve(
+        max_qps=row.max_qps,
+        qps=(0.0, *loads, row.max_qps),
+        power_w=(idle, *powers, row.power_w),
+    )
 
 
 @dataclass(slots=True)
@@ -258,7 +350,7 @@ class ShardManager:
             LoadForecastConfig(bin_s=self.period_s / bins, step_s=self.period_s, steps=1),
             self.live.recent_steps,
         )
-        self._profile = profile or self._measured_row
+        self._profile = profile or self._measured_curve
         self._seen = 0
         self._pools: dict[str, _PoolState] = {}
         self.plan: Plan | None = None
@@ -268,19 +360,17 @@ class ShardManager:
         """Every completed re-shard: node, TP change, drain and delay (virtual seconds)."""
 
     # -- inputs ---------------------------------------------------------------------------
-    def _measured_row(self, gpu: str, tp: int, request_class: str) -> ServingConfig | None:
-        rows = _profile_rows(
-            ProfileRequest(
-                gpu=gpu,
-                tp=tp,
-                model=self.sim.scenario.model,
-                scheme=self.sim.scheme.name,
-                clock_fractions=(1.0,),
-                window_s=self.live.profile_window_s,
-                max_num_seqs=self.sim.max_num_seqs,
-            )
+    def _measured_curve(self, gpu: str, tp: int, request_class: str) -> LoadCurve | None:
+        request = ProfileRequest(
+            gpu=gpu,
+            tp=tp,
+            model=self.sim.scenario.model,
+            scheme=self.sim.scheme.name,
+            clock_fractions=(1.0,),
+            window_s=self.live.profile_window_s,
+            max_num_seqs=self.sim.max_num_seqs,
         )
-        return next((r for r in rows if r.request_class == request_class), None)
+        return measured_curve(request, request_class, self.settings.load_fractions)
 
     def observe(self, state: RequestState) -> None:
         """Completions are not needed: the pool manager counts its arrivals directly."""
@@ -301,25 +391,16 @@ class ShardManager:
         }
 
     def options(self, node: _Node, request_class: str) -> dict[int, NodeOption]:
-        """Every layout of ``node`` for ``request_class``, from the profile rows."""
+        """Every layout of ``node`` that can serve ``request_class``, from its load curves."""
         out: dict[int, NodeOption] = {}
         for tp in self.settings.layouts:
-            config = replace(node.pool.config, gpu=node.gpu, tp=tp)
             try:
-                idle = instance_idle_w(config)
+                instance_idle_w(replace(node.pool.config, gpu=node.gpu, tp=tp))
             except ValueError:  # the weights do not fit on this TP
                 continue
-            row = self._profile(node.gpu, tp, request_class)
-            if row is None:
-                continue
-            count = NODE_GPUS // tp
-            out[tp] = NodeOption(
-                tp=tp,
-                instances=count,
-                capacity_qps=count * row.max_qps,
-                idle_w=count * idle,
-                busy_w=count * max(0.0, row.power_w - idle),
-            )
+            curve = self._profile(node.gpu, tp, request_class)
+            if curve is not None and curve.max_qps > 0:
+                out[tp] = NodeOption(tp=tp, instances=NODE_GPUS // tp, curve=curve)
         return out
 
     # -- the pool manager -----------------------------------------------------------------

@@ -10,16 +10,17 @@ from loadgen.simulator.cluster import ClusterSimulator
 from loadgen.simulator.gate import instance_idle_w
 from loadgen.simulator.policies import policy_by_name
 from loadgen.simulator.scaleshard import (
+    LoadCurve,
     NodeOption,
     ShardManager,
     ShardSettings,
     choose_layout,
+    measured_curve,
     reshard_delay_s,
     tau_s,
 )
 from loadgen.simulator.scenario import Scenario
 from loadgen.traces import TraceRequest
-from services.planner.problem import ServingConfig
 from shared.engine import EngineConfig
 from shared.engine.coefficients import load_coefficients
 from shared.engine.hardware import model_shape
@@ -44,16 +45,18 @@ def test_reshard_delays_are_table_vi_in_units_of_tau_plus_engine_sync() -> None:
     assert 0.01 < tau_70b < 0.1  # the seed's τ ≈ 50 ms for 1/8 of a 70B model
 
 
-def _option(tp: int, per_instance_qps: float, joules_per_query: float) -> NodeOption:
-    count = 8 // tp
-    capacity = count * per_instance_qps
-    return NodeOption(
-        tp=tp,
-        instances=count,
-        capacity_qps=capacity,
-        idle_w=600.0,
-        busy_w=capacity * joules_per_query,
+def _curve(idle_w: float, per_instance_qps: float, joules_per_query: float) -> LoadCurve:
+    """Linear from idle to L̄ (made-up points: the policy itself uses measured curves)."""
+    return LoadCurve(
+        max_qps=per_instance_qps,
+        qps=(0.0, per_instance_qps),
+        power_w=(idle_w, idle_w + joules_per_query * per_instance_qps),
     )
+
+
+def _option(tp: int, per_instance_qps: float, joules_per_query: float) -> NodeOption:
+    curve = _curve(75.0 * tp, per_instance_qps, joules_per_query)
+    return NodeOption(tp=tp, instances=8 // tp, curve=curve)
 
 
 # Larger TP: fewer joules per query but less capacity per node (made-up profile points).
@@ -74,16 +77,11 @@ def test_the_layout_is_the_lowest_power_that_covers_alpha_times_the_load() -> No
     assert choose_layout([OPTIONS, OPTIONS], [8, 4], 2.5, 1.1) == (8, 4)
 
 
-def _fake_profile(gpu: str, tp: int, request_class: str) -> ServingConfig:
-    """OPTIONS as profile rows on the 8B engine's real idle power."""
+def _fake_profile(gpu: str, tp: int, request_class: str) -> LoadCurve:
+    """OPTIONS' curves on the 8B engine's real idle power."""
     idle = instance_idle_w(EngineConfig(gpu=gpu, model="llama-3-8b", tp=tp, max_num_seqs=8))
     per_instance, joules = {8: (1.0, 100.0), 4: (1.5, 120.0), 2: (2.5, 150.0)}[tp]
-    return ServingConfig(
-        partition="dynamollm9", request_class=request_class, mode=f"{gpu}-tp{tp}",
-        gpu_type=gpu, gpus=tp, tensor_parallel=tp, clock_mhz=None,
-        power_w=idle + joules * per_instance, max_qps=per_instance, e2e_s=1.0, tbt_ms=10.0,
-        ttft_ms=50.0,
-    )  # fmt: skip
+    return _curve(idle, per_instance, joules)
 
 
 def _run(policy: str) -> ClusterSimulator:
@@ -150,3 +148,42 @@ def test_nodes_reshard_when_the_load_rises_and_wait_out_the_delay_losing_nothing
     assert all(s.tokens == s.output for s in sim.states)
     # The re-sharded GPUs are never counted twice.
     assert sim.control.gpu_seconds <= 16 * sim.control.end_s + 1e-6
+
+
+def test_a_concave_load_curve_keeps_the_large_tp_that_a_linear_one_would_split() -> None:
+    """Test that the layout follows the curve's shape, not only its end points."""
+    linear = {8: _option(8, 4.0, 100.0), 4: _option(4, 3.0, 90.0)}
+    assert choose_layout([linear], [8], 0.4, 1.1) == (4,)  # fewer joules per query at L̄
+    # Same end points, but each TP4 instance draws most of its power already at low load (as
+    # the engine measures: two instances iterate where one would).
+    tp4 = linear[4].curve
+    concave = LoadCurve(
+        max_qps=tp4.max_qps,
+        qps=(0.0, 0.5, tp4.max_qps),
+        power_w=(tp4.power_w[0], tp4.power_w[0] + 0.8 * (tp4.power_w[1] - tp4.power_w[0]),
+                 tp4.power_w[1]),
+    )  # fmt: skip
+    bent = {8: linear[8], 4: NodeOption(tp=4, instances=2, curve=concave)}
+    assert choose_layout([bent], [8], 0.4, 1.1) == (8,)
+
+
+def test_measured_curves_run_from_idle_to_the_live_profile_row() -> None:
+    """Test that the default curve is the engine's idle power, then measured points, then the
+    live planner's (L̄, P̃) row."""
+    from services.planner.live_profiles import ProfileRequest, measure_mode_profiles
+
+    request = ProfileRequest(
+        gpu="H100-80GB", tp=4, model="llama-3-8b", scheme="dynamollm9", clock_fractions=(1.0,),
+        window_s=30.0, max_num_seqs=8,
+    )  # fmt: skip
+    curve = measured_curve(request, "SS", ShardSettings().load_fractions)
+    assert curve is not None
+    row = next(r for r in measure_mode_profiles(request) if r.request_class == "SS")
+    assert curve.max_qps == row.max_qps
+    assert curve.power_w[-1] == row.power_w
+    assert curve.power_w[0] == instance_idle_w(
+        EngineConfig(gpu="H100-80GB", model="llama-3-8b", tp=4, max_num_seqs=8)
+    )
+    assert list(curve.qps) == sorted(curve.qps)
+    assert len(curve.qps) == len(ShardSettings().load_fractions) + 2
+    assert all(curve.power_w[0] < p for p in curve.power_w[1:])
