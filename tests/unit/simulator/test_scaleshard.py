@@ -84,7 +84,9 @@ def _fake_profile(gpu: str, tp: int, request_class: str) -> LoadCurve:
     return _curve(idle, per_instance, joules)
 
 
-def _run(policy: str) -> ClusterSimulator:
+def _run(
+    policy: str, burst: list[TraceRequest] | None = None, chunk_tokens: int = 8192
+) -> ClusterSimulator:
     """Two 8-GPU nodes, one class (SS): 0.2 QPS until 90 s, then 4 QPS until 180 s."""
     scenario = Scenario.model_validate(
         {
@@ -92,7 +94,7 @@ def _run(policy: str) -> ClusterSimulator:
             "model": "llama-3-8b",
             "start_utc": "2022-06-15T00:00:00Z",
             "regions": [{"name": "R", "carbon": "CISO", "gpus": {"H100-80GB": 16}}],
-            "engine": {"max_num_seqs": 8},
+            "engine": {"max_num_seqs": 8, "max_num_batched_tokens": chunk_tokens},
             "control": {"sample_period_s": 5.0, "scale_period_s": PERIOD_S},
         }
     )
@@ -101,8 +103,9 @@ def _run(policy: str) -> ClusterSimulator:
         TraceRequest(t_s=HIGH_FROM_S + 0.25 * k, prompt_tokens=100, output_tokens=50)
         for k in range(360)
     ]
+    trace = sorted(low + high + (burst or []), key=lambda r: r.t_s)
     carbon = CarbonClock({"R": np.full(48, 300.0)}, start_offset_s=3600.0)
-    sim = ClusterSimulator(scenario, policy_by_name(policy), low + high, carbon=carbon)
+    sim = ClusterSimulator(scenario, policy_by_name(policy), trace, carbon=carbon)
     if policy == "scale-shard":
         sim.control.planner = ShardManager(sim, profile=_fake_profile)
     sim.run()
@@ -148,6 +151,24 @@ def test_nodes_reshard_when_the_load_rises_and_wait_out_the_delay_losing_nothing
     assert all(s.tokens == s.output for s in sim.states)
     # The re-sharded GPUs are never counted twice.
     assert sim.control.gpu_seconds <= 16 * sim.control.end_s + 1e-6
+
+
+def test_requests_without_a_first_token_are_requeued_and_the_others_drain() -> None:
+    """Test the re-shard's hand-over: a node caught mid-prefill (16-token chunks) gives its
+    not-yet-started requests back to the pool queue; every request still completes."""
+    begin_s = HIGH_FROM_S + PERIOD_S
+    burst = [TraceRequest(t_s=begin_s - 0.5, prompt_tokens=250, output_tokens=50)] * 16
+    sim = _run("scale-shard", burst=burst, chunk_tokens=16)
+    manager = sim.control.planner
+    assert isinstance(manager, ShardManager)
+    assert manager.reshards[0]["begin_s"] == begin_s
+    assert sum(r["requeued"] for r in manager.reshards) >= 1
+    assert not any(s.rejected for s in sim.states)
+    assert all(s.tokens == s.output for s in sim.states)
+    for record in manager.reshards:
+        for state in sim.states:
+            if state.instance is not None and state.instance.instance_id == record["node"]:
+                assert state.first_s <= record["begin_s"], "it should have been re-queued"
 
 
 def test_a_concave_load_curve_keeps_the_large_tp_that_a_linear_one_would_split() -> None:
