@@ -78,6 +78,10 @@ class ControlLoops:
             from services.planner.problem import Objective
 
             self.planner = EpochPlanner(sim, Objective(sim.policy.objective))
+        elif sim.policy.scaling == "shard":  # DynamoLLM ScaleShard takes the planner's place
+            from loadgen.simulator.scaleshard import ShardManager
+
+            self.planner = ShardManager(sim)
 
     # -- set-up ---------------------------------------------------------------------------
     def start(self) -> None:

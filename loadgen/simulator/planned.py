@@ -23,8 +23,8 @@ make-before-break: new instances start (``delays.instance_start_s``), and only w
 ready do routes switch and surplus instances drain. Until one whole step of demand history
 exists the fleet keeps the bootstrap (every instance on, routes by instance count), re-checked
 every sample period (the live planner re-checks on every republish); a failed epoch keeps the
-last plan, as live. Not applied (unlike live): DynamoLLM's overhead gate, so every epoch's
-solution is applied.
+last plan, as live. As live, a new solution replaces the plan in force only when DynamoLLM's
+overhead gate accepts it (:mod:`loadgen.simulator.gate`; policy field ``overhead_gate``).
 
 Simulator-side fixes, chosen per policy set and passed only through the planner's public
 inputs: ``replan="event"`` also re-plans when the last step's observed peak demand exceeds
@@ -45,6 +45,7 @@ import msgspec
 import pandas as pd
 
 from loadgen.simulator.demand import ArrivalHistory
+from loadgen.simulator.gate import PlanGate
 from proto.messages import Plan as WirePlan
 from services.classifier.classes import scheme_by_name
 from services.forecaster.load_forecast import LoadForecastConfig
@@ -156,6 +157,7 @@ class EpochPlanner:
         self.clock_caps: dict[str, float] = {}
         self.epochs = 0
         self.solves: list[dict[str, Any]] = []
+        self.gate = PlanGate(self)
 
     # -- inputs -------------------------------------------------------------------------
     def observe(self, state: RequestState) -> None:
@@ -280,6 +282,8 @@ class EpochPlanner:
                 "intensity": {r: v[0] for r, v in intensity.items()},
             }
         )
+        if not self.gate.admit(core, decisions, problem, intensity, t_s):
+            return  # DynamoLLM's overhead gate keeps the plan in force (loadgen.simulator.gate)
         self._apply(plan, decisions_clock={d.pool_id: d.clock_mhz for d in decisions.values()})
 
     def _apply(self, plan: WirePlan, decisions_clock: Mapping[str, float | None]) -> None:

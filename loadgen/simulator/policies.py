@@ -26,7 +26,7 @@ __all__ = [
 
 Pooling = Literal["single", "region", "class"]
 ClockMode = Literal["max", "miad"]
-Scaling = Literal["static", "reactive", "planned"]
+Scaling = Literal["static", "reactive", "planned", "shard"]
 ObjectiveName = Literal["carbon", "energy"]
 RegionChoice = Literal["all", "carbon"]
 Profile = Literal["measured", "classifier-default"]
@@ -82,7 +82,9 @@ class PolicySet:
     scaling: Scaling = "static"
     """``static``: every instance the inventory holds runs all the time (sized for peak);
     ``reactive``: :class:`ScalerSettings`; ``planned``: the epoch planner's MILP
-    (:mod:`loadgen.simulator.planned`) sets instances, per-class routes and clock caps."""
+    (:mod:`loadgen.simulator.planned`) sets instances, per-class routes and clock caps;
+    ``shard``: DynamoLLM's ScaleShard re-shards each class pool's nodes between TP2/4/8
+    (:mod:`loadgen.simulator.scaleshard`)."""
     objective: ObjectiveName = "carbon"
     """What the epoch planner minimises (``planned`` scaling only): FREESH Eq. 1a carbon, or
     energy (FREESH's MinEnergy baseline)."""
@@ -95,6 +97,9 @@ class PolicySet:
     """``live``: the live planner's ``DemandTracker`` forecast (``recent_max``); ``trend``:
     the recent max plus the least-squares slope of the same recent steps, extrapolated per
     step and never below the recent max (:mod:`loadgen.simulator.demand`)."""
+    overhead_gate: bool = True
+    """``planned`` only: a re-plan is applied only when DynamoLLM's overhead gate accepts it
+    (:mod:`loadgen.simulator.gate`, the live planner's rule); ``False`` applies every solve."""
     plan_ttft_margin: float | None = None
     """SLO-margin filter of the planner's profile rows: a row is eligible only if its profiled
     TTFT is at most this share of its class's TTFT SLO (``None``: the SLO itself, as live)."""
@@ -134,6 +139,16 @@ POLICY_SETS: Final[dict[str, PolicySet]] = {
             "max clock, every GPU on, FCFS, RR",
             pooling="class",
             tp=8,
+        ),
+        PolicySet(
+            name="scale-shard",
+            description="DynamoLLM ScaleShard: MultiPool's class pools of 8-GPU nodes, each node "
+            "re-sharded between TP8, 2xTP4 and 4xTP2 every scale period (lowest profiled power "
+            "covering the load, overhead gate, re-shard delay), max clock, FCFS, least-loaded",
+            pooling="class",
+            tp=8,
+            placer="least-loaded",
+            scaling="shard",
         ),
         PolicySet(
             name="max-clock-fcfs-rr",

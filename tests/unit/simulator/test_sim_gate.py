@@ -1,0 +1,91 @@
+"""DynamoLLM's overhead gate in the simulator's epoch planner (``loadgen.simulator.gate``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from loadgen.simulator.carbon import CarbonClock
+from loadgen.simulator.cluster import ClusterSimulator
+from loadgen.simulator.policies import policy_by_name
+from loadgen.simulator.scenario import Scenario
+from loadgen.traces import TraceRequest
+
+EPOCH_S = 120.0
+
+
+def _run(after: dict[str, float], *, gate: bool = True) -> ClusterSimulator:
+    """Two identical regions; region A is the cleaner one until the second epoch, then
+    the forecast changes to ``after``. Arrivals are evenly spaced, so every step's demand is
+    the same and the first plan still covers it: only the saving can justify a switch."""
+    scenario = Scenario.model_validate(
+        {
+            "name": "gate",
+            "model": "llama-3-8b",
+            "start_utc": "2022-06-15T00:00:00Z",
+            "regions": [
+                {"name": "A", "carbon": "CISO", "gpus": {"H100-80GB": 2}},
+                {"name": "B", "carbon": "PJM", "gpus": {"H100-80GB": 2}},
+            ],
+            "engine": {"max_num_seqs": 8},
+            "control": {"sample_period_s": 5.0, "epoch_s": EPOCH_S, "steps_per_epoch": 6},
+            "delays": {"instance_start_s": 5.0},
+        }
+    )
+    trace = [TraceRequest(t_s=0.5 * k, prompt_tokens=300, output_tokens=40) for k in range(400)]
+    before = {"A": 100.0, "B": 300.0}
+
+    def forecast(region: str, t_s: float) -> float:
+        return (after if t_s >= EPOCH_S else before)[region]
+
+    carbon = CarbonClock({r: np.full(48, 300.0) for r in ("A", "B")}, start_offset_s=3600.0)
+    sim = ClusterSimulator(
+        scenario,
+        policy_by_name("greenserve-planned", tp=1, overhead_gate=gate),
+        trace,
+        carbon=carbon,
+        carbon_forecast=forecast,
+    )
+    result = sim.run()
+    assert result.completed == len(trace)
+    return sim
+
+
+def _served_in_b_after_the_second_plan(sim: ClusterSimulator) -> int:
+    """Requests placed in region B after the second plan (before the first plan every
+    instance serves: the bootstrap)."""
+    return sum(
+        1
+        for s in sim.states
+        if s.instance is not None and s.instance.region == "B" and s.placed_s >= EPOCH_S
+    )
+
+
+def _second_epoch(sim: ClusterSimulator) -> dict[str, Any]:
+    solves: list[dict[str, Any]] = sim.control.planner.solves
+    assert solves[0]["instances"]["A-H100-80GB"] > 0
+    assert solves[0]["instances"]["B-H100-80GB"] == 0
+    second: dict[str, Any] = next(s for s in solves if s["t_s"] == EPOCH_S)
+    assert second["instances"]["B-H100-80GB"] > 0, "the solver should prefer B now"
+    return second
+
+
+def test_a_replan_whose_saving_is_below_its_cost_is_rejected() -> None:
+    """Test that B cleaner by 1 g/kWh does not pay for starting instances there: plan kept."""
+    sim = _run({"A": 300.0, "B": 299.0})
+    gate = _second_epoch(sim)["gate"]
+    assert not gate["reconfigure"]
+    assert 0.0 < gate["saving"] < gate["transition_cost"]
+    plan = sim.control.planner.plan
+    assert plan is not None
+    assert plan.epoch == 0, "the first plan stays in force"
+    assert not _served_in_b_after_the_second_plan(sim)
+
+
+def test_the_same_replan_goes_through_without_the_gate_and_a_large_saving_passes_it() -> None:
+    """Test that the rejection is the gate's: without it, or with a real saving, B serves."""
+    for sim in (_run({"A": 300.0, "B": 299.0}, gate=False), _run({"A": 600.0, "B": 100.0})):
+        second = _second_epoch(sim)
+        assert second.get("gate", {"reconfigure": True})["reconfigure"]
+        assert _served_in_b_after_the_second_plan(sim)
