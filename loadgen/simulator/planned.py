@@ -45,6 +45,7 @@ import msgspec
 import pandas as pd
 
 from loadgen.simulator.demand import ArrivalHistory
+from loadgen.simulator.feedback import SloFeedback
 from proto.messages import Plan as WirePlan
 from services.classifier.classes import scheme_by_name
 from services.forecaster.load_forecast import LoadForecastConfig
@@ -53,6 +54,13 @@ from services.planner.live_inputs import DemandTracker, LivePool
 from services.planner.live_plan import pool_decisions, wire_plan
 from services.planner.live_profiles import ProfileRequest, measure_mode_profiles, slo_policy_for
 from services.planner.milp import solve_plan
+from services.planner.mixed_profiles import (
+    MixedCapacity,
+    MixedLoad,
+    MixRequest,
+    derate_rows,
+    trace_mix,
+)
 from services.planner.problem import Objective, PlannerSettings, ServingConfig, SloPolicy
 from shared.config import PlannerSettings as LivePlannerSettings
 
@@ -72,6 +80,28 @@ FORECAST_HORIZON_H = 6
 def mode_profiles(request: ProfileRequest) -> tuple[ServingConfig, ...]:
     """Profile rows of one mode, measured once per process (≈ 3–5 s each)."""
     return measure_mode_profiles(request)
+
+
+@functools.lru_cache(maxsize=16)
+def mixed_mode_profiles(
+    request: ProfileRequest, goal: float
+) -> tuple[tuple[ServingConfig, ...], tuple[MixedCapacity, ...]]:
+    """One mode's rows scaled by its mixed-class capacity at ``goal`` (once per process)."""
+    scheme = scheme_by_name(request.scheme)
+    return derate_rows(
+        mode_profiles(request),
+        gpu=request.gpu,
+        model=request.model,
+        scheme=request.scheme,
+        max_num_seqs=request.max_num_seqs,
+        mix=_trace_mix(scheme.name),
+        load=MixedLoad(goal=goal),
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _trace_mix(scheme: str) -> tuple[MixRequest, ...]:
+    return trace_mix(scheme_by_name(scheme))
 
 
 @functools.lru_cache(maxsize=16)
@@ -129,20 +159,37 @@ class EpochPlanner:
             )
             for p in sim.pools
         }
-        self.profiles = {
-            pid: mode_profiles(
-                ProfileRequest(
-                    gpu=pool.gpu,
-                    tp=pool.tp,
-                    model=pool.model,
-                    scheme=self.scheme.name,
-                    clock_fractions=self.live.profile_clock_fractions,
-                    window_s=self.live.profile_window_s,
-                    max_num_seqs=sim.max_num_seqs,
-                )
+        requests = {
+            pid: ProfileRequest(
+                gpu=pool.gpu,
+                tp=pool.tp,
+                model=pool.model,
+                scheme=self.scheme.name,
+                clock_fractions=self.live.profile_clock_fractions,
+                window_s=self.live.profile_window_s,
+                max_num_seqs=sim.max_num_seqs,
             )
             for pid, pool in self.pools.items()
         }
+        goal = sim.policy.plan_mix_goal
+        self.mix_capacity: dict[str, tuple[MixedCapacity, ...]] = {}
+        if goal is None:
+            self.profiles = {pid: mode_profiles(r) for pid, r in requests.items()}
+        else:
+            mixed = {pid: mixed_mode_profiles(r, goal) for pid, r in requests.items()}
+            self.profiles = {pid: rows for pid, (rows, _) in mixed.items()}
+            self.mix_capacity = {pid: caps for pid, (_, caps) in mixed.items()}
+        self.feedback = (
+            SloFeedback(sim, self.step_s, self.live.demand_bin_s)
+            if sim.policy.slo_feedback
+            else None
+        )
+        self.switching = False
+        """A plan is waiting for its instances: no feedback until it is in place."""
+        self.derating: dict[str, float] = dict.fromkeys(self.pools, 1.0)
+        """Per pool: capacity share learned from observed misses (1: as profiled)."""
+        self.capacity: dict[str, float] = {}
+        """Per pool: the α-sized QPS the current plan gives it (Σ over classes)."""
         codes = {r.name: r.carbon for r in sim.scenario.regions}
         start = pd.Timestamp(sim.scenario.start_utc)
         self.start_utc = start
@@ -164,6 +211,8 @@ class EpochPlanner:
             state.arrival_s, state.prompt, max(1, state.tokens), state.last_s - state.arrival_s
         )
         self.history.add(state.arrival_s, self.scheme.classify(state.prompt, max(1, state.tokens)))
+        if self.feedback is not None:
+            self.feedback.add(state)
 
     def intensity(self, t_s: float) -> dict[str, tuple[float, ...]]:
         """Forecast intensity per region at each step of the epoch starting at ``t_s``."""
@@ -198,8 +247,10 @@ class EpochPlanner:
             # Bootstrap: the live planner re-checks on every republish; here every sample.
             return t_s + sample_s
         next_epoch_s = (math.floor(t_s / self.epoch_s) + 1) * self.epoch_s
-        event = self.sim.policy.replan == "event"
+        event = self.sim.policy.replan == "event" or self.feedback is not None
         due = self.planned_qps is None or t_s % self.epoch_s == 0.0 or self._outgrown(t_s)
+        if not due and self.feedback is not None:
+            due = self._missing(t_s)
         if due:
             try:
                 self._plan(t_s)
@@ -218,10 +269,41 @@ class EpochPlanner:
             return False
         return self.observed_qps(t_s) > self.planned_qps
 
+    def _missing(self, t_s: float) -> bool:
+        """Pools whose misses say the plan is short: learn their de-rating; re-plan if any."""
+        assert self.feedback is not None
+        if self.switching:
+            return False
+        short = False
+        for pid, load in self.feedback.overloaded(t_s).items():
+            planned = self.capacity.get(pid, 0.0)
+            if planned > 0 and load < planned:
+                # It missed at ``load``: that is the most this pool's plan really serves.
+                self.derating[pid] *= load / planned
+            short = True
+        return short
+
+    def _profiles(self) -> dict[str, tuple[ServingConfig, ...]]:
+        return {
+            pid: tuple(dataclasses.replace(r, max_qps=r.max_qps * self.derating[pid]) for r in rows)
+            if self.derating[pid] < 1.0
+            else rows
+            for pid, rows in self.profiles.items()
+        }
+
     def _demand(self, t_s: float) -> dict[tuple[str, str], tuple[float, ...]]:
         keys = [(self.scheme.name, cls) for cls in self.scheme.classes]
         if self.sim.policy.demand_forecast == "live":
-            return self.demand.forecast(t_s, keys)
+            forecast = self.demand.forecast(t_s, keys)
+            if self.feedback is None:
+                return forecast
+            # A miss-triggered plan must cover the load that missed: the trailing step's
+            # peaks, which the tracker (whole steps ending one lag ago) may not hold yet.
+            seen = self.feedback.peaks(t_s)
+            return {
+                key: tuple(max(v, seen.get(key[1], 0.0)) for v in series)
+                for key, series in forecast.items()
+            }
         trended = self.history.forecast(
             t_s - self.demand.lag_s,
             self.demand.observed_steps(t_s),
@@ -244,7 +326,7 @@ class EpochPlanner:
         intensity = self.intensity(t_s)
         problem = build_live_problem(
             pools=self.pools,
-            profiles=self.profiles,
+            profiles=self._profiles(),
             demand_qps=self._demand(t_s),
             intensity=intensity,
             step_s=self.step_s,
@@ -270,6 +352,7 @@ class EpochPlanner:
         )  # fmt: skip
         self.epochs += 1
         self.planned_qps = self.live.alpha * sum(max(v) for v in problem.demand_qps.values())
+        self.capacity = {pid: sum(d.capacity_by_class.values()) for pid, d in decisions.items()}
         self.solves.append(
             {
                 "t_s": t_s,
@@ -278,6 +361,11 @@ class EpochPlanner:
                 "instances": {p.pool_id: p.instances for p in plan.pools},
                 "clock_mhz": {d.pool_id: d.clock_mhz for d in decisions.values()},
                 "intensity": {r: v[0] for r, v in intensity.items()},
+                "derating": {p: round(d, 4) for p, d in self.derating.items() if d < 1.0},
+                "mix_derating": {
+                    p: {str(c.clock_mhz): round(c.derating, 4) for c in caps}
+                    for p, caps in self.mix_capacity.items()
+                },
             }
         )
         self._apply(plan, decisions_clock={d.pool_id: d.clock_mhz for d in decisions.values()})
@@ -314,6 +402,7 @@ class EpochPlanner:
         delay = sim.scenario.delays.instance_start_s if started else 0.0
 
         def switch(at_s: float) -> bool:
+            self.switching = False
             self.plan = pending
             self.clock_caps = caps
             for pool in sim.pools:
@@ -322,11 +411,14 @@ class EpochPlanner:
                 for instance in sorted(live, key=lambda i: len(i.requests))[: max(0, surplus)]:
                     instance.draining = True
             sim.control.scale_events += 1
+            if self.feedback is not None:
+                self.feedback.clear()  # judge the new plan on its own completions
             sim.update_routes(at_s)
             sim.resteer_orphans(at_s)
             return False
 
         if delay > 0:
+            self.switching = True
             sim.schedule_tick(t_s + delay, switch)
         else:
             switch(t_s)

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
+from shared.engine.profiler import ProfileSlo
+
 __all__ = [
     "POLICY_SETS",
     "PolicySet",
@@ -98,6 +100,16 @@ class PolicySet:
     plan_ttft_margin: float | None = None
     """SLO-margin filter of the planner's profile rows: a row is eligible only if its profiled
     TTFT is at most this share of its class's TTFT SLO (``None``: the SLO itself, as live)."""
+    plan_mix_goal: float | None = None
+    """Mixed-class profiles (``planned`` only): each mode's per-class rows are scaled, per
+    clock, by the capacity one instance measured on the trace's class mix at this share of
+    requests within SLO over what the rows' slice model predicts for that mix
+    (:mod:`services.planner.mixed_profiles`); ``None``: the one-class rows, as live."""
+    slo_feedback: bool = False
+    """Re-plan on observed SLO misses (``planned`` only): when a pool's misses over the last
+    step are significantly above ``1 − scaler.slo_goal`` (one-sided binomial test), re-plan
+    with that pool's capacity de-rated by its observed load over its planned capacity
+    (DynamoLLM's and FREESH's feedback from served latency)."""
     region_choice: RegionChoice = "all"
     """``carbon``: active instances go to the region with the lowest forecast intensity first."""
     scaler: ScalerSettings = field(default_factory=ScalerSettings)
@@ -241,11 +253,18 @@ def _greenserve_variants() -> tuple[PolicySet, ...]:
     )
 
 
+PROFILE_PERCENTILE: Final = ProfileSlo().percentile
+"""Share of requests the one-class profile rows hold within SLO (``ProfileSlo.percentile``);
+the mixed-class measurement uses the same share so that its ratio isolates the mixing."""
+
+
 def _planned_variants() -> tuple[PolicySet, ...]:
     """Planner-side fixes of the planned sets' TTFT misses, alone and stacked."""
     replan = "re-plans when observed demand exceeds the planned capacity"
     trend = "demand forecast with the recent trend"
     margin = "profile rows need TTFT <= MIAD guard x SLO"
+    mixed = "capacities from the trace's class mix (share in SLO = the profiler's p90)"
+    feedback = "re-plans on SLO misses with a learned capacity de-rating"
     out: list[PolicySet] = []
     for base in (POLICY_SETS["greenserve-planned"], POLICY_SETS["min-energy"]):
         guard = base.miad_guard
@@ -267,6 +286,23 @@ def _planned_variants() -> tuple[PolicySet, ...]:
                 f"{desc}; {replan}; {trend}; {margin}",
                 replan="event",
                 demand_forecast="trend",
+                plan_ttft_margin=guard,
+            ),
+            _variant(base, "mixed", f"{desc}; {mixed}", plan_mix_goal=PROFILE_PERCENTILE),
+            _variant(base, "feedback", f"{desc}; {feedback}", slo_feedback=True),
+            _variant(
+                base,
+                "mixed-feedback",
+                f"{desc}; {mixed}; {feedback}",
+                plan_mix_goal=PROFILE_PERCENTILE,
+                slo_feedback=True,
+            ),
+            _variant(
+                base,
+                "mixed-feedback-margin",
+                f"{desc}; {mixed}; {feedback}; {margin}",
+                plan_mix_goal=PROFILE_PERCENTILE,
+                slo_feedback=True,
                 plan_ttft_margin=guard,
             ),
         ]
