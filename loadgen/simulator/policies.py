@@ -105,6 +105,10 @@ class PolicySet:
     clock, by the capacity one instance measured on the trace's class mix at this share of
     requests within SLO over what the rows' slice model predicts for that mix
     (:mod:`services.planner.mixed_profiles`); ``None``: the one-class rows, as live."""
+    plan_split_long_input: bool = False
+    """Exclusive class groups (``planned`` only): each pool serves either the longest input
+    bucket's classes or the others, never both (DynamoLLM's pools per request type); the
+    mixed-class capacities are then measured per group."""
     slo_feedback: bool = False
     """Re-plan on observed SLO misses (``planned`` only): when a pool's misses over the last
     step are significantly above ``1 − scaler.slo_goal`` (one-sided binomial test), re-plan
@@ -265,6 +269,7 @@ def _planned_variants() -> tuple[PolicySet, ...]:
     margin = "profile rows need TTFT <= MIAD guard x SLO"
     mixed = "capacities from the trace's class mix (share in SLO = the profiler's p90)"
     feedback = "re-plans on SLO misses with a learned capacity de-rating"
+    split = "pools serve long-input or other classes, not both"
     out: list[PolicySet] = []
     for base in (POLICY_SETS["greenserve-planned"], POLICY_SETS["min-energy"]):
         guard = base.miad_guard
@@ -304,6 +309,21 @@ def _planned_variants() -> tuple[PolicySet, ...]:
                 plan_mix_goal=PROFILE_PERCENTILE,
                 slo_feedback=True,
                 plan_ttft_margin=guard,
+            ),
+            _variant(
+                base,
+                "split",
+                f"{desc}; {mixed}; {split}",
+                plan_mix_goal=PROFILE_PERCENTILE,
+                plan_split_long_input=True,
+            ),
+            _variant(
+                base,
+                "split-feedback",
+                f"{desc}; {mixed}; {split}; {feedback}",
+                plan_mix_goal=PROFILE_PERCENTILE,
+                plan_split_long_input=True,
+                slo_feedback=True,
             ),
         ]
     return tuple(out)

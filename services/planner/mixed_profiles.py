@@ -30,7 +30,6 @@ import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 
 from services.classifier.classes import ClassScheme, default_slos, scheme_by_name
 from services.planner.problem import ServingConfig
@@ -128,6 +127,8 @@ class MixedCapacity:
     """One mode at one clock: measured and modelled capacity on the mix, and their ratio."""
 
     clock_mhz: float
+    group: str
+    """The class group whose sub-mix was measured (``"all"``: the whole mix)."""
     measured_qps: float
     model_qps: float
     attainment: float
@@ -139,19 +140,45 @@ class MixedCapacity:
         return self.measured_qps / self.model_qps if self.model_qps > 0 else 0.0
 
 
-def measure_mix(
-    config: EngineConfig,
-    mix: Sequence[MixRequest],
-    qps: float,
-    load: MixedLoad,
-    slo_ms: Mapping[str, tuple[float, float]],
-) -> LoadMeasurement:
-    """Replay a Poisson stream of ``mix`` at ``qps`` on a fresh engine.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MixMeasurement:
+    """What one mixed-load point saw, per measured request (in arrival order)."""
 
-    ``slo_ms`` maps each class to its (TTFT, TBT) targets. The returned measurement's
-    ``ttft_s`` holds, per measured request, how far it was from meeting its SLO (≤ 0: met;
-    unfinished requests are reported as ``unfinished``), so a share can be read from it.
-    """
+    qps: float
+    power_w: float
+    classes: tuple[str, ...]
+    ttft_s: tuple[float, ...]
+    """Time to first token; ``inf`` for a request that never got one."""
+    tbt_s: tuple[float, ...]
+    """Mean inter-token time (0 for one-token requests, ``inf`` if unfinished)."""
+
+    def met(self, slo_ms: Mapping[str, tuple[float, float]]) -> list[bool]:
+        """Per request: TTFT and TBT within its class's targets."""
+        return [
+            t <= slo_ms[c][0] / 1e3 and b <= slo_ms[c][1] / 1e3
+            for c, t, b in zip(self.classes, self.ttft_s, self.tbt_s, strict=True)
+        ]
+
+    def attainment(self, slo_ms: Mapping[str, tuple[float, float]]) -> float:
+        """Share of measured requests within their class SLO."""
+        met = self.met(slo_ms)
+        return sum(met) / len(met) if met else 0.0
+
+    def ttft_quantile_ms(self, request_class: str, q: float) -> float:
+        """The class's TTFT at quantile ``q`` (``inf`` when it has no request)."""
+        values = sorted(
+            t for c, t in zip(self.classes, self.ttft_s, strict=True) if c == request_class
+        )
+        if not values:
+            return math.inf
+        return 1e3 * values[min(len(values) - 1, math.ceil(q * len(values)) - 1)]
+
+
+def measure_mix(
+    config: EngineConfig, mix: Sequence[MixRequest], qps: float, load: MixedLoad
+) -> MixMeasurement:
+    """Replay a Poisson stream of ``mix`` at ``qps`` on a fresh engine (as the one-class
+    backend does: arrivals stop after the window, measured requests drain)."""
     engine = create_engine(config, coefficients=load_coefficients())
     count = max(load.min_requests, round(qps * load.window_s))
     rng = random.Random(f"{load.seed}/mix")
@@ -190,34 +217,24 @@ def measure_mix(
                 )
             )
             index += 1
-    slack: list[float] = []
-    unfinished = 0
+    ttft: list[float] = []
+    tbt: list[float] = []
     for key in range(warm, count):
         pick = picks[key]
-        ttft_ms, tbt_ms = slo_ms[pick.request_class]
         end = finish.get(key)
+        ttft.append(first[key] - arrivals[key] if key in first else math.inf)
         if end is None:
-            unfinished += 1
-            continue
-        ttft = first[key] - arrivals[key]
-        tbt = (end - first[key]) / (pick.output - 1) if pick.output > 1 else 0.0
-        slack.append(max(ttft - ttft_ms / 1e3, tbt - tbt_ms / 1e3))
+            tbt.append(math.inf)
+        else:
+            tbt.append((end - first[key]) / (pick.output - 1) if pick.output > 1 else 0.0)
     (t0, e0), (t1, e1) = energy[0], energy[-1]
-    return LoadMeasurement(
+    return MixMeasurement(
         qps=qps,
         power_w=(e1 - e0) / (t1 - t0) if t1 > t0 else 0.0,
-        ttft_s=tuple(slack),
-        tbt_s=(),
-        e2e_s=(),
-        unfinished=unfinished,
-        clock_mhz=engine.clock_mhz,
+        classes=tuple(p.request_class for p in picks[warm:]),
+        ttft_s=tuple(ttft),
+        tbt_s=tuple(tbt),
     )
-
-
-def _attainment(measurement: LoadMeasurement) -> float:
-    total = len(measurement.ttft_s) + measurement.unfinished
-    met = sum(1 for s in measurement.ttft_s if s <= 0.0)
-    return met / total if total else 0.0
 
 
 def mixed_capacity(
@@ -227,19 +244,25 @@ def mixed_capacity(
     load: MixedLoad,
     *,
     start_qps: float,
-) -> tuple[float, float]:
-    """Highest rate of ``mix`` one instance serves with ≥ ``load.goal`` of requests in SLO.
+) -> MixMeasurement | None:
+    """The highest-rate point of ``mix`` one instance serves with ≥ ``load.goal`` of its
+    requests in SLO (the bracketing search of the one-class profiles); ``None`` when even
+    the lowest rate fails."""
+    seen: dict[float, MixMeasurement] = {}
 
-    Returns ``(qps, attainment there)``; ``(0, …)`` when even the lowest rate fails.
-    """
-    qps, measurement = max_sustainable_qps(
-        partial(measure_mix, config, mix, load=load, slo_ms=slo_ms),
-        lambda m: _attainment(m) >= load.goal,
+    def measure(qps: float) -> LoadMeasurement:
+        seen[qps] = point = measure_mix(config, mix, qps, load)
+        return LoadMeasurement(qps=qps, power_w=point.power_w, ttft_s=point.ttft_s,
+                               tbt_s=(), e2e_s=(), unfinished=0, clock_mhz=0.0)  # fmt: skip
+
+    qps, _ = max_sustainable_qps(
+        measure,
+        lambda m: seen[m.qps].attainment(slo_ms) >= load.goal,
         start_qps=max(start_qps, 1.0 / 16),
         growth=1.3,
         relative_tolerance=load.tolerance,
     )
-    return qps, _attainment(measurement)
+    return seen[qps] if qps > 0 else None
 
 
 def derate_rows(
@@ -251,45 +274,53 @@ def derate_rows(
     max_num_seqs: int,
     mix: Sequence[MixRequest],
     load: MixedLoad | None = None,
+    groups: Mapping[str, str] | None = None,
 ) -> tuple[tuple[ServingConfig, ...], tuple[MixedCapacity, ...]]:
     """Scale each clock's per-class rows of one mode by its measured mixed-load ``κ``.
 
-    ``rows`` are one mode's rows (one GPU type and TP). Classes the mix lacks keep their
-    share at zero; a clock whose model capacity is zero keeps its rows (nothing to scale).
+    ``rows`` are one mode's rows (one GPU type and TP). Without ``groups`` the mix is the
+    whole trace's; with ``groups`` (class → group, the planner's exclusive class groups) each
+    group's rows are scaled by ``κ`` measured on that group's part of the mix, which is what
+    a pool serving only that group sees. A (clock, group) whose model capacity is zero keeps
+    its rows (nothing to scale).
 
     Returns:
-        The scaled rows and, per clock, what was measured.
+        The scaled rows and, per clock and group, what was measured.
     """
     load = load or MixedLoad()
     slos = default_slos(scheme_by_name(scheme))
     slo_ms = {cls: (s.ttft_ms, s.tbt_ms) for cls, s in slos.items()}
-    shares = class_shares(mix)
-    by_clock: dict[float | None, list[ServingConfig]] = {}
+    label = dict(groups) if groups else {r.request_class: "all" for r in mix}
+    parts: dict[str, list[MixRequest]] = {}
+    for request in mix:
+        parts.setdefault(label.get(request.request_class, "all"), []).append(request)
+    by_key: dict[tuple[float | None, str], list[ServingConfig]] = {}
     for row in rows:
-        by_clock.setdefault(row.clock_mhz, []).append(row)
+        by_key.setdefault((row.clock_mhz, label.get(row.request_class, "all")), []).append(row)
     spec = gpu_spec(gpu)
     out: list[ServingConfig] = []
     found: list[MixedCapacity] = []
-    for clock, group in by_clock.items():
-        modelled = model_capacity(group, shares)
+    for (clock, group), members in by_key.items():
+        part = parts.get(group, [])
+        modelled = model_capacity(members, class_shares(part)) if part else 0.0
         if modelled <= 0:
-            out.extend(group)
+            out.extend(members)
             continue
         config = EngineConfig(
             gpu=spec.name,
             model=model,
-            tp=group[0].tensor_parallel,
+            tp=members[0].tensor_parallel,
             max_num_seqs=max_num_seqs,
             clock_mhz=clock,
         )
-        measured, attained = mixed_capacity(config, mix, slo_ms, load, start_qps=modelled)
+        point = mixed_capacity(config, part, slo_ms, load, start_qps=modelled)
         capacity = MixedCapacity(
             clock_mhz=clock if clock is not None else spec.max_clock_mhz,
-            measured_qps=measured,
+            group=group,
+            measured_qps=point.qps if point is not None else 0.0,
             model_qps=modelled,
-            attainment=attained,
+            attainment=point.attainment(slo_ms) if point is not None else 0.0,
         )
         found.append(capacity)
-        kappa = capacity.derating
-        out.extend(replace(r, max_qps=round(r.max_qps * kappa, 4)) for r in group)
+        out.extend(replace(r, max_qps=round(r.max_qps * capacity.derating, 4)) for r in members)
     return tuple(out), tuple(found)
