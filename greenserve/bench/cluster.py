@@ -22,15 +22,15 @@ __all__ = ["HELP", "NAME", "add_arguments", "run"]
 NAME = "cluster"
 HELP = "GreenServe vs SinglePool in the offline simulator: energy/CO2 saving at SLO attainment"
 
-DEFAULT_POLICY = "min-energy-split"
+DEFAULT_POLICY = "min-energy-split-feedback"
 """The headline set: the lowest-energy set at >= 99 % SLO in the last full run (the rule below
 is still computed on every run, as `selected_by_rule`, and the `headline` key reports it)."""
 
 DEFAULT_OPTIONS = (
     "greenserve",
+    "min-energy-split",
     "greenserve-planned-split",
     "greenserve-planned-split-feedback",
-    "min-energy-split-feedback",
     "greenserve-planned",
     "min-energy",
     "greenserve-miad-edge",

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import pandas as pd
 
-from loadgen.simulator.demand import ArrivalHistory
+from loadgen.simulator.demand import ArrivalHistory, forecast_error_alpha
 from loadgen.simulator.feedback import SloFeedback
 from proto.messages import Plan as WirePlan
 from services.classifier.classes import scheme_by_name
@@ -329,6 +329,19 @@ class EpochPlanner:
         )
         return {(self.scheme.name, cls): trended[cls] for cls in self.scheme.classes}
 
+    def _alpha(self, t_s: float) -> float:
+        """The live α, or (``plan_alpha="forecast-error"``) the goal quantile of the live
+        forecast's past realised/forecast ratios, falling back to the live α without any."""
+        if self.sim.policy.plan_alpha == "live":
+            return self.live.alpha
+        steps = self.demand.observed_steps(t_s)
+        measured = forecast_error_alpha(
+            self.history.past_peaks(t_s - self.demand.lag_s, steps),
+            self.live.recent_steps,
+            self.sim.policy.scaler.slo_goal,
+        )
+        return self.live.alpha if measured is None else measured
+
     def _slo(self) -> SloPolicy:
         slo = slo_policy_for([self.scheme.name])
         margin = self.sim.policy.plan_ttft_margin
@@ -347,7 +360,7 @@ class EpochPlanner:
             demand_qps=self._demand(t_s),
             intensity=intensity,
             step_s=self.step_s,
-            alpha=self.live.alpha,
+            alpha=self._alpha(t_s),
             slo=self._slo(),
             slices=self.live.time_share_slices,
             class_groups=self.class_groups,
@@ -369,13 +382,14 @@ class EpochPlanner:
             fallback_order=order,
         )  # fmt: skip
         self.epochs += 1
-        self.planned_qps = self.live.alpha * sum(max(v) for v in problem.demand_qps.values())
+        self.planned_qps = problem.alpha * sum(max(v) for v in problem.demand_qps.values())
         self.capacity = {pid: sum(d.capacity_by_class.values()) for pid, d in decisions.items()}
         self.solves.append(
             {
                 "t_s": t_s,
                 "status": core.status.value,
                 "peak_demand_qps": sum(max(v) for v in problem.demand_qps.values()),
+                "alpha": round(problem.alpha, 4),
                 "instances": {p.pool_id: p.instances for p in plan.pools},
                 "clock_mhz": {d.pool_id: d.clock_mhz for d in decisions.values()},
                 "intensity": {r: v[0] for r, v in intensity.items()},

@@ -35,6 +35,7 @@ Profile = Literal["measured", "classifier-default"]
 RouterView = Literal["fresh", "stats"]
 Replan = Literal["epoch", "event"]
 DemandForecast = Literal["live", "trend"]
+PlanAlpha = Literal["live", "forecast-error"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,6 +106,10 @@ class PolicySet:
     clock, by the capacity one instance measured on the trace's class mix at this share of
     requests within SLO over what the rows' slice model predicts for that mix
     (:mod:`services.planner.mixed_profiles`); ``None``: the one-class rows, as live."""
+    plan_alpha: PlanAlpha = "live"
+    """α of FREESH Eq. 1b (``planned`` only): ``live``, the live setting (1.1);
+    ``forecast-error``, the ``scaler.slo_goal`` quantile of the live forecast's past
+    realised/forecast peak ratios in this run (at least 1; the live α until one exists)."""
     plan_split_long_input: bool = False
     """Exclusive class groups (``planned`` only): each pool serves either the longest input
     bucket's classes or the others, never both (DynamoLLM's pools per request type); the
@@ -270,6 +275,7 @@ def _planned_variants() -> tuple[PolicySet, ...]:
     mixed = "capacities from the trace's class mix (share in SLO = the profiler's p90)"
     feedback = "re-plans on SLO misses with a learned capacity de-rating"
     split = "pools serve long-input or other classes, not both"
+    alpha = "alpha from the forecast's past errors"
     out: list[PolicySet] = []
     for base in (POLICY_SETS["greenserve-planned"], POLICY_SETS["min-energy"]):
         guard = base.miad_guard
@@ -324,6 +330,14 @@ def _planned_variants() -> tuple[PolicySet, ...]:
                 plan_mix_goal=PROFILE_PERCENTILE,
                 plan_split_long_input=True,
                 slo_feedback=True,
+            ),
+            _variant(
+                base,
+                "split-alpha",
+                f"{desc}; {mixed}; {split}; {alpha}",
+                plan_mix_goal=PROFILE_PERCENTILE,
+                plan_split_long_input=True,
+                plan_alpha="forecast-error",
             ),
         ]
     return tuple(out)

@@ -1,11 +1,13 @@
-"""Tests of the planner's SLO feedback (binomial trigger) and the exclusive input groups."""
+"""Tests of the planner's SLO feedback (binomial trigger), input groups and measured α."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
+from loadgen.simulator.demand import forecast_error_alpha
 from loadgen.simulator.feedback import SIGNIFICANCE, binomial_tail
 from loadgen.simulator.planned import input_groups
 
@@ -29,3 +31,13 @@ def test_input_groups_set_the_longest_input_bucket_apart() -> None:
     """Test that only the last input label's classes form the long group."""
     groups = input_groups(("SS", "ML", "LS", "LL"), ("S", "M", "L"))
     assert groups == {"SS": "short", "ML": "short", "LS": "long", "LL": "long"}
+
+
+def test_alpha_is_the_worst_past_ratio_of_realised_to_forecast_peak() -> None:
+    """Test α from the live forecast's errors: the goal quantile of ratios, never below 1."""
+    rising = {"SS": np.array([1.0, 2.0, 2.0]), "LL": np.array([1.0, 1.0, 1.0])}
+    # Step 1: forecast 1 + 1, realised 2 + 1; step 2: forecast 2 + 1, realised 2 + 1.
+    assert forecast_error_alpha(rising, 3, 0.99) == pytest.approx(1.5)
+    falling = {"SS": np.array([3.0, 2.0, 1.0])}
+    assert forecast_error_alpha(falling, 3, 0.99) == 1.0
+    assert forecast_error_alpha({"SS": np.array([2.0])}, 3, 0.99) is None
