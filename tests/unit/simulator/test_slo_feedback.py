@@ -7,9 +7,13 @@ import math
 import numpy as np
 import pytest
 
+from loadgen.simulator.cluster import ClusterSimulator
 from loadgen.simulator.demand import forecast_error_alpha
 from loadgen.simulator.feedback import SIGNIFICANCE, binomial_tail
 from loadgen.simulator.planned import input_groups
+from loadgen.simulator.policies import policy_by_name
+from loadgen.simulator.scenario import Scenario
+from loadgen.traces import synthetic_trace
 
 
 def test_binomial_tail_matches_the_exact_sum() -> None:
@@ -41,3 +45,36 @@ def test_alpha_is_the_worst_past_ratio_of_realised_to_forecast_peak() -> None:
     falling = {"SS": np.array([3.0, 2.0, 1.0])}
     assert forecast_error_alpha(falling, 3, 0.99) == 1.0
     assert forecast_error_alpha({"SS": np.array([2.0])}, 3, 0.99) is None
+
+
+def test_a_split_plan_routes_each_pool_one_input_group_only() -> None:
+    """Test, end to end on a two-region toy, that no pool is routed both input groups."""
+    scenario = Scenario.model_validate(
+        {
+            "name": "split",
+            "model": "llama-3-8b",
+            "start_utc": "2022-06-15T00:00:00Z",
+            "regions": [
+                {"name": "A", "carbon": "CISO", "gpus": {"H100-80GB": 2}},
+                {"name": "B", "carbon": "PJM", "gpus": {"H100-80GB": 2}},
+            ],
+            "engine": {"max_num_seqs": 16},
+            "control": {"sample_period_s": 5.0, "epoch_s": 60.0, "steps_per_epoch": 6},
+            "delays": {"instance_start_s": 2.0},
+        }
+    )
+    trace = synthetic_trace(rate_rps=3.0, duration_s=90.0, seed=3, mean_prompt_tokens=900,
+                            mean_output_tokens=60)  # fmt: skip
+    sim = ClusterSimulator(scenario, policy_by_name("min-energy-split", tp=1), trace)
+    result = sim.run()
+    planner = sim.control.planner
+    assert result.plans
+    assert planner.plan is not None
+    groups = input_groups(sim.scheme.classes, sim.scheme.labels)
+    served: dict[str, set[str]] = {}
+    for cls, weights in planner.plan.routes.items():
+        for route in weights:
+            if cls != "*" and route.weight > 0:
+                served.setdefault(route.pool_id, set()).add(groups[cls])
+    assert served
+    assert all(len(g) == 1 for g in served.values())
