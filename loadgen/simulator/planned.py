@@ -30,7 +30,13 @@ Simulator-side fixes, chosen per policy set and passed only through the planner'
 inputs: ``replan="event"`` also re-plans when the last step's observed peak demand exceeds
 α × the plan's forecast; ``demand_forecast="trend"`` adds the recent least-squares trend
 (:mod:`loadgen.simulator.demand`); ``plan_ttft_margin`` scales the TTFT limits of FREESH
-Eq. 1e so only rows with that much SLO headroom are eligible.
+Eq. 1e so only rows with that much SLO headroom are eligible; ``plan_mix_goal`` scales each
+mode's rows by the capacity measured on the trace's class mix
+(:mod:`services.planner.mixed_profiles`); ``plan_split_long_input`` gives the MILP exclusive
+class groups (a pool serves the long-input classes or the others, DynamoLLM's pools per
+request type); ``slo_feedback`` re-plans when a pool's observed misses are significantly
+above the goal, de-rating that pool (:mod:`loadgen.simulator.feedback`); ``plan_alpha``
+measures α from the forecast's past errors.
 """
 
 from __future__ import annotations
@@ -206,7 +212,7 @@ class EpochPlanner:
         self.derating: dict[str, float] = dict.fromkeys(self.pools, 1.0)
         """Per pool: capacity share learned from observed misses (1: as profiled)."""
         self.capacity: dict[str, float] = {}
-        """Per pool: the α-sized QPS the current plan gives it (Σ over classes)."""
+        """Per pool: the QPS the current plan's slices give it (Σ over classes)."""
         codes = {r.name: r.carbon for r in sim.scenario.regions}
         start = pd.Timestamp(sim.scenario.start_utc)
         self.start_utc = start
