@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from services.forecaster.load_forecast import LoadForecastConfig, peak_qps_per_step
 
-__all__ = ["ArrivalHistory", "trend_peak_qps"]
+__all__ = ["ArrivalHistory", "forecast_error_alpha", "trend_peak_qps"]
 
 
 def trend_peak_qps(past_peaks: npt.ArrayLike, steps: int, recent_steps: int) -> tuple[float, ...]:
@@ -44,6 +44,30 @@ def trend_peak_qps(past_peaks: npt.ArrayLike, steps: int, recent_steps: int) -> 
     slope, intercept = np.polyfit(x, recent, 1)
     ahead = intercept + slope * (recent.size - 1 + np.arange(1, steps + 1))
     return tuple(float(v) for v in np.maximum(ahead, level))
+
+
+def forecast_error_alpha(
+    past_peaks: dict[str, npt.NDArray[np.float64]], recent_steps: int, quantile: float
+) -> float | None:
+    """α from the live forecast's own past errors (FREESH's α, measured instead of set).
+
+    For every past step with at least one step before it, the live rule's forecast of the
+    total (Σ over classes of the ``recent_max`` of the preceding ``recent_steps`` peaks) is
+    compared with the total realised peak; α is the ``quantile`` of realised / forecast, at
+    least 1. ``None`` without any such step (the caller keeps its default α).
+    """
+    if not past_peaks:
+        return None
+    peaks = np.vstack(list(past_peaks.values()))
+    ratios = []
+    for step in range(1, peaks.shape[1]):
+        window = peaks[:, max(0, step - recent_steps) : step]
+        forecast = float(window.max(axis=1).sum())
+        if forecast > 0:
+            ratios.append(float(peaks[:, step].sum()) / forecast)
+    if not ratios:
+        return None
+    return max(1.0, float(np.quantile(ratios, quantile, method="inverted_cdf")))
 
 
 class ArrivalHistory:

@@ -30,7 +30,13 @@ Simulator-side fixes, chosen per policy set and passed only through the planner'
 inputs: ``replan="event"`` also re-plans when the last step's observed peak demand exceeds
 α × the plan's forecast; ``demand_forecast="trend"`` adds the recent least-squares trend
 (:mod:`loadgen.simulator.demand`); ``plan_ttft_margin`` scales the TTFT limits of FREESH
-Eq. 1e so only rows with that much SLO headroom are eligible.
+Eq. 1e so only rows with that much SLO headroom are eligible; ``plan_mix_goal`` scales each
+mode's rows by the capacity measured on the trace's class mix
+(:mod:`services.planner.mixed_profiles`); ``plan_split_long_input`` gives the MILP exclusive
+class groups (a pool serves the long-input classes or the others, DynamoLLM's pools per
+request type); ``slo_feedback`` re-plans when a pool's observed misses are significantly
+above the goal, de-rating that pool (:mod:`loadgen.simulator.feedback`); ``plan_alpha``
+measures α from the forecast's past errors.
 """
 
 from __future__ import annotations
@@ -38,13 +44,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pandas as pd
 
-from loadgen.simulator.demand import ArrivalHistory
+from loadgen.simulator.demand import ArrivalHistory, forecast_error_alpha
+from loadgen.simulator.feedback import SloFeedback
 from loadgen.simulator.gate import PlanGate
 from proto.messages import Plan as WirePlan
 from services.classifier.classes import scheme_by_name
@@ -54,6 +61,13 @@ from services.planner.live_inputs import DemandTracker, LivePool
 from services.planner.live_plan import pool_decisions, wire_plan
 from services.planner.live_profiles import ProfileRequest, measure_mode_profiles, slo_policy_for
 from services.planner.milp import solve_plan
+from services.planner.mixed_profiles import (
+    MixedCapacity,
+    MixedLoad,
+    MixRequest,
+    derate_rows,
+    trace_mix,
+)
 from services.planner.problem import Objective, PlannerSettings, ServingConfig, SloPolicy
 from shared.config import PlannerSettings as LivePlannerSettings
 
@@ -76,6 +90,30 @@ def mode_profiles(request: ProfileRequest) -> tuple[ServingConfig, ...]:
 
 
 @functools.lru_cache(maxsize=16)
+def mixed_mode_profiles(
+    request: ProfileRequest, goal: float, groups: tuple[tuple[str, str], ...] = ()
+) -> tuple[tuple[ServingConfig, ...], tuple[MixedCapacity, ...]]:
+    """One mode's rows scaled by its mixed-class capacity at ``goal`` (once per process),
+    per exclusive class group when ``groups`` ((class, group) pairs) is given."""
+    scheme = scheme_by_name(request.scheme)
+    return derate_rows(
+        mode_profiles(request),
+        gpu=request.gpu,
+        model=request.model,
+        scheme=request.scheme,
+        max_num_seqs=request.max_num_seqs,
+        mix=_trace_mix(scheme.name),
+        load=MixedLoad(goal=goal),
+        groups=dict(groups),
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _trace_mix(scheme: str) -> tuple[MixRequest, ...]:
+    return trace_mix(scheme_by_name(scheme))
+
+
+@functools.lru_cache(maxsize=16)
 def _history(code: str) -> CarbonHistory:
     from services.forecaster.sources import load_eia_csv
 
@@ -89,6 +127,15 @@ def fitted_forecaster(code: str, start_utc: pd.Timestamp) -> CarbonForecaster:
 
     history = _history(code).until(start_utc.floor("h") - pd.Timedelta(hours=1))
     return fit_forecaster(history, config=ForecasterConfig(horizon_h=FORECAST_HORIZON_H))
+
+
+def input_groups(classes: Sequence[str], labels: Sequence[str]) -> dict[str, str]:
+    """Exclusive class groups by input length: the longest input bucket apart (``"long"``)
+    from the others (``"short"``). Measured on the trace mix through the engine: a pool
+    mixing every class holds short and medium requests' p99 TTFT at 1.2-5x their SLO at
+    any load and clock (long prefills share their iterations), while either group alone
+    meets it (docs/simulator.md, "Mixed-class capacity")."""
+    return {cls: "long" if cls[0] == labels[-1] else "short" for cls in classes}
 
 
 class EpochPlanner:
@@ -130,20 +177,43 @@ class EpochPlanner:
             )
             for p in sim.pools
         }
-        self.profiles = {
-            pid: mode_profiles(
-                ProfileRequest(
-                    gpu=pool.gpu,
-                    tp=pool.tp,
-                    model=pool.model,
-                    scheme=self.scheme.name,
-                    clock_fractions=self.live.profile_clock_fractions,
-                    window_s=self.live.profile_window_s,
-                    max_num_seqs=sim.max_num_seqs,
-                )
+        requests = {
+            pid: ProfileRequest(
+                gpu=pool.gpu,
+                tp=pool.tp,
+                model=pool.model,
+                scheme=self.scheme.name,
+                clock_fractions=self.live.profile_clock_fractions,
+                window_s=self.live.profile_window_s,
+                max_num_seqs=sim.max_num_seqs,
             )
             for pid, pool in self.pools.items()
         }
+        goal = sim.policy.plan_mix_goal
+        self.class_groups = (
+            input_groups(self.scheme.classes, self.scheme.labels)
+            if sim.policy.plan_split_long_input
+            else {}
+        )
+        groups = tuple(sorted(self.class_groups.items()))
+        self.mix_capacity: dict[str, tuple[MixedCapacity, ...]] = {}
+        if goal is None:
+            self.profiles = {pid: mode_profiles(r) for pid, r in requests.items()}
+        else:
+            mixed = {pid: mixed_mode_profiles(r, goal, groups) for pid, r in requests.items()}
+            self.profiles = {pid: rows for pid, (rows, _) in mixed.items()}
+            self.mix_capacity = {pid: caps for pid, (_, caps) in mixed.items()}
+        self.feedback = (
+            SloFeedback(sim, self.step_s, self.live.demand_bin_s)
+            if sim.policy.slo_feedback
+            else None
+        )
+        self.switching = False
+        """A plan is waiting for its instances: no feedback until it is in place."""
+        self.derating: dict[str, float] = dict.fromkeys(self.pools, 1.0)
+        """Per pool: capacity share learned from observed misses (1: as profiled)."""
+        self.capacity: dict[str, float] = {}
+        """Per pool: the QPS the current plan's slices give it (Σ over classes)."""
         codes = {r.name: r.carbon for r in sim.scenario.regions}
         start = pd.Timestamp(sim.scenario.start_utc)
         self.start_utc = start
@@ -166,6 +236,8 @@ class EpochPlanner:
             state.arrival_s, state.prompt, max(1, state.tokens), state.last_s - state.arrival_s
         )
         self.history.add(state.arrival_s, self.scheme.classify(state.prompt, max(1, state.tokens)))
+        if self.feedback is not None:
+            self.feedback.add(state)
 
     def intensity(self, t_s: float) -> dict[str, tuple[float, ...]]:
         """Forecast intensity per region at each step of the epoch starting at ``t_s``."""
@@ -200,8 +272,10 @@ class EpochPlanner:
             # Bootstrap: the live planner re-checks on every republish; here every sample.
             return t_s + sample_s
         next_epoch_s = (math.floor(t_s / self.epoch_s) + 1) * self.epoch_s
-        event = self.sim.policy.replan == "event"
+        event = self.sim.policy.replan == "event" or self.feedback is not None
         due = self.planned_qps is None or t_s % self.epoch_s == 0.0 or self._outgrown(t_s)
+        if not due and self.feedback is not None:
+            due = self._missing(t_s)
         if due:
             try:
                 self._plan(t_s)
@@ -220,10 +294,41 @@ class EpochPlanner:
             return False
         return self.observed_qps(t_s) > self.planned_qps
 
+    def _missing(self, t_s: float) -> bool:
+        """Pools whose misses say the plan is short: learn their de-rating; re-plan if any."""
+        assert self.feedback is not None
+        if self.switching:
+            return False
+        short = False
+        for pid, load in self.feedback.overloaded(t_s).items():
+            planned = self.capacity.get(pid, 0.0)
+            if planned > 0 and load < planned:
+                # It missed at ``load``: that is the most this pool's plan really serves.
+                self.derating[pid] *= load / planned
+            short = True
+        return short
+
+    def _profiles(self) -> dict[str, tuple[ServingConfig, ...]]:
+        return {
+            pid: tuple(dataclasses.replace(r, max_qps=r.max_qps * self.derating[pid]) for r in rows)
+            if self.derating[pid] < 1.0
+            else rows
+            for pid, rows in self.profiles.items()
+        }
+
     def _demand(self, t_s: float) -> dict[tuple[str, str], tuple[float, ...]]:
         keys = [(self.scheme.name, cls) for cls in self.scheme.classes]
         if self.sim.policy.demand_forecast == "live":
-            return self.demand.forecast(t_s, keys)
+            forecast = self.demand.forecast(t_s, keys)
+            if self.feedback is None:
+                return forecast
+            # A miss-triggered plan must cover the load that missed: the trailing step's
+            # peaks, which the tracker (whole steps ending one lag ago) may not hold yet.
+            seen = self.feedback.peaks(t_s)
+            return {
+                key: tuple(max(v, seen.get(key[1], 0.0)) for v in series)
+                for key, series in forecast.items()
+            }
         trended = self.history.forecast(
             t_s - self.demand.lag_s,
             self.demand.observed_steps(t_s),
@@ -231,6 +336,19 @@ class EpochPlanner:
             self.live.recent_steps,
         )
         return {(self.scheme.name, cls): trended[cls] for cls in self.scheme.classes}
+
+    def _alpha(self, t_s: float) -> float:
+        """The live α, or (``plan_alpha="forecast-error"``) the goal quantile of the live
+        forecast's past realised/forecast ratios, falling back to the live α without any."""
+        if self.sim.policy.plan_alpha == "live":
+            return self.live.alpha
+        steps = self.demand.observed_steps(t_s)
+        measured = forecast_error_alpha(
+            self.history.past_peaks(t_s - self.demand.lag_s, steps),
+            self.live.recent_steps,
+            self.sim.policy.scaler.slo_goal,
+        )
+        return self.live.alpha if measured is None else measured
 
     def _slo(self) -> SloPolicy:
         slo = slo_policy_for([self.scheme.name])
@@ -246,13 +364,14 @@ class EpochPlanner:
         intensity = self.intensity(t_s)
         problem = build_live_problem(
             pools=self.pools,
-            profiles=self.profiles,
+            profiles=self._profiles(),
             demand_qps=self._demand(t_s),
             intensity=intensity,
             step_s=self.step_s,
-            alpha=self.live.alpha,
+            alpha=self._alpha(t_s),
             slo=self._slo(),
             slices=self.live.time_share_slices,
+            class_groups=self.class_groups,
         )
         settings = PlannerSettings(
             objective=self.objective, time_limit_s=self.live.time_limit_s,
@@ -271,15 +390,22 @@ class EpochPlanner:
             fallback_order=order,
         )  # fmt: skip
         self.epochs += 1
-        self.planned_qps = self.live.alpha * sum(max(v) for v in problem.demand_qps.values())
+        self.planned_qps = problem.alpha * sum(max(v) for v in problem.demand_qps.values())
+        self.capacity = {pid: sum(d.capacity_by_class.values()) for pid, d in decisions.items()}
         self.solves.append(
             {
                 "t_s": t_s,
                 "status": core.status.value,
                 "peak_demand_qps": sum(max(v) for v in problem.demand_qps.values()),
+                "alpha": round(problem.alpha, 4),
                 "instances": {p.pool_id: p.instances for p in plan.pools},
                 "clock_mhz": {d.pool_id: d.clock_mhz for d in decisions.values()},
                 "intensity": {r: v[0] for r, v in intensity.items()},
+                "derating": {p: round(d, 4) for p, d in self.derating.items() if d < 1.0},
+                "mix_derating": {
+                    p: {f"{c.group}@{c.clock_mhz:g}": round(c.derating, 4) for c in caps}
+                    for p, caps in self.mix_capacity.items()
+                },
             }
         )
         if not self.gate.admit(core, decisions, problem, intensity, t_s):
@@ -318,6 +444,7 @@ class EpochPlanner:
         delay = sim.scenario.delays.instance_start_s if started else 0.0
 
         def switch(at_s: float) -> bool:
+            self.switching = False
             self.plan = pending
             self.clock_caps = caps
             for pool in sim.pools:
@@ -326,11 +453,14 @@ class EpochPlanner:
                 for instance in sorted(live, key=lambda i: len(i.requests))[: max(0, surplus)]:
                     instance.draining = True
             sim.control.scale_events += 1
+            if self.feedback is not None:
+                self.feedback.clear()  # judge the new plan on its own completions
             sim.update_routes(at_s)
             sim.resteer_orphans(at_s)
             return False
 
         if delay > 0:
+            self.switching = True
             sim.schedule_tick(t_s + delay, switch)
         else:
             switch(t_s)

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
+from shared.engine.profiler import ProfileSlo
+
 __all__ = [
     "POLICY_SETS",
     "PolicySet",
@@ -33,6 +35,7 @@ Profile = Literal["measured", "classifier-default"]
 RouterView = Literal["fresh", "stats"]
 Replan = Literal["epoch", "event"]
 DemandForecast = Literal["live", "trend"]
+PlanAlpha = Literal["live", "forecast-error"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,6 +106,24 @@ class PolicySet:
     plan_ttft_margin: float | None = None
     """SLO-margin filter of the planner's profile rows: a row is eligible only if its profiled
     TTFT is at most this share of its class's TTFT SLO (``None``: the SLO itself, as live)."""
+    plan_mix_goal: float | None = None
+    """Mixed-class profiles (``planned`` only): each mode's per-class rows are scaled, per
+    clock, by the capacity one instance measured on the trace's class mix at this share of
+    requests within SLO over what the rows' slice model predicts for that mix
+    (:mod:`services.planner.mixed_profiles`); ``None``: the one-class rows, as live."""
+    plan_alpha: PlanAlpha = "live"
+    """α of FREESH Eq. 1b (``planned`` only): ``live``, the live setting (1.1);
+    ``forecast-error``, the ``scaler.slo_goal`` quantile of the live forecast's past
+    realised/forecast peak ratios in this run (at least 1; the live α until one exists)."""
+    plan_split_long_input: bool = False
+    """Exclusive class groups (``planned`` only): each pool serves either the longest input
+    bucket's classes or the others, never both (DynamoLLM's pools per request type); the
+    mixed-class capacities are then measured per group."""
+    slo_feedback: bool = False
+    """Re-plan on observed SLO misses (``planned`` only): when a pool's misses over the last
+    step are significantly above ``1 − scaler.slo_goal`` (one-sided binomial test), re-plan
+    with that pool's capacity de-rated by its observed load over its planned capacity
+    (DynamoLLM's and FREESH's feedback from served latency)."""
     region_choice: RegionChoice = "all"
     """``carbon``: active instances go to the region with the lowest forecast intensity first."""
     scaler: ScalerSettings = field(default_factory=ScalerSettings)
@@ -256,11 +277,20 @@ def _greenserve_variants() -> tuple[PolicySet, ...]:
     )
 
 
+PROFILE_PERCENTILE: Final = ProfileSlo().percentile
+"""Share of requests the one-class profile rows hold within SLO (``ProfileSlo.percentile``);
+the mixed-class measurement uses the same share so that its ratio isolates the mixing."""
+
+
 def _planned_variants() -> tuple[PolicySet, ...]:
     """Planner-side fixes of the planned sets' TTFT misses, alone and stacked."""
     replan = "re-plans when observed demand exceeds the planned capacity"
     trend = "demand forecast with the recent trend"
     margin = "profile rows need TTFT <= MIAD guard x SLO"
+    mixed = "capacities from the trace's class mix (share in SLO = the profiler's p90)"
+    feedback = "re-plans on SLO misses with a learned capacity de-rating"
+    split = "pools serve long-input or other classes, not both"
+    alpha = "alpha from the forecast's past errors"
     out: list[PolicySet] = []
     for base in (POLICY_SETS["greenserve-planned"], POLICY_SETS["min-energy"]):
         guard = base.miad_guard
@@ -283,6 +313,46 @@ def _planned_variants() -> tuple[PolicySet, ...]:
                 replan="event",
                 demand_forecast="trend",
                 plan_ttft_margin=guard,
+            ),
+            _variant(base, "mixed", f"{desc}; {mixed}", plan_mix_goal=PROFILE_PERCENTILE),
+            _variant(base, "feedback", f"{desc}; {feedback}", slo_feedback=True),
+            _variant(
+                base,
+                "mixed-feedback",
+                f"{desc}; {mixed}; {feedback}",
+                plan_mix_goal=PROFILE_PERCENTILE,
+                slo_feedback=True,
+            ),
+            _variant(
+                base,
+                "mixed-feedback-margin",
+                f"{desc}; {mixed}; {feedback}; {margin}",
+                plan_mix_goal=PROFILE_PERCENTILE,
+                slo_feedback=True,
+                plan_ttft_margin=guard,
+            ),
+            _variant(
+                base,
+                "split",
+                f"{desc}; {mixed}; {split}",
+                plan_mix_goal=PROFILE_PERCENTILE,
+                plan_split_long_input=True,
+            ),
+            _variant(
+                base,
+                "split-feedback",
+                f"{desc}; {mixed}; {split}; {feedback}",
+                plan_mix_goal=PROFILE_PERCENTILE,
+                plan_split_long_input=True,
+                slo_feedback=True,
+            ),
+            _variant(
+                base,
+                "split-alpha",
+                f"{desc}; {mixed}; {split}; {alpha}",
+                plan_mix_goal=PROFILE_PERCENTILE,
+                plan_split_long_input=True,
+                plan_alpha="forecast-error",
             ),
         ]
     return tuple(out)

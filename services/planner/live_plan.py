@@ -84,8 +84,12 @@ def build_live_problem(
     alpha: float,
     slo: SloPolicy,
     slices: int,
+    class_groups: Mapping[str, str] | None = None,
 ) -> PlanningProblem:
-    """Eq. 1 over the live pools (profiles keyed by pool id), in slices of 1/``slices``."""
+    """Eq. 1 over the live pools (profiles keyed by pool id), in slices of 1/``slices``.
+
+    ``class_groups`` (class → group) makes each pool serve one group's classes only.
+    """
     configs = tuple(
         _slice(config, pools[pool_id], slices)
         for pool_id, rows in sorted(profiles.items())
@@ -104,6 +108,7 @@ def build_live_problem(
         step_s=step_s,
         alpha=alpha,
         slo=slo,
+        class_groups=dict(class_groups or {}),
     )
 
 

@@ -12,7 +12,8 @@ Linearisation (seed 000 §1.4, repo practice, tightened):
   GPU count that fits also packs into nodes (first-fit decreasing on divisible sizes).
 - Objectives in kg CO2 and Wh (not raw λ·W·s ≈ 1e10) to keep the solver's numerics sane.
 - Optional: shortfall u_{s,r} ≥ 0 on the demand rows (infeasible fallback), one clock per pool
-  (DynamoLLM Eq. 1; binaries y per pool and clock), and per-(class, region) capacity shares.
+  (DynamoLLM Eq. 1; binaries y per pool and clock), per-(class, region) capacity shares, and
+  exclusive class groups per (region, GPU type) (binaries per group, at most one chosen).
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ def build_model(
     if settings.single_clock_per_pool:
         _add_single_clock(lp, x, bounds)
     _add_region_shares(lp, problem, x)
+    _add_class_groups(lp, problem, x, bounds)
 
     kg = problem.intensity_unit.kg_per_mwh / JOULES_PER_MWH
     energy_terms, carbon_terms, objective_terms = [], [], []
@@ -176,6 +178,35 @@ def _add_single_clock(
             chosen.append(y)
             for key in keys:
                 lp += x[key] <= bounds[key] * y
+        lp += pulp.lpSum(chosen) <= 1
+
+
+def _add_class_groups(
+    lp: pulp.LpProblem,
+    problem: PlanningProblem,
+    x: dict[XKey, pulp.LpVariable],
+    bounds: dict[XKey, int],
+) -> None:
+    """Exclusive class groups: one binary per (region, GPU type, group), at most one set."""
+    if not problem.class_groups:
+        return
+    pools: dict[tuple[str, str], dict[str, list[XKey]]] = defaultdict(lambda: defaultdict(list))
+    for key in x:
+        region, config = key
+        group = problem.class_groups.get(config.request_class)
+        if group is not None:
+            pools[(region, config.gpu_type)][group].append(key)
+    counter = 0
+    for by_group in pools.values():
+        if len(by_group) < 2:
+            continue
+        chosen = []
+        for keys in by_group.values():
+            z = pulp.LpVariable(f"g{counter}", cat=pulp.LpBinary)
+            counter += 1
+            chosen.append(z)
+            for key in keys:
+                lp += x[key] <= bounds[key] * z
         lp += pulp.lpSum(chosen) <= 1
 
 

@@ -177,6 +177,11 @@ class PlanningProblem:
     region_share_limits: Mapping[tuple[str, str], float] = field(default_factory=dict)
     """Optional routing limits: the most of a class's capacity (so of its routed demand) that
     one region may hold, keyed by (class, region); 0 forbids the region for that class."""
+    class_groups: Mapping[str, str] = field(default_factory=dict)
+    """Optional exclusive class groups (class → group): the instances of one (region, GPU
+    type) — in a live problem, one pool — serve classes of one group only. Classes not
+    listed are unconstrained. DynamoLLM's pools per request type: long prefills in the same
+    iterations as short requests break the short ones' TTFT tail."""
 
     def __post_init__(self) -> None:
         steps = {len(v) for v in self.demand_qps.values()} | {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from services.planner.errors import InfeasiblePlanError
@@ -177,3 +179,28 @@ def test_region_share_limit_caps_a_class_in_one_region() -> None:
     )  # fmt: skip
     plan = solve_plan(p, EXACT)
     assert plan.routing["SS"] == {"clean": pytest.approx(0.5), "dirty": pytest.approx(0.5)}
+
+
+def test_exclusive_class_groups_keep_each_pool_to_one_group() -> None:
+    """Test that with class groups a (region, GPU type) serves one group, without both."""
+    rows = [
+        config(cls="SS", gpu="A100", power=100.0, qps=2.0),
+        config(cls="LL", gpu="A100", power=100.0, qps=2.0),
+        config(cls="SS", gpu="H100", power=150.0, qps=2.0),
+        config(cls="LL", gpu="H100", power=150.0, qps=2.0),
+    ]
+    base = problem(
+        rows, demand={("a", "SS"): 1.0, ("a", "LL"): 1.0},
+        inventory={("r1", "A100"): 8, ("r1", "H100"): 8}, intensity={"r1": 1.0},
+    )  # fmt: skip
+    shared = solve_plan(base, EXACT)
+    assert {(a.gpu_type, a.request_class) for a in shared.allocations} == {
+        ("A100", "SS"), ("A100", "LL"),
+    }  # fmt: skip
+    grouped = dataclasses.replace(base, class_groups={"SS": "short", "LL": "long"})
+    split = solve_plan(grouped, EXACT)
+    hosts: dict[str, set[str]] = {}
+    for a in split.allocations:
+        hosts.setdefault(a.gpu_type, set()).add(a.request_class)
+    assert sorted(len(classes) for classes in hosts.values()) == [1, 1]
+    assert split.costs.energy_wh == pytest.approx((100.0 + 150.0) * 0.5)
