@@ -178,9 +178,12 @@ class LivePlanner:
                 gpu_family(pool.gpu), pool.tp, pool.model, self._max_num_seqs[pool_id],
                 mixed and bool(groups),
             )  # fmt: skip
-            if key in self._measured:
-                out[pool_id] = self._measured[key]
-            elif key not in self._measuring:
+            # While the other split variant is all there is (the applied groups changed with
+            # the fleet), plan with it rather than fall back to the bootstrap plan.
+            known = self._measured.get(key) or self._measured.get((*key[:4], not key[4]))
+            if known:
+                out[pool_id] = known
+            if key not in self._measured and key not in self._measuring:
                 request = ProfileRequest(
                     gpu=pool.gpu, tp=pool.tp, model=pool.model, scheme=self._cfg.scheme,
                     clock_fractions=self._cfg.profile_clock_fractions,
