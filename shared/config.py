@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import (
@@ -266,6 +266,16 @@ class PlannerSettings(_Section):
     time_share_slices: int = Field(default=4, ge=1)
     """Live pools serve every class: an instance is planned in 1/slices shares of its time
     (1 = FREESH's dedicated instances per class)."""
+    class_groups: Literal["none", "input-split"] = "none"
+    """``input-split``: each pool serves the long-input classes (the scheme's last input
+    bucket, ≥ 1024 prompt tokens for ``dynamollm9``) or the others, never both (an exclusive
+    group per pool in Eq. 1; needs at least two pools, else it is not applied). Off by
+    default: the simulator needs it for ≥ 99 % SLO, but a fleet of one pool per region would
+    have to put one group in the dirtier region (docs/planner.md, "Input groups")."""
+    mixed_capacity: bool = False
+    """Scale each mode's rows by the capacity measured on the trace's class mix (per group
+    when ``class_groups`` applies) on the engine model, at the profiles' percentile; ≈ 1 s
+    per mode for Llama-3-8B on one A100, added to the start-up profiling."""
     park_workers: bool = True
     """Workers beyond their pool's planned instances park (``milp`` plans only)."""
     drain_grace_wall_s: float = Field(default=2.0, ge=0.0)

@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -58,7 +58,7 @@ from services.classifier.classes import scheme_by_name
 from services.forecaster.load_forecast import LoadForecastConfig
 from services.planner.errors import InfeasiblePlanError
 from services.planner.live_inputs import DemandTracker, LivePool
-from services.planner.live_plan import pool_decisions, wire_plan
+from services.planner.live_plan import input_groups, pool_decisions, wire_plan
 from services.planner.live_profiles import ProfileRequest, measure_mode_profiles, slo_policy_for
 from services.planner.milp import solve_plan
 from services.planner.mixed_profiles import (
@@ -77,7 +77,7 @@ if TYPE_CHECKING:
     from services.forecaster.models import CarbonForecaster
     from services.forecaster.sources import CarbonHistory
 
-__all__ = ["EpochPlanner", "fitted_forecaster", "mode_profiles"]
+__all__ = ["EpochPlanner", "fitted_forecaster", "input_groups", "mode_profiles"]
 
 FORECAST_HORIZON_H = 6
 """Hours the simulator's carbon forecaster is fitted for (an epoch needs at most two)."""
@@ -127,15 +127,6 @@ def fitted_forecaster(code: str, start_utc: pd.Timestamp) -> CarbonForecaster:
 
     history = _history(code).until(start_utc.floor("h") - pd.Timedelta(hours=1))
     return fit_forecaster(history, config=ForecasterConfig(horizon_h=FORECAST_HORIZON_H))
-
-
-def input_groups(classes: Sequence[str], labels: Sequence[str]) -> dict[str, str]:
-    """Exclusive class groups by input length: the longest input bucket apart (``"long"``)
-    from the others (``"short"``). Measured on the trace mix through the engine: a pool
-    mixing every class holds short and medium requests' p99 TTFT at 1.2-5x their SLO at
-    any load and clock (long prefills share their iterations), while either group alone
-    meets it (docs/simulator.md, "Mixed-class capacity")."""
-    return {cls: "long" if cls[0] == labels[-1] else "short" for cls in classes}
 
 
 class EpochPlanner:

@@ -13,13 +13,17 @@ class then gets at least its planned speed; power is charged at the rows' planne
 under-estimate when the clocks differ). TTFT and TBT are the rows' values weighted by planned
 capacity. Routes: each class to the pools holding its slices, weighted by planned capacity;
 ``*`` (classes with no slice) to every active pool by total capacity.
+
+With exclusive class groups (:func:`input_groups`, the MILP's ``class_groups``) a class with
+no slice is routed to the active pools of its own group instead of ``*``, so no pool is sent
+a class of the other group (DynamoLLM's pools per request type).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from proto.messages import Plan as WirePlan
@@ -40,6 +44,7 @@ __all__ = [
     "PoolDecision",
     "bootstrap_plan",
     "build_live_problem",
+    "input_groups",
     "pool_allocations",
     "pool_decisions",
     "wire_plan",
@@ -62,6 +67,15 @@ class PoolDecision:
     """Planned QPS per class (Σ slices × L̄/K)."""
     ttft_ms: float = 0.0
     tbt_ms: float = 0.0
+
+
+def input_groups(classes: Sequence[str], labels: Sequence[str]) -> dict[str, str]:
+    """Exclusive class groups by input length: the longest input bucket apart (``"long"``)
+    from the others (``"short"``). Measured on the trace mix through the engine: a pool
+    mixing every class holds short and medium requests' p99 TTFT at 1.2-5x their SLO at
+    any load and clock (long prefills share their iterations), while either group alone
+    meets it (docs/simulator.md, "Mixed-class capacity")."""
+    return {cls: "long" if cls[0] == labels[-1] else "short" for cls in classes}
 
 
 def _slice(config: ServingConfig, pool: LivePool, slices: int) -> ServingConfig:
@@ -172,7 +186,33 @@ def pool_allocations(
     )
 
 
-def _pool_plan(pool: LivePool, decision: PoolDecision | None, instances: int) -> PoolPlan:
+def _group_routes(
+    routes: dict[str, list[RouteWeight]],
+    decisions: Mapping[str, PoolDecision],
+    totals: Mapping[str, float],
+    class_groups: Mapping[str, str],
+) -> None:
+    """Route each grouped class with no planned capacity to its group's pools (in place).
+
+    A pool belongs to a group when every class it holds capacity for is of that group (the
+    MILP's exclusive-group constraint makes that true of every planned pool). A group with
+    no such pool leaves its unplanned classes on ``*``.
+    """
+    by_group: dict[str, list[RouteWeight]] = defaultdict(list)
+    for pool_id, total in sorted(totals.items()):
+        capacity = decisions[pool_id].capacity_by_class if pool_id in decisions else {}
+        held = {class_groups.get(c, "") for c, q in capacity.items() if q > 0}
+        if total > 0 and len(held) == 1 and "" not in held:
+            by_group[held.pop()].append(RouteWeight(pool_id=pool_id, weight=total))
+    for cls, group in sorted(class_groups.items()):
+        if cls not in routes and by_group.get(group):
+            routes[cls] = list(by_group[group])
+
+
+def _pool_plan(
+    pool: LivePool, decision: PoolDecision | None, instances: int, routed: list[str]
+) -> PoolPlan:
+    planned = set(decision.capacity_by_class) if decision else set()
     return PoolPlan(
         pool_id=pool.pool_id,
         region=pool.region,
@@ -180,7 +220,7 @@ def _pool_plan(pool: LivePool, decision: PoolDecision | None, instances: int) ->
         tp=pool.tp,
         instances=instances,
         clock_mhz=decision.clock_mhz if decision else None,
-        classes=sorted(decision.capacity_by_class) if decision else [],
+        classes=sorted(planned | set(routed)),
         ttft_ms=decision.ttft_ms if decision else 0.0,
         tbt_ms=decision.tbt_ms if decision else 0.0,
     )
@@ -198,12 +238,16 @@ def wire_plan(
     status: str,
     keep_one: frozenset[str] = frozenset(),
     fallback_order: tuple[str, ...] = (),
+    class_groups: Mapping[str, str] | None = None,
 ) -> WirePlan:
     """The published plan: every live pool, planned instances, routes by planned capacity.
 
     Pools in ``keep_one`` keep one active instance even when planned to zero (their queue
     still holds work). The route table is never empty: with no planned capacity at all the
     first pool of ``fallback_order`` (e.g. lowest intensity) gets one instance and ``*``.
+    With ``class_groups`` (class → group, as given to the MILP) a grouped class without
+    planned capacity is routed to the active pools planned for its group alone (by their
+    capacity), not to ``*``; each pool's ``classes`` lists what its routes send it.
     """
     routes: dict[str, list[RouteWeight]] = defaultdict(list)
     totals: dict[str, float] = {}
@@ -221,16 +265,24 @@ def wire_plan(
             totals = {chosen: 1.0}
             instances[chosen] = max(1, instances[chosen])
     routes["*"] = [RouteWeight(pool_id=p, weight=w) for p, w in sorted(totals.items()) if w > 0]
+    if class_groups:
+        _group_routes(routes, decisions, totals, class_groups)
     for pool_id in keep_one:
         if pool_id in instances and pools[pool_id].workers:
             instances[pool_id] = max(1, instances[pool_id])
+    routed: dict[str, list[str]] = defaultdict(list)
+    for cls, weights in sorted(routes.items()):
+        if cls != "*":
+            for w in weights:
+                routed[w.pool_id].append(cls)
     return WirePlan(
         epoch=epoch,
         issued_at=issued_at,
         valid_until=valid_until,
         scheme=scheme_name_for(partition),
         pools=[
-            _pool_plan(p, decisions.get(pid), instances[pid]) for pid, p in sorted(pools.items())
+            _pool_plan(p, decisions.get(pid), instances[pid], routed.get(pid, []))
+            for pid, p in sorted(pools.items())
         ],
         routes=dict(routes),
         objective=objective,

@@ -8,7 +8,12 @@ Poisson arrivals per point and 15 % QPS precision (about 3 s for nine classes ×
 of one mode). Request lengths of each class are drawn from the Azure conversation trace,
 bucketed by the class scheme's thresholds.
 
-I/O: :func:`measure_mode_profiles` reads the trace; everything else is pure.
+With ``planner.mixed_capacity`` the rows are then scaled by the capacity one instance
+sustains on the trace's class mix (:func:`services.planner.mixed_profiles.derate_rows`, the
+simulator's planned sets use the same function): :func:`live_mode_profiles` does both.
+
+I/O: :func:`measure_mode_profiles` and :func:`live_mode_profiles` read the trace; everything
+else is pure.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from services.classifier.classes import (
     default_slos,
     scheme_by_name,
 )
+from services.planner.mixed_profiles import MixedCapacity, MixedLoad, derate_rows, trace_mix
 from services.planner.problem import ServingConfig, SloPolicy
 from shared.engine.hardware import gpu_spec
 from shared.engine.profile_sim import SimulatedProfileBackend, SimWindow
@@ -32,9 +38,11 @@ from shared.paths import data_path
 
 __all__ = [
     "ModeKey",
+    "ModeProfileJob",
     "ProfileRequest",
     "class_pools",
     "gpu_family",
+    "live_mode_profiles",
     "measure_mode_profiles",
     "profiles_for_mode",
     "scheme_name_for",
@@ -187,3 +195,42 @@ def measure_mode_profiles(request: ProfileRequest) -> tuple[ServingConfig, ...]:
 def _finite(value: float) -> float:
     """NaN means 'never measured' (no finished request): an SLO filter must reject it."""
     return value if value == value else 1e9
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModeProfileJob:
+    """Everything the live planner prepares for one mode (picklable: it runs in a child)."""
+
+    request: ProfileRequest
+    rows: tuple[ServingConfig, ...] = ()
+    """Rows from the profiles CSV; empty: measure them (:func:`measure_mode_profiles`)."""
+    mixed: bool = False
+    """Scale the rows of ``request.scheme`` by their measured mixed-class capacity."""
+    groups: tuple[tuple[str, str], ...] = ()
+    """(class, group) pairs: measure each exclusive group's sub-mix apart."""
+
+
+def live_mode_profiles(
+    job: ModeProfileJob,
+) -> tuple[tuple[ServingConfig, ...], tuple[MixedCapacity, ...]]:
+    """One mode's rows for the live MILP and, when mixed, what the mix measured per clock
+    and group. Rows of partitions other than ``request.scheme`` are left as they are (the
+    mix is classified by that scheme only). The mixed goal is the one-class rows'
+    percentile, as the simulator's planned sets use it, so ``κ`` isolates the mixing."""
+    rows = job.rows or measure_mode_profiles(job.request)
+    if not job.mixed:
+        return rows, ()
+    scheme = scheme_by_name(job.request.scheme)
+    own = tuple(r for r in rows if scheme_name_for(r.partition) == scheme.name)
+    others = tuple(r for r in rows if scheme_name_for(r.partition) != scheme.name)
+    scaled, found = derate_rows(
+        own,
+        gpu=job.request.gpu,
+        model=job.request.model,
+        scheme=scheme.name,
+        max_num_seqs=job.request.max_num_seqs,
+        mix=trace_mix(scheme),
+        load=MixedLoad(goal=ProfileSlo().percentile),
+        groups=dict(job.groups),
+    )
+    return scaled + others, found

@@ -7,6 +7,11 @@ feasible fallbacks), compares the result with the running plan through DynamoLLM
 gate, and publishes the winner. Until it has demand history, profiles and a fleet it
 publishes a bootstrap plan (everyone serves). A failed solve keeps the last good plan.
 
+With ``planner.class_groups = "input-split"`` every pool serves the long-input classes or the
+others (the MILP's exclusive class groups, applied when there are at least as many pools as
+groups); with ``planner.mixed_capacity`` each mode's rows are scaled by the capacity measured
+on the trace's class mix (per group when split), as the simulator's planned sets do.
+
 Between epochs the plan is re-published every ``republish_wall_s``; a pool planned to zero
 keeps one worker while the scheduler still reports queued work for it
 (``scheduler.ready.<pool>``), so no request is stranded behind parked workers.
@@ -35,14 +40,16 @@ from services.planner.live_plan import (
     PoolDecision,
     bootstrap_plan,
     build_live_problem,
+    input_groups,
     pool_allocations,
     pool_decisions,
     wire_plan,
 )
 from services.planner.live_profiles import (
+    ModeProfileJob,
     ProfileRequest,
     gpu_family,
-    measure_mode_profiles,
+    live_mode_profiles,
     profiles_for_mode,
     scheme_name_for,
     slo_policy_for,
@@ -65,8 +72,9 @@ __all__ = ["LivePlanner"]
 
 logger = logging.getLogger(__name__)
 
-ProfileKey = tuple[str, int, str, int]
-"""(GPU family, TP, model, max_num_seqs): what one start-up measurement covers."""
+ProfileKey = tuple[str, int, str, int, bool]
+"""(GPU family, TP, model, max_num_seqs, split): what one start-up measurement covers (the
+mixed-class capacity of a split fleet is measured per group)."""
 
 
 @dataclass(slots=True)
@@ -77,6 +85,7 @@ class _Running:
     decisions: dict[str, PoolDecision]
     pools: dict[str, LivePool]
     fallback_order: tuple[str, ...]
+    class_groups: dict[str, str]
 
 
 class LivePlanner:
@@ -94,6 +103,10 @@ class LivePlanner:
         partitions = {c.partition for c in self._csv} | {cfg.scheme}
         schemes = {p: scheme_by_name(scheme_name_for(p)) for p in sorted(partitions)}
         self._schemes = schemes
+        own = scheme_by_name(scheme_name_for(cfg.scheme))
+        self._groups: dict[str, str] = (
+            input_groups(own.classes, own.labels) if cfg.class_groups == "input-split" else {}
+        )
         step_s = cfg.epoch_s / cfg.steps_per_epoch
         bins = max(1, round(step_s / cfg.demand_bin_s))
         self._demand = DemandTracker(
@@ -140,37 +153,56 @@ class LivePlanner:
         self._max_num_seqs = {s.pool_id: s.max_num_seqs for s in stats}
         return pools_from_stats(stats)
 
-    def _profiles(self, pools: dict[str, LivePool]) -> dict[str, tuple[ServingConfig, ...]]:
-        """Rows per pool: from the CSV, else measured; modes still being measured are absent.
+    def _class_groups(self, pools: dict[str, LivePool]) -> dict[str, str]:
+        """The configured exclusive groups, or none when the fleet has fewer pools than
+        groups (one pool cannot serve two exclusive groups: Eq. 1b would be infeasible)."""
+        return self._groups if len(pools) >= len(set(self._groups.values())) else {}
+
+    def _profiles(
+        self, pools: dict[str, LivePool], groups: dict[str, str]
+    ) -> dict[str, tuple[ServingConfig, ...]]:
+        """Rows per pool: from the CSV, else measured, then (``mixed_capacity``) scaled by the
+        class mix's measured capacity; modes still being prepared are absent.
 
         Measurements run in a child process (the engine model is CPU-bound Python and would
         starve this process's event loop, which may host other services in tests).
         """
         out: dict[str, tuple[ServingConfig, ...]] = {}
+        mixed = self._cfg.mixed_capacity
         for pool_id, pool in pools.items():
             rows = profiles_for_mode(self._csv, (gpu_family(pool.gpu), pool.tp))
-            if rows:
+            if rows and not mixed:
                 out[pool_id] = rows
                 continue
-            key = (gpu_family(pool.gpu), pool.tp, pool.model, self._max_num_seqs[pool_id])
-            if key in self._measured:
-                out[pool_id] = self._measured[key]
-            elif key not in self._measuring:
+            key = (
+                gpu_family(pool.gpu), pool.tp, pool.model, self._max_num_seqs[pool_id],
+                mixed and bool(groups),
+            )  # fmt: skip
+            # While the other split variant is all there is (the applied groups changed with
+            # the fleet), plan with it rather than fall back to the bootstrap plan.
+            known = self._measured.get(key) or self._measured.get((*key[:4], not key[4]))
+            if known:
+                out[pool_id] = known
+            if key not in self._measured and key not in self._measuring:
                 request = ProfileRequest(
                     gpu=pool.gpu, tp=pool.tp, model=pool.model, scheme=self._cfg.scheme,
                     clock_fractions=self._cfg.profile_clock_fractions,
                     window_s=self._cfg.profile_window_s, max_num_seqs=key[3],
                 )  # fmt: skip
-                self._measuring[key] = asyncio.create_task(self._measure(key, request))
+                job = ModeProfileJob(
+                    request=request, rows=rows, mixed=mixed, groups=tuple(sorted(groups.items()))
+                )
+                self._measuring[key] = asyncio.create_task(self._measure(key, job))
         return out
 
-    async def _measure(self, key: ProfileKey, request: ProfileRequest) -> tuple[ServingConfig, ...]:
+    async def _measure(self, key: ProfileKey, job: ModeProfileJob) -> tuple[ServingConfig, ...]:
         started = time.perf_counter()
         context = multiprocessing.get_context("spawn")  # no fork of a threaded event loop
+        request = job.request
         try:
             with ProcessPoolExecutor(1, mp_context=context) as pool:
-                rows = await asyncio.get_running_loop().run_in_executor(
-                    pool, measure_mode_profiles, request
+                rows, mixed = await asyncio.get_running_loop().run_in_executor(
+                    pool, live_mode_profiles, job
                 )
         except Exception:
             logger.exception("profiling %s tp%d failed; retrying", request.gpu, request.tp)
@@ -178,8 +210,9 @@ class LivePlanner:
             return ()
         self._measured[key] = rows
         logger.info(
-            "profiled %s: %d rows in %.1f s", key,
+            "profiled %s: %d rows in %.1f s; mixed-class capacity factors %s", key,
             len(rows), time.perf_counter() - started,
+            {f"{c.group}@{c.clock_mhz:g}": round(c.derating, 3) for c in mixed},
         )  # fmt: skip
         return rows
 
@@ -215,7 +248,8 @@ class LivePlanner:
         if not pools:
             self.plan, self._running = None, None  # the shell publishes the static plan
             return
-        profiles = self._profiles(pools)
+        groups = self._class_groups(pools)
+        profiles = self._profiles(pools, groups)
         if len(profiles) < len(pools) or self._demand.observed_steps(now) < 1:
             self.plan = bootstrap_plan(
                 pools, scheme=cfg.scheme, epoch=epoch, issued_at=issued, valid_until=valid
@@ -229,7 +263,7 @@ class LivePlanner:
         problem = build_live_problem(
             pools=pools, profiles=profiles, demand_qps=self._demand.forecast(now, keys),
             intensity=intensity, step_s=cfg.epoch_s / cfg.steps_per_epoch, alpha=cfg.alpha,
-            slo=slo_policy_for(partitions), slices=cfg.time_share_slices,
+            slo=slo_policy_for(partitions), slices=cfg.time_share_slices, class_groups=groups,
         )  # fmt: skip
         settings = PlannerSettings(
             objective=Objective(cfg.objective), solver=Solver(cfg.solver),
@@ -238,7 +272,7 @@ class LivePlanner:
         core = await asyncio.to_thread(solve_plan, problem, settings)
         decisions = pool_decisions(core, problem, pools, cfg.time_share_slices)
         order = tuple(sorted(pools, key=lambda pid: (sum(intensity[pools[pid].region]), pid)))
-        candidate = _Running(core, decisions, pools, order)
+        candidate = _Running(core, decisions, pools, order, groups)
         if self._keep_running(candidate, problem, intensity):
             assert self._running is not None
             self._running.fallback_order = order
@@ -256,7 +290,12 @@ class LivePlanner:
     ) -> bool:
         """DynamoLLM's gate: keep the running plan unless switching pays for itself."""
         old = self._running
-        if old is None or old.pools != new.pools or old.core.partition != new.core.partition:
+        if (
+            old is None
+            or old.pools != new.pools
+            or old.core.partition != new.core.partition
+            or old.class_groups != new.class_groups
+        ):
             return False
         covers = not demand_shortfall(old.core.allocations, problem, old.core.partition)
         weight = None
@@ -296,6 +335,7 @@ class LivePlanner:
             status=running.core.status.value,
             keep_one=busy,
             fallback_order=running.fallback_order,
+            class_groups=running.class_groups,
         )
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -16,6 +17,8 @@ from loadgen.traces import load_azure_trace, resolve_trace
 from proto.codec import decode
 from proto.messages import Plan, WorkerStats
 from proto.subjects import Subjects
+from services.classifier.classes import dynamollm_scheme
+from services.planner.live_plan import input_groups
 from shared.bus import connect_nats
 from shared.clock import ModelClock
 from shared.config import NatsSettings
@@ -47,9 +50,12 @@ async def test_milp_plan_routes_to_the_cleaner_region_and_parks_spare_workers(
     subjects = Subjects(namespace)
     plans: list[Plan] = []
     parked: set[str] = set()
+    fleet_seen = asyncio.Event()
 
     async def on_plan(msg: Msg) -> None:
         plans.append(decode(msg.data, Plan))
+        if plans[-1].objective != "static" and len(plans[-1].pools) == 2:
+            fleet_seen.set()  # the planner has seen workers of both pools
 
     async def on_stats(msg: Msg) -> None:
         stats = decode(msg.data, WorkerStats)
@@ -61,6 +67,9 @@ async def test_milp_plan_routes_to_the_cleaner_region_and_parks_spare_workers(
         await nc.subscribe(subjects.plan, cb=on_plan)
         await nc.subscribe(subjects.worker_stats_wildcard, cb=on_stats)
         async with run_in_process(stack_launches(spec)):
+            # Start once both pools are registered: profiling starts then, so the first MILP
+            # plan comes early enough in the replay (≈ 6 s wall) on a loaded machine.
+            await asyncio.wait_for(fleet_seen.wait(), timeout=30.0)
             result = await replay(nc, subjects, trace, model=spec.model, speedup=SPEEDUP)
     finally:
         await nc.close()
@@ -87,3 +96,98 @@ async def test_milp_plan_routes_to_the_cleaner_region_and_parks_spare_workers(
     assert later
     in_ciso = sum(1 for done in later if done.region == "CISO")
     assert in_ciso > len(later) / 2
+
+
+async def test_split_plan_routes_each_pool_one_input_group_and_loses_nothing(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that with input-split and mixed capacity every MILP plan gives each pool one
+    input group, requests follow it to their group's pool, and all complete."""
+    trace = load_azure_trace(resolve_trace("conv"), max_requests=750)
+    # Half the other test's speed-up: the first MILP plan waits for start-up profiling and a
+    # whole step of completions (measured 10 s wall on a loaded machine), so the replay
+    # (175 model s, ≈ 18 s wall) must outlast it by enough requests to check routing.
+    speedup = SPEEDUP / 2
+    origin = time.time()
+    # Two clocks and 15-s windows keep start-up profiling (one-class + mixed) to a few seconds.
+    planner = {
+        "mode": "milp", "epoch_s": 60.0, "republish_wall_s": 0.25,
+        "class_groups": "input-split", "mixed_capacity": True,
+        "profile_clock_fractions": [1.0, 0.5], "profile_window_s": 15.0,
+    }  # fmt: skip
+    spec = StackSpec(
+        namespace=namespace,
+        nats_url=nats_server.url,
+        redis_url=redis_server.url,
+        workers=4,
+        regions=("PJM", "CISO"),
+        speedup=speedup,
+        origin_wall_s=origin,
+        # The emergency ladder re-steers at-risk requests to any pool with free slots,
+        # across groups; off here so that routing is the plan's alone.
+        extra={"planner": planner, "scheduler": {"ladder": False}},
+    )
+    scheme = dynamollm_scheme()
+    groups = input_groups(scheme.classes, scheme.labels)
+    subjects = Subjects(namespace)
+    plans: list[Plan] = []
+    received: list[float] = []
+    """Wall time each plan arrived (``issued_at`` is taken before the solve)."""
+    fleet_seen = asyncio.Event()
+
+    async def on_plan(msg: Msg) -> None:
+        plans.append(decode(msg.data, Plan))
+        received.append(time.time())
+        if plans[-1].objective != "static" and len(plans[-1].pools) == 2:
+            fleet_seen.set()  # the planner has seen workers of both pools
+
+    nc: Client = await connect_nats(NatsSettings(url=nats_server.url), "test-client")
+    try:
+        await nc.subscribe(subjects.plan, cb=on_plan)
+        async with run_in_process(stack_launches(spec)):
+            # Start once the planner publishes both pools (the classifier rejects requests
+            # that come before any plan).
+            await asyncio.wait_for(fleet_seen.wait(), timeout=30.0)
+            result = await replay(nc, subjects, trace, model=spec.model, speedup=speedup)
+    finally:
+        await nc.close()
+
+    report = build_report(result, ModelClock(speedup, origin, ORIGIN_MODEL_S))
+    assert report["completed"] == len(trace), report["errors"]
+    assert report["lost"] == 0
+    assert report["failed"] == 0
+    assert any(p.objective == "carbon" for p in plans), [p.objective for p in plans]
+    group_region: list[tuple[float, dict[str, str]]] = []
+    """Routing changes: (arrival, group → region); empty for a static or bootstrap plan."""
+    for plan, at in zip(plans, received, strict=True):
+        region = {p.pool_id: p.region for p in plan.pools}
+        if plan.objective != "carbon":
+            if group_region and group_region[-1][1]:
+                group_region.append((at, {}))
+            continue
+        pool_group: dict[str, str] = {}
+        for cls in scheme.classes:
+            for w in plan.routes.get(cls, []):
+                assert pool_group.setdefault(w.pool_id, groups[cls]) == groups[cls], plan
+        assert all({groups[c] for c in p.classes} == {pool_group[p.pool_id]} for p in plan.pools
+                   if p.classes)  # fmt: skip
+        by_group = {g: region[p] for p, g in pool_group.items()}
+        if not group_region or group_region[-1][1] != by_group:
+            group_region.append((at, by_group))  # a routing change
+    assert any(len(by_group) == 2 for _, by_group in group_region), "no plan used both groups"
+    # Requests sent a second after a routing change arrived (and not within a second of the next)
+    # run in their group's region.
+    checked = 0
+    for record in result.records:
+        done = record.completion
+        if done is None:
+            continue
+        current = [(t, g) for t, g in group_region if t <= done.sent_at - 1.0]
+        later = [t for t, _ in group_region if done.sent_at - 1.0 < t <= done.sent_at + 1.0]
+        long = scheme.input_bucket(done.input_tokens) == len(scheme.labels) - 1
+        group = "long" if long else "short"
+        if not current or later or group not in current[-1][1]:
+            continue  # sent under a bootstrap plan, while routes changed, or group unplanned
+        assert done.region == current[-1][1][group], (done, group_region)
+        checked += 1
+    assert checked >= 50
