@@ -29,7 +29,7 @@ from services.forecaster.baselines import (
     template_plus_level,
 )
 from services.forecaster.features import HourlyGrid, gbm_features, log_ratio, to_grid
-from services.forecaster.gbm import RatioBooster, fit_ratio_booster
+from services.forecaster.gbm import BOOSTER_BUCKETS, RatioBooster, fit_ratio_booster
 from services.forecaster.sources import CarbonHistory, EmissionFactor, Signal
 
 __all__ = [
@@ -72,7 +72,9 @@ class ForecasterConfig:
     quantile_pool_h: int = 2
     """Horizons either side pooled when estimating residual quantiles."""
     booster_max_iter: int = 300
-    """Boosting rounds of the ratio model."""
+    """Boosting rounds of the ratio model (per horizon bucket)."""
+    booster_buckets: tuple[tuple[int, int], ...] = BOOSTER_BUCKETS
+    """Horizon buckets with a booster each (``((1, 48),)``: one booster for all horizons)."""
     blend_power: float = 4.0
     """Blend weight of a candidate in a bucket is proportional to validation MAPE ** -power
     (0: equal weights; large: pick the best)."""
@@ -84,6 +86,13 @@ class ForecasterConfig:
             raise ValueError(f"horizon_h must be in 1..{BUCKETS[-1][1]}")
         if not 0.05 <= self.validation_fraction <= 0.5:
             raise ValueError("validation_fraction must be in [0.05, 0.5]")
+        edges = [h for lo, hi in self.booster_buckets for h in (lo, hi)]
+        if (
+            edges[0] != 1
+            or edges[-1] < self.horizon_h
+            or any(nxt != prev + 1 for prev, nxt in zip(edges[1:-1:2], edges[2::2], strict=True))
+        ):
+            raise ValueError("booster_buckets must tile 1..horizon_h without gaps")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -204,7 +213,7 @@ class CarbonForecaster:
         )
 
     def describe_choice(self) -> str:
-        """Return the blend per bucket, e.g. ``"1-3h:hw.61+gbm.27+template_level.12|..."``.
+        """Return the blend per bucket, e.g. ``"1-3h:0.61*hw+0.27*gbm+0.12*template_level|..."``.
 
         Candidates with weight below 0.005 are left out of the description.
         """
@@ -213,10 +222,7 @@ class CarbonForecaster:
             if lo > self.horizon_h:
                 break
             row = self.weights[lo - 1]
-            order = np.argsort(-row)
-            terms = [
-                f"{CANDIDATES[k]}{row[k]:.2f}".replace("0.", ".") for k in order if row[k] >= 0.005
-            ]
+            terms = [f"{row[k]:.2f}*{CANDIDATES[k]}" for k in np.argsort(-row) if row[k] >= 0.005]
             parts.append(f"{lo}-{hi}h:" + "+".join(terms))
         return "|".join(parts)
 
@@ -378,6 +384,7 @@ def fit_forecaster(
         *_training_rows(sources, split_time - pd.Timedelta(hours=1), cfg),
         seed=cfg.seed,
         max_iter=cfg.booster_max_iter,
+        buckets=cfg.booster_buckets,
     )
     provisional = CarbonForecaster(
         region=history.region,
@@ -404,7 +411,10 @@ def fit_forecaster(
         horizon_h=horizon,
         hw_params=hw_params,
         booster=fit_ratio_booster(
-            *_training_rows(sources, end_time, cfg), seed=cfg.seed, max_iter=cfg.booster_max_iter
+            *_training_rows(sources, end_time, cfg),
+            seed=cfg.seed,
+            max_iter=cfg.booster_max_iter,
+            buckets=cfg.booster_buckets,
         ),
         weights=weights,
         log_quantiles=quantiles,
