@@ -151,3 +151,18 @@ def test_fitted_blend_is_no_worse_than_template_level_on_validation(
     assert all(c <= t for c, t in zip(chosen, baseline, strict=True))
     assert fitted.weights.shape == (fitted.horizon_h, len(CANDIDATES))
     np.testing.assert_allclose(fitted.weights.sum(axis=1), 1.0)
+
+
+def test_a_short_horizon_fit_has_one_booster_and_one_blend_per_bucket(
+    history: CarbonHistory,
+) -> None:
+    """Test the simulator's 6-h configuration: only the 1-6 h booster and blend buckets exist."""
+    config = ForecasterConfig(
+        horizon_h=6, max_training_rows=5_000, hw_fit_days=14, booster_max_iter=20
+    )
+    short = fit_forecaster(history.until(history.intensity.index[80 * 24 - 1]), config=config)
+    assert short.booster.buckets == ((1, 6),)
+    assert short.weights.shape == (6, len(CANDIDATES))
+    assert short.describe_choice().count("|") == sum(lo <= 6 for lo, _ in BUCKETS) - 1
+    forecast = short.forecast(history, history.intensity.index[85 * 24], horizon_h=6)
+    assert len(forecast.values) == 6
