@@ -24,6 +24,7 @@ import pandas as pd
 from services.forecaster.best_window import window_means
 from services.forecaster.features import HourlyGrid, to_grid
 from services.forecaster.models import (
+    BUCKETS,
     CarbonForecaster,
     ForecasterConfig,
     fit_forecaster,
@@ -64,7 +65,10 @@ class BacktestResult:
     window_regret: dict[str, dict[str, float]]
     """Per model: best-window regret and saving versus running at the origin."""
     choice: str
-    """The chooser's pick per horizon bucket."""
+    """The blend weights per horizon bucket."""
+    validation_mape: dict[str, list[float]]
+    """MAPE (%) on the fit's own validation span (inside the training data) per candidate
+    and ``"chosen"``, per bucket of :data:`services.forecaster.models.BUCKETS`."""
 
 
 def daily_origins(grid: HourlyGrid, test_start: pd.Timestamp, horizon_h: int) -> IntArray:
@@ -221,6 +225,7 @@ def run_backtest(
         coverage_p10_p90=round(coverage, 3),
         window_regret=regret,
         choice=forecaster.describe_choice(),
+        validation_mape=forecaster.validation_mape,
     )
 
 
@@ -232,4 +237,8 @@ def as_dict(result: BacktestResult) -> dict[str, Any]:
         "coverage_p10_p90": result.coverage_p10_p90,
         "best_window_4h": result.window_regret,
         "choice": result.choice,
+        "validation_mape_pct": {
+            model: {f"{lo}-{hi}h": v for (lo, hi), v in zip(BUCKETS, values, strict=False)}
+            for model, values in result.validation_mape.items()
+        },
     }

@@ -19,7 +19,7 @@ import pandas as pd
 from services.forecaster.baselines import DAY, TEMPLATE_DAYS
 from services.forecaster.sources import CarbonHistory
 
-__all__ = ["FLOOR_G", "HourlyGrid", "gbm_features", "log_ratio", "to_grid"]
+__all__ = ["FLOOR_G", "HORIZON_COLUMN", "HourlyGrid", "gbm_features", "log_ratio", "to_grid"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -27,6 +27,9 @@ BoolArray = npt.NDArray[np.bool_]
 
 FLOOR_G: Final = 1.0
 """Intensity floor (gCO2/kWh) before taking logs: some zones (CA-ON) touch zero."""
+HORIZON_COLUMN: Final = 0
+"""Column of :func:`gbm_features`' matrix holding the horizon (hours); the booster routes
+rows to its per-bucket models by it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +123,8 @@ def gbm_features(
             level, Holt-Winters), fed as log-ratios to the template.
 
     Returns:
-        The ``(n * H, F)`` matrix and its column names.
+        The ``(n * H, F)`` matrix and its column names; column :data:`HORIZON_COLUMN` is
+        the horizon in hours.
     """
     y, n = grid.y, len(origins)
     steps = np.arange(1, horizon_h + 1, dtype=np.int64)

@@ -3,7 +3,11 @@
 Learning the ratio to the template (rather than the level) keeps one model valid across
 seasons and makes its error scale-free, which is what MAPE scores. The rows come from
 :func:`services.forecaster.features.gbm_features`; scikit-learn's
-``HistGradientBoostingRegressor`` with absolute-error loss fits the median log-ratio.
+``HistGradientBoostingRegressor`` with squared loss fits the mean log-ratio.
+
+The model is *direct multi-horizon*: one booster per horizon bucket (rows routed by their
+horizon column), so the short horizons, where the last hours' level carries most of the
+signal, do not share trees with day 2, where the weekly template and calendar do.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BOOSTER_PARAMS", "RatioBooster", "fit_ratio_booster"]
+from services.forecaster.features import HORIZON_COLUMN
+
+__all__ = ["BOOSTER_BUCKETS", "BOOSTER_PARAMS", "RatioBooster", "fit_ratio_booster"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -31,21 +37,30 @@ BOOSTER_PARAMS: Final[dict[str, Any]] = {
 }
 """Hyper-parameters, fixed a priori (not searched on the test years); ``max_iter`` may be
 overridden (tests use fewer rounds)."""
+BOOSTER_BUCKETS: Final = ((1, 6), (7, 24), (25, 48))
+"""Horizon buckets (hours, inclusive) with a booster each."""
 
 
 @dataclass(frozen=True, slots=True)
 class RatioBooster:
-    """A fitted booster; ``predict`` returns the log-ratio to the template per row."""
+    """Fitted boosters, one per horizon bucket; ``predict`` returns the log-ratio per row."""
 
-    model: Any
-    """The fitted ``HistGradientBoostingRegressor``."""
+    models: tuple[Any, ...]
+    """The fitted ``HistGradientBoostingRegressor`` of each bucket."""
+    buckets: tuple[tuple[int, int], ...]
+    """Horizon range (hours, inclusive) of each model."""
 
     def predict(self, features: FloatArray) -> FloatArray:
-        """Predict the log-ratio for each row of ``features``."""
+        """Predict the log-ratio for each row of ``features`` (routed by its horizon)."""
         from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
+        horizon = features[:, HORIZON_COLUMN]
+        result: FloatArray = np.zeros(len(features))
         with threadpool_limits(limits=1):
-            result: FloatArray = np.asarray(self.model.predict(features), dtype=np.float64)
+            for (lo, hi), model in zip(self.buckets, self.models, strict=True):
+                rows = (horizon >= lo) & (horizon <= hi)
+                if rows.any():
+                    result[rows] = model.predict(features[rows])
         return result
 
 
@@ -55,18 +70,32 @@ def fit_ratio_booster(
     weight: FloatArray,
     seed: int = 0,
     max_iter: int | None = None,
+    buckets: tuple[tuple[int, int], ...] = BOOSTER_BUCKETS,
 ) -> RatioBooster:
-    """Fit the booster; rows whose target hour was gap-filled get weight 0."""
+    """Fit one booster per horizon bucket; rows whose target hour was gap-filled get weight 0.
+
+    Buckets that start beyond the longest horizon in ``features`` are left out.
+
+    Raises:
+        ValueError: when a bucket within the horizon range has no training row.
+    """
     from sklearn.ensemble import HistGradientBoostingRegressor
     from threadpoolctl import threadpool_limits
 
-    keep = weight > 0
     params = dict(BOOSTER_PARAMS)
     if max_iter is not None:
         params["max_iter"] = max_iter
-    model = HistGradientBoostingRegressor(random_state=seed, **params)
-    # One OpenMP thread: on a shared, busy host the default (all cores) spin-waits and runs
-    # ~10x slower; the backtest parallelises over regions instead, if at all.
-    with threadpool_limits(limits=1):
-        model.fit(features[keep], target[keep])
-    return RatioBooster(model)
+    horizon = features[:, HORIZON_COLUMN]
+    used = tuple((lo, hi) for lo, hi in buckets if lo <= horizon.max())
+    models = []
+    for lo, hi in used:
+        keep = (weight > 0) & (horizon >= lo) & (horizon <= hi)
+        if not keep.any():
+            raise ValueError(f"no training rows for horizons {lo}-{hi} h")
+        model = HistGradientBoostingRegressor(random_state=seed, **params)
+        # One OpenMP thread: on a shared, busy host the default (all cores) spin-waits and
+        # runs ~10x slower; the backtest parallelises over regions instead, if at all.
+        with threadpool_limits(limits=1):
+            model.fit(features[keep], target[keep])
+        models.append(model)
+    return RatioBooster(tuple(models), used)

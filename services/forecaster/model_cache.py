@@ -23,8 +23,9 @@ import sklearn
 
 __all__ = ["MODEL_CACHE_VERSION", "cache_key", "load_or_fit"]
 
-MODEL_CACHE_VERSION: Final = 1
-"""Bump when the forecasting code changes what a fit produces."""
+MODEL_CACHE_VERSION: Final = 2
+"""Bump when the forecasting code changes what a fit produces (2: per-bucket boosters and
+inverse-error blend weights replace one booster and the per-bucket pick)."""
 
 logger = logging.getLogger(__name__)
 

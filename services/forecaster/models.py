@@ -1,9 +1,10 @@
-"""The carbon forecaster: reference models, a gradient-boosted ratio model, and the chooser.
+"""The carbon forecaster: reference models, a gradient-boosted ratio model, and the blender.
 
 :func:`fit_forecaster` fits everything on a history (split in time into a fitting part and
-a validation part), picks per horizon bucket the candidate with the lowest validation MAPE
-(single models or equal blends), derives p10/p90 from that candidate's validation
-residual quantiles per horizon, then refits the boosted model on the whole history.
+a validation part), weights the candidates per horizon bucket by their inverse validation
+MAPE (raised to :attr:`ForecasterConfig.blend_power`), derives p10/p90 from the blend's
+validation residual quantiles per horizon, then refits the boosted model on the whole
+history.
 :meth:`CarbonForecaster.forecast` issues one forecast; :meth:`CarbonForecaster.predict`
 does many origins at once for the backtest. Both read only ``y[:origin]``.
 """
@@ -28,12 +29,12 @@ from services.forecaster.baselines import (
     template_plus_level,
 )
 from services.forecaster.features import HourlyGrid, gbm_features, log_ratio, to_grid
-from services.forecaster.gbm import RatioBooster, fit_ratio_booster
+from services.forecaster.gbm import BOOSTER_BUCKETS, RatioBooster, fit_ratio_booster
 from services.forecaster.sources import CarbonHistory, EmissionFactor, Signal
 
 __all__ = [
-    "BLENDS",
     "BUCKETS",
+    "CANDIDATES",
     "CarbonForecast",
     "CarbonForecaster",
     "ForecasterConfig",
@@ -44,15 +45,12 @@ __all__ = [
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-BUCKETS: Final = ((1, 6), (7, 24), (25, 48))
-"""Disjoint horizon buckets (hours, inclusive) in which one candidate is chosen."""
-BLENDS: Final[tuple[tuple[str, ...], ...]] = (
-    ("gbm", "hw"),
-    ("gbm", "template_level"),
-    ("hw", "template_level"),
-    ("gbm", "hw", "template_level"),
-)
-"""Equal-weight blends offered to the chooser beside the single models."""
+BUCKETS: Final = ((1, 3), (4, 6), (7, 12), (13, 24), (25, 36), (37, 48))
+"""Disjoint horizon buckets (hours, inclusive), each with its own blend weights. Finer than
+the reported buckets because the candidates' relative skill changes fast in the first
+hours (Holt-Winters) and across the day (the booster)."""
+CANDIDATES: Final = ("same_hour_yesterday", "template_level", "hw", "gbm")
+"""The models blended, in the column order of :attr:`CarbonForecaster.weights`."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,7 +72,12 @@ class ForecasterConfig:
     quantile_pool_h: int = 2
     """Horizons either side pooled when estimating residual quantiles."""
     booster_max_iter: int = 300
-    """Boosting rounds of the ratio model."""
+    """Boosting rounds of the ratio model (per horizon bucket)."""
+    booster_buckets: tuple[tuple[int, int], ...] = BOOSTER_BUCKETS
+    """Horizon buckets with a booster each (``((1, 48),)``: one booster for all horizons)."""
+    blend_power: float = 4.0
+    """Blend weight of a candidate in a bucket is proportional to validation MAPE ** -power
+    (0: equal weights; large: pick the best)."""
     seed: int = 0
     """Random seed of the boosted model."""
 
@@ -83,6 +86,13 @@ class ForecasterConfig:
             raise ValueError(f"horizon_h must be in 1..{BUCKETS[-1][1]}")
         if not 0.05 <= self.validation_fraction <= 0.5:
             raise ValueError("validation_fraction must be in [0.05, 0.5]")
+        edges = [h for lo, hi in self.booster_buckets for h in (lo, hi)]
+        if (
+            edges[0] != 1
+            or edges[-1] < self.horizon_h
+            or any(nxt != prev + 1 for prev, nxt in zip(edges[1:-1:2], edges[2::2], strict=True))
+        ):
+            raise ValueError("booster_buckets must tile 1..horizon_h without gaps")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,12 +150,12 @@ class CarbonForecaster:
     horizon_h: int
     hw_params: HoltWintersParams
     booster: RatioBooster
-    choice: tuple[str, ...]
-    """Chosen candidate per horizon (index h - 1)."""
+    weights: FloatArray
+    """``(H, len(CANDIDATES))`` blend weight of each candidate per horizon (rows sum to 1)."""
     log_quantiles: FloatArray
     """``(H, 2)`` p10/p90 of log(actual / forecast) per horizon on validation."""
     validation_mape: dict[str, list[float]] = field(default_factory=dict)
-    """Validation MAPE per candidate and bucket of :data:`BUCKETS`, for reports."""
+    """Validation MAPE per candidate (and ``"chosen"``) and bucket of :data:`BUCKETS`."""
 
     def predict(
         self, grid: HourlyGrid, origins: IntArray, horizon_h: int | None = None
@@ -153,7 +163,8 @@ class CarbonForecaster:
         """Forecast many origins of one grid at once.
 
         Returns:
-            ``(n, H)`` arrays: every candidate, ``"chosen"``, ``"p10"`` and ``"p90"``.
+            ``(n, H)`` arrays: every candidate, ``"chosen"`` (the blend), ``"p10"`` and
+            ``"p90"``.
 
         Raises:
             ValueError: when an origin has too little history or lies past the grid end.
@@ -168,11 +179,7 @@ class CarbonForecaster:
         template, out = _reference_forecasts(grid, origins, self.horizon_h, self.hw_params)
         features, _ = gbm_features(grid, origins, self.horizon_h, template, out)
         out["gbm"] = template * np.exp(self.booster.predict(features).reshape(template.shape))
-        for members in BLENDS:
-            out["+".join(members)] = np.mean([out[name] for name in members], axis=0)
-        columns = np.arange(self.horizon_h)
-        chosen = np.stack([out[name][:, h] for h, name in zip(columns, self.choice, strict=True)])
-        out["chosen"] = chosen.T.copy()
+        out["chosen"] = _blend(out, self.weights)
         out["p10"] = out["chosen"] * np.exp(self.log_quantiles[:, 0])[None, :]
         out["p90"] = out["chosen"] * np.exp(self.log_quantiles[:, 1])[None, :]
         return {name: values[:, :horizon] for name, values in out.items()}
@@ -206,8 +213,17 @@ class CarbonForecaster:
         )
 
     def describe_choice(self) -> str:
-        """Return the chosen candidate per bucket, e.g. ``"1-6h:hw|7-24h:gbm"``."""
-        parts = [f"{lo}-{hi}h:{self.choice[lo - 1]}" for lo, hi in BUCKETS if lo <= self.horizon_h]
+        """Return the blend per bucket, e.g. ``"1-3h:0.61*hw+0.27*gbm+0.12*template_level|..."``.
+
+        Candidates with weight below 0.005 are left out of the description.
+        """
+        parts = []
+        for lo, hi in BUCKETS:
+            if lo > self.horizon_h:
+                break
+            row = self.weights[lo - 1]
+            terms = [f"{row[k]:.2f}*{CANDIDATES[k]}" for k in np.argsort(-row) if row[k] >= 0.005]
+            parts.append(f"{lo}-{hi}h:" + "+".join(terms))
         return "|".join(parts)
 
 
@@ -217,34 +233,61 @@ def _origins(first: int, last: int, stride: int, grid_start: pd.Timestamp) -> In
     return np.arange(first + offset, last + 1, stride, dtype=np.int64)
 
 
-def _choose(
-    predictions: dict[str, FloatArray], actual: FloatArray, mask: FloatArray, horizon_h: int
-) -> tuple[tuple[str, ...], dict[str, list[float]]]:
-    scores = {name: mape_by_horizon(p, actual, mask) for name, p in predictions.items()}
-    per_bucket: dict[str, list[float]] = {name: [] for name in scores}
-    choice: list[str] = []
+def _blend(predictions: dict[str, FloatArray], weights: FloatArray) -> FloatArray:
+    """Weighted sum of the candidates, per horizon column."""
+    horizon = weights.shape[0]
+    blended = np.zeros_like(predictions[CANDIDATES[0]][:, :horizon])
+    for k, name in enumerate(CANDIDATES):
+        blended += weights[None, :, k] * predictions[name][:, :horizon]
+    return blended
+
+
+def _blend_weights(
+    predictions: dict[str, FloatArray],
+    actual: FloatArray,
+    mask: FloatArray,
+    horizon_h: int,
+    power: float,
+) -> tuple[FloatArray, dict[str, list[float]]]:
+    """Inverse-error blend weights per bucket, fitted on validation rows only.
+
+    A bucket's weights are ``MAPE_k ** -power`` normalised over the candidates, a forecast
+    combination that is far less noisy than picking the single best candidate on a short
+    validation span (the choice then flips with the season). If the blend does not beat
+    template + level on validation in a bucket, that bucket falls back to template + level
+    alone, so no bucket is knowingly worse than the README's baseline.
+    """
+    scores = {name: mape_by_horizon(predictions[name], actual, mask) for name in CANDIDATES}
+    weights = np.zeros((horizon_h, len(CANDIDATES)))
+    per_bucket: dict[str, list[float]] = {name: [] for name in (*CANDIDATES, "chosen")}
+    fallback = np.eye(len(CANDIDATES))[CANDIDATES.index("template_level")]
     for lo, hi in BUCKETS:
         if lo > horizon_h:
             break
         cols = slice(lo - 1, min(hi, horizon_h))
-        for name, score in scores.items():
-            per_bucket[name].append(round(float(score[cols].mean()), 3))
-        best = min(scores, key=lambda name: float(scores[name][cols].mean()))
-        choice.extend([best] * (cols.stop - cols.start))
-    return tuple(choice), per_bucket
+        errors = np.array([max(float(scores[name][cols].mean()), 1e-6) for name in CANDIDATES])
+        row = errors**-power
+        weights[cols] = row / row.sum()
+        blended = mape_by_horizon(
+            _blend(predictions, weights)[:, cols], actual[:, cols], mask[:, cols]
+        )
+        if float(blended.mean()) >= float(scores["template_level"][cols].mean()):
+            weights[cols] = fallback
+            blended = scores["template_level"][cols]
+        for name, error in zip(CANDIDATES, errors, strict=True):
+            per_bucket[name].append(round(float(error), 3))
+        per_bucket["chosen"].append(round(float(blended.mean()), 3))
+    return weights, per_bucket
 
 
 def _log_quantiles(
-    predictions: dict[str, FloatArray],
-    choice: tuple[str, ...],
+    blended: FloatArray,
     actual: FloatArray,
     mask: FloatArray,
     pool: int,
 ) -> FloatArray:
-    horizon = len(choice)
-    residual = np.stack(
-        [log_ratio(actual[:, h], predictions[choice[h]][:, h]) for h in range(horizon)], axis=1
-    )
+    horizon = blended.shape[1]
+    residual = log_ratio(actual[:, :horizon], blended)
     quantiles = np.zeros((horizon, 2))
     for h in range(horizon):
         cols = slice(max(0, h - pool), min(horizon, h + pool + 1))
@@ -341,6 +384,7 @@ def fit_forecaster(
         *_training_rows(sources, split_time - pd.Timedelta(hours=1), cfg),
         seed=cfg.seed,
         max_iter=cfg.booster_max_iter,
+        buckets=cfg.booster_buckets,
     )
     provisional = CarbonForecaster(
         region=history.region,
@@ -349,7 +393,7 @@ def fit_forecaster(
         horizon_h=horizon,
         hw_params=hw_params,
         booster=booster,
-        choice=("gbm",) * horizon,
+        weights=np.tile(np.eye(len(CANDIDATES))[CANDIDATES.index("gbm")], (horizon, 1)),
         log_quantiles=np.zeros((horizon, 2)),
     )
     val_origins = _origins(split, last_origin, cfg.validation_stride_h, grid.start)
@@ -358,8 +402,8 @@ def fit_forecaster(
         predictions.pop(derived)
     targets = val_origins[:, None] + np.arange(horizon)[None, :]
     actual, mask = grid.y[targets], grid.observed[targets].astype(np.float64)
-    choice, scores = _choose(predictions, actual, mask, horizon)
-    quantiles = _log_quantiles(predictions, choice, actual, mask, cfg.quantile_pool_h)
+    weights, scores = _blend_weights(predictions, actual, mask, horizon, cfg.blend_power)
+    quantiles = _log_quantiles(_blend(predictions, weights), actual, mask, cfg.quantile_pool_h)
     return CarbonForecaster(
         region=history.region,
         signal=history.signal,
@@ -367,9 +411,12 @@ def fit_forecaster(
         horizon_h=horizon,
         hw_params=hw_params,
         booster=fit_ratio_booster(
-            *_training_rows(sources, end_time, cfg), seed=cfg.seed, max_iter=cfg.booster_max_iter
+            *_training_rows(sources, end_time, cfg),
+            seed=cfg.seed,
+            max_iter=cfg.booster_max_iter,
+            buckets=cfg.booster_buckets,
         ),
-        choice=choice,
+        weights=weights,
         log_quantiles=quantiles,
         validation_mape=scores,
     )

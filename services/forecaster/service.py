@@ -3,7 +3,8 @@
 The forecast is made at model time ``now`` from history that ends an hour before it (no
 look-ahead); it is published on ``forecast.carbon.<region>`` and stored in Redis for
 services that start later. The model is the forecasting core's choice per region and
-horizon (``services.forecaster.models``, measured by ``greenserve bench forecaster``).
+horizon: a validation-weighted blend (``services.forecaster.models``, measured by
+``greenserve bench forecaster``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from services.forecaster.model_cache import cache_key, load_or_fit
+from services.forecaster.model_cache import MODEL_CACHE_VERSION, cache_key, load_or_fit
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,11 @@ def test_keys_differ_for_every_input_of_a_fit() -> None:
     }
     assert base not in others
     assert len(others) == 4
+
+
+def test_key_names_the_code_version() -> None:
+    """Test that the key carries the model-code version, so older pickles are never reused."""
+    assert f"-v{MODEL_CACHE_VERSION}-" in cache_key("PJM", "eia", ["PJM"], CUT)
 
 
 def test_an_unreadable_entry_is_refitted_not_trusted(tmp_path: Path) -> None:

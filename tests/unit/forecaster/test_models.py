@@ -7,7 +7,14 @@ import pandas as pd
 import pytest
 
 from services.forecaster.features import to_grid
-from services.forecaster.models import CarbonForecaster, ForecasterConfig, fit_forecaster
+from services.forecaster.models import (
+    BUCKETS,
+    CANDIDATES,
+    CarbonForecaster,
+    ForecasterConfig,
+    _blend_weights,
+    fit_forecaster,
+)
 from services.forecaster.sources import CarbonHistory
 
 
@@ -72,7 +79,7 @@ def test_forecast_is_labelled_and_bounded(history: CarbonHistory, fitted: Carbon
     assert forecast.issued_at == origin
     assert (forecast.step_s, len(forecast.values)) == (3600, 24)
     assert (forecast.signal, forecast.emission_factor) == ("average", "direct")
-    assert forecast.model.startswith("1-6h:")
+    assert forecast.model.startswith(f"{BUCKETS[0][0]}-{BUCKETS[0][1]}h:")
     assert all(lo <= hi for lo, hi in zip(forecast.p10, forecast.p90, strict=True))
     assert forecast.times()[-1] == origin + pd.Timedelta(hours=23)
 
@@ -105,3 +112,57 @@ def test_fit_refuses_related_regions_with_other_fuel_columns(history: CarbonHist
     )
     with pytest.raises(ValueError, match="other fuel-mix columns"):
         fit_forecaster(history, config=ForecasterConfig(hw_fit_days=14), related=[other])
+
+
+def test_blend_weights_favour_the_more_accurate_candidate() -> None:
+    """Test that weights follow inverse validation error and each row sums to one."""
+    rng = np.random.default_rng(3)
+    actual = 200.0 + rng.normal(0.0, 5.0, (40, 48))
+    noise = {"same_hour_yesterday": 0.20, "template_level": 0.10, "hw": 0.05, "gbm": 0.02}
+    predictions = {
+        name: actual * (1.0 + rng.normal(0.0, scale, actual.shape)) for name, scale in noise.items()
+    }
+    weights, scores = _blend_weights(predictions, actual, np.ones_like(actual), 48, power=2.0)
+    np.testing.assert_allclose(weights.sum(axis=1), 1.0)
+    order = [
+        CANDIDATES.index(name) for name in ("gbm", "hw", "template_level", "same_hour_yesterday")
+    ]
+    assert np.all(np.diff(weights[:, order], axis=1) < 0)
+    assert all(c < t for c, t in zip(scores["chosen"], scores["template_level"], strict=True))
+
+
+def test_blend_falls_back_to_template_level_where_it_loses_on_validation() -> None:
+    """Test that a bucket whose blend is worse than template + level uses template + level."""
+    actual = np.full((10, 48), 100.0)
+    predictions = dict.fromkeys(CANDIDATES, actual * 1.5)
+    predictions["template_level"] = actual.copy()
+    # template + level is exact, so any blend with positive weight elsewhere loses to it.
+    weights, scores = _blend_weights(predictions, actual, np.ones_like(actual), 48, power=1.0)
+    np.testing.assert_array_equal(weights[:, CANDIDATES.index("template_level")], 1.0)
+    assert scores["chosen"] == scores["template_level"]
+
+
+def test_fitted_blend_is_no_worse_than_template_level_on_validation(
+    fitted: CarbonForecaster,
+) -> None:
+    """Test the fitted forecaster's per-bucket validation MAPE against template + level."""
+    chosen, baseline = fitted.validation_mape["chosen"], fitted.validation_mape["template_level"]
+    assert len(chosen) == len(BUCKETS)
+    assert all(c <= t for c, t in zip(chosen, baseline, strict=True))
+    assert fitted.weights.shape == (fitted.horizon_h, len(CANDIDATES))
+    np.testing.assert_allclose(fitted.weights.sum(axis=1), 1.0)
+
+
+def test_a_short_horizon_fit_has_one_booster_and_one_blend_per_bucket(
+    history: CarbonHistory,
+) -> None:
+    """Test the simulator's 6-h configuration: only the 1-6 h booster and blend buckets exist."""
+    config = ForecasterConfig(
+        horizon_h=6, max_training_rows=5_000, hw_fit_days=14, booster_max_iter=20
+    )
+    short = fit_forecaster(history.until(history.intensity.index[80 * 24 - 1]), config=config)
+    assert short.booster.buckets == ((1, 6),)
+    assert short.weights.shape == (6, len(CANDIDATES))
+    assert short.describe_choice().count("|") == sum(lo <= 6 for lo, _ in BUCKETS) - 1
+    forecast = short.forecast(history, history.intensity.index[85 * 24], horizon_h=6)
+    assert len(forecast.values) == 6
