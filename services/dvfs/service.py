@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -60,7 +61,7 @@ from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
 from shared.plan_watch import watch_plan
 
-__all__ = ["ISSUER", "MODES", "NAME", "ModelBook", "make_controller", "serve"]
+__all__ = ["ISSUER", "MODES", "NAME", "ModelBook", "make_controller", "serve", "simulator_models"]
 
 NAME = "dvfs"
 ISSUER = "dvfs"
@@ -114,7 +115,7 @@ class ModelBook:
 
     def __init__(self, fit: Callable[[EngineKey], PredictiveModels] | None = None) -> None:
         """Fit with ``fit`` (default: profile the engine simulator of that key)."""
-        self._fit = fit or _fit_on_simulator
+        self._fit = fit or simulator_models
         self._models: dict[EngineKey, PredictiveModels] = {}
         self._pending: dict[EngineKey, asyncio.Task[None]] = {}
 
@@ -141,7 +142,13 @@ class ModelBook:
             task.cancel()
 
 
-def _fit_on_simulator(key: EngineKey) -> PredictiveModels:
+@functools.cache
+def simulator_models(key: EngineKey) -> PredictiveModels:
+    """Profile and fit on the engine simulator of (GPU, model, TP), once per process.
+
+    A real engine would be profiled the same way through the ``Engine`` API; the live
+    agent uses the simulator's model for every backend (see ``docs/dvfs.md``).
+    """
     gpu, model, tp = key
     config = EngineConfig(gpu=gpu, model=model, tp=tp)
     return fit_predictive_models(lambda: create_engine(config))
