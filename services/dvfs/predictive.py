@@ -42,7 +42,7 @@ from typing import Final, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from services.dvfs.controller import Observation
+from services.dvfs.controller import Observation, RequestState
 from services.dvfs.perf_model import IpsPredictor, PrefillModel
 from services.dvfs.projection import ExpectedArrivals, Projection, project, with_arrivals
 
@@ -241,6 +241,8 @@ class PredictiveController:
         self._arrived: deque[tuple[float, int, int]] = deque()
         """(time seen, prompt tokens, predicted output tokens) of recent arrivals."""
         self._first_seen_s: float | None = None
+        self._stream: ArrivalStream | None = None
+        """The arrival stream of the last decision (what admission projects)."""
 
     @property
     def config(self) -> PredictiveConfig:
@@ -263,7 +265,7 @@ class PredictiveController:
         floor = cfg.min_clock_mhz if cfg.min_clock_mhz is not None else 0.0
         clocks = tuple(c for c in observation.supported_clocks_mhz if c >= floor)
         clocks = clocks or (observation.max_clock_mhz,)
-        stream = self._observe_arrivals(observation)
+        stream = self._stream = self._observe_arrivals(observation)
         if not observation.requests:
             self._lost = 0
             return clocks[0]
@@ -290,6 +292,41 @@ class PredictiveController:
             time_margin=cfg.time_margin,
         )
         return clock
+
+    def admits(self, observation: Observation, candidate: RequestState) -> bool:
+        """throttLL'eM §3.2 admission: may ``candidate`` join without breaking a deadline?
+
+        The candidate is added virtually and the instance projected at the highest clock
+        (with this controller's prefill budget, arrival stream and margin): it is refused
+        while the projected KV exceeds the cache, the mean TBT exceeds the SLO, or a request
+        that meets its deadline without it would miss with it. A candidate that only misses
+        its own deadline is admitted (the paper's "lost" request).
+        """
+        if not observation.requests:
+            return True
+        cfg = self._config
+        top = observation.max_clock_mhz
+        stream = self._stream
+        budget = self._prefill_budget(observation, stream)
+        start = observation.now_s + cfg.deadline_margin_s
+
+        def finishes(requests: tuple[RequestState, ...]) -> tuple[float, FloatArray, float]:
+            projection = project(
+                requests, block_size=observation.block_size, max_segments=cfg.max_segments
+            )
+            tbt, done = _project_times(
+                self._model, projection, top, budget, stream, cfg.time_margin
+            )
+            return tbt, done, float(projection.kv_blocks.max())
+
+        present = tuple(observation.requests)
+        slack = np.fromiter((r.deadline_s - start for r in present), np.float64, len(present))
+        _, alone, _ = finishes(present)
+        tbt, joint, kv = finishes((*present, candidate))
+        if kv > observation.kv_blocks_total or tbt > cfg.tbt_slo_s:
+            return False
+        keep = alone <= slack  # requests already lost stay out of the check
+        return bool((joint[:-1][keep] <= slack[keep]).all())
 
     def _observe_arrivals(self, observation: Observation) -> ArrivalStream | None:
         """Record requests not seen before; return the window's stream (None when off)."""

@@ -202,3 +202,31 @@ def test_time_error_quantile_measures_under_prediction() -> None:
             return true_ips * 1.25
 
     assert evaluate_ips_model(Fast(), data).time_error_p95 == pytest.approx(0.25)
+
+
+def test_admission_refuses_a_request_that_would_break_another_deadline() -> None:
+    """Test throttLL'eM §3.2: refuse when an admitted request would miss, admit a lost one."""
+    controller = PredictiveController(LinearIps())
+    # 100 tokens take 1.2695 s at 1410 MHz with 4 in the batch: a 1.272 s deadline holds.
+    tight = _observe(_batch(4, 100, deadline=1.272), kv_blocks_total=10**6)
+    heavy = RequestState(
+        request_id="big",
+        prompt_tokens=20_000,
+        generated_tokens=0,
+        predicted_remaining_tokens=100,
+        deadline_s=60.0,
+    )
+    assert not controller.admits(tight, heavy)
+    loose = _observe(_batch(4, 100, deadline=30.0), kv_blocks_total=10**6)
+    hopeless = RequestState(
+        request_id="late",
+        prompt_tokens=20,
+        generated_tokens=0,
+        predicted_remaining_tokens=500,
+        deadline_s=0.5,
+    )
+    assert controller.admits(loose, hopeless)  # misses only its own deadline: admitted, lost
+    assert controller.admits(_observe([]), heavy)
+    assert controller.admits(loose, heavy)  # with slack the same request fits
+    full = _observe(_batch(4, 100, deadline=30.0), kv_blocks_total=100)
+    assert not controller.admits(full, heavy)  # 20,000 prompt tokens overflow the KV cache
