@@ -136,7 +136,8 @@ def identity_for(launch: ServiceLaunch) -> Identity:
         "worker": launch.settings.worker.worker_id,
         "dvfs": launch.settings.dvfs.node_id,
     }.get(role)
-    return Identity(launch.name, role, scope)
+    node = launch.settings.worker.node_id if role == "worker" else None  # node-bound clock
+    return Identity(launch.name, role, scope, node)
 
 
 def with_settings(

@@ -29,11 +29,13 @@ __all__ = [
     "ErrorReply",
     "Forecast",
     "GpuReport",
+    "InstanceState",
     "Plan",
     "PoolPlan",
     "PullReply",
     "PullRequest",
     "Request",
+    "RequestProgress",
     "RequeueRequest",
     "RouteWeight",
     "SubmitBatch",
@@ -235,6 +237,47 @@ class WorkerStats(_Message, tag="gs.v1.worker_stats", frozen=True, kw_only=True)
     backend: str = "sim"
     draining: bool = False
     kv_block_size: Annotated[int, Meta(ge=1)] = 16
+
+
+class RequestProgress(_Message, tag="gs.v1.request_progress", frozen=True, kw_only=True):
+    """One request in flight on a worker, as predictive clock control needs it."""
+
+    request_id: Id
+    prompt_tokens: TokenCount
+    """Input length (throttLL'eM's |q_i|)."""
+    generated_tokens: NonNegInt
+    """Output tokens produced so far (0: still queued or prefilling)."""
+    predicted_output_tokens: TokenCount
+    """Predicted total output length (the classifier's r̂_i)."""
+    max_tokens: TokenCount
+    """The request's cap: where throttLL'eM moves a request that outgrew its prediction."""
+    deadline_s: Finite
+    """Model time by which the request should finish (the classifier's deadline)."""
+
+
+class InstanceState(_Message, tag="gs.v1.instance_state", frozen=True, kw_only=True):
+    """A worker's running batch and queue, every dvfs period while ``dvfs.mode`` is predictive.
+
+    The dvfs agent projects batch and KV from it (throttLL'eM Eq. 1–2) and picks the lowest
+    clock meeting every deadline (Eq. 3–4); see ``docs/dvfs.md``.
+    """
+
+    worker_id: Id
+    node_id: Id
+    pool_id: Id
+    now_s: Finite
+    """Model time of the snapshot (the same clock as the deadlines)."""
+    at: NonNeg
+    clock_mhz: Mhz
+    running: NonNegInt
+    waiting: NonNegInt
+    kv_blocks_used: NonNegInt
+    kv_blocks_total: NonNegInt
+    kv_block_size: Annotated[int, Meta(ge=1)] = 16
+    requests: Annotated[list[RequestProgress], Meta(max_length=65536)] = msgspec.field(
+        default_factory=list
+    )
+    """Every request the worker holds, running and queued."""
 
 
 class RouteWeight(_Message, tag="gs.v1.route", frozen=True, kw_only=True):

@@ -111,8 +111,22 @@ class Subjects:
         return f"{self._base}.worker.{_check(worker_id, 'worker id')}.dispatch"
 
     def worker_clock(self, worker_id: str) -> str:
-        """Request/reply: the dvfs agent sets one worker's GPU clock."""
+        """Request/reply (deprecated, v1): a worker's GPU clock, not bound to its node."""
         return f"{self._base}.worker.{_check(worker_id, 'worker id')}.clock"
+
+    def worker_clock_v2(self, node_id: str, worker_id: str) -> str:
+        """Request/reply: a node's dvfs agent sets one of its workers' GPU clock (node-bound).
+
+        Replaces :meth:`worker_clock` (still served by workers for one version): the node id
+        in the subject lets the NATS ACL limit each dvfs agent to its own node's workers.
+        """
+        return (
+            f"{self._base}.clock.v2.{_check(node_id, 'node id')}.{_check(worker_id, 'worker id')}"
+        )
+
+    def worker_clock_v2_node_wildcard(self, node_id: str) -> str:
+        """Every worker clock subject of one node (what that node's dvfs agent may publish)."""
+        return f"{self._base}.clock.v2.{_check(node_id, 'node id')}.*"
 
     def worker_stats(self, worker_id: str) -> str:
         """Event: a worker's periodic statistics."""
@@ -122,6 +136,15 @@ class Subjects:
     def worker_stats_wildcard(self) -> str:
         """All workers' statistics."""
         return f"{self._base}.stats.worker.*"
+
+    def instance_state(self, worker_id: str) -> str:
+        """Event: a worker's per-request state for predictive clock control (dvfs period)."""
+        return f"{self._base}.state.worker.{_check(worker_id, 'worker id')}"
+
+    @property
+    def instance_state_wildcard(self) -> str:
+        """All workers' instance states."""
+        return f"{self._base}.state.worker.*"
 
     @property
     def request_done(self) -> str:

@@ -6,6 +6,10 @@ builds from worker stats (latency samples of the last period per request type, q
 state, and for predictive control the requests with their deadlines), so a policy measured
 here is the policy that runs in production. Idle gaps are charged at idle power through
 :meth:`Engine.idle_until`; the run ends when every request has finished.
+
+With an ``admission`` check (throttLL'eM §3.2), arrivals wait in a FIFO queue in front of the
+engine; the head is offered again after every arrival, completion and control period, and
+its wait counts in its latency.
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import defaultdict, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +28,10 @@ from services.dvfs.controller import ClockController, LatencyWindow, Observation
 from shared.engine.api import Engine, EngineRequest, IterationResult
 from shared.metrics.records import RecordColumns
 
-__all__ = ["Arrival", "InstanceRun", "run_instance"]
+__all__ = ["Admission", "Arrival", "InstanceRun", "run_instance"]
+
+Admission = Callable[[Observation, RequestState], bool]
+"""May this request (the second argument) join the instance observed now?"""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,9 +87,14 @@ class InstanceRun:
 
 
 def run_instance(
-    engine: Engine, arrivals: Sequence[Arrival], controller: ClockController
+    engine: Engine,
+    arrivals: Sequence[Arrival],
+    controller: ClockController,
+    admission: Admission | None = None,
 ) -> InstanceRun:
     """Replay ``arrivals`` (sorted by time) on ``engine`` under ``controller``.
+
+    ``admission`` (optional) gates each arrival, FIFO, before it reaches the engine.
 
     Raises:
         ValueError: when arrivals are not sorted or the engine rejects a request.
@@ -100,24 +112,42 @@ def run_instance(
     clock_time = busy_clock_time = busy_time = decide_cpu = 0.0
     decisions = 0
     start_s = engine.now_s
+    pending: deque[int] = deque()
+    offer = False
+
+    def admit(index: int) -> None:
+        arrival = arrivals[index]
+        engine.add(EngineRequest(request_id=arrival.request_id,
+                                 prompt_tokens=arrival.prompt_tokens,
+                                 output_tokens=arrival.output_tokens,
+                                 arrival_s=arrival.arrival_s))  # fmt: skip
+        live[arrival.request_id] = _Live(index, arrival)
+
     while True:
         now = engine.now_s
         while next_arrival < n and arrivals[next_arrival].arrival_s <= now:
             arrival = arrivals[next_arrival]
-            engine.add(EngineRequest(request_id=arrival.request_id,
-                                     prompt_tokens=arrival.prompt_tokens,
-                                     output_tokens=arrival.output_tokens,
-                                     arrival_s=arrival.arrival_s))  # fmt: skip
-            live[arrival.request_id] = _Live(next_arrival, arrival)
+            if admission is None:
+                admit(next_arrival)
+            else:
+                pending.append(next_arrival)
+                offer = True
             window.arrivals += 1
             window.prompt_tokens += arrival.prompt_tokens
             next_arrival += 1
+        if admission is not None and pending and (offer or not engine.has_work):
+            while pending and (
+                not live or admission(_snapshot(engine, live), _candidate(arrivals[pending[0]]))
+            ):
+                admit(pending.popleft())
+            offer = False
         if now >= next_control:
             observation = _observe(engine, live, window, period)
             began = time.perf_counter()
             engine.set_clock_mhz(controller.decide(observation))
             decide_cpu += time.perf_counter() - began
             decisions += 1
+            offer = True
             window = _Window()
             while next_control <= now:
                 next_control += period
@@ -130,6 +160,7 @@ def run_instance(
             busy_clock_time += clock * result.duration_s
             busy_time += result.duration_s
             _record(result, live, window, first, finish, produced)
+            offer = offer or bool(result.finished)
         elif next_arrival < n:
             target = min(arrivals[next_arrival].arrival_s, next_control)
             clock_time += engine.clock_mhz * max(target - now, 0.0)
@@ -188,25 +219,46 @@ def _record(
             window.tbt[state.arrival.request_type].append(state.window_gap_s / state.window_gaps)
 
 
+def _request_state(state: _Live) -> RequestState:
+    arrival = state.arrival
+    predicted = arrival.predicted_output_tokens or arrival.output_tokens
+    return RequestState(
+        request_id=arrival.request_id,
+        prompt_tokens=arrival.prompt_tokens,
+        generated_tokens=state.tokens,
+        predicted_remaining_tokens=max(predicted - state.tokens, 1),
+        deadline_s=arrival.arrival_s + arrival.e2e_slo_s,
+        running=state.tokens > 0,
+    )
+
+
+def _candidate(arrival: Arrival) -> RequestState:
+    return _request_state(_Live(-1, arrival))
+
+
+def _snapshot(engine: Engine, live: dict[str, _Live]) -> Observation:
+    """The instance's requests and KV, for an admission check (no latency windows)."""
+    return Observation(
+        now_s=engine.now_s,
+        clock_mhz=engine.clock_mhz,
+        supported_clocks_mhz=engine.supported_clocks_mhz,
+        num_running=engine.num_running,
+        num_waiting=engine.num_waiting,
+        kv_blocks_used=engine.kv_blocks_used,
+        kv_blocks_total=engine.kv_blocks_total,
+        block_size=engine.config.block_size,
+        requests=tuple(_request_state(state) for state in live.values()),
+    )
+
+
 def _observe(engine: Engine, live: dict[str, _Live], window: _Window, period: float) -> Observation:
     tbt = window.tbt
     requests: list[RequestState] = []
-    for request_id, state in live.items():
+    for state in live.values():
         if state.window_gaps:
             tbt[state.arrival.request_type].append(state.window_gap_s / state.window_gaps)
             state.window_gap_s, state.window_gaps = 0.0, 0
-        arrival = state.arrival
-        predicted = arrival.predicted_output_tokens or arrival.output_tokens
-        requests.append(
-            RequestState(
-                request_id=request_id,
-                prompt_tokens=arrival.prompt_tokens,
-                generated_tokens=state.tokens,
-                predicted_remaining_tokens=max(predicted - state.tokens, 1),
-                deadline_s=arrival.arrival_s + arrival.e2e_slo_s,
-                running=state.tokens > 0,
-            )
-        )
+        requests.append(_request_state(state))
     types = set(window.ttft) | set(window.e2e) | set(tbt)
     latencies = {
         t: LatencyWindow(

@@ -1,4 +1,5 @@
-"""What the live dvfs agent observes of each instance: latency samples from completions.
+"""What the live dvfs agent observes of each instance: latency samples from completions, and
+for predictive control the requests of the worker's :class:`proto.messages.InstanceState`.
 
 Each ``Completion`` on ``request.done`` gives one request's TTFT, mean TBT and E2E; they are
 converted to model seconds (× speed-up, so thresholds mean the same at any speed-up) and
@@ -8,13 +9,13 @@ kept per worker and request class until the next control period takes them.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from proto.messages import Completion, WorkerStats
-from services.dvfs.controller import LatencyWindow, Observation
+from proto.messages import Completion, InstanceState, RequestProgress, WorkerStats
+from services.dvfs.controller import LatencyWindow, Observation, RequestState
 from shared.engine import gpu_spec
 
-__all__ = ["LatencyCollector", "observation_for"]
+__all__ = ["LatencyCollector", "observation_for", "remaining_tokens", "with_requests"]
 
 
 @dataclass(slots=True)
@@ -68,4 +69,35 @@ def observation_for(
         kv_blocks_total=max(stats.kv_blocks_total, 1),
         block_size=stats.kv_block_size,
         latencies=latencies,
+    )
+
+
+def remaining_tokens(progress: RequestProgress) -> int:
+    """Tokens still to come as predicted; past its prediction, up to its cap (throttLL'eM §1.5)."""
+    if progress.generated_tokens < progress.predicted_output_tokens:
+        return progress.predicted_output_tokens - progress.generated_tokens
+    return max(progress.max_tokens - progress.generated_tokens, 1)
+
+
+def with_requests(observation: Observation, state: InstanceState) -> Observation:
+    """The observation with the worker's requests, queue and KV from its instance state."""
+    requests = tuple(
+        RequestState(
+            request_id=r.request_id,
+            prompt_tokens=r.prompt_tokens,
+            generated_tokens=r.generated_tokens,
+            predicted_remaining_tokens=remaining_tokens(r),
+            deadline_s=r.deadline_s,
+            running=r.generated_tokens > 0,
+        )
+        for r in state.requests
+    )
+    return replace(
+        observation,
+        num_running=state.running,
+        num_waiting=state.waiting,
+        kv_blocks_used=state.kv_blocks_used,
+        kv_blocks_total=max(state.kv_blocks_total, 1),
+        block_size=state.kv_block_size,
+        requests=requests,
     )

@@ -1,23 +1,34 @@
 """DVFS agent shell: one per node; a clock controller per GPU instance, and power reports.
 
-Modes: ``fixed`` (every instance at ``dvfs.clock_mhz``, or its maximum) and ``miad``
+Modes: ``fixed`` (every instance at ``dvfs.clock_mhz``, or its maximum), ``miad``
 (FREESH Eq. 5: ×2 on congestion against Table 7, −100 MHz otherwise, every ``period_s``
-of model time). Congestion is judged from the latencies of requests that finished on the
-instance during the period. Clock changes go to the worker as ClockCommands; the worker's
-backend applies them to the simulator (or, opt-in, through NVML). The predictive and
-profile-based controllers need per-request state and profiles that the live workers do not
-publish yet; they run in the offline simulator and ``bench dvfs``. A ClockOverride from the
-scheduler's emergency ladder holds a pool at its maximum clock for a bounded time
-(:mod:`services.dvfs.clock_override`). Under a MILP plan the
-pool's planned clock caps every controller's choice
+of model time) and ``predictive`` (throttLL'eM §3.3 with GreenServe's arrival, prefill and
+model-margin extensions: the lowest clock at which every request's projected finish meets
+its deadline). MIAD judges congestion from the latencies of requests that finished on the
+instance during the period. Predictive control reads each worker's
+:class:`proto.messages.InstanceState` (published by the workers only in this mode) and an
+IPS model profiled and fitted once per (GPU, model, TP) on the engine simulator, in a
+thread, at the first sight of such a worker (about 1–2 s); it is the same
+:class:`services.dvfs.predictive.PredictiveController` the ``dvfs`` bench measures.
+
+Clock changes go to the worker as ClockCommands on the node-bound subject
+``clock.v2.<node>.<worker>`` (the NATS ACL lets an agent publish only to its own node);
+the worker's backend applies them to the simulator (or, opt-in, through NVML). The
+profile-based controller needs profiles the live stack does not build yet; it runs in the
+offline simulator. A ClockOverride from the scheduler's emergency ladder holds a pool at its
+maximum clock for a bounded time (:mod:`services.dvfs.clock_override`). Under a MILP plan
+the pool's planned clock caps every controller's choice
 (:func:`services.planner.parking.pool_clock_caps`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import logging
 import time
+from collections.abc import Callable
 
 import nats.errors
 from nats.aio.msg import Msg
@@ -29,48 +40,129 @@ from proto.messages import (
     Completion,
     DvfsReport,
     GpuReport,
+    InstanceState,
     Plan,
     WorkerStats,
 )
 from services.dvfs.clock_override import ClockOverrides, max_clock_of, subscribe_overrides
 from services.dvfs.controller import ClockController, FixedClockController
 from services.dvfs.miad import MiadConfig, MiadController
-from services.dvfs.observations import LatencyCollector, observation_for
+from services.dvfs.observations import LatencyCollector, observation_for, with_requests
+from services.dvfs.perf_model import PredictiveModels, fit_predictive_models
+from services.dvfs.predictive import (
+    DEFAULT_ARRIVAL_WINDOW_S,
+    PredictiveConfig,
+    PredictiveController,
+)
 from services.planner.parking import pool_clock_caps
 from shared.bus import request
+from shared.engine import EngineConfig, create_engine
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
 from shared.plan_watch import watch_plan
 
-__all__ = ["ISSUER", "MODES", "NAME", "make_controller", "serve"]
+__all__ = ["ISSUER", "MODES", "NAME", "ModelBook", "make_controller", "serve", "simulator_models"]
 
 NAME = "dvfs"
 ISSUER = "dvfs"
-MODES = ("fixed", "miad")
+MODES = ("fixed", "miad", "predictive")
 CLOCK_TOLERANCE_MHZ = 15.0
 """Clocks within one NVML step of the target count as applied."""
+STALE_STATE_PERIODS = 3.0
+"""An instance state older than this many periods is not acted on (worker gone or slow)."""
 
 logger = logging.getLogger(__name__)
 
+EngineKey = tuple[str, str, int]
+"""(GPU, model, TP): what one IPS model is fitted for."""
 
-def make_controller(mode: str, clock_mhz: float | None, period_s: float) -> ClockController:
+
+def make_controller(
+    mode: str,
+    clock_mhz: float | None,
+    period_s: float,
+    models: PredictiveModels | None = None,
+) -> ClockController:
     """The controller of one instance for a dvfs mode.
 
+    Args:
+        mode: ``fixed``, ``miad`` or ``predictive``.
+        clock_mhz: the fixed clock, or MIAD's ceiling.
+        period_s: model-time control period.
+        models: the instance's IPS and prefill models (``predictive`` only).
+
     Raises:
-        ValueError: for a mode the live agent does not run.
+        ValueError: for a mode the live agent does not run, or predictive without models.
     """
     if mode == "fixed":
         return FixedClockController(clock_mhz, period_s)
     if mode == "miad":
         return MiadController(MiadConfig(period_s=period_s, max_clock_mhz=clock_mhz))
+    if mode == "predictive":
+        if models is None:
+            raise ValueError("predictive control needs the instance's fitted models")
+        config = PredictiveConfig(
+            period_s=period_s,
+            arrival_window_s=DEFAULT_ARRIVAL_WINDOW_S,
+            time_margin=models.margin,
+        )
+        return PredictiveController(models.ips, config, prefill=models.prefill)
     raise ValueError(f"dvfs mode {mode!r} is not available in the live agent; use one of {MODES}")
+
+
+class ModelBook:
+    """Predictive models per engine, fitted in a worker thread on first demand."""
+
+    def __init__(self, fit: Callable[[EngineKey], PredictiveModels] | None = None) -> None:
+        """Fit with ``fit`` (default: profile the engine simulator of that key)."""
+        self._fit = fit or simulator_models
+        self._models: dict[EngineKey, PredictiveModels] = {}
+        self._pending: dict[EngineKey, asyncio.Task[None]] = {}
+
+    def get(self, key: EngineKey) -> PredictiveModels | None:
+        """The models of ``key`` if fitted; otherwise start fitting them and return None."""
+        models = self._models.get(key)
+        if models is None and key not in self._pending:
+            self._pending[key] = asyncio.create_task(self._load(key))
+        return models
+
+    async def _load(self, key: EngineKey) -> None:
+        try:
+            began = time.perf_counter()
+            self._models[key] = await asyncio.to_thread(self._fit, key)
+            logger.info("fitted the IPS model of %s in %.1f s", key, time.perf_counter() - began)
+        except Exception:
+            logger.exception("fitting the IPS model of %s failed", key)
+        finally:
+            self._pending.pop(key, None)
+
+    def close(self) -> None:
+        """Cancel fits still running."""
+        for task in self._pending.values():
+            task.cancel()
+
+
+@functools.cache
+def simulator_models(key: EngineKey) -> PredictiveModels:
+    """Profile and fit on the engine simulator of (GPU, model, TP), once per process.
+
+    A real engine would be profiled the same way through the ``Engine`` API; the live
+    agent uses the simulator's model for every backend (see ``docs/dvfs.md``).
+    """
+    gpu, model, tp = key
+    config = EngineConfig(gpu=gpu, model=model, tp=tp)
+    return fit_predictive_models(lambda: create_engine(config))
 
 
 async def serve(ctx: ServiceContext) -> None:
     """Run until ``ctx.stop`` is set."""
     cfg = ctx.settings.dvfs
-    make_controller(cfg.mode, cfg.clock_mhz, cfg.period_s)  # fail fast on a bad mode
+    predictive = cfg.mode == "predictive"
+    if not predictive:
+        make_controller(cfg.mode, cfg.clock_mhz, cfg.period_s)  # fail fast on a bad mode
     latest: dict[str, WorkerStats] = {}
+    states: dict[str, InstanceState] = {}
+    models = ModelBook()
     controllers: dict[str, ClockController] = {}
     collector = LatencyCollector(ctx.settings.clock.speedup)
     overrides = ClockOverrides()  # the scheduler's emergency max clock, bounded in time
@@ -92,6 +184,12 @@ async def serve(ctx: ServiceContext) -> None:
             if isinstance(done, Completion) and done.worker_id in latest:
                 collector.add(done)
 
+    async def on_state(msg: Msg) -> None:
+        with contextlib.suppress(DecodeError):
+            state = decode(msg.data, InstanceState)
+            if state.node_id == cfg.node_id:
+                states[state.worker_id] = state
+
     subs = [
         await ctx.nc.subscribe(ctx.subjects.worker_stats_wildcard, cb=on_stats),
         await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done),
@@ -100,16 +198,32 @@ async def serve(ctx: ServiceContext) -> None:
         ),
         await watch_plan(ctx, on_plan),
     ]
+    if predictive:
+        subs.append(await ctx.nc.subscribe(ctx.subjects.instance_state_wildcard, cb=on_state))
+    stale_wall_s = STALE_STATE_PERIODS * ctx.clock.wall_period(cfg.period_s)
 
     async def control() -> None:
         now = ctx.clock.now()
         for worker_id, stats in list(latest.items()):
+            observation = observation_for(stats, collector.take(worker_id), now)
             controller = controllers.get(worker_id)
-            if controller is None:
+            if predictive:
+                state = states.get(worker_id)
+                if state is None or time.time() - state.at > stale_wall_s:
+                    continue  # nothing recent to project: leave the clock where it is
+                observation = with_requests(observation, state)
+                if controller is None:
+                    fitted = models.get((stats.gpu, stats.model, stats.tp))
+                    if fitted is None:
+                        continue  # the model is being fitted
+                    controller = controllers[worker_id] = make_controller(
+                        cfg.mode, cfg.clock_mhz, cfg.period_s, fitted
+                    )
+            elif controller is None:
                 controller = controllers[worker_id] = make_controller(
                     cfg.mode, cfg.clock_mhz, cfg.period_s
                 )
-            target = controller.decide(observation_for(stats, collector.take(worker_id), now))
+            target = controller.decide(observation)
             target = min(target, caps.get(stats.pool_id, target))
             target = overrides.target(stats.pool_id, worker_id, target, max_clock_of(stats), now)
             if abs(stats.clock_mhz - target) >= CLOCK_TOLERANCE_MHZ:
@@ -135,6 +249,7 @@ async def serve(ctx: ServiceContext) -> None:
             ctx.stop, ctx.clock.wall_period(cfg.period_s), control, service=NAME, name="control"
         )
     finally:
+        models.close()
         for sub in subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -150,7 +265,7 @@ async def _set_clock(ctx: ServiceContext, worker_id: str, mhz: float, reason: st
         try:
             reply = await request(
                 ctx.nc,
-                ctx.subjects.worker_clock(worker_id),
+                ctx.subjects.worker_clock_v2(ctx.settings.dvfs.node_id, worker_id),
                 cmd,
                 ClockReply,
                 ctx.settings.nats.request_timeout_s,

@@ -39,6 +39,7 @@ from services.planner.parking import PlanFollower
 from services.worker.admission_gate import REFUSAL_REASON, AdmissionGate, limits_of
 from services.worker.backend import BackendRefusalError, OutputBatch, WorkerBackend
 from services.worker.factory import build_backend
+from services.worker.state_publisher import PREDICTIVE_MODE, publish_states
 from services.worker.streams import StreamBook
 from shared.bus import request
 from shared.bus import serve as serve_subject
@@ -79,6 +80,11 @@ class WorkerShim:
     def backend(self) -> WorkerBackend:
         """The engine backend."""
         return self._backend
+
+    @property
+    def book(self) -> StreamBook:
+        """The requests in flight."""
+        return self._book
 
     async def on_dispatch(self, req: ClassifiedRequest, _msg: Msg) -> DispatchReply:
         """Accept a request if there is room; duplicates are accepted idempotently."""
@@ -337,6 +343,14 @@ async def _serve_with(ctx: ServiceContext, shim: WorkerShim) -> None:
             shim.on_dispatch,
             service=NAME,
         ),
+        # Clock commands: the node-bound v2 subject, and v1 for one more version.
+        await serve_subject(
+            ctx.nc,
+            ctx.subjects.worker_clock_v2(ctx.settings.worker.node_id, wid),
+            ClockCommand,
+            shim.on_clock,
+            service=NAME,
+        ),
         await serve_subject(
             ctx.nc, ctx.subjects.worker_clock(wid), ClockCommand, shim.on_clock, service=NAME
         ),
@@ -347,6 +361,8 @@ async def _serve_with(ctx: ServiceContext, shim: WorkerShim) -> None:
         engine_task = tg.create_task(shim.backend.run())
         flush_task = tg.create_task(shim.flush_loop())
         tg.create_task(shim.heartbeat())
+        if ctx.settings.dvfs.mode == PREDICTIVE_MODE:  # per-request state for the dvfs agent
+            tg.create_task(publish_states(ctx, shim.book.streams, shim.backend.snapshot))
         await ctx.stop.wait()
         await shim.drain(ctx.settings.shutdown_timeout_s)
         engine_task.cancel()

@@ -52,6 +52,10 @@ class StreamBook:
         """Requests still in flight."""
         return [s.request for s in self._streams.values()]
 
+    def streams(self) -> list[RequestStream]:
+        """Every request in flight with its output state (for the instance state)."""
+        return list(self._streams.values())
+
     def drop(self, request_id: str) -> RequestStream | None:
         """Stop tracking a request."""
         return self._streams.pop(request_id, None)

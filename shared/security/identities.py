@@ -60,11 +60,14 @@ class Identity:
         user: the user name (a subject token, so it can also name the user's inbox).
         role: one of :data:`ROLES`.
         scope: worker id (role ``worker``), node id (``dvfs``) or client id (``client``).
+        node: a worker's node id, which binds its clock subject to that node (optional;
+            without it the worker may read its own id's clock subject on any node).
     """
 
     user: str
     role: str
     scope: str | None = None
+    node: str | None = None
 
     def __post_init__(self) -> None:
         if not valid_token(self.user):
@@ -76,6 +79,8 @@ class Identity:
                 raise ValueError(f"role {self.role!r} needs its {SCOPED_ROLES[self.role]}")
         elif self.scope is not None:
             raise ValueError(f"role {self.role!r} takes no scope")
+        if self.node is not None and (self.role != "worker" or not valid_token(self.node)):
+            raise ValueError("only a worker identity takes a node, and it must be a subject token")
 
     @property
     def client_id(self) -> str | None:

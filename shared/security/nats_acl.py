@@ -5,8 +5,11 @@ everything not listed denied by the server:
 
 * only the classifier drives the ingress stream's consumer (``$JS.API.CONSUMER.MSG.NEXT``
   and ``$JS.ACK`` of the ``classifier`` durable) and publishes ``scheduler.submit``;
-* only dvfs agents and the planner publish ``worker.<id>.clock``; a worker subscribes only
-  to its own dispatch and clock subjects and publishes only its own stats;
+* clock commands are node-bound (``clock.v2.<node>.<worker>``): a dvfs agent publishes only
+  to its own node's workers, the planner (the cluster's clock authority) to any; nobody but
+  ``admin`` publishes the deprecated v1 ``worker.<id>.clock``; a worker subscribes only to
+  its own dispatch and clock subjects (on its own node when its identity names the node)
+  and publishes only its own stats;
 * client identities (gateway, loadgen, client) publish only their own
   ``ingress.client.<client id>`` subject and read only their own ``client.<id>.>``
   replies, so the server binds a request's client id to the identity that sent it;
@@ -116,14 +119,27 @@ def permissions_for(subjects: Subjects, identity: Identity) -> SubjectPermission
         sub = (s.worker_stats_wildcard, s.scheduler_ready_wildcard, s.request_done)
     elif role == "worker":
         pub = (s.worker_stats(scope), clients, s.request_done, s.errors, s.scheduler_requeue)
+        # Its own clock subject: v2 on its node (any node when the identity names none),
+        # and the deprecated v1 subject, which only admin may still publish.
+        clock = (
+            s.worker_clock_v2(identity.node, scope)
+            if identity.node is not None
+            else _any(lambda node: s.worker_clock_v2(node, scope))
+        )
         # Peers' stats and the plan: a worker parks when its pool is planned smaller.
-        sub = (s.worker_dispatch(scope), s.worker_clock(scope), s.worker_stats_wildcard, s.plan)
+        sub = (
+            s.worker_dispatch(scope),
+            clock,
+            s.worker_clock(scope),
+            s.worker_stats_wildcard,
+            s.plan,
+        )
         responds = True
     elif role == "dvfs":
-        pub = (_any(s.worker_clock), s.dvfs_report(scope))
+        pub = (s.worker_clock_v2_node_wildcard(scope), s.dvfs_report(scope))
         sub = (s.worker_stats_wildcard, s.request_done, s.plan, *overrides)
     elif role == "planner":
-        pub = (s.plan, _any(s.worker_clock))
+        pub = (s.plan, _any(s.worker_clock_v2_node_wildcard))
         sub = (s.request_done, s.scheduler_ready_wildcard)  # observed demand
     elif role == "forecaster":
         pub = (s.forecast_wildcard,)

@@ -12,10 +12,11 @@ from greenserve.runner import run_in_process
 from greenserve.stack import StackSpec, stack_launches
 from loadgen.replay import replay
 from loadgen.report import build_report
-from loadgen.traces import load_azure_trace, resolve_trace
+from loadgen.traces import TraceRequest, load_azure_trace, resolve_trace
 from proto.codec import decode
-from proto.messages import WorkerStats
+from proto.messages import InstanceState, WorkerStats
 from proto.subjects import Subjects
+from services.dvfs.service import simulator_models
 from shared.bus import connect_nats
 from shared.clock import ModelClock
 from shared.config import NatsSettings
@@ -95,3 +96,59 @@ async def test_miad_lowers_worker_clocks_in_the_live_stack(
     assert all(r.completion is not None for r in result.records)
     assert max(clocks) == pytest.approx(1410.0)
     assert min(clocks) < 1000.0
+
+
+async def test_predictive_dvfs_lowers_clocks_when_light_and_raises_them_under_a_burst(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that predictive dvfs runs a trickle below max clock and a burst near it, losing none.
+
+    Workers publish their InstanceState; the agent projects it with the IPS model (fitted
+    before the stack starts, as the agent's first sight of the worker would) and sends
+    clocks on the node-bound v2 subject.
+    """
+    speedup = 5.0  # control-plane wall delays count ×K against model-time deadlines
+    simulator_models(("A100-80GB", "llama-3-8b", 1))
+    burst_at_s = 24.0
+    light = [TraceRequest(t_s=2.0 * i, prompt_tokens=200, output_tokens=120) for i in range(12)]
+    burst = [TraceRequest(t_s=burst_at_s, prompt_tokens=1500, output_tokens=250)] * 60
+    origin = time.time()
+    spec = StackSpec(
+        namespace=namespace,
+        nats_url=nats_server.url,
+        redis_url=redis_server.url,
+        workers=1,
+        regions=("PJM",),
+        speedup=speedup,
+        origin_wall_s=origin,
+        extra={"dvfs": {"mode": "predictive"}},
+    )
+    nc: Client = await connect_nats(NatsSettings(url=nats_server.url), "test-client")
+    clocks: list[tuple[float, float]] = []
+    states: list[InstanceState] = []
+
+    async def on_stats(msg: Msg) -> None:
+        stats = decode(msg.data, WorkerStats)
+        clocks.append((stats.at, stats.clock_mhz))
+
+    async def on_state(msg: Msg) -> None:
+        states.append(decode(msg.data, InstanceState))
+
+    try:
+        subjects = Subjects(namespace)
+        await nc.subscribe(subjects.worker_stats_wildcard, cb=on_stats)
+        await nc.subscribe(subjects.instance_state_wildcard, cb=on_state)
+        async with run_in_process(stack_launches(spec)):
+            started = time.time()
+            result = await replay(nc, subjects, [*light, *burst], model=spec.model, speedup=speedup)
+    finally:
+        await nc.close()
+    assert all(r.completion is not None for r in result.records)
+    assert max(len(s.requests) for s in states) >= 30  # the burst reached the agent
+    burst_wall = started + burst_at_s / speedup
+    before = [mhz for at, mhz in clocks if started + 1.0 < at < burst_wall]
+    after = [mhz for at, mhz in clocks if at > burst_wall]
+    assert before
+    assert after
+    assert min(before) < 1000.0, before  # light load: well below the 1410 MHz maximum
+    assert max(after) >= 1300.0, after  # the burst's deadlines need (nearly) full speed

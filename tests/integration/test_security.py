@@ -221,6 +221,60 @@ async def test_a_client_clock_command_is_refused_by_the_server(stack: SecureStac
         await admin.close()
 
 
+async def test_clock_subjects_are_bound_to_the_node(stack: SecureStack) -> None:
+    """Test that a worker cannot touch another node's clock subjects, nor a dvfs agent set them.
+
+    The node's dvfs agent sets its own worker through ``clock.v2.<node>.<worker>`` (so the
+    refusals below are the server's, by node), and nobody but admin publishes the v1 subject.
+    """
+    subjects = Subjects(stack.namespace)
+    dvfs = next(la for la in stack.launches if la.module == "services.dvfs")
+    node = dvfs.settings.dvfs.node_id
+    workers = [la for la in stack.launches if la.module == "services.worker"]
+    assert workers[0].settings.worker.node_id == node
+    command = ClockCommand(worker_id="worker-0", clock_mhz=900.0, issued_by="dvfs")
+    worker, worker_violations = await _connect_watched(stack.nats_settings("worker-0"))
+    agent, agent_violations = await _connect_watched(stack.nats_settings(dvfs.name))
+    try:
+        # A worker identity reads only its own id on its own node ...
+        await worker.subscribe(subjects.worker_clock_v2("node-other", "worker-1"))
+        assert await worker_violations.wait_for("permissions violation for subscription")
+        worker_violations.messages.clear()
+        await worker.subscribe(subjects.worker_clock_v2("node-other", "worker-0"))
+        assert await worker_violations.wait_for("permissions violation for subscription")
+        # ... and publishes no clock command, not even to a peer on its own node.
+        await worker.publish(subjects.worker_clock_v2(node, "worker-1"), encode(command))
+        assert await worker_violations.wait_for("permissions violation for publish")
+        # The dvfs agent may not reach another node's workers nor the old v1 subject ...
+        await agent.publish(subjects.worker_clock_v2("node-other", "worker-0"), encode(command))
+        assert await agent_violations.wait_for("permissions violation for publish")
+        agent_violations.messages.clear()
+        await agent.publish(subjects.worker_clock("worker-0"), encode(command))
+        assert await agent_violations.wait_for("permissions violation for publish")
+        agent_violations.messages.clear()
+        # ... while its own node's worker accepts the same command on the v2 subject.
+        async with run_in_process(workers[:1]):
+            reply = await _clock_request(agent, subjects.worker_clock_v2(node, "worker-0"), command)
+        assert reply.accepted
+        assert reply.applied_mhz == pytest.approx(900.0, abs=15.0)
+        assert not agent_violations.messages
+    finally:
+        await worker.close()
+        await agent.close()
+
+
+async def _clock_request(nc: Client, subject: str, command: ClockCommand) -> ClockReply:
+    """Send ``command`` until the worker (starting up) answers; at most 5 s."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        try:
+            return await request(nc, subject, command, ClockReply, 1.0)
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
 async def test_a_client_reads_only_its_own_replies_and_cannot_publish_a_plan(
     stack: SecureStack,
 ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.dvfs.controller import FixedClockController, Observation
+from services.dvfs.controller import FixedClockController, Observation, RequestState
 from services.dvfs.instance_sim import Arrival, run_instance
 from services.dvfs.miad import MiadController
 from shared.engine import EngineConfig, create_engine
@@ -70,3 +70,28 @@ def test_miad_saves_energy_at_light_load(engine_config: EngineConfig) -> None:
     assert miad.energy_j < 0.8 * fixed.energy_j
     assert miad.mean_clock_mhz < fixed.mean_clock_mhz
     assert miad.columns.completed.all()
+
+
+def test_an_admission_gate_holds_arrivals_and_their_wait_counts(
+    engine_config: EngineConfig,
+) -> None:
+    """Test that a gate admitting one request at a time serialises them, FIFO, none lost."""
+    arrivals = _arrivals(5.0, 4.0)
+    shown: list[int] = []
+
+    def one_at_a_time(observation: Observation, candidate: RequestState) -> bool:
+        shown.append(len(observation.requests))
+        assert candidate.generated_tokens == 0
+        return not observation.requests
+
+    gated = run_instance(
+        create_engine(engine_config), arrivals, FixedClockController(), admission=one_at_a_time
+    ).columns
+    free = run_instance(create_engine(engine_config), arrivals, FixedClockController()).columns
+    assert gated.completed.all()
+    assert max(shown) >= 1  # the gate was asked while a request ran, and refused
+    assert np.all(np.diff(gated.first_token_s) > 0)  # FIFO, one at a time
+    assert np.all(gated.first_token_s[1:] >= gated.finish_s[:-1])
+    assert float(np.mean(gated.finish_s - gated.arrival_s)) > float(
+        np.mean(free.finish_s - free.arrival_s)
+    )

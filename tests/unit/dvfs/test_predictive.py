@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from numpy.typing import NDArray
 
 from services.dvfs.controller import Observation, RequestState
-from services.dvfs.perf_model import IpsModel, PrefillModel
+from services.dvfs.perf_model import IpsModel, PrefillModel, ProfileData, evaluate_ips_model
 from services.dvfs.predictive import PredictiveConfig, PredictiveController, lowest_feasible_clock
 from services.dvfs.projection import project
 from shared.engine import EngineConfig
@@ -144,3 +145,88 @@ def test_learned_model_lowers_the_clock_at_light_load_and_not_when_tight(
     assert relaxed <= 600.0
     assert tight >= 1200.0
     assert hopeless == 1410.0
+
+
+def _arriving(start: int, n: int, now: float, slo: float = 20.0) -> list[RequestState]:
+    return [
+        RequestState(
+            request_id=f"a{start + i}",
+            prompt_tokens=1000,
+            generated_tokens=0,
+            predicted_remaining_tokens=300,
+            deadline_s=now + slo,
+            running=False,
+        )
+        for i in range(n)
+    ]
+
+
+def test_an_observed_arrival_stream_raises_the_clock() -> None:
+    """Test that requests seen arriving each period are projected and cost clock."""
+    paper = PredictiveController(LinearIps())
+    aware = PredictiveController(LinearIps(), PredictiveConfig(arrival_window_s=30.0))
+    requests = _batch(8, 400, deadline=12.0)
+    chosen: dict[str, float] = {}
+    for t in range(1, 6):  # 20 new requests per second (new ids each period)
+        requests = [*requests, *_arriving(20 * t, 20, float(t))]
+        observation = _observe(requests, now=float(t))
+        chosen = {"paper": paper.decide(observation), "aware": aware.decide(observation)}
+    assert chosen["aware"] > chosen["paper"]
+
+
+def test_arrival_window_forgets_old_arrivals() -> None:
+    """Test that a burst older than the window no longer counts as a stream."""
+    aware = PredictiveController(LinearIps(), PredictiveConfig(arrival_window_s=5.0))
+    paper = PredictiveController(LinearIps())
+    burst = _arriving(0, 50, 0.0, slo=100.0)
+    aware.decide(_observe(burst, now=0.0))
+    later = _observe(burst, now=10.0)  # same requests, nothing new for 10 s
+    assert aware.decide(later) == paper.decide(later)
+
+
+def test_model_margin_raises_the_clock() -> None:
+    """Test that stretching predicted iteration times by a margin costs clock."""
+    requests = _batch(8, 300, deadline=6.0)
+    plain = PredictiveController(LinearIps()).decide(_observe(requests))
+    margin = PredictiveController(LinearIps(), PredictiveConfig(time_margin=0.2))
+    assert margin.decide(_observe(requests)) > plain
+
+
+def test_time_error_quantile_measures_under_prediction() -> None:
+    """Test that a model predicting 25 % too many iterations/s under-predicts time by 25 %."""
+    true_ips = np.linspace(20.0, 80.0, 200)
+    data = ProfileData(np.ones(200), np.ones(200), np.full(200, 1410.0), true_ips)
+
+    class Fast:
+        def predict_ips(self, batch: FloatArray, kv: FloatArray, clock: FloatArray) -> FloatArray:
+            return true_ips * 1.25
+
+    assert evaluate_ips_model(Fast(), data).time_error_p95 == pytest.approx(0.25)
+
+
+def test_admission_refuses_a_request_that_would_break_another_deadline() -> None:
+    """Test throttLL'eM §3.2: refuse when an admitted request would miss, admit a lost one."""
+    controller = PredictiveController(LinearIps())
+    # 100 tokens take 1.2695 s at 1410 MHz with 4 in the batch: a 1.272 s deadline holds.
+    tight = _observe(_batch(4, 100, deadline=1.272), kv_blocks_total=10**6)
+    heavy = RequestState(
+        request_id="big",
+        prompt_tokens=20_000,
+        generated_tokens=0,
+        predicted_remaining_tokens=100,
+        deadline_s=60.0,
+    )
+    assert not controller.admits(tight, heavy)
+    loose = _observe(_batch(4, 100, deadline=30.0), kv_blocks_total=10**6)
+    hopeless = RequestState(
+        request_id="late",
+        prompt_tokens=20,
+        generated_tokens=0,
+        predicted_remaining_tokens=500,
+        deadline_s=0.5,
+    )
+    assert controller.admits(loose, hopeless)  # misses only its own deadline: admitted, lost
+    assert controller.admits(_observe([]), heavy)
+    assert controller.admits(loose, heavy)  # with slack the same request fits
+    full = _observe(_batch(4, 100, deadline=30.0), kv_blocks_total=100)
+    assert not controller.admits(full, heavy)  # 20,000 prompt tokens overflow the KV cache

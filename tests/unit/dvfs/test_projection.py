@@ -7,7 +7,7 @@ import math
 import pytest
 
 from services.dvfs.controller import RequestState
-from services.dvfs.projection import project
+from services.dvfs.projection import ExpectedArrivals, project, with_arrivals
 
 
 def _request(prompt: int, generated: int, remaining: int) -> RequestState:
@@ -50,3 +50,19 @@ def test_projecting_nothing_is_an_error() -> None:
     """Test that an empty instance has no projection."""
     with pytest.raises(ValueError, match="nothing"):
         project([], block_size=16)
+
+
+def test_expected_arrivals_fill_the_batch_by_littles_law() -> None:
+    """Test that a stream adds a·min(j, o) requests and their KV, and leaves finishes alone."""
+    base = project([_request(10, 0, 400)], block_size=16, max_segments=400)
+    stream = ExpectedArrivals(per_iteration=0.5, prompt_tokens=64.0, output_tokens=100.0)
+    loaded = with_arrivals(base, stream, block_size=16)
+    extra = loaded.batch - base.batch
+    assert extra[0] == 0.0  # nobody has arrived before the next iteration
+    assert extra[50] == pytest.approx(25.0)
+    assert extra[399] == pytest.approx(50.0)  # steady state: rate × lifetime
+    # 50 requests aged 0..100 tokens hold (64 + 50)/16 blocks each, plus half a block.
+    assert (loaded.kv_blocks - base.kv_blocks)[399] == pytest.approx(50.0 * (114.0 / 16 + 0.5))
+    assert loaded.finish_iteration.tolist() == base.finish_iteration.tolist()
+    idle = ExpectedArrivals(per_iteration=0.0, prompt_tokens=64.0, output_tokens=100.0)
+    assert with_arrivals(base, idle, block_size=16) is base

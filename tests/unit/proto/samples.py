@@ -21,11 +21,13 @@ from proto.messages import (
     ErrorReply,
     Forecast,
     GpuReport,
+    InstanceState,
     Plan,
     PoolPlan,
     PullReply,
     PullRequest,
     Request,
+    RequestProgress,
     RequeueRequest,
     RouteWeight,
     SubmitBatch,
@@ -75,6 +77,14 @@ _POOL = PoolPlan(
     tbt_ms=22.0,
 )
 _GPU = GpuReport(worker_id="worker-0", clock_mhz=1410.0, power_w=312.5, energy_j=9.1e5)
+_PROGRESS = RequestProgress(
+    request_id="conv-42",
+    prompt_tokens=1020,
+    generated_tokens=17,
+    predicted_output_tokens=129,
+    max_tokens=129,
+    deadline_s=1_656_633_640.0,
+)
 
 SAMPLES: tuple[msgspec.Struct, ...] = (
     Assignment(request=_CLASSIFIED, worker_id="worker-0", dispatched_at=_T0 + 0.01),
@@ -114,6 +124,19 @@ SAMPLES: tuple[msgspec.Struct, ...] = (
         p90=[360.2, 362.9],
     ),
     _GPU,
+    InstanceState(
+        worker_id="worker-0",
+        node_id="node-0",
+        pool_id="pjm-a100",
+        now_s=1_656_633_620.0,
+        at=_T0 + 8.0,
+        clock_mhz=1050.0,
+        running=1,
+        waiting=0,
+        kv_blocks_used=72,
+        kv_blocks_total=28086,
+        requests=[_PROGRESS],
+    ),
     Plan(
         epoch=920_352,
         issued_at=_T0,
@@ -126,6 +149,7 @@ SAMPLES: tuple[msgspec.Struct, ...] = (
     PullReply(requests=[_CLASSIFIED], queued=3),
     PullRequest(pool_id="pjm-a100", slots=4, router_id="router-0"),
     _REQUEST,
+    _PROGRESS,
     RequeueRequest(requests=[_CLASSIFIED]),
     RouteWeight(pool_id="pjm-a100", weight=0.5),
     SubmitBatch(requests=[_CLASSIFIED]),

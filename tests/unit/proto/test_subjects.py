@@ -136,6 +136,7 @@ def test_subjects_of_one_stack_are_distinct_and_wildcards_stay_in_their_family(
         "forecast_wildcard": {"forecast"},
         "dvfs_report_wildcard": {"dvfs_report"},
         "dvfs_override_wildcard": {"dvfs_override"},
+        "instance_state_wildcard": {"instance_state"},
         "client_wildcard": {"client_reply"},
     }
     assert set(families) == set(WILDCARDS) | {"client_wildcard"}
@@ -148,6 +149,10 @@ def test_subjects_of_one_stack_are_distinct_and_wildcards_stay_in_their_family(
         )
         hits = {name for name, subject in concrete.items() if matches(pattern, subject)}
         assert hits == members, wildcard
+    node = concrete["worker_clock_v2"].split(".")[4]
+    pattern = subjects.worker_clock_v2_node_wildcard(node)
+    hits = {name for name, subject in concrete.items() if matches(pattern, subject)}
+    assert hits == {"worker_clock_v2"}
 
 
 @FAST

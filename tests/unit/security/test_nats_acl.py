@@ -51,11 +51,26 @@ def test_the_wildcard_matcher_follows_nats_rules() -> None:
     assert not _matches("a.b", "a.b.c")
 
 
-def test_only_dvfs_and_planner_publish_clock_commands() -> None:
-    """Test that worker.<id>.clock is publishable by the dvfs and planner roles alone."""
-    assert _roles_that(_can_publish, S.worker_clock("w1")) == {"dvfs", "planner"}
+def test_clock_commands_are_bound_to_the_node_of_the_dvfs_agent() -> None:
+    """Test that clock.v2.<node>.<id> is published by its node's dvfs agent and the planner."""
+    assert _roles_that(_can_publish, S.worker_clock_v2("n1", "w1")) == {"dvfs", "planner"}
+    assert not _can_publish("dvfs", S.worker_clock_v2("n2", "w1"))  # another node's worker
+    assert _roles_that(_can_subscribe, S.worker_clock_v2("n1", "w1")) == {"worker"}
+    assert not _can_subscribe("worker", S.worker_clock_v2("n1", "w2"))
+    # The deprecated v1 subject is still read by its worker, but nobody may publish it.
+    assert _roles_that(_can_publish, S.worker_clock("w1")) == set()
     assert _roles_that(_can_subscribe, S.worker_clock("w1")) == {"worker"}
     assert not _can_subscribe("worker", S.worker_clock("w2"))
+
+
+def test_a_worker_identity_with_a_node_reads_only_that_node_s_clock_subject() -> None:
+    """Test that naming the node binds the worker's clock subscription to it."""
+    bound = permissions_for(S, Identity("w", "worker", "w1", node="n1"))
+    assert any(_matches(p, S.worker_clock_v2("n1", "w1")) for p in bound.subscribe)
+    assert not any(_matches(p, S.worker_clock_v2("n2", "w1")) for p in bound.subscribe)
+    assert not any(_matches(p, S.worker_clock_v2_node_wildcard("n1")) for p in bound.publish)
+    with pytest.raises(ValueError, match="node"):
+        Identity("d", "dvfs", "n1", node="n1")
 
 
 def test_only_the_classifier_drives_the_ingress_consumer_and_submits() -> None:

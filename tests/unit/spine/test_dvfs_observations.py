@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import cast
+
+import numpy as np
 import pytest
 
 from proto.messages import Completion, WorkerStats
 from services.dvfs.miad import MiadController
 from services.dvfs.observations import LatencyCollector, observation_for
+from services.dvfs.perf_model import IpsModel, ModelAccuracy, PredictiveModels, PrefillModel
+from services.dvfs.predictive import DEFAULT_ARRIVAL_WINDOW_S, PredictiveController
 from services.dvfs.service import make_controller
 from tests.factories import worker_stats
 
@@ -50,3 +55,19 @@ def test_unknown_dvfs_modes_fail_at_start() -> None:
     """Test that a misspelt mode is refused rather than silently ignored."""
     with pytest.raises(ValueError, match="not available"):
         make_controller("turbo", None, 1.0)
+
+
+def test_predictive_mode_needs_fitted_models_and_uses_their_margin() -> None:
+    """Test that the live predictive controller is the bench's, with the model's margin."""
+    with pytest.raises(ValueError, match="fitted models"):
+        make_controller("predictive", None, 1.0)
+    accuracy = ModelAccuracy(r2=0.99, mape_pct=7.0, mae_ips=1.7, test_rows=10, time_error_p95=0.11)
+    models = PredictiveModels(
+        ips=cast(IpsModel, object()),
+        prefill=PrefillModel(np.array([210.0, 1410.0]), np.array([6e-4, 1e-4])),
+        held_out=accuracy,
+    )
+    controller = make_controller("predictive", None, 1.0, models)
+    assert isinstance(controller, PredictiveController)
+    assert controller.config.time_margin == pytest.approx(0.11)
+    assert controller.config.arrival_window_s == DEFAULT_ARRIVAL_WINDOW_S
