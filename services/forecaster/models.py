@@ -71,7 +71,7 @@ class ForecasterConfig:
     """Days of the fitting part used to estimate the Holt-Winters parameters."""
     quantile_pool_h: int = 2
     """Horizons either side pooled when estimating residual quantiles."""
-    booster_max_iter: int = 300
+    booster_max_iter: int = 150
     """Boosting rounds of the ratio model (per horizon bucket)."""
     booster_buckets: tuple[tuple[int, int], ...] = BOOSTER_BUCKETS
     """Horizon buckets with a booster each (``((1, 48),)``: one booster for all horizons)."""
