@@ -111,6 +111,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--py-spy", type=Path, default=None, help="folder for py-spy profiles")
     parser.add_argument(
+        "--py-spy-only", default="", help="comma-separated process names to sample (all)"
+    )
+    parser.add_argument(
         "--request-path",
         choices=("colocated", "separate"),
         default="separate",
@@ -135,10 +138,14 @@ def main() -> int:
         try:
             stack.wait_ready()
             pids = {**stack.state.pids, **stack.state.server_pids}
+            # Sample the load, not the start-up (the forecaster's fits, imports).
+            _wait_quiet(list(pids.values()))
             spies: dict[str, subprocess.Popen[bytes]] = {}
             if args.py_spy is not None and Path(spy).exists():
                 args.py_spy.mkdir(parents=True, exist_ok=True)
                 for name, pid in stack.state.pids.items():
+                    if args.py_spy_only and name not in args.py_spy_only.split(","):
+                        continue
                     spies[name] = subprocess.Popen(
                         [
                             spy,
@@ -158,7 +165,6 @@ def main() -> int:
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL,
                     )
-            _wait_quiet(list(pids.values()))
             before = {name: _cpu_ticks(pid) for name, pid in pids.items()}
             t0 = time.monotonic()
             with asyncio.Runner(loop_factory=_loop_factory()) as runner:

@@ -7,6 +7,7 @@ another (or the restarted) classifier, and the scheduler drops the duplicate by 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -30,7 +31,7 @@ from proto.messages import (
 )
 from services.classifier.classes import default_slos, make_predictor, scheme_by_name
 from services.classifier.pipeline import ClassifierCore
-from shared.bus import ensure_ingress_stream, request
+from shared.bus import ensure_ingress_stream, request, tracing_active
 from shared.counters import ERRORS, MESSAGES, REQUESTS
 from shared.errors import RequestRejectedError
 from shared.lifecycle import ServiceContext
@@ -52,6 +53,8 @@ __all__ = [
 ]
 
 NAME = "classifier"
+MAX_BATCHES_IN_FLIGHT = 4
+"""Fetched batches being classified and handed off at once."""
 REPLY_HEADER = "Gs-Reply"
 """Clients also put their reply subject in this header, so even an undecodable payload
 gets an error reply."""
@@ -157,28 +160,48 @@ async def consume(
         ),
     )
     batch = ctx.settings.classifier.fetch_batch
-    failures = 0
-    while not ctx.stop.is_set():
-        try:
-            msgs = await psub.fetch(batch, timeout=0.5)
-        except (nats.errors.TimeoutError, TimeoutError):
-            continue
-        except nats.errors.ConnectionClosedError:
-            break
-        except nats.errors.Error as exc:  # reconnecting, JetStream unavailable: retry
-            failures += 1
-            ERRORS.labels(NAME, "fetch").inc()
-            if failures == 1:
-                logger.warning("fetch from the ingress stream failed (%s); retrying", exc)
-            await sleep_or_stop(ctx.stop, min(MAX_BACKOFF_S, 0.1 * 2**failures))
-            continue
-        failures = 0
+    # Batches in flight at once: the next fetch need not wait for the previous batch's
+    # Redis round trip and acks, so a request is not held up by the one before it.
+    slots = asyncio.Semaphore(MAX_BATCHES_IN_FLIGHT)
+    handling: set[asyncio.Task[None]] = set()
+
+    async def handle(msgs: list[Msg]) -> None:
         try:
             await _handle_batch(ctx, core, msgs, submit, tracer)
         except Exception as exc:  # batch boundary: unacked messages are redelivered
             # An ack lost in an outage is harmless: JetStream redelivers, the scheduler dedups.
             ERRORS.labels(NAME, "handle").inc()
             logger.warning("handling an ingress batch failed: %s", exc)
+        finally:
+            slots.release()
+
+    failures = 0
+    try:
+        while not ctx.stop.is_set():
+            await slots.acquire()
+            try:
+                msgs = await psub.fetch(batch, timeout=0.5)
+            except (nats.errors.TimeoutError, TimeoutError):
+                slots.release()
+                continue
+            except nats.errors.ConnectionClosedError:
+                slots.release()
+                break
+            except nats.errors.Error as exc:  # reconnecting, JetStream unavailable: retry
+                slots.release()
+                failures += 1
+                ERRORS.labels(NAME, "fetch").inc()
+                if failures == 1:
+                    logger.warning("fetch from the ingress stream failed (%s); retrying", exc)
+                await sleep_or_stop(ctx.stop, min(MAX_BACKOFF_S, 0.1 * 2**failures))
+                continue
+            failures = 0
+            task = asyncio.create_task(handle(msgs))
+            handling.add(task)
+            task.add_done_callback(handling.discard)
+    finally:
+        if handling:  # let started hand-offs finish: they ack what the scheduler stored
+            await asyncio.gather(*handling, return_exceptions=True)
 
 
 async def _classify(
@@ -211,7 +234,13 @@ async def _classify(
         )
         await msg.term()
         return None
-    with span_from_headers(tracer, "classify", msg.headers, **{"request.id": req.request_id}):
+    traced = tracing_active(msg.headers)
+    span: contextlib.AbstractContextManager[object] = (
+        span_from_headers(tracer, "classify", msg.headers, **{"request.id": req.request_id})
+        if traced
+        else contextlib.nullcontext()  # a no-op span costs more than classifying
+    )
+    with span:
         try:
             now = time.time()
             # A client clock ahead of ours must not push the arrival (and deadline) into the
@@ -226,8 +255,8 @@ async def _classify(
             )
             await msg.ack()
             return None
-        # The scheduler queues the request; its trace context must travel with it.
-        classified = msgspec.structs.replace(classified, trace=inject_headers())
+        if traced:  # the scheduler queues the request; its trace context must travel with it
+            classified = msgspec.structs.replace(classified, trace=inject_headers())
     try:
         # Validate what we hand off, one request at a time: a value the scheduler would
         # refuse must fail here, alone, instead of poisoning the whole submit batch.

@@ -110,6 +110,9 @@ class RouterShell:
         self.registry = WorkerRegistry(ctx.settings.router.worker_timeout_s)
         self._wake = asyncio.Event()
         self._ready: set[str] = set()
+        self._unrecorded: dict[str, bytes] = {}
+        """Encoded Assignments of placed requests not yet written to Redis."""
+        self._record_wake = asyncio.Event()
 
     def mark_ready(self, pool_id: str) -> None:
         """The scheduler holds work for a pool."""
@@ -117,7 +120,8 @@ class RouterShell:
         self._wake.set()
 
     def ended(self, request_id: str) -> None:
-        """A request ended: its slot is free."""
+        """A request ended: its slot is free, and its placement need not be recorded."""
+        self._unrecorded.pop(request_id, None)
         if self.registry.ended(request_id) is not None:
             self._wake.set()
 
@@ -160,7 +164,35 @@ class RouterShell:
                 self._ready.discard(pool_id)
 
     async def run(self) -> None:
-        """Placement loop until ``ctx.stop``; a short tick covers lost events."""
+        """Placement and recording until ``ctx.stop``."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._record_loop())
+            await self._place_loop()
+            self._record_wake.set()
+
+    async def _record_loop(self) -> None:
+        """Write placements to Redis off the placement loop, one batch at a time.
+
+        The record serves recovery only (the worker already holds the request), so the
+        next round need not wait for Redis; a request that ends first is never written.
+        """
+        ctx = self._ctx
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._record_wake.wait(), 1.0)
+            self._record_wake.clear()
+            if self._unrecorded:
+                batch, self._unrecorded = self._unrecorded, {}
+                try:
+                    await self.record(batch)
+                except Exception:  # loop boundary: only recovery data is at stake
+                    ERRORS.labels(NAME, "loop_record").inc()
+                    logger.exception("recording %d placements failed", len(batch))
+            if ctx.stop.is_set() and not self._unrecorded:
+                return
+
+    async def _place_loop(self) -> None:
+        """Placement rounds; a short tick covers lost events."""
         ctx = self._ctx
         tick = ctx.settings.router.tick_ms / 1000.0
         failures = 0
@@ -209,9 +241,10 @@ class RouterShell:
         unplaced += [
             by_id[rid] for (rid, _), held in zip(pairs, results, strict=True) if held is None
         ]
-        await self.record(
-            {a.request.request.request_id: encode(a) for a in results if isinstance(a, Assignment)}
-        )
+        for held in results:
+            if isinstance(held, Assignment):
+                self._unrecorded[held.request.request.request_id] = encode(held)
+                self._record_wake.set()
         if unplaced:
             await self._scheduler.requeue(unplaced)
         return queued > 0 or bool(unplaced)
