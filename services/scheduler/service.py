@@ -48,15 +48,24 @@ UNPLACED_WORKER = "-"
 """Worker id of an Assignment pulled by a router but not yet placed."""
 SEEN_TTL_S = 6 * 3600
 STORE_NEW_LUA = """
-if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[2]) then
-  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-  return 1
+local stored = {}
+for i = 2, #KEYS do
+  if redis.call('SET', KEYS[i], '1', 'NX', 'EX', ARGV[1]) then
+    redis.call('HSET', KEYS[1], ARGV[2 * i - 2], ARGV[2 * i - 1])
+    stored[i - 1] = 1
+  else
+    stored[i - 1] = 0
+  end
 end
-return 0
+return stored
 """
-"""Mark a request id seen and store the request in one atomic step: a scheduler killed
-between the two would otherwise leave a 'seen' mark without the request, and the
-redelivered copy would be dropped as a duplicate."""
+"""Mark each request id of a batch seen and store the request, in one atomic step.
+
+``KEYS`` = the ``queued`` hash, then one ``seen`` key per request; ``ARGV`` = the seen TTL,
+then id and payload per request; returns 1 (stored now) or 0 (already seen) per request. A
+scheduler killed between mark and store would otherwise leave a 'seen' mark without the
+request, and the redelivered copy would be dropped as a duplicate. One script call per
+batch instead of one per request: each call costs redis-py a command to pack and parse."""
 
 logger = logging.getLogger(__name__)
 
@@ -170,14 +179,17 @@ class SchedulerShell:
             RedisError: nothing was confirmed; the caller must not ack (redelivery follows).
         """
         keys = self._ctx.keys
-        # One Redis round trip for the whole fetch batch: each script call is atomic.
-        pipe = self._ctx.redis.pipeline(transaction=False)
+        seen_keys: list[str] = []
+        args: list[str | bytes | int] = [SEEN_TTL_S]
         for req in requests:
             rid = req.request.request_id
-            # EVAL, not a registered Script: a Script in a pipeline costs a SCRIPT EXISTS
-            # round trip per batch; the body is short and Redis caches it by its digest.
-            pipe.eval(STORE_NEW_LUA, 2, keys.seen(rid), keys.queued, rid, SEEN_TTL_S, encode(req))
-        fresh_flags = await pipe.execute()
+            seen_keys.append(keys.seen(rid))
+            args += [rid, encode(req)]
+        # EVAL, not a registered Script: a Script costs a SCRIPT EXISTS round trip first;
+        # the body is short and Redis caches it by its digest.
+        fresh_flags = await self._ctx.redis.eval(
+            STORE_NEW_LUA, 1 + len(seen_keys), keys.queued, *seen_keys, *args
+        )
         accepted: list[str] = []
         duplicates: list[str] = []
         pools: set[str] = set()
