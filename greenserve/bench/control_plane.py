@@ -117,6 +117,8 @@ async def _step(stack: LocalStack, rate: float, step_s: float, seed: int) -> dic
         "p99_added_ms": float(np.percentile(added_ms, 99)) if len(done) else None,
         "p99_dispatch_ms": float(np.percentile(dispatch_ms, 99)) if len(done) else None,
         "cpu_cores": (_cpu_s(pids) - cpu0) / wall,
+        # Work per request, comparable between deployments whatever CPU share each got.
+        "cpu_ms_per_request": 1000.0 * (_cpu_s(pids) - cpu0) / max(len(done), 1),
         "loadgen_cpu_cores": (time.process_time() - own0) / wall,
     }
 
@@ -207,6 +209,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "p99_added_ms": [r["p99_added_ms"] for r in rs],
                 "p99_by_rate_ms": [
                     {f"{s['offered_rps']:.0f}": s["p99_added_ms"] for s in r["steps"]} for r in rs
+                ],
+                "cpu_ms_per_request_by_rate": [
+                    {f"{s['offered_rps']:.0f}": s["cpu_ms_per_request"] for s in r["steps"]}
+                    for r in rs
                 ],
                 "goal_met": [
                     r["sustained_rps"] >= goal_rps and (r["p99_added_ms"] or 1e9) <= goal_p99
