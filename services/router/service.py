@@ -24,6 +24,8 @@ from proto.codec import DecodeError, decode, decode_any, encode
 from proto.messages import (
     Assignment,
     ClassifiedRequest,
+    DispatchBatch,
+    DispatchBatchReply,
     DispatchReply,
     PullReply,
     PullRequest,
@@ -113,6 +115,8 @@ class RouterShell:
         self._unrecorded: dict[str, bytes] = {}
         """Encoded Assignments of placed requests not yet written to Redis."""
         self._record_wake = asyncio.Event()
+        self._no_batch: set[str] = set()
+        """Workers that do not serve dispatch batches (older versions)."""
 
     def mark_ready(self, pool_id: str) -> None:
         """The scheduler holds work for a pool."""
@@ -234,9 +238,7 @@ class RouterShell:
         pairs = placer.place(candidates, loads)
         DECISIONS.labels(placer.name, pool_id).inc(len(pairs))
         placed_ids = {rid for rid, _ in pairs}
-        results = await asyncio.gather(
-            *(self._dispatch(by_id[rid], worker_id, now_model) for rid, worker_id in pairs)
-        )
+        results = await self._dispatch_all([(by_id[rid], wid) for rid, wid in pairs], now_model)
         unplaced = [r for rid, r in by_id.items() if rid not in placed_ids]
         unplaced += [
             by_id[rid] for (rid, _), held in zip(pairs, results, strict=True) if held is None
@@ -265,6 +267,81 @@ class RouterShell:
                 await pipe.execute()
         except RedisError as exc:
             logger.warning("could not record %d assignments in redis: %s", len(assignments), exc)
+
+    async def _dispatch_all(
+        self, placed: list[tuple[ClassifiedRequest, str]], now_model: float
+    ) -> list[Assignment | bool | None]:
+        """Dispatch a round's placements: one batch per worker where possible.
+
+        A batch saves a request/reply (two NATS messages, a reply future) per request. A
+        traced request goes alone, so its dispatch span stays the parent of its worker's
+        span; so does a worker's only request of the round, and every request to a worker
+        that does not serve batches (an older version).
+        """
+        by_worker: dict[str, list[int]] = {}
+        for i, (req, worker_id) in enumerate(placed):
+            if worker_id not in self._no_batch and not tracing_active(req.trace):
+                by_worker.setdefault(worker_id, []).append(i)
+        batches = {w: idx for w, idx in by_worker.items() if len(idx) > 1}
+        batched = {i for idx in batches.values() for i in idx}
+        results: list[Assignment | bool | None] = [None] * len(placed)
+        singles = [i for i in range(len(placed)) if i not in batched]
+        alone, together = await asyncio.gather(
+            asyncio.gather(
+                *(self._dispatch(placed[i][0], placed[i][1], now_model) for i in singles)
+            ),
+            asyncio.gather(
+                *(
+                    self._dispatch_batch(w, [placed[i][0] for i in idx], now_model)
+                    for w, idx in batches.items()
+                )
+            ),
+        )
+        for i, one in zip(singles, alone, strict=True):
+            results[i] = one
+        for idx, many in zip(batches.values(), together, strict=True):
+            for i, one in zip(idx, many, strict=True):
+                results[i] = one
+        return results
+
+    async def _dispatch_batch(
+        self, worker_id: str, requests: list[ClassifiedRequest], now_model: float
+    ) -> list[Assignment | bool | None]:
+        """Hand several requests to one worker in one request/reply."""
+        ctx = self._ctx
+        try:
+            reply = await request(
+                ctx.nc,
+                ctx.subjects.worker_dispatch_batch(worker_id),
+                DispatchBatch(requests=requests),
+                DispatchBatchReply,
+                ctx.settings.nats.request_timeout_s,
+            )
+        except nats.errors.NoRespondersError:
+            logger.info("worker %s serves no dispatch batches; dispatching one by one", worker_id)
+            self._no_batch.add(worker_id)
+            return list(
+                await asyncio.gather(*(self._dispatch(r, worker_id, now_model) for r in requests))
+            )
+        except (nats.errors.TimeoutError, DecodeError) as exc:
+            ERRORS.labels(NAME, "dispatch_failed").inc(len(requests))
+            logger.warning(
+                "dispatch of %d requests to %s failed: %s", len(requests), worker_id, exc
+            )
+            return [None] * len(requests)
+        if len(reply.replies) != len(requests):
+            ERRORS.labels(NAME, "dispatch_failed").inc(len(requests))
+            logger.warning(
+                "worker %s answered a batch of %d with %d replies",
+                worker_id,
+                len(requests),
+                len(reply.replies),
+            )
+            return [None] * len(requests)
+        return [
+            self._settle(req, worker_id, one, now_model)
+            for req, one in zip(requests, reply.replies, strict=True)
+        ]
 
     async def _dispatch(
         self, req: ClassifiedRequest, worker_id: str, now_model: float
@@ -296,8 +373,15 @@ class RouterShell:
                 ERRORS.labels(NAME, "dispatch_failed").inc()
                 logger.warning("dispatch of %s to %s failed: %s", rid, worker_id, exc)
                 return None
+        return self._settle(req, worker_id, reply, now_model)
+
+    def _settle(
+        self, req: ClassifiedRequest, worker_id: str, reply: DispatchReply, now_model: float
+    ) -> Assignment | bool | None:
+        """A worker's answer for one request: its Assignment, True if it already ended, None
+        if refused."""
         if not reply.accepted:
-            logger.info("worker %s refused %s: %s", worker_id, rid, reply.reason)
+            logger.info("worker %s refused %s: %s", worker_id, req.request.request_id, reply.reason)
             return None
         if not self.registry.placed(req, worker_id, now_model):
             return True  # it already finished; nothing left to record
