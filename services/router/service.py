@@ -238,7 +238,7 @@ class RouterShell:
         pairs = placer.place(candidates, loads)
         DECISIONS.labels(placer.name, pool_id).inc(len(pairs))
         placed_ids = {rid for rid, _ in pairs}
-        results = await self._dispatch_all([(by_id[rid], wid) for rid, wid in pairs], now_model)
+        results = await self.dispatch_all([(by_id[rid], wid) for rid, wid in pairs], now_model)
         unplaced = [r for rid, r in by_id.items() if rid not in placed_ids]
         unplaced += [
             by_id[rid] for (rid, _), held in zip(pairs, results, strict=True) if held is None
@@ -268,7 +268,7 @@ class RouterShell:
         except RedisError as exc:
             logger.warning("could not record %d assignments in redis: %s", len(assignments), exc)
 
-    async def _dispatch_all(
+    async def dispatch_all(
         self, placed: list[tuple[ClassifiedRequest, str]], now_model: float
     ) -> list[Assignment | bool | None]:
         """Dispatch a round's placements: one batch per worker where possible.

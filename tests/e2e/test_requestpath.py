@@ -10,6 +10,7 @@ import time
 
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from greenserve.runner import run_in_process
 from greenserve.stack import StackSpec, stack_launches
@@ -17,12 +18,18 @@ from loadgen.replay import replay
 from loadgen.report import build_report
 from loadgen.traces import load_azure_trace, resolve_trace
 from proto.codec import encode
-from proto.messages import Assignment
+from proto.messages import (
+    Assignment,
+    ClassifiedRequest,
+    DispatchBatch,
+    DispatchBatchReply,
+    DispatchReply,
+)
 from proto.subjects import Subjects
 from services.requestpath.service import InMemoryScheduler
 from services.router.service import RouterShell
 from services.scheduler.service import SchedulerShell
-from shared.bus import connect_nats
+from shared.bus import connect_nats, serve
 from shared.clock import ModelClock
 from shared.config import NatsSettings, Settings
 from shared.lifecycle import service_context
@@ -112,3 +119,50 @@ async def test_colocated_hand_offs_keep_redis_a_complete_recovery_log(
             assert not await ctx.redis.hexists(ctx.keys.queued, rid)
             assert not await ctx.redis.hexists(ctx.keys.dispatched, rid)
         assert await ctx.redis.hlen(ctx.keys.queued) == 1
+
+
+async def test_router_batches_per_worker_and_falls_back_for_workers_without_batches(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that three requests for one worker go as one batch, and an older worker (no
+    batch subject) still gets its requests one by one."""
+    settings = Settings(
+        namespace=namespace, nats={"url": nats_server.url}, redis={"url": redis_server.url}
+    )
+    batches: list[int] = []
+    singles: list[str] = []
+
+    def accept(req: ClassifiedRequest, worker_id: str) -> DispatchReply:
+        rid = req.request.request_id
+        return DispatchReply(request_id=rid, worker_id=worker_id, accepted=True, accepted_at=1.0)
+
+    async def on_single(req: ClassifiedRequest, msg: Msg) -> DispatchReply:
+        singles.append(req.request.request_id)
+        return accept(req, msg.subject.split(".")[-2])
+
+    async def on_batch(batch: DispatchBatch, _msg: Msg) -> DispatchBatchReply:
+        batches.append(len(batch.requests))
+        return DispatchBatchReply(replies=[accept(r, "new") for r in batch.requests])
+
+    async with service_context("router", settings) as ctx:
+        subjects = ctx.subjects
+        subs = [
+            await serve(
+                ctx.nc, subjects.worker_dispatch("new"), ClassifiedRequest, on_single, service="t"
+            ),
+            await serve(
+                ctx.nc, subjects.worker_dispatch_batch("new"), DispatchBatch, on_batch, service="t"
+            ),
+            await serve(
+                ctx.nc, subjects.worker_dispatch("old"), ClassifiedRequest, on_single, service="t"
+            ),
+        ]
+        router = RouterShell(ctx, InMemoryScheduler(SchedulerShell(ctx, on_ready=_noop)))
+        requests = [classified_request(f"q{i}") for i in range(5)]
+        workers = ["new", "new", "new", "old", "old"]
+        results = await router.dispatch_all(list(zip(requests, workers, strict=True)), 0.0)
+        for sub in subs:
+            await sub.unsubscribe()
+    assert [r.worker_id if isinstance(r, Assignment) else r for r in results] == workers
+    assert batches == [3]
+    assert sorted(singles) == ["q3", "q4"]
