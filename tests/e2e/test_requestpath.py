@@ -41,14 +41,6 @@ pytestmark = pytest.mark.connected
 SPEEDUP = 20.0
 
 
-def test_stack_runs_one_request_path_process_instead_of_three() -> None:
-    """Test that co-locating replaces classifier, scheduler and router by one process."""
-    separate = {launch.name for launch in stack_launches(StackSpec())}
-    colocated = {launch.name for launch in stack_launches(StackSpec(colocate_request_path=True))}
-    assert separate - colocated == {"classifier", "scheduler", "router"}
-    assert colocated - separate == {"requestpath"}
-
-
 async def test_colocated_stack_answers_every_request_exactly_once(
     nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
 ) -> None:
