@@ -35,6 +35,7 @@ ALL_SCENARIOS = (
     "kill:classifier",
     "kill:scheduler",
     "kill:router",
+    "kill:requestpath",
     "kill:planner",
     "kill:forecaster",
     "kill:dvfs-node-pjm",
@@ -45,7 +46,9 @@ ALL_SCENARIOS = (
 )
 """``kill:<process>`` = SIGKILL then restart; ``drop:<worker>`` = SIGKILL, no restart;
 ``term:<process>`` = SIGTERM (graceful drain), no restart;
-``restart:<server>`` = SIGKILL the server and start it again on the same port and store."""
+``restart:<server>`` = SIGKILL the server and start it again on the same port and store.
+``requestpath`` is the co-located classifier + scheduler + router process; a scenario that
+names it runs on a stack with the request path co-located."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,8 +190,24 @@ def run_scenario(
     workers: int = 2,
     speedup: float = 10.0,
     downtime_s: float = 1.0,
+    colocate_request_path: bool | None = None,
 ) -> ScenarioResult:
-    """Run one scenario on a fresh stack in a temporary folder."""
-    spec = StackSpec(namespace="faults", workers=workers, regions=("PJM",), speedup=speedup)
+    """Run one scenario on a fresh stack in a temporary folder.
+
+    ``colocate_request_path`` None co-locates only for a scenario that names
+    ``requestpath``.
+    """
+    colocate = (
+        scenario.endswith(":requestpath")
+        if colocate_request_path is None
+        else colocate_request_path
+    )
+    spec = StackSpec(
+        namespace="faults",
+        workers=workers,
+        regions=("PJM",),
+        speedup=speedup,
+        colocate_request_path=colocate,
+    )
     with tempfile.TemporaryDirectory(prefix="gs-faults-") as folder:
         return asyncio.run(_run(scenario, trace, spec, Path(folder), downtime_s))

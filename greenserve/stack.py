@@ -1,9 +1,11 @@
 """The embedded local stack: which services run, with which settings.
 
 One :class:`StackSpec` expands to one :class:`~shared.config.Settings` per process: the six
-control services, one dvfs agent per node and N simulated workers spread over regions
-(one pool per region). ``greenserve up`` writes each as a YAML file and starts
-``python -m services.<name>`` processes; tests run the same services in one event loop.
+control services (or, with ``colocate_request_path``, the co-located request path
+``services.requestpath`` in place of classifier, scheduler and router), one dvfs agent per
+node and N simulated workers spread over regions (one pool per region). ``greenserve up``
+writes each as a YAML file and starts ``python -m services.<name>`` processes; tests run
+the same services in one event loop.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from shared.config import Settings
 from shared.security.identities import Identity
 
 __all__ = [
+    "COLOCATED_CONTROL_SERVICES",
     "CONTROL_SERVICES",
+    "REQUEST_PATH_SERVICES",
     "ServiceLaunch",
     "StackSpec",
     "identity_for",
@@ -26,6 +30,10 @@ __all__ = [
 
 CONTROL_SERVICES = ("scheduler", "router", "planner", "forecaster", "classifier", "gateway")
 """Started before workers and dvfs agents, in this order (consumers before producers)."""
+REQUEST_PATH_SERVICES = ("classifier", "scheduler", "router")
+"""The services the co-located request path runs in one process."""
+COLOCATED_CONTROL_SERVICES = ("requestpath", "planner", "forecaster", "gateway")
+"""Control services with the request path co-located (``services.requestpath``)."""
 
 
 def pool_id_for(region: str, gpu: str) -> str:
@@ -52,6 +60,9 @@ class StackSpec:
     """Port of the OpenAI-compatible HTTP ingress; 0 lets the OS pick (tests)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Further settings sections merged into every process (e.g. ``{"scheduler": {...}}``)."""
+    colocate_request_path: bool = False
+    """Run classifier, scheduler and router as one process (``services.requestpath``) that
+    hands requests between them in memory; False runs them as three processes on NATS."""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -108,7 +119,8 @@ def stack_launches(spec: StackSpec) -> list[ServiceLaunch]:
     def settings(**sections: Any) -> Settings:
         return Settings(**_merge(_merge(common, spec.extra), sections))
 
-    launches = [ServiceLaunch(name, f"services.{name}", settings()) for name in CONTROL_SERVICES]
+    control = COLOCATED_CONTROL_SERVICES if spec.colocate_request_path else CONTROL_SERVICES
+    launches = [ServiceLaunch(name, f"services.{name}", settings()) for name in control]
     for region in regions:
         node = f"node-{region.lower()}"
         launches.append(

@@ -24,6 +24,8 @@ __all__ = [
     "ClockOverride",
     "ClockReply",
     "Completion",
+    "DispatchBatch",
+    "DispatchBatchReply",
     "DispatchReply",
     "DvfsReport",
     "ErrorReply",
@@ -167,6 +169,18 @@ class DispatchReply(_Message, tag="gs.v1.dispatch_reply", frozen=True, kw_only=T
     accepted: bool
     accepted_at: NonNeg
     reason: str = ""
+
+
+class DispatchBatch(_Message, tag="gs.v1.dispatch_batch", frozen=True, kw_only=True):
+    """Router hands one placement round's requests for one worker over at once."""
+
+    requests: list[ClassifiedRequest]
+
+
+class DispatchBatchReply(_Message, tag="gs.v1.dispatch_batch_reply", frozen=True, kw_only=True):
+    """Worker's answers to a dispatch batch, one per request, in the batch's order."""
+
+    replies: list[DispatchReply]
 
 
 class TokenChunk(_Message, tag="gs.v1.chunk", frozen=True, kw_only=True):

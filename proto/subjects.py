@@ -110,6 +110,10 @@ class Subjects:
         """Request/reply: the router hands a request to one worker."""
         return f"{self._base}.worker.{_check(worker_id, 'worker id')}.dispatch"
 
+    def worker_dispatch_batch(self, worker_id: str) -> str:
+        """Request/reply: the router hands several requests to one worker at once."""
+        return f"{self._base}.worker.{_check(worker_id, 'worker id')}.dispatch_batch"
+
     def worker_clock(self, worker_id: str) -> str:
         """Request/reply (deprecated, v1): a worker's GPU clock, not bound to its node."""
         return f"{self._base}.worker.{_check(worker_id, 'worker id')}.clock"

@@ -9,6 +9,7 @@ and writes one flame-graph-ready collapsed-stack file per process, plus the top 
 Usage::
 
     .venv/bin/python tools/profile_request_path.py --rate 1000 --seconds 6 [--py-spy /tmp/prof]
+        [--request-path colocated]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from greenserve.bench.control_plane import CLOCK_TICKS
 from greenserve.local import LocalStack, start_local_stack
@@ -108,13 +110,27 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--py-spy", type=Path, default=None, help="folder for py-spy profiles")
+    parser.add_argument(
+        "--py-spy-only", default="", help="comma-separated process names to sample (all)"
+    )
+    parser.add_argument(
+        "--request-path",
+        choices=("colocated", "separate"),
+        default="separate",
+        help="classifier, scheduler and router in one process or three",
+    )
     args = parser.parse_args()
+    # Older commits (A/B runs from a worktree) have no co-located request path.
+    colocate: dict[str, Any] = (
+        {"colocate_request_path": True} if args.request_path == "colocated" else {}
+    )
     spec = StackSpec(
         namespace="prof",
         workers=args.workers,
         regions=("PJM",),
         max_num_seqs=4096,
         extra={"worker": {"backend": "instant"}, "telemetry": {"log_level": "WARNING"}},
+        **colocate,
     )
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     with tempfile.TemporaryDirectory(prefix="gs-prof-") as folder:
@@ -122,10 +138,14 @@ def main() -> int:
         try:
             stack.wait_ready()
             pids = {**stack.state.pids, **stack.state.server_pids}
+            # Sample the load, not the start-up (the forecaster's fits, imports).
+            _wait_quiet(list(pids.values()))
             spies: dict[str, subprocess.Popen[bytes]] = {}
             if args.py_spy is not None and Path(spy).exists():
                 args.py_spy.mkdir(parents=True, exist_ok=True)
                 for name, pid in stack.state.pids.items():
+                    if args.py_spy_only and name not in args.py_spy_only.split(","):
+                        continue
                     spies[name] = subprocess.Popen(
                         [
                             spy,
@@ -145,7 +165,6 @@ def main() -> int:
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL,
                     )
-            _wait_quiet(list(pids.values()))
             before = {name: _cpu_ticks(pid) for name, pid in pids.items()}
             t0 = time.monotonic()
             with asyncio.Runner(loop_factory=_loop_factory()) as runner:
@@ -161,6 +180,7 @@ def main() -> int:
     per_k = {name: round(1000.0 * s / max(completed, 1), 3) for name, s in used.items()}
     report = {
         "rate": args.rate,
+        "request_path": args.request_path,
         "completed": completed,
         "p99_added_ms": round(p99, 2),
         "wall_s": round(wall, 2),

@@ -6,7 +6,9 @@ router → worker → client. An open-loop Poisson load steps up through the giv
 each step we record the offered and achieved rate, the added latency (publish → completion
 received, wall) and the CPU the stack's processes used (from /proc, servers included).
 ``sustained_rps`` is the highest step where every request completed, the achieved rate kept
-up with the offered one (≥ 95 %) and p99 added latency stayed bounded.
+up with the offered one (≥ 95 %) and p99 added latency stayed bounded. ``--request-path``
+picks the deployment of classifier, scheduler and router (one co-located process, three
+separate ones, or both alternately for an A/B comparison on the same machine load).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from shared.bus import connect_nats
 from shared.config import NatsSettings
 from shared.lifecycle import event_loop_factory
 
-__all__ = ["HELP", "NAME", "add_arguments", "run", "wait_quiet"]
+__all__ = ["HELP", "NAME", "REQUEST_PATHS", "add_arguments", "run", "wait_quiet"]
 
 NAME = "control-plane"
 HELP = "sustained req/s and p99 added latency of the control plane with instant workers"
@@ -49,6 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rates", default="100,200,400,800,1200,1600,2000", help="req/s steps")
     parser.add_argument("--step-s", type=float, default=5.0, help="seconds per step")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--request-path",
+        choices=(*REQUEST_PATHS, "both"),
+        default="colocated",
+        help="classifier+scheduler+router in one process (colocated), three (separate), "
+        "or both alternately for an A/B comparison",
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="runs per request path")
 
 
 def _cpu_s(pids: list[int]) -> float:
@@ -107,19 +117,30 @@ async def _step(stack: LocalStack, rate: float, step_s: float, seed: int) -> dic
         "p99_added_ms": float(np.percentile(added_ms, 99)) if len(done) else None,
         "p99_dispatch_ms": float(np.percentile(dispatch_ms, 99)) if len(done) else None,
         "cpu_cores": (_cpu_s(pids) - cpu0) / wall,
+        # Work per request, comparable between deployments whatever CPU share each got.
+        "cpu_ms_per_request": 1000.0 * (_cpu_s(pids) - cpu0) / max(len(done), 1),
         "loadgen_cpu_cores": (time.process_time() - own0) / wall,
     }
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Step the load up until the control plane stops keeping up."""
-    spec = StackSpec(
+REQUEST_PATHS = ("colocated", "separate")
+"""``colocated``: classifier, scheduler and router in one process (``services.requestpath``);
+``separate``: three processes talking over NATS."""
+
+
+def _spec(workers: int, request_path: str) -> StackSpec:
+    return StackSpec(
         namespace="cp",
-        workers=args.workers,
+        workers=workers,
         regions=("PJM",),
         max_num_seqs=4096,
         extra={"worker": {"backend": "instant"}, "telemetry": {"log_level": "WARNING"}},
+        colocate_request_path=request_path == "colocated",
     )
+
+
+def _sweep(spec: StackSpec, rates: list[float], step_s: float) -> dict[str, Any]:
+    """One fresh stack, the load steps up; the best step that sustained its rate."""
     steps: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gs-cp-") as folder:
         stack = start_local_stack(spec, Path(folder))
@@ -128,9 +149,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             pids = list(stack.state.pids.values()) + list(stack.state.server_pids.values())
             idle = wait_quiet(pids)
             print(f"  stack settled (idle CPU {idle:.2f} cores)", file=sys.stderr, flush=True)
-            for i, rate in enumerate(float(r) for r in args.rates.split(",")):
+            for i, rate in enumerate(rates):
                 with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-                    result = runner.run(_step(stack, rate, args.step_s, seed=i))
+                    result = runner.run(_step(stack, rate, step_s, seed=i))
                 print(f"  {rate:g} req/s: {result}", file=sys.stderr, flush=True)
                 steps.append(result)
                 if (
@@ -152,7 +173,53 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "sustained_rps": best["offered_rps"] if best else 0.0,
         "p99_added_ms": best["p99_added_ms"] if best else None,
         "cpu_cores": best["cpu_cores"] if best else None,
-        "machine_cores": os.cpu_count(),
         "steps": steps,
-        "goal": {"sustained_rps": 2000, "p99_added_ms": 5.0},
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Step the load up until the control plane stops keeping up.
+
+    With ``--request-path both`` the two deployments alternate (colocated, separate,
+    colocated, … ``--repeat`` times each), so an A/B comparison sees the same machine load;
+    the top-level numbers are those of the first deployment named, from its median run.
+    """
+    rates = [float(r) for r in args.rates.split(",")]
+    paths = list(REQUEST_PATHS) if args.request_path == "both" else [args.request_path]
+    runs: dict[str, list[dict[str, Any]]] = {path: [] for path in paths}
+    for repeat in range(args.repeat):
+        for path in paths:
+            print(f"request path {path}, run {repeat + 1}", file=sys.stderr, flush=True)
+            runs[path].append(_sweep(_spec(args.workers, path), rates, args.step_s))
+    primary = sorted(
+        runs[paths[0]], key=lambda r: (r["sustained_rps"], -(r["p99_added_ms"] or 1e9))
+    )[(args.repeat - 1) // 2]
+    goal_rps, goal_p99 = 2000.0, 5.0
+    return {
+        "sustained_rps": primary["sustained_rps"],
+        "p99_added_ms": primary["p99_added_ms"],
+        "cpu_cores": primary["cpu_cores"],
+        "machine_cores": os.cpu_count(),
+        "request_path": paths[0],
+        "steps": primary["steps"],
+        "runs": runs,
+        "summary": {
+            path: {
+                "sustained_rps": [r["sustained_rps"] for r in rs],
+                "p99_added_ms": [r["p99_added_ms"] for r in rs],
+                "p99_by_rate_ms": [
+                    {f"{s['offered_rps']:.0f}": s["p99_added_ms"] for s in r["steps"]} for r in rs
+                ],
+                "cpu_ms_per_request_by_rate": [
+                    {f"{s['offered_rps']:.0f}": s["cpu_ms_per_request"] for s in r["steps"]}
+                    for r in rs
+                ],
+                "goal_met": [
+                    r["sustained_rps"] >= goal_rps and (r["p99_added_ms"] or 1e9) <= goal_p99
+                    for r in rs
+                ],
+            }
+            for path, rs in runs.items()
+        },
+        "goal": {"sustained_rps": goal_rps, "p99_added_ms": goal_p99},
     }

@@ -32,6 +32,13 @@ def add_stack_arguments(parser: argparse.ArgumentParser, *, speedup: float = 1.0
         default=0,
         help="port of the OpenAI-compatible API (0: any free)",
     )
+    parser.add_argument(
+        "--request-path",
+        choices=("colocated", "separate"),
+        default="colocated",
+        help="classifier, scheduler and router in one process (default; not with --secure) "
+        "or in three",
+    )
     parser.add_argument("--nats-url", default=None, help="use this NATS instead of starting one")
     parser.add_argument("--redis-url", default=None, help="use this Redis instead of starting one")
     parser.add_argument(
@@ -50,6 +57,10 @@ def spec_from_args(args: argparse.Namespace) -> StackSpec:
         tp=args.tp,
         speedup=args.speedup,
         gateway_port=args.gateway_port,
+        # --secure gives each service its own identity; the co-located process has none yet.
+        colocate_request_path=(
+            args.request_path == "colocated" and not getattr(args, "secure", False)
+        ),
     )
 
 

@@ -7,14 +7,18 @@ another (or the restarted) classifier, and the scheduler drops the duplicate by 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from opentelemetry import trace
+from redis.exceptions import RedisError
 
 from proto.codec import DecodeError, decode, encode
 from proto.messages import (
@@ -32,7 +36,7 @@ from services.classifier.ingress_identity import (
     widen_legacy_consumer,
 )
 from services.classifier.pipeline import ClassifierCore
-from shared.bus import ensure_ingress_stream, request
+from shared.bus import ensure_ingress_stream, request, tracing_active
 from shared.counters import ERRORS, MESSAGES, REQUESTS
 from shared.errors import RequestRejectedError
 from shared.lifecycle import ServiceContext
@@ -41,9 +45,21 @@ from shared.plan_watch import watch_plan
 from shared.replies import reply_error
 from shared.telemetry import inject_headers, span_from_headers
 
-__all__ = ["NAME", "REPLY_HEADER", "build_core", "serve"]
+__all__ = [
+    "HANDOFF_ERRORS",
+    "NAME",
+    "REPLY_HEADER",
+    "Submit",
+    "build_core",
+    "consume",
+    "nats_submit",
+    "plan_follower",
+    "serve",
+]
 
 NAME = "classifier"
+MAX_BATCHES_IN_FLIGHT = 4
+"""Fetched batches being classified and handed off at once."""
 REPLY_HEADER = "Gs-Reply"
 """Clients also put their reply subject in this header, so even an undecodable payload
 gets an error reply."""
@@ -73,16 +89,48 @@ def build_core(ctx: ServiceContext) -> ClassifierCore:
     )
 
 
-async def serve(ctx: ServiceContext) -> None:
-    """Run until ``ctx.stop`` is set."""
-    core = build_core(ctx)
+Submit = Callable[[list[ClassifiedRequest]], Awaitable[SubmitBatchReply]]
+"""Hands classified requests to the scheduler; returns only once they are stored."""
+
+HANDOFF_ERRORS: tuple[type[Exception], ...] = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    DecodeError,
+    RedisError,
+)
+"""A hand-off that failed with one of these stored nothing for sure: nak, redeliver."""
+
+
+def nats_submit(ctx: ServiceContext) -> Submit:
+    """Hand-off to a scheduler process by request/reply on ``scheduler.submit``."""
+
+    async def submit(requests: list[ClassifiedRequest]) -> SubmitBatchReply:
+        return await request(
+            ctx.nc,
+            ctx.subjects.scheduler_submit,
+            SubmitBatch(requests=requests),
+            SubmitBatchReply,
+            ctx.settings.nats.request_timeout_s,
+        )
+
+    return submit
+
+
+def plan_follower(core: ClassifierCore) -> Callable[[Plan], None]:
+    """Callback for :func:`shared.plan_watch.watch_plan` that keeps ``core`` on the plan."""
 
     def on_plan(plan: Plan) -> None:
         scheme = scheme_by_name(plan.scheme) if plan.scheme != core.scheme.name else None
         core.update_plan(plan, scheme)
         logger.info("following plan epoch %d (%d pools)", plan.epoch, len(plan.pools))
 
-    subs = [await watch_plan(ctx, on_plan)]
+    return on_plan
+
+
+async def serve(ctx: ServiceContext) -> None:
+    """Run until ``ctx.stop`` is set."""
+    core = build_core(ctx)
+    subs = [await watch_plan(ctx, plan_follower(core))]
 
     async def on_done(msg: Msg) -> None:
         with contextlib.suppress(DecodeError):
@@ -90,7 +138,18 @@ async def serve(ctx: ServiceContext) -> None:
             core.observe(done.input_tokens, done.output_tokens)
 
     subs.append(await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done))
+    try:
+        await consume(ctx, core, nats_submit(ctx), ctx.tracer)
+    finally:
+        for sub in subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
 
+
+async def consume(
+    ctx: ServiceContext, core: ClassifierCore, submit: Submit, tracer: trace.Tracer
+) -> None:
+    """Fetch from the ingress stream, classify, hand off by ``submit``, ack; until stop."""
     nats_cfg = ctx.settings.nats
     await ensure_ingress_stream(ctx.js, ctx.subjects)
     await widen_legacy_consumer(ctx.js, ctx.subjects, "classifier")  # bound ingress subjects
@@ -107,16 +166,35 @@ async def serve(ctx: ServiceContext) -> None:
         ),
     )
     batch = ctx.settings.classifier.fetch_batch
+    # Batches in flight at once: the next fetch need not wait for the previous batch's
+    # Redis round trip and acks, so a request is not held up by the one before it.
+    slots = asyncio.Semaphore(MAX_BATCHES_IN_FLIGHT)
+    handling: set[asyncio.Task[None]] = set()
+
+    async def handle(msgs: list[Msg]) -> None:
+        try:
+            await _handle_batch(ctx, core, msgs, submit, tracer)
+        except Exception as exc:  # batch boundary: unacked messages are redelivered
+            # An ack lost in an outage is harmless: JetStream redelivers, the scheduler dedups.
+            ERRORS.labels(NAME, "handle").inc()
+            logger.warning("handling an ingress batch failed: %s", exc)
+        finally:
+            slots.release()
+
     failures = 0
     try:
         while not ctx.stop.is_set():
+            await slots.acquire()
             try:
                 msgs = await psub.fetch(batch, timeout=0.5)
             except (nats.errors.TimeoutError, TimeoutError):
+                slots.release()
                 continue
             except nats.errors.ConnectionClosedError:
+                slots.release()
                 break
             except nats.errors.Error as exc:  # reconnecting, JetStream unavailable: retry
+                slots.release()
                 failures += 1
                 ERRORS.labels(NAME, "fetch").inc()
                 if failures == 1:
@@ -124,20 +202,16 @@ async def serve(ctx: ServiceContext) -> None:
                 await sleep_or_stop(ctx.stop, min(MAX_BACKOFF_S, 0.1 * 2**failures))
                 continue
             failures = 0
-            try:
-                await _handle_batch(ctx, core, msgs)
-            except Exception as exc:  # batch boundary: unacked messages are redelivered
-                # An ack lost in an outage is harmless: JetStream redelivers, the scheduler dedups.
-                ERRORS.labels(NAME, "handle").inc()
-                logger.warning("handling an ingress batch failed: %s", exc)
+            task = asyncio.create_task(handle(msgs))
+            handling.add(task)
+            task.add_done_callback(handling.discard)
     finally:
-        for sub in subs:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        if handling:  # let started hand-offs finish: they ack what the scheduler stored
+            await asyncio.gather(*handling, return_exceptions=True)
 
 
 async def _classify(
-    ctx: ServiceContext, core: ClassifierCore, msg: Msg
+    ctx: ServiceContext, core: ClassifierCore, msg: Msg, tracer: trace.Tracer
 ) -> ClassifiedRequest | None:
     """Decode and classify one message; answer and settle it here when it is rejected."""
     try:
@@ -171,7 +245,13 @@ async def _classify(
         )
         await msg.term()
         return None
-    with span_from_headers(ctx.tracer, "classify", msg.headers, **{"request.id": req.request_id}):
+    traced = tracing_active(msg.headers)
+    span: contextlib.AbstractContextManager[object] = (
+        span_from_headers(tracer, "classify", msg.headers, **{"request.id": req.request_id})
+        if traced
+        else contextlib.nullcontext()  # a no-op span costs more than classifying
+    )
+    with span:
         try:
             now = time.time()
             # A client clock ahead of ours must not push the arrival (and deadline) into the
@@ -186,8 +266,8 @@ async def _classify(
             )
             await msg.ack()
             return None
-        # The scheduler queues the request; its trace context must travel with it.
-        classified = msgspec.structs.replace(classified, trace=inject_headers())
+        if traced:  # the scheduler queues the request; its trace context must travel with it
+            classified = msgspec.structs.replace(classified, trace=inject_headers())
     try:
         # Validate what we hand off, one request at a time: a value the scheduler would
         # refuse must fail here, alone, instead of poisoning the whole submit batch.
@@ -201,24 +281,24 @@ async def _classify(
     return classified
 
 
-async def _handle_batch(ctx: ServiceContext, core: ClassifierCore, msgs: list[Msg]) -> None:
+async def _handle_batch(
+    ctx: ServiceContext,
+    core: ClassifierCore,
+    msgs: list[Msg],
+    submit: Submit,
+    tracer: trace.Tracer,
+) -> None:
     """Classify a fetch batch, hand it to the scheduler in one request, then ack or nak."""
     ready: list[tuple[Msg, ClassifiedRequest]] = []
     for msg in msgs:
-        classified = await _classify(ctx, core, msg)
+        classified = await _classify(ctx, core, msg, tracer)
         if classified is not None:
             ready.append((msg, classified))
     if not ready:
         return
     try:
-        reply = await request(
-            ctx.nc,
-            ctx.subjects.scheduler_submit,
-            SubmitBatch(requests=[c for _, c in ready]),
-            SubmitBatchReply,
-            ctx.settings.nats.request_timeout_s,
-        )
-    except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError) as exc:
+        reply = await submit([c for _, c in ready])
+    except HANDOFF_ERRORS as exc:
         # The scheduler is away or restarting: let JetStream redeliver soon.
         ERRORS.labels(NAME, "handoff").inc(len(ready))
         logger.warning("hand-off of %d requests failed (%s); will be redelivered", len(ready), exc)

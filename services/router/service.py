@@ -12,15 +12,20 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import Protocol
 
 import nats.errors
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from opentelemetry import trace
 from redis.exceptions import RedisError
 
 from proto.codec import DecodeError, decode, decode_any, encode
 from proto.messages import (
     Assignment,
     ClassifiedRequest,
+    DispatchBatch,
+    DispatchBatchReply,
     DispatchReply,
     PullReply,
     PullRequest,
@@ -28,7 +33,7 @@ from proto.messages import (
     SubmitReply,
     WorkerStats,
 )
-from services.router.placement import Candidate, Placer, make_placer
+from services.router.placement import Candidate, make_placer
 from services.router.registry import WorkerRegistry
 from shared.bus import request, tracing_active
 from shared.counters import DECISIONS, ERRORS
@@ -36,62 +41,171 @@ from shared.lifecycle import ServiceContext
 from shared.loops import MAX_BACKOFF_S, sleep_or_stop
 from shared.telemetry import extract_context
 
-__all__ = ["NAME", "serve"]
+__all__ = ["NAME", "NatsSchedulerLink", "RouterShell", "SchedulerLink", "serve"]
 
 NAME = "router"
 
 logger = logging.getLogger(__name__)
 
 
-async def serve(ctx: ServiceContext) -> None:
-    """Run until ``ctx.stop`` is set."""
-    cfg = ctx.settings.router
-    placer = make_placer(cfg.placer)
-    registry = WorkerRegistry(cfg.worker_timeout_s)
-    wake = asyncio.Event()
-    ready: set[str] = set()
+class SchedulerLink(Protocol):
+    """How the router reaches the scheduler: over NATS, or in memory when co-located."""
 
-    async def on_stats(msg: Msg) -> None:
-        with contextlib.suppress(DecodeError):
-            stats = decode(msg.data, WorkerStats)
-            registry.update(stats, time.time())
-            wake.set()
+    records_pull: bool
+    """Whether :meth:`pull` already moved the requests to ``dispatched`` in Redis; if not,
+    the router's assignment record also removes them from ``queued``."""
 
-    async def on_ready(msg: Msg) -> None:
-        ready.add(msg.subject.rsplit(".", 1)[-1])
-        wake.set()
+    async def pull(self, pool_id: str, slots: int) -> tuple[list[ClassifiedRequest], int]:
+        """Up to ``slots`` requests of the pool and the depth left; ``([], 1)`` on failure."""
+        ...
 
-    async def on_done(msg: Msg) -> None:
-        with contextlib.suppress(DecodeError):
-            rid = getattr(decode_any(msg.data), "request_id", None)
-            if rid and registry.ended(rid) is not None:
-                wake.set()
+    async def requeue(self, requests: list[ClassifiedRequest]) -> None:
+        """Hand requests back to the scheduler."""
+        ...
 
-    subs = [
-        await ctx.nc.subscribe(ctx.subjects.worker_stats_wildcard, cb=on_stats),
-        await ctx.nc.subscribe(ctx.subjects.scheduler_ready_wildcard, cb=on_ready),
-        await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done),
-    ]
 
-    async def place_round() -> None:
-        orphans = registry.expire(time.time())
+class NatsSchedulerLink:
+    """The scheduler of a separate process, by request/reply."""
+
+    records_pull = True
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        """Pull and requeue over ``ctx.nc``."""
+        self._ctx = ctx
+
+    async def pull(self, pool_id: str, slots: int) -> tuple[list[ClassifiedRequest], int]:
+        """Ask the scheduler for up to ``slots`` requests of one pool."""
+        ctx = self._ctx
+        try:
+            reply = await request(
+                ctx.nc,
+                ctx.subjects.scheduler_pull,
+                PullRequest(pool_id=pool_id, slots=slots, router_id=ctx.settings.router.router_id),
+                PullReply,
+                ctx.settings.nats.request_timeout_s,
+            )
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError) as exc:
+            logger.warning("pull from scheduler failed: %s", exc)
+            return [], 1
+        return reply.requests, reply.queued
+
+    async def requeue(self, requests: list[ClassifiedRequest]) -> None:
+        """Return requests by ``scheduler.requeue``."""
+        await _requeue(self._ctx, requests)
+
+
+class RouterShell:
+    """Placement rounds: woken by ready pools, ended requests and heartbeats."""
+
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        scheduler: SchedulerLink | None = None,
+        *,
+        tracer: trace.Tracer | None = None,
+    ) -> None:
+        """Place for the scheduler behind ``scheduler`` (default: over NATS)."""
+        self._ctx = ctx
+        self._scheduler = scheduler or NatsSchedulerLink(ctx)
+        self._tracer = tracer or ctx.tracer
+        self.placer = make_placer(ctx.settings.router.placer)
+        self.registry = WorkerRegistry(ctx.settings.router.worker_timeout_s)
+        self._wake = asyncio.Event()
+        self._ready: set[str] = set()
+        self._unrecorded: dict[str, bytes] = {}
+        """Encoded Assignments of placed requests not yet written to Redis."""
+        self._record_wake = asyncio.Event()
+        self._no_batch: set[str] = set()
+        """Workers that do not serve dispatch batches (older versions)."""
+
+    def mark_ready(self, pool_id: str) -> None:
+        """The scheduler holds work for a pool."""
+        self._ready.add(pool_id)
+        self._wake.set()
+
+    def ended(self, request_id: str) -> None:
+        """A request ended: its slot is free, and its placement need not be recorded."""
+        self._unrecorded.pop(request_id, None)
+        if self.registry.ended(request_id) is not None:
+            self._wake.set()
+
+    async def subscribe(self, *, done: bool = True) -> list[Subscription]:
+        """Heartbeats, ready events and (unless the caller feeds :meth:`ended`) completions."""
+        ctx = self._ctx
+
+        async def on_stats(msg: Msg) -> None:
+            with contextlib.suppress(DecodeError):
+                stats = decode(msg.data, WorkerStats)
+                self.registry.update(stats, time.time())
+                self._wake.set()
+
+        async def on_ready(msg: Msg) -> None:
+            self.mark_ready(msg.subject.rsplit(".", 1)[-1])
+
+        async def on_done(msg: Msg) -> None:
+            with contextlib.suppress(DecodeError):
+                rid = getattr(decode_any(msg.data), "request_id", None)
+                if rid:
+                    self.ended(rid)
+
+        subs = [
+            await ctx.nc.subscribe(ctx.subjects.worker_stats_wildcard, cb=on_stats),
+            await ctx.nc.subscribe(ctx.subjects.scheduler_ready_wildcard, cb=on_ready),
+        ]
+        if done:
+            subs.append(await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done))
+        return subs
+
+    async def place_round(self) -> None:
+        """Re-queue orphans of silent workers, then pull and place for every ready pool."""
+        orphans = self.registry.expire(time.time())
         if orphans:
             logger.warning("%d requests orphaned by silent workers; re-queueing", len(orphans))
-            await _requeue(ctx, [o.request for o in orphans])
-        for pool_id in registry.pools() & ready:
-            more = await _place_pool(ctx, placer, registry, pool_id)
+            await self._scheduler.requeue([o.request for o in orphans])
+        for pool_id in self.registry.pools() & self._ready:
+            more = await self._place_pool(pool_id)
             if not more:
-                ready.discard(pool_id)
+                self._ready.discard(pool_id)
 
-    tick = cfg.tick_ms / 1000.0
-    failures = 0
-    try:
+    async def run(self) -> None:
+        """Placement and recording until ``ctx.stop``."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._record_loop())
+            await self._place_loop()
+            self._record_wake.set()
+
+    async def _record_loop(self) -> None:
+        """Write placements to Redis off the placement loop, one batch at a time.
+
+        The record serves recovery only (the worker already holds the request), so the
+        next round need not wait for Redis; a request that ends first is never written.
+        """
+        ctx = self._ctx
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._record_wake.wait(), 1.0)
+            self._record_wake.clear()
+            if self._unrecorded:
+                batch, self._unrecorded = self._unrecorded, {}
+                try:
+                    await self.record(batch)
+                except Exception:  # loop boundary: only recovery data is at stake
+                    ERRORS.labels(NAME, "loop_record").inc()
+                    logger.exception("recording %d placements failed", len(batch))
+            if ctx.stop.is_set() and not self._unrecorded:
+                return
+
+    async def _place_loop(self) -> None:
+        """Placement rounds; a short tick covers lost events."""
+        ctx = self._ctx
+        tick = ctx.settings.router.tick_ms / 1000.0
+        failures = 0
         while not ctx.stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), tick)
-            wake.clear()
+                await asyncio.wait_for(self._wake.wait(), tick)
+            self._wake.clear()
             try:
-                await place_round()
+                await self.place_round()
                 failures = 0
             except Exception:  # loop boundary: a NATS/Redis outage must not end the router
                 failures += 1
@@ -99,104 +213,191 @@ async def serve(ctx: ServiceContext) -> None:
                 if failures == 1:
                     logger.exception("placement round failed; retrying")
                 await sleep_or_stop(ctx.stop, min(MAX_BACKOFF_S, 0.1 * 2**failures))
+
+    async def _place_pool(self, pool_id: str) -> bool:
+        """Pull and place for one pool; return whether the scheduler still holds work for it."""
+        ctx, registry, placer = self._ctx, self.registry, self.placer
+        now_model = ctx.clock.now()
+        loads = registry.loads(pool_id, now_model)
+        slots = sum(w.free_slots for w in loads)
+        if slots == 0:
+            return True
+        pulled, queued = await self._scheduler.pull(pool_id, slots)
+        if not pulled:
+            return queued > 0
+        by_id = {r.request.request_id: r for r in pulled}
+        candidates = [
+            Candidate(
+                request_id=rid,
+                prompt_tokens=r.input_tokens,
+                predicted_output_tokens=r.predicted_output_tokens,
+                laxity_s=r.deadline_s - now_model - r.lat_s,
+            )
+            for rid, r in by_id.items()
+        ]
+        pairs = placer.place(candidates, loads)
+        DECISIONS.labels(placer.name, pool_id).inc(len(pairs))
+        placed_ids = {rid for rid, _ in pairs}
+        results = await self.dispatch_all([(by_id[rid], wid) for rid, wid in pairs], now_model)
+        unplaced = [r for rid, r in by_id.items() if rid not in placed_ids]
+        unplaced += [
+            by_id[rid] for (rid, _), held in zip(pairs, results, strict=True) if held is None
+        ]
+        for held in results:
+            if isinstance(held, Assignment):
+                self._unrecorded[held.request.request.request_id] = encode(held)
+                self._record_wake.set()
+        if unplaced:
+            await self._scheduler.requeue(unplaced)
+        return queued > 0 or bool(unplaced)
+
+    async def record(self, assignments: dict[str, bytes]) -> None:
+        """Write the placed requests' Assignments (the record only serves recovery)."""
+        if not assignments:
+            return
+        keys = self._ctx.keys
+        try:
+            if self._scheduler.records_pull:
+                # One round trip per placement round.
+                await self._ctx.redis.hset(keys.dispatched, mapping=assignments)  # type: ignore[arg-type]
+            else:
+                pipe = self._ctx.redis.pipeline(transaction=True)
+                pipe.hset(keys.dispatched, mapping=assignments)  # type: ignore[arg-type]
+                pipe.hdel(keys.queued, *assignments)
+                await pipe.execute()
+        except RedisError as exc:
+            logger.warning("could not record %d assignments in redis: %s", len(assignments), exc)
+
+    async def dispatch_all(
+        self, placed: list[tuple[ClassifiedRequest, str]], now_model: float
+    ) -> list[Assignment | bool | None]:
+        """Dispatch a round's placements: one batch per worker where possible.
+
+        A batch saves a request/reply (two NATS messages, a reply future) per request. A
+        traced request goes alone, so its dispatch span stays the parent of its worker's
+        span; so does a worker's only request of the round, and every request to a worker
+        that does not serve batches (an older version).
+        """
+        by_worker: dict[str, list[int]] = {}
+        for i, (req, worker_id) in enumerate(placed):
+            if worker_id not in self._no_batch and not tracing_active(req.trace):
+                by_worker.setdefault(worker_id, []).append(i)
+        batches = {w: idx for w, idx in by_worker.items() if len(idx) > 1}
+        batched = {i for idx in batches.values() for i in idx}
+        results: list[Assignment | bool | None] = [None] * len(placed)
+        singles = [i for i in range(len(placed)) if i not in batched]
+        alone, together = await asyncio.gather(
+            asyncio.gather(
+                *(self._dispatch(placed[i][0], placed[i][1], now_model) for i in singles)
+            ),
+            asyncio.gather(
+                *(
+                    self._dispatch_batch(w, [placed[i][0] for i in idx], now_model)
+                    for w, idx in batches.items()
+                )
+            ),
+        )
+        for i, one in zip(singles, alone, strict=True):
+            results[i] = one
+        for idx, many in zip(batches.values(), together, strict=True):
+            for i, one in zip(idx, many, strict=True):
+                results[i] = one
+        return results
+
+    async def _dispatch_batch(
+        self, worker_id: str, requests: list[ClassifiedRequest], now_model: float
+    ) -> list[Assignment | bool | None]:
+        """Hand several requests to one worker in one request/reply."""
+        ctx = self._ctx
+        try:
+            reply = await request(
+                ctx.nc,
+                ctx.subjects.worker_dispatch_batch(worker_id),
+                DispatchBatch(requests=requests),
+                DispatchBatchReply,
+                ctx.settings.nats.request_timeout_s,
+            )
+        except nats.errors.NoRespondersError:
+            logger.info("worker %s serves no dispatch batches; dispatching one by one", worker_id)
+            self._no_batch.add(worker_id)
+            return list(
+                await asyncio.gather(*(self._dispatch(r, worker_id, now_model) for r in requests))
+            )
+        except (nats.errors.TimeoutError, DecodeError) as exc:
+            ERRORS.labels(NAME, "dispatch_failed").inc(len(requests))
+            logger.warning(
+                "dispatch of %d requests to %s failed: %s", len(requests), worker_id, exc
+            )
+            return [None] * len(requests)
+        if len(reply.replies) != len(requests):
+            ERRORS.labels(NAME, "dispatch_failed").inc(len(requests))
+            logger.warning(
+                "worker %s answered a batch of %d with %d replies",
+                worker_id,
+                len(requests),
+                len(reply.replies),
+            )
+            return [None] * len(requests)
+        return [
+            self._settle(req, worker_id, one, now_model)
+            for req, one in zip(requests, reply.replies, strict=True)
+        ]
+
+    async def _dispatch(
+        self, req: ClassifiedRequest, worker_id: str, now_model: float
+    ) -> Assignment | bool | None:
+        """Hand one request to a worker: its Assignment, True if it already ended, None if
+        refused."""
+        ctx = self._ctx
+        rid = req.request.request_id
+        # A no-op span still costs a context attach and a header extraction per request.
+        span: contextlib.AbstractContextManager[object] = (
+            self._tracer.start_as_current_span(
+                "dispatch",
+                context=extract_context(req.trace),
+                attributes={"request.id": rid, "worker.id": worker_id},
+            )
+            if tracing_active(req.trace)
+            else contextlib.nullcontext()
+        )
+        with span:
+            try:
+                reply = await request(
+                    ctx.nc,
+                    ctx.subjects.worker_dispatch(worker_id),
+                    req,
+                    DispatchReply,
+                    ctx.settings.nats.request_timeout_s,
+                )
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError) as exc:
+                ERRORS.labels(NAME, "dispatch_failed").inc()
+                logger.warning("dispatch of %s to %s failed: %s", rid, worker_id, exc)
+                return None
+        return self._settle(req, worker_id, reply, now_model)
+
+    def _settle(
+        self, req: ClassifiedRequest, worker_id: str, reply: DispatchReply, now_model: float
+    ) -> Assignment | bool | None:
+        """A worker's answer for one request: its Assignment, True if it already ended, None
+        if refused."""
+        if not reply.accepted:
+            logger.info("worker %s refused %s: %s", worker_id, req.request.request_id, reply.reason)
+            return None
+        if not self.registry.placed(req, worker_id, now_model):
+            return True  # it already finished; nothing left to record
+        return Assignment(request=req, worker_id=worker_id, dispatched_at=reply.accepted_at)
+
+
+async def serve(ctx: ServiceContext) -> None:
+    """Run until ``ctx.stop`` is set."""
+    shell = RouterShell(ctx)
+    subs = await shell.subscribe()
+    try:
+        await shell.run()
     finally:
         for sub in subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
-
-
-async def _place_pool(
-    ctx: ServiceContext, placer: Placer, registry: WorkerRegistry, pool_id: str
-) -> bool:
-    """Pull and place for one pool; return whether the scheduler still holds work for it."""
-    now_model = ctx.clock.now()
-    loads = registry.loads(pool_id, now_model)
-    slots = sum(w.free_slots for w in loads)
-    if slots == 0:
-        return True
-    try:
-        reply = await request(
-            ctx.nc,
-            ctx.subjects.scheduler_pull,
-            PullRequest(pool_id=pool_id, slots=slots, router_id=ctx.settings.router.router_id),
-            PullReply,
-            ctx.settings.nats.request_timeout_s,
-        )
-    except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError) as exc:
-        logger.warning("pull from scheduler failed: %s", exc)
-        return True
-    if not reply.requests:
-        return reply.queued > 0
-    by_id = {r.request.request_id: r for r in reply.requests}
-    candidates = [
-        Candidate(
-            request_id=rid,
-            prompt_tokens=r.input_tokens,
-            predicted_output_tokens=r.predicted_output_tokens,
-            laxity_s=r.deadline_s - now_model - r.lat_s,
-        )
-        for rid, r in by_id.items()
-    ]
-    pairs = placer.place(candidates, loads)
-    DECISIONS.labels(placer.name, pool_id).inc(len(pairs))
-    placed_ids = {rid for rid, _ in pairs}
-    results = await asyncio.gather(
-        *(_dispatch(ctx, registry, by_id[rid], worker_id, now_model) for rid, worker_id in pairs)
-    )
-    unplaced = [r for rid, r in by_id.items() if rid not in placed_ids]
-    unplaced += [by_id[rid] for (rid, _), held in zip(pairs, results, strict=True) if held is None]
-    assignments = {
-        a.request.request.request_id: encode(a) for a in results if isinstance(a, Assignment)
-    }
-    if assignments:
-        try:
-            # One round trip per placement round; the record only serves recovery.
-            await ctx.redis.hset(ctx.keys.dispatched, mapping=assignments)  # type: ignore[arg-type]
-        except RedisError as exc:
-            logger.warning("could not record %d assignments in redis: %s", len(assignments), exc)
-    if unplaced:
-        await _requeue(ctx, unplaced)
-    return reply.queued > 0 or bool(unplaced)
-
-
-async def _dispatch(
-    ctx: ServiceContext,
-    registry: WorkerRegistry,
-    req: ClassifiedRequest,
-    worker_id: str,
-    now_model: float,
-) -> Assignment | bool | None:
-    """Hand one request to a worker: its Assignment, True if it already ended, None if refused."""
-    rid = req.request.request_id
-    # A no-op span still costs a context attach and a header extraction per request.
-    span: contextlib.AbstractContextManager[object] = (
-        ctx.tracer.start_as_current_span(
-            "dispatch",
-            context=extract_context(req.trace),
-            attributes={"request.id": rid, "worker.id": worker_id},
-        )
-        if tracing_active(req.trace)
-        else contextlib.nullcontext()
-    )
-    with span:
-        try:
-            reply = await request(
-                ctx.nc,
-                ctx.subjects.worker_dispatch(worker_id),
-                req,
-                DispatchReply,
-                ctx.settings.nats.request_timeout_s,
-            )
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError) as exc:
-            ERRORS.labels(NAME, "dispatch_failed").inc()
-            logger.warning("dispatch of %s to %s failed: %s", rid, worker_id, exc)
-            return None
-    if not reply.accepted:
-        logger.info("worker %s refused %s: %s", worker_id, rid, reply.reason)
-        return None
-    if not registry.placed(req, worker_id, now_model):
-        return True  # it already finished; nothing left to record
-    return Assignment(request=req, worker_id=worker_id, dispatched_at=reply.accepted_at)
 
 
 async def _requeue(ctx: ServiceContext, requests: list[ClassifiedRequest]) -> None:

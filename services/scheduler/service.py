@@ -12,8 +12,11 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from opentelemetry import trace
 from redis.exceptions import RedisError
 
 from proto.codec import DecodeError, decode, decode_any, encode
@@ -38,22 +41,31 @@ from shared.loops import run_periodic
 from shared.store import as_bytes
 from shared.telemetry import extract_context
 
-__all__ = ["NAME", "UNPLACED_WORKER", "SchedulerState", "serve"]
+__all__ = ["NAME", "UNPLACED_WORKER", "SchedulerShell", "SchedulerState", "serve"]
 
 NAME = "scheduler"
 UNPLACED_WORKER = "-"
 """Worker id of an Assignment pulled by a router but not yet placed."""
 SEEN_TTL_S = 6 * 3600
 STORE_NEW_LUA = """
-if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[2]) then
-  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-  return 1
+local stored = {}
+for i = 2, #KEYS do
+  if redis.call('SET', KEYS[i], '1', 'NX', 'EX', ARGV[1]) then
+    redis.call('HSET', KEYS[1], ARGV[2 * i - 2], ARGV[2 * i - 1])
+    stored[i - 1] = 1
+  else
+    stored[i - 1] = 0
+  end
 end
-return 0
+return stored
 """
-"""Mark a request id seen and store the request in one atomic step: a scheduler killed
-between the two would otherwise leave a 'seen' mark without the request, and the
-redelivered copy would be dropped as a duplicate."""
+"""Mark each request id of a batch seen and store the request, in one atomic step.
+
+``KEYS`` = the ``queued`` hash, then one ``seen`` key per request; ``ARGV`` = the seen TTL,
+then id and payload per request; returns 1 (stored now) or 0 (already seen) per request. A
+scheduler killed between mark and store would otherwise leave a 'seen' mark without the
+request, and the redelivered copy would be dropped as a duplicate. One script call per
+batch instead of one per request: each call costs redis-py a command to pack and parse."""
 
 logger = logging.getLogger(__name__)
 
@@ -122,52 +134,97 @@ class SchedulerState:
         return {pool: len(q) for pool, q in self._queues.items() if len(q)}
 
 
-async def serve(ctx: ServiceContext) -> None:
-    """Run until ``ctx.stop`` is set."""
-    state = SchedulerState(ctx.settings.scheduler.discipline)
-    keys, redis, subjects = ctx.keys, ctx.redis, ctx.subjects
-    restored = 0
-    for raw in (await redis.hgetall(keys.queued)).values():
-        with contextlib.suppress(DecodeError):
-            state.push(decode(as_bytes(raw), ClassifiedRequest))
-            restored += 1
-    if restored:
-        logger.info("restored %d queued requests from redis", restored)
+class SchedulerShell:
+    """The scheduler's hand-offs, callable in memory or served on NATS.
 
-    async def on_submit(batch: SubmitBatch, _msg: Msg) -> SubmitBatchReply:
-        # One Redis round trip for the whole fetch batch: each script call is atomic.
-        pipe = redis.pipeline(transaction=False)
-        for req in batch.requests:
+    The separate-process deployment serves them on ``scheduler.submit``/``pull``/``requeue``
+    (:func:`serve`); the co-located request path (:mod:`services.requestpath`) calls
+    :meth:`submit` and :meth:`pull` directly from the classifier and the router in the same
+    event loop. Durability is the same either way: a submitted request is in Redis before
+    :meth:`submit` returns, so the ingress message is acked only after that.
+    """
+
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        *,
+        on_ready: Callable[[str], Awaitable[None]] | None = None,
+        tracer: trace.Tracer | None = None,
+    ) -> None:
+        """``on_ready(pool)`` tells routers a pool has work (default: ``scheduler.ready``)."""
+        self._ctx = ctx
+        self.state = SchedulerState(ctx.settings.scheduler.discipline)
+        self._on_ready = on_ready or self._publish_ready
+        self._tracer = tracer or ctx.tracer
+        self._ended_ids: set[str] = set()
+
+    async def _publish_ready(self, pool_id: str) -> None:
+        await self._ctx.nc.publish(self._ctx.subjects.scheduler_ready(pool_id), b"")
+
+    async def restore(self) -> int:
+        """Rebuild the queues from Redis ``queued`` (after a restart); return how many."""
+        restored = 0
+        for raw in (await self._ctx.redis.hgetall(self._ctx.keys.queued)).values():
+            with contextlib.suppress(DecodeError):
+                self.state.push(decode(as_bytes(raw), ClassifiedRequest))
+                restored += 1
+        if restored:
+            logger.info("restored %d queued requests from redis", restored)
+        return restored
+
+    async def submit(self, requests: list[ClassifiedRequest]) -> SubmitBatchReply:
+        """Store new requests (atomic seen-mark + store each) and queue them.
+
+        Raises:
+            RedisError: nothing was confirmed; the caller must not ack (redelivery follows).
+        """
+        keys = self._ctx.keys
+        seen_keys: list[str] = []
+        args: list[str | bytes | int] = [SEEN_TTL_S]
+        for req in requests:
             rid = req.request.request_id
-            # EVAL, not a registered Script: a Script in a pipeline costs a SCRIPT EXISTS
-            # round trip per batch; the body is short and Redis caches it by its digest.
-            pipe.eval(STORE_NEW_LUA, 2, keys.seen(rid), keys.queued, rid, SEEN_TTL_S, encode(req))
-        fresh_flags = await pipe.execute()
+            seen_keys.append(keys.seen(rid))
+            args += [rid, encode(req)]
+        # EVAL, not a registered Script: a Script costs a SCRIPT EXISTS round trip first;
+        # the body is short and Redis caches it by its digest.
+        fresh_flags = await self._ctx.redis.eval(
+            STORE_NEW_LUA, 1 + len(seen_keys), keys.queued, *seen_keys, *args
+        )
         accepted: list[str] = []
         duplicates: list[str] = []
         pools: set[str] = set()
-        for req, fresh in zip(batch.requests, fresh_flags, strict=True):
+        for req, fresh in zip(requests, fresh_flags, strict=True):
             rid = req.request.request_id
             if not fresh:
                 duplicates.append(rid)
                 continue
             if tracing_active(req.trace):
-                with ctx.tracer.start_as_current_span(
+                with self._tracer.start_as_current_span(
                     "enqueue", context=extract_context(req.trace), attributes={"request.id": rid}
                 ):
-                    state.push(req)
+                    self.state.push(req)
             else:  # a no-op span would cost more than the push itself
-                state.push(req)
+                self.state.push(req)
             accepted.append(rid)
             pools.add(req.pool_id)
         for pool_id in pools:
-            QUEUE_DEPTH.labels(pool_id).set(len(state.queue(pool_id)))
-            await ctx.nc.publish(subjects.scheduler_ready(pool_id), b"")
+            QUEUE_DEPTH.labels(pool_id).set(len(self.state.queue(pool_id)))
+            await self._on_ready(pool_id)
         return SubmitBatchReply(accepted=accepted, duplicates=duplicates)
 
-    async def on_pull(pull: PullRequest, _msg: Msg) -> PullReply:
-        taken = state.pop(pull.pool_id, pull.slots, ctx.clock.now())
-        if taken:
+    async def pull(
+        self, pool_id: str, slots: int, *, record: bool = True
+    ) -> tuple[list[ClassifiedRequest], int]:
+        """Pop up to ``slots`` requests by the discipline; return them and the depth left.
+
+        With ``record`` the requests move from ``queued`` to ``dispatched`` (worker ``-``)
+        in Redis, so the reaper re-queues them if the router that pulled them dies. The
+        co-located router passes False and records the placed requests itself, in one
+        transaction after dispatch: pull and placement share this process, so a crash
+        between them leaves the requests in ``queued`` and the restart restores them.
+        """
+        taken = self.state.pop(pool_id, slots, self._ctx.clock.now())
+        if taken and record:
             now = time.time()
             held = {
                 req.request.request_id: encode(
@@ -176,110 +233,124 @@ async def serve(ctx: ServiceContext) -> None:
                 for req in taken
             }
             # Still one MULTI/EXEC, but two commands for the whole pull instead of two each.
-            pipe = redis.pipeline(transaction=True)
-            pipe.hset(keys.dispatched, mapping=held)  # type: ignore[arg-type]
-            pipe.hdel(keys.queued, *held)
+            pipe = self._ctx.redis.pipeline(transaction=True)
+            pipe.hset(self._ctx.keys.dispatched, mapping=held)  # type: ignore[arg-type]
+            pipe.hdel(self._ctx.keys.queued, *held)
             try:
                 await pipe.execute()
             except RedisError as exc:
                 # Handing the requests over matters more than logging the move; only a
                 # router crash during this Redis outage could now lose them.
                 logger.warning("could not record %d pulled requests in redis: %s", len(taken), exc)
-        depth = len(state.queue(pull.pool_id))
-        QUEUE_DEPTH.labels(pull.pool_id).set(depth)
-        return PullReply(requests=taken, queued=depth)
+        depth = len(self.state.queue(pool_id))
+        QUEUE_DEPTH.labels(pool_id).set(depth)
+        return taken, depth
 
-    async def on_requeue(body: RequeueRequest, _msg: Msg) -> SubmitReply:
-        await _requeue(ctx, state, body.requests)
-        rid = body.requests[0].request.request_id if body.requests else "none"
-        return SubmitReply(request_id=rid, accepted=True)
+    async def requeue(self, requests: list[ClassifiedRequest]) -> None:
+        """Take requests back (unplaced, refused, orphaned, drained)."""
+        await _requeue(self._ctx, self.state, requests, self._on_ready)
 
-    ended_ids: set[str] = set()
-    ended_queued: set[str] = set()
+    def ended(self, request_id: str) -> None:
+        """A request ended (completion or error): forget it (Redis in the next flush)."""
+        self._ended_ids.add(request_id)
+        # An error can end a request that is still queued (e.g. shed by the ladder).
+        self.state.remove(request_id)
 
-    async def on_done(msg: Msg) -> None:
-        with contextlib.suppress(DecodeError):
-            rid = getattr(decode_any(msg.data), "request_id", None)
-            if rid:
-                ended_ids.add(rid)
-                # An error can end a request that is still queued (e.g. shed by the ladder).
-                if state.remove(rid):
-                    ended_queued.add(rid)
-
-    async def forget_ended() -> None:
-        # Batched: one round trip per period instead of two per finished request.
-        if not ended_ids and not ended_queued:
+    async def forget_ended(self) -> None:
+        """Delete ended requests from Redis, batched: one round trip per period."""
+        if not self._ended_ids:
             return
-        done, queued = list(ended_ids), list(ended_queued)
-        pipe = redis.pipeline(transaction=False)
-        if done:
-            pipe.hdel(keys.dispatched, *done)
-        if queued:
-            pipe.hdel(keys.queued, *queued)
+        done = list(self._ended_ids)
+        pipe = self._ctx.redis.pipeline(transaction=False)
+        pipe.hdel(self._ctx.keys.dispatched, *done)
+        # Also from ``queued``: a request the co-located router placed but had not
+        # recorded yet when it ended is still there, and would run again after a restart.
+        pipe.hdel(self._ctx.keys.queued, *done)
         await pipe.execute()
-        ended_ids.difference_update(done)
-        ended_queued.difference_update(queued)
+        self._ended_ids.difference_update(done)
 
-    queue = QUEUE_GROUPS["scheduler"]
-    subs = [
-        await serve_subject(
-            ctx.nc,
-            subjects.scheduler_submit,
-            SubmitBatch,
-            on_submit,
-            service=NAME,
-            queue=queue,
-        ),
-        await serve_subject(
-            ctx.nc, subjects.scheduler_pull, PullRequest, on_pull, service=NAME, queue=queue
-        ),
-        await serve_subject(
-            ctx.nc,
-            subjects.scheduler_requeue,
-            RequeueRequest,
-            on_requeue,
-            service=NAME,
-            queue=queue,
-        ),
-        await ctx.nc.subscribe(subjects.request_done, cb=on_done),
-    ]
+    async def remind(self) -> None:
+        """Repeat the ready signal of every pool with a backlog (covers lost signals)."""
+        for pool_id in self.state.backlog():
+            await self._on_ready(pool_id)
 
-    if ctx.settings.scheduler.ladder:
-        _ladder, ladder_sub, ladder_tick = await start_ladder(ctx, state)
-        subs.append(ladder_sub)
+    async def serve_subjects(self) -> list[Subscription]:
+        """Serve submit, pull and requeue on NATS (queue group ``scheduler``)."""
+        ctx, subjects = self._ctx, self._ctx.subjects
 
-    async def remind() -> None:
-        for pool_id in state.backlog():
-            await ctx.nc.publish(subjects.scheduler_ready(pool_id), b"")
+        async def on_submit(batch: SubmitBatch, _msg: Msg) -> SubmitBatchReply:
+            return await self.submit(batch.requests)
 
-    cfg = ctx.settings.scheduler
-    try:
+        async def on_pull(pull: PullRequest, _msg: Msg) -> PullReply:
+            taken, depth = await self.pull(pull.pool_id, pull.slots)
+            return PullReply(requests=taken, queued=depth)
+
+        async def on_requeue(body: RequeueRequest, _msg: Msg) -> SubmitReply:
+            await self.requeue(body.requests)
+            rid = body.requests[0].request.request_id if body.requests else "none"
+            return SubmitReply(request_id=rid, accepted=True)
+
+        queue = QUEUE_GROUPS["scheduler"]
+        return [
+            await serve_subject(
+                ctx.nc, subjects.scheduler_submit, SubmitBatch, on_submit, service=NAME, queue=queue
+            ),
+            await serve_subject(
+                ctx.nc, subjects.scheduler_pull, PullRequest, on_pull, service=NAME, queue=queue
+            ),
+            await serve_subject(
+                ctx.nc,
+                subjects.scheduler_requeue,
+                RequeueRequest,
+                on_requeue,
+                service=NAME,
+                queue=queue,
+            ),
+        ]
+
+    async def run(self, subs: list[Subscription]) -> None:
+        """Periodic work (ready reminders, forget, ladder, reaper) until ``ctx.stop``."""
+        ctx, cfg = self._ctx, self._ctx.settings.scheduler
+        ladder_tick: Callable[[], Awaitable[None]] | None = None
+        if cfg.ladder:
+            _ladder, ladder_sub, ladder_tick = await start_ladder(ctx, self.state)
+            subs.append(ladder_sub)
+        period = cfg.ready_period_ms / 1000.0
         async with asyncio.TaskGroup() as tg:
+            tg.create_task(run_periodic(ctx.stop, period, self.remind, service=NAME, name="ready"))
             tg.create_task(
-                run_periodic(
-                    ctx.stop, cfg.ready_period_ms / 1000.0, remind, service=NAME, name="ready"
-                )
+                run_periodic(ctx.stop, 0.05, self.forget_ended, service=NAME, name="forget")
             )
-            tg.create_task(run_periodic(ctx.stop, 0.05, forget_ended, service=NAME, name="forget"))
-            if cfg.ladder:  # DynamoLLM's emergency ladder, each ready period
+            if ladder_tick is not None:  # DynamoLLM's emergency ladder, each ready period
                 tg.create_task(
-                    run_periodic(
-                        ctx.stop,
-                        cfg.ready_period_ms / 1000.0,
-                        ladder_tick,
-                        service=NAME,
-                        name="ladder",
-                    )
+                    run_periodic(ctx.stop, period, ladder_tick, service=NAME, name="ladder")
                 )
             tg.create_task(
                 run_periodic(
                     ctx.stop,
                     1.0,
-                    lambda: _reap_unplaced(ctx, state, cfg.unplaced_timeout_s),
+                    lambda: _reap_unplaced(ctx, self.state, cfg.unplaced_timeout_s, self._on_ready),
                     service=NAME,
                     name="reap",
                 )
             )
+
+
+async def serve(ctx: ServiceContext) -> None:
+    """Run until ``ctx.stop`` is set."""
+    shell = SchedulerShell(ctx)
+    await shell.restore()
+
+    async def on_done(msg: Msg) -> None:
+        with contextlib.suppress(DecodeError):
+            rid = getattr(decode_any(msg.data), "request_id", None)
+            if rid:
+                shell.ended(rid)
+
+    subs = await shell.serve_subjects()
+    subs.append(await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done))
+    try:
+        await shell.run(subs)
     finally:
         for sub in subs:
             with contextlib.suppress(Exception):
@@ -287,13 +358,17 @@ async def serve(ctx: ServiceContext) -> None:
 
 
 async def _requeue(
-    ctx: ServiceContext, state: SchedulerState, requests: list[ClassifiedRequest]
+    ctx: ServiceContext,
+    state: SchedulerState,
+    requests: list[ClassifiedRequest],
+    on_ready: Callable[[str], Awaitable[None]],
 ) -> None:
     # The in-memory queue is primary; Redis is the recovery log. Queue first, so a Redis
     # outage at this moment cannot drop a request that is being handed back.
     for req in requests:
         state.push(req)
-        await ctx.nc.publish(ctx.subjects.scheduler_ready(req.pool_id), b"")
+    for pool_id in {req.pool_id for req in requests}:
+        await on_ready(pool_id)
     if not requests:
         return
     queued = {req.request.request_id: encode(req) for req in requests}
@@ -306,7 +381,12 @@ async def _requeue(
         logger.warning("could not record %d re-queued requests in redis: %s", len(requests), exc)
 
 
-async def _reap_unplaced(ctx: ServiceContext, state: SchedulerState, timeout_s: float) -> None:
+async def _reap_unplaced(
+    ctx: ServiceContext,
+    state: SchedulerState,
+    timeout_s: float,
+    on_ready: Callable[[str], Awaitable[None]],
+) -> None:
     """Re-queue requests a router pulled but never placed (the router died)."""
     now = time.time()
     stale: list[ClassifiedRequest] = []
@@ -317,4 +397,4 @@ async def _reap_unplaced(ctx: ServiceContext, state: SchedulerState, timeout_s: 
                 stale.append(held.request)
     if stale:
         logger.warning("re-queueing %d requests pulled but never placed", len(stale))
-        await _requeue(ctx, state, stale)
+        await _requeue(ctx, state, stale, on_ready)

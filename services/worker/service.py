@@ -29,6 +29,8 @@ from proto.messages import (
     ClockCommand,
     ClockReply,
     Completion,
+    DispatchBatch,
+    DispatchBatchReply,
     DispatchReply,
     Plan,
     RequeueRequest,
@@ -133,6 +135,12 @@ class WorkerShim:
         self._trace_parents[rid] = otel_context.get_current()
         return reply
 
+    # --- dispatch batches (throughput work, docs/performance.md) ---
+    async def on_dispatch_batch(self, batch: DispatchBatch, msg: Msg) -> DispatchBatchReply:
+        """Answer each request of a batch as :meth:`on_dispatch` would, in order."""
+        return DispatchBatchReply(replies=[await self.on_dispatch(r, msg) for r in batch.requests])
+
+    # --- end dispatch batches ---
     async def on_clock(self, cmd: ClockCommand, _msg: Msg) -> ClockReply:
         """Apply a clock from an allowed issuer through the backend."""
         if cmd.issued_by not in self._ctx.settings.dvfs.allowed_issuers:
@@ -349,6 +357,13 @@ async def _serve_with(ctx: ServiceContext, shim: WorkerShim) -> None:
             ctx.subjects.worker_clock_v2(ctx.settings.worker.node_id, wid),
             ClockCommand,
             shim.on_clock,
+            service=NAME,
+        ),
+        await serve_subject(
+            ctx.nc,
+            ctx.subjects.worker_dispatch_batch(wid),
+            DispatchBatch,
+            shim.on_dispatch_batch,
             service=NAME,
         ),
         await serve_subject(

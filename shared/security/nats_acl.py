@@ -115,7 +115,12 @@ def permissions_for(subjects: Subjects, identity: Identity) -> SubjectPermission
         )
         responds = True
     elif role == "router":
-        pub = (s.scheduler_pull, s.scheduler_requeue, _any(s.worker_dispatch))
+        pub = (
+            s.scheduler_pull,
+            s.scheduler_requeue,
+            _any(s.worker_dispatch),
+            _any(s.worker_dispatch_batch),
+        )
         sub = (s.worker_stats_wildcard, s.scheduler_ready_wildcard, s.request_done)
     elif role == "worker":
         pub = (s.worker_stats(scope), clients, s.request_done, s.errors, s.scheduler_requeue)
@@ -129,6 +134,7 @@ def permissions_for(subjects: Subjects, identity: Identity) -> SubjectPermission
         # Peers' stats and the plan: a worker parks when its pool is planned smaller.
         sub = (
             s.worker_dispatch(scope),
+            s.worker_dispatch_batch(scope),
             clock,
             s.worker_clock(scope),
             s.worker_stats_wildcard,

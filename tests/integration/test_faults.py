@@ -15,6 +15,7 @@ SCENARIOS = [
     "kill:classifier",  # JetStream redelivers what it had not acked; the scheduler dedups
     "kill:scheduler",  # queues come back from Redis; submits during downtime are redelivered
     "kill:router",  # pulled-but-unplaced requests are re-queued by the scheduler's reaper
+    "kill:requestpath",  # co-located: what it pulled but had not placed is still queued
     "restart:redis",  # Redis is the recovery log; the hand-off never waits on it
     "drop:worker-0",  # the router re-queues the silent worker's requests elsewhere
     "term:worker-0",  # graceful drain: finish or hand back, then exit 0

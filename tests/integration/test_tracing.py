@@ -81,14 +81,15 @@ async def _receiver(spans: list[ReceivedSpan]) -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{port}/v1/traces"
 
 
+@pytest.mark.parametrize("colocate", [False, True], ids=["separate", "colocated"])
 async def test_each_request_is_one_trace_from_http_ingress_to_generate(
-    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str, colocate: bool
 ) -> None:
     """Test that gateway → classify → scheduler → dispatch → worker → generate share a trace."""
     spans: list[ReceivedSpan] = []
     runner, endpoint = await _receiver(spans)
     try:
-        args = json.dumps([nats_server.url, redis_server.url, namespace, endpoint])
+        args = json.dumps([nats_server.url, redis_server.url, namespace, endpoint, colocate])
         child = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -148,7 +149,9 @@ def _check_tree(root: ReceivedSpan, in_trace: list[ReceivedSpan]) -> None:
 # --- the child process: stack + gateway with OTLP export, a few requests, flush ---------
 
 
-async def _child(nats_url: str, redis_url: str, namespace: str, endpoint: str) -> list[str]:
+async def _child(
+    nats_url: str, redis_url: str, namespace: str, endpoint: str, colocate: bool
+) -> list[str]:
     from opentelemetry import trace
 
     from greenserve.runner import run_in_process
@@ -165,6 +168,7 @@ async def _child(nats_url: str, redis_url: str, namespace: str, endpoint: str) -
         speedup=50.0,
         origin_wall_s=time.time(),
         extra={"telemetry": {"otlp_endpoint": endpoint}, "shutdown_timeout_s": 1.0},
+        colocate_request_path=colocate,
     )
     launches = stack_launches(spec)
     body: dict[str, Any] = {
@@ -193,5 +197,5 @@ async def _child(nats_url: str, redis_url: str, namespace: str, endpoint: str) -
 
 
 if __name__ == "__main__":
-    nats_url, redis_url, namespace, endpoint = json.loads(sys.argv[1])
-    print(json.dumps(asyncio.run(_child(nats_url, redis_url, namespace, endpoint))))
+    nats_url, redis_url, namespace, endpoint, colocate = json.loads(sys.argv[1])
+    print(json.dumps(asyncio.run(_child(nats_url, redis_url, namespace, endpoint, colocate))))

@@ -16,6 +16,8 @@ from proto.messages import (
     ClockOverride,
     ClockReply,
     Completion,
+    DispatchBatch,
+    DispatchBatchReply,
     DispatchReply,
     DvfsReport,
     ErrorReply,
@@ -111,6 +113,14 @@ SAMPLES: tuple[msgspec.Struct, ...] = (
     ),
     DispatchReply(
         request_id="conv-42", worker_id="worker-0", accepted=False, accepted_at=_T0, reason="full"
+    ),
+    DispatchBatch(requests=[_CLASSIFIED]),
+    DispatchBatchReply(
+        replies=[
+            DispatchReply(
+                request_id="conv-42", worker_id="worker-0", accepted=True, accepted_at=_T0
+            )
+        ]
     ),
     DvfsReport(node_id="node-0", at=_T0, mode="fixed", gpus=[_GPU]),
     ErrorReply(code="too_long", reason="9000 tokens", service="classifier", request_id="conv-42"),

@@ -1,0 +1,1 @@
+"""The co-located request path: classifier, scheduler and router in one process."""

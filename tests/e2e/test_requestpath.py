@@ -1,0 +1,160 @@
+"""The co-located request path: classifier, scheduler and router in one process.
+
+Same guarantees as the separate services: every request answered exactly once, and Redis
+holds every request the process has taken over, so a restart resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from greenserve.runner import run_in_process
+from greenserve.stack import StackSpec, stack_launches
+from loadgen.replay import replay
+from loadgen.report import build_report
+from loadgen.traces import load_azure_trace, resolve_trace
+from proto.codec import encode
+from proto.messages import (
+    Assignment,
+    ClassifiedRequest,
+    DispatchBatch,
+    DispatchBatchReply,
+    DispatchReply,
+)
+from proto.subjects import Subjects
+from services.requestpath.service import InMemoryScheduler
+from services.router.service import RouterShell
+from services.scheduler.service import SchedulerShell
+from shared.bus import connect_nats, serve
+from shared.clock import ModelClock
+from shared.config import NatsSettings, Settings
+from shared.lifecycle import service_context
+from shared.servers import ServerProcess
+from tests.factories import classified_request
+
+pytestmark = pytest.mark.connected
+
+SPEEDUP = 20.0
+
+
+async def test_colocated_stack_answers_every_request_exactly_once(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that 150 conversation requests complete once each, with exact token counts."""
+    trace = load_azure_trace(resolve_trace("conv"), max_requests=150)
+    origin = time.time()
+    spec = StackSpec(
+        namespace=namespace,
+        nats_url=nats_server.url,
+        redis_url=redis_server.url,
+        workers=2,
+        regions=("PJM",),
+        speedup=SPEEDUP,
+        origin_wall_s=origin,
+        colocate_request_path=True,
+    )
+    nc: Client = await connect_nats(NatsSettings(url=nats_server.url), "test-client")
+    try:
+        async with run_in_process(stack_launches(spec)):
+            result = await replay(nc, Subjects(namespace), trace, model=spec.model, speedup=SPEEDUP)
+    finally:
+        await nc.close()
+    report = build_report(result, ModelClock(SPEEDUP, origin, 1_656_633_600.0))
+    assert (report["completed"], report["lost"], report["failed"]) == (150, 0, 0)
+    assert report["duplicated"] == 0
+    assert report["token_mismatch"] == 0
+
+
+async def _noop(_pool_id: str) -> None:
+    return None
+
+
+async def test_colocated_hand_offs_keep_redis_a_complete_recovery_log(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that pulled-but-unplaced requests stay queued, placed ones move, ended ones go."""
+    settings = Settings(
+        namespace=namespace, nats={"url": nats_server.url}, redis={"url": redis_server.url}
+    )
+    async with service_context("requestpath", settings) as ctx:
+        scheduler = SchedulerShell(ctx, on_ready=_noop)
+        requests = [classified_request(f"r{i}") for i in range(3)]
+        reply = await scheduler.submit(requests)
+        assert sorted(reply.accepted) == ["r0", "r1", "r2"]
+        assert (await scheduler.submit(requests[:1])).duplicates == ["r0"]
+
+        link = InMemoryScheduler(scheduler)
+        pulled, depth = await link.pull("p", 2)
+        assert (len(pulled), depth) == (2, 1)
+        # Pulled, not placed yet: a crash now must not lose them, so they are still queued
+        # and a restarted process takes all three back.
+        assert set(await ctx.redis.hkeys(ctx.keys.queued)) == {b"r0", b"r1", b"r2"}
+        assert await SchedulerShell(ctx, on_ready=_noop).restore() == 3
+
+        first, second = (r.request.request_id for r in pulled)
+        router = RouterShell(ctx, link)
+        held = Assignment(request=pulled[0], worker_id="w0", dispatched_at=time.time())
+        await router.record({first: encode(held)})
+        assert await ctx.redis.hexists(ctx.keys.dispatched, first)
+        assert not await ctx.redis.hexists(ctx.keys.queued, first)
+
+        # The second ended before its placement was recorded: forgetting it clears queued
+        # too, so a restart cannot run it again.
+        scheduler.ended(first)
+        scheduler.ended(second)
+        await scheduler.forget_ended()
+        for rid in (first, second):
+            assert not await ctx.redis.hexists(ctx.keys.queued, rid)
+            assert not await ctx.redis.hexists(ctx.keys.dispatched, rid)
+        assert await ctx.redis.hlen(ctx.keys.queued) == 1
+
+
+async def test_router_batches_per_worker_and_falls_back_for_workers_without_batches(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that three requests for one worker go as one batch, and an older worker (no
+    batch subject) still gets its requests one by one."""
+    settings = Settings(
+        namespace=namespace, nats={"url": nats_server.url}, redis={"url": redis_server.url}
+    )
+    batches: list[int] = []
+    singles: list[str] = []
+
+    def accept(req: ClassifiedRequest, worker_id: str) -> DispatchReply:
+        rid = req.request.request_id
+        return DispatchReply(request_id=rid, worker_id=worker_id, accepted=True, accepted_at=1.0)
+
+    async def on_single(req: ClassifiedRequest, msg: Msg) -> DispatchReply:
+        singles.append(req.request.request_id)
+        return accept(req, msg.subject.split(".")[-2])
+
+    async def on_batch(batch: DispatchBatch, _msg: Msg) -> DispatchBatchReply:
+        batches.append(len(batch.requests))
+        return DispatchBatchReply(replies=[accept(r, "new") for r in batch.requests])
+
+    async with service_context("router", settings) as ctx:
+        subjects = ctx.subjects
+        subs = [
+            await serve(
+                ctx.nc, subjects.worker_dispatch("new"), ClassifiedRequest, on_single, service="t"
+            ),
+            await serve(
+                ctx.nc, subjects.worker_dispatch_batch("new"), DispatchBatch, on_batch, service="t"
+            ),
+            await serve(
+                ctx.nc, subjects.worker_dispatch("old"), ClassifiedRequest, on_single, service="t"
+            ),
+        ]
+        router = RouterShell(ctx, InMemoryScheduler(SchedulerShell(ctx, on_ready=_noop)))
+        requests = [classified_request(f"q{i}") for i in range(5)]
+        workers = ["new", "new", "new", "old", "old"]
+        results = await router.dispatch_all(list(zip(requests, workers, strict=True)), 0.0)
+        for sub in subs:
+            await sub.unsubscribe()
+    assert [r.worker_id if isinstance(r, Assignment) else r for r in results] == workers
+    assert batches == [3]
+    assert sorted(singles) == ["q3", "q4"]
