@@ -12,19 +12,19 @@ from shared.security.client_ids import connection_client_id, instance_token, pic
 
 
 class _Conn:
-    def __init__(self, user: str | None = None, url: str = "nats://127.0.0.1:4222") -> None:
+    def __init__(self, user: str | None = None, url: str = "nats://127.0.0.1:14222") -> None:
         self.options: dict[str, Any] = {"user": user}
         self.connected_url = urlparse(url)
 
 
-def _nc(user: str | None = None, url: str = "nats://127.0.0.1:4222") -> Client:
+def _nc(user: str | None = None, url: str = "nats://127.0.0.1:14222") -> Client:
     return cast(Client, _Conn(user, url))
 
 
 def test_the_user_option_or_the_urls_user_is_the_client_id() -> None:
     """Test that user= wins, the URL's user counts too (replay's stack URL), none is None."""
     assert connection_client_id(_nc("gateway")) == "gateway"
-    assert connection_client_id(_nc(url="nats://loadgen:secret@127.0.0.1:4222")) == "loadgen"
+    assert connection_client_id(_nc(url="nats://loadgen:secret@127.0.0.1:14222")) == "loadgen"
     assert connection_client_id(_nc()) is None
     assert connection_client_id(_nc("not.a.token")) is None  # never a subject with dots
 
