@@ -7,7 +7,9 @@ deadline falls below a threshold), escalate one rung at a time, giving each rung
 1. REORDER: serve requests closest to their deadline first (switch the queue to LLF/EDF).
 2. MAX_CLOCK: ask the dvfs agent for the instance's maximum GPU clock.
 3. RESTEER: move at-risk requests that have not started to an instance with room to
-   meet their deadline (same pool first, then others the caller offers).
+   meet their deadline (same pool first, then others the caller offers), and only to one
+   whose plan serves the request's class (a plan may split classes into exclusive groups:
+   a short request re-steered among long prefills misses its SLO anyway).
 4. SHED: squash at-risk requests that have waited longer than ``shed_wait_s`` and could
    not be re-steered, with a reason the client can read (it may retry elsewhere).
 
@@ -78,6 +80,8 @@ class WaitingView:
     """Predicted service time still needed on this instance."""
     started: bool = False
     """Whether it already produced tokens here (started requests are never re-steered)."""
+    request_class: str | None = None
+    """Its class, when the plan restricts which pools serve it (None: any target will do)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,6 +95,12 @@ class SteerTarget:
     """Queueing delay a new request would see there."""
     speed_ratio: float = 1.0
     """Service-time multiplier there relative to here (< 1 is faster)."""
+    classes: frozenset[str] = frozenset()
+    """Request classes the plan gives this target (empty: it takes any class)."""
+
+    def serves(self, request_class: str | None) -> bool:
+        """Whether the plan lets this target take a request of ``request_class``."""
+        return not self.classes or request_class is None or request_class in self.classes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,6 +181,8 @@ def _resteer(
         if request.started:
             continue
         for target in order:
+            if not target.serves(request.request_class):
+                continue
             finish = view.now_s + target.expected_wait_s + request.remaining_s * target.speed_ratio
             if free[target.instance_id] > 0 and finish < request.deadline_s:
                 free[target.instance_id] -= 1

@@ -16,7 +16,12 @@ deadline and the predicted remaining time, FREESH Eq. 6) and steps the pure ladd
 
 Re-steer targets come from worker heartbeats (free slots per pool) and the queue ahead
 there; the speed ratio from the pools' profiled TBTs seen on their requests. These
-estimates are ours; DynamoLLM leaves the detector and thresholds open.
+estimates are ours; DynamoLLM leaves the detector and thresholds open. The current plan
+(followed like every other service, :func:`shared.plan_watch.watch_plan`) limits where a
+request may go: a pool whose ``PoolPlan.classes`` is non-empty takes only those classes, so
+an input-split plan's groups hold under re-steering too. A pool the plan does not list (or
+lists with no classes), a class no pool lists (routed by ``*``), or no plan at all leaves
+the target open.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from nats.aio.subscription import Subscription
 from redis.exceptions import RedisError
 
 from proto.codec import DecodeError, decode, encode
-from proto.messages import ClassifiedRequest, ClockOverride, WorkerStats
+from proto.messages import ClassifiedRequest, ClockOverride, Plan, WorkerStats
 from services.scheduler.emergency import (
     EmergencyAction,
     EmergencyConfig,
@@ -54,6 +59,7 @@ from services.scheduler.queueing import QueueDiscipline, QueuedRequest
 from shared.config import SchedulerSettings
 from shared.counters import DECISIONS
 from shared.lifecycle import ServiceContext
+from shared.plan_watch import watch_plan
 from shared.replies import reply_error
 
 __all__ = [
@@ -164,6 +170,19 @@ class LadderBook:
         self._states: dict[str, EmergencyState] = {}
         self._pools: dict[str, _Pool] = {}
         self._clock_until: dict[str, float] = {}
+        self._plan_classes: dict[str, frozenset[str]] = {}
+        self._planned: frozenset[str] = frozenset()
+
+    def saw_plan(self, plan: Plan) -> None:
+        """Follow a new plan: which classes each pool serves (re-steer targets honour it)."""
+        self._plan_classes = {p.pool_id: frozenset(p.classes) for p in plan.pools}
+        self._planned = frozenset().union(*self._plan_classes.values())
+
+    def _request_class(self, item: QueuedRequest) -> str | None:
+        payload = item.payload
+        if isinstance(payload, ClassifiedRequest) and payload.request_class in self._planned:
+            return payload.request_class
+        return None  # no pool lists it: the plan routes it by ``*``, any pool may take it
 
     def rung(self, pool_id: str) -> Rung:
         """Current rung of a pool."""
@@ -213,6 +232,7 @@ class LadderBook:
                     free_slots=max(0, free),
                     expected_wait_s=sum(q.latency_s for q in ahead) / max(1, capacity),
                     speed_ratio=ratio,
+                    classes=self._plan_classes.get(other, frozenset()),
                 )
             )
         return targets
@@ -232,7 +252,7 @@ class LadderBook:
                 now_s=now_s,
                 instance_id=pool_id,
                 pool_id=pool_id,
-                requests=[_waiting(q) for q in items],
+                requests=[_waiting(q, self._request_class(q)) for q in items],
                 targets=self._targets(pool_id, queued, now_wall_s),
             )
             state, actions = step(self._states.get(pool_id, EmergencyState()), view, self._config)
@@ -267,7 +287,7 @@ class LadderBook:
         )
 
 
-def _waiting(item: QueuedRequest) -> WaitingView:
+def _waiting(item: QueuedRequest, request_class: str | None) -> WaitingView:
     payload = item.payload
     deadline = payload.deadline_s if isinstance(payload, ClassifiedRequest) else item.arrival_s
     return WaitingView(
@@ -275,6 +295,7 @@ def _waiting(item: QueuedRequest) -> WaitingView:
         arrival_s=item.arrival_s,
         deadline_s=deadline,
         remaining_s=item.remaining_s,  # FREESH Eq. 6 T_remain; TTFT included (not started)
+        request_class=request_class,
     )
 
 
@@ -324,8 +345,8 @@ async def apply_actions(
 
 async def start_ladder(
     ctx: ServiceContext, state: _SchedulerState
-) -> tuple[LadderBook, Subscription, Callable[[], Awaitable[None]]]:
-    """Subscribe to worker heartbeats; return the book, the subscription and the tick."""
+) -> tuple[LadderBook, list[Subscription], Callable[[], Awaitable[None]]]:
+    """Follow heartbeats and the plan; return the book, the subscriptions and the tick."""
     cfg = ctx.settings.scheduler
     book = LadderBook(
         ladder_config(cfg), shed=cfg.ladder_shed, clock_hold_s=cfg.ladder_clock_hold_s
@@ -341,5 +362,5 @@ async def start_ladder(
         if actions:
             await apply_actions(ctx, book, queues, actions)
 
-    sub = await ctx.nc.subscribe(ctx.subjects.worker_stats_wildcard, cb=on_stats)
-    return book, sub, tick
+    stats_sub = await ctx.nc.subscribe(ctx.subjects.worker_stats_wildcard, cb=on_stats)
+    return book, [stats_sub, await watch_plan(ctx, book.saw_plan)], tick

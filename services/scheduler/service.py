@@ -313,8 +313,8 @@ class SchedulerShell:
         ctx, cfg = self._ctx, self._ctx.settings.scheduler
         ladder_tick: Callable[[], Awaitable[None]] | None = None
         if cfg.ladder:
-            _ladder, ladder_sub, ladder_tick = await start_ladder(ctx, self.state)
-            subs.append(ladder_sub)
+            _ladder, ladder_subs, ladder_tick = await start_ladder(ctx, self.state)
+            subs.extend(ladder_subs)
         period = cfg.ready_period_ms / 1000.0
         async with asyncio.TaskGroup() as tg:
             tg.create_task(run_periodic(ctx.stop, period, self.remind, service=NAME, name="ready"))

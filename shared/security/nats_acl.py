@@ -112,6 +112,7 @@ def permissions_for(subjects: Subjects, identity: Identity) -> SubjectPermission
             s.scheduler_requeue,
             s.request_done,
             s.worker_stats_wildcard,  # the emergency ladder watches pools' load
+            s.plan,  # ... and re-steers only to pools the plan gives the request's class
         )
         responds = True
     elif role == "router":

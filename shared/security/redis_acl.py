@@ -14,6 +14,8 @@ Derived from the key table of ``docs/protocol.md`` and the services' calls:
 | others | none | connection only |
 
 (*) the store-new script: EVALSHA, EVAL, SCRIPT LOAD/EXISTS, with SET and HSET inside.
+The scheduler also GETs ``plan`` (read only): its emergency ladder re-steers by the plan's
+classes.
 Every user may PING (health checks) and HELLO; the ``default`` user is switched off, so an
 unauthenticated connection can do nothing. Redis checks commands run inside a script against
 the caller's ACL too, so the scheduler's script gains no rights the scheduler lacks.
@@ -59,8 +61,9 @@ def acl_rules(keys: Keys, identity: Identity) -> str:
     if role == "scheduler":
         key_rules, commands = _grant(
             [keys.queued, keys.dispatched, keys.seen("*")],
-            ["hgetall", "hset", "hdel", "set", *_SCRIPT, *_TRANSACTION],
+            ["hgetall", "hset", "hdel", "set", "get", *_SCRIPT, *_TRANSACTION],
         )
+        key_rules.append(f"%R~{keys.plan}")  # the ladder's re-steer follows the plan's classes
     elif role == "router":
         key_rules, commands = _grant([keys.dispatched], ["hset"])
     elif role == "worker":

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from services.scheduler.emergency import (
+    EmergencyAction,
     EmergencyConfig,
     EmergencyState,
     InstanceView,
@@ -104,3 +107,35 @@ def test_ladder_recovers_after_a_calm_period() -> None:
     state, actions = step(state, _view(15.0, []), CONFIG)
     assert state.rung is Rung.NORMAL
     assert actions == [ReleaseOverrides("i0")]
+
+
+def test_resteer_honours_the_plans_class_groups() -> None:
+    """Test that a class goes only to a target whose plan lists it (or lists no classes)."""
+    short = WaitingView(
+        request_id="s", arrival_s=0.0, deadline_s=10.0, remaining_s=9.8, request_class="SS"
+    )
+    long_pool = SteerTarget(
+        instance_id="long",
+        pool_id="p0",  # same pool and shortest wait: today's first choice
+        free_slots=5,
+        expected_wait_s=0.0,
+        classes=frozenset({"LS", "LL"}),
+    )
+    short_pool = SteerTarget(
+        instance_id="short",
+        pool_id="p1",
+        free_slots=5,
+        expected_wait_s=0.05,
+        classes=frozenset({"SS", "SL"}),
+    )
+    open_pool = SteerTarget(instance_id="open", pool_id="p2", free_slots=5, expected_wait_s=0.06)
+    dwelt = EmergencyState(rung=Rung.MAX_CLOCK, rung_since_s=-2.0)
+
+    def moved(targets: list[SteerTarget], request: WaitingView = short) -> list[EmergencyAction]:
+        return step(dwelt, _view(0.1, [request], targets), CONFIG)[1]
+
+    assert moved([long_pool]) == []  # excluded group: stays (and may be shed later)
+    assert moved([long_pool, short_pool]) == [ResteerRequest("s", "i0", "short")]
+    assert moved([long_pool, open_pool]) == [ResteerRequest("s", "i0", "open")]
+    unrestricted = replace(short, request_class=None)  # no plan (or a class routed by *)
+    assert moved([long_pool, short_pool], unrestricted) == [ResteerRequest("s", "i0", "long")]

@@ -45,7 +45,12 @@ def test_a_worker_writes_only_its_own_heartbeat() -> None:
 
 def test_the_scheduler_gets_its_hashes_dedup_keys_and_script_commands() -> None:
     """Test the scheduler's keys and that its Lua script's inner commands are granted."""
-    assert _keys("scheduler") == {f"~{K.queued}", f"~{K.dispatched}", f"~{K.seen('*')}"}
+    assert _keys("scheduler") == {
+        f"~{K.queued}",
+        f"~{K.dispatched}",
+        f"~{K.seen('*')}",
+        f"%R~{K.plan}",
+    }
     assert {"hgetall", "hset", "hdel", "set", "evalsha", "script|load", "multi", "exec"} <= (
         _commands("scheduler")
     )
