@@ -14,6 +14,7 @@ import logging
 import time
 from typing import Protocol
 
+import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -35,7 +36,7 @@ from proto.messages import (
 )
 from services.router.placement import Candidate, make_placer
 from services.router.registry import WorkerRegistry
-from shared.bus import request, tracing_active
+from shared.bus import HOPS_KEY, add_hops, request, tracing_active
 from shared.counters import DECISIONS, ERRORS
 from shared.lifecycle import ServiceContext
 from shared.loops import MAX_BACKOFF_S, sleep_or_stop
@@ -225,6 +226,7 @@ class RouterShell:
         pulled, queued = await self._scheduler.pull(pool_id, slots)
         if not pulled:
             return queued > 0
+        pulled_at = time.time()
         by_id = {r.request.request_id: r for r in pulled}
         candidates = [
             Candidate(
@@ -238,6 +240,14 @@ class RouterShell:
         pairs = placer.place(candidates, loads)
         DECISIONS.labels(placer.name, pool_id).inc(len(pairs))
         placed_ids = {rid for rid, _ in pairs}
+        # --- opt-in hop stamps (bench --hops): pulled, dispatch sent ---
+        if any(HOPS_KEY in r.trace for r in pulled):
+            now = time.time()
+            for rid, r in by_id.items():
+                if HOPS_KEY in r.trace:
+                    stamped = add_hops(r.trace, pull=pulled_at, dispatch=now)
+                    by_id[rid] = msgspec.structs.replace(r, trace=stamped)
+        # --- end hop stamps ---
         results = await self.dispatch_all([(by_id[rid], wid) for rid, wid in pairs], now_model)
         unplaced = [r for rid, r in by_id.items() if rid not in placed_ids]
         unplaced += [
