@@ -102,6 +102,8 @@ HOPS = (
     ("ingress", "pub", "fetch"),
     ("classify", "fetch", "submit"),
     ("queue", "submit", "pull"),
+    ("store", "submit", "stored"),
+    ("wake", "stored", "pull"),
     ("place", "pull", "dispatch"),
     ("dispatch", "dispatch", "accepted"),
     ("worker", "accepted", "done"),
@@ -110,8 +112,10 @@ HOPS = (
 """(gap, from stamp, to stamp). ``ack``: JetStream publish → its ack at the client (beside
 the path, not on it); ``ingress``: publish → the classifier's fetch returned the message;
 ``classify``: classify and validate; ``queue``: hand-off to the scheduler (Redis), its ready
-signal and the router's pull; ``place``: placement; ``dispatch``: router → worker (NATS);
-``worker``: backend and completion publish; ``reply``: completion → client (NATS)."""
+signal and the router's pull, split (co-located path only) into ``store`` (the Redis
+write, submit → stored) and ``wake`` (stored → the router's pull); ``place``: placement;
+``dispatch``: router → worker (NATS); ``worker``: backend and completion publish;
+``reply``: completion → client (NATS)."""
 
 
 def hop_breakdown(records: list[ClientRecord]) -> dict[str, Any] | None:

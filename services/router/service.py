@@ -164,9 +164,17 @@ class RouterShell:
             logger.warning("%d requests orphaned by silent workers; re-queueing", len(orphans))
             await self._scheduler.requeue([o.request for o in orphans])
         for pool_id in self.registry.pools() & self._ready:
-            more = await self._place_pool(pool_id)
-            if not more:
-                self._ready.discard(pool_id)
+            # Clear the mark before pulling, not after: a request the scheduler readies while
+            # this round awaits its dispatches marks the pool again and is placed next round.
+            # Clearing afterwards erased that mark, and such a request waited for the next
+            # arrival or the scheduler's ready reminder (20-50 ms; docs/performance.md).
+            self._ready.discard(pool_id)
+            more = True  # a failed round keeps the mark: the next round retries the pool
+            try:
+                more = await self._place_pool(pool_id)
+            finally:
+                if more:
+                    self._ready.add(pool_id)
 
     async def run(self) -> None:
         """Placement and recording until ``ctx.stop``."""
