@@ -24,6 +24,7 @@ from loadgen.traces import TraceRequest
 from proto.codec import DecodeError, decode_any, encode
 from proto.messages import Completion, ErrorReply, Request, TokenChunk, WorkerStats
 from proto.subjects import Subjects
+from shared.bus import HOPS_HEADER, parse_hops
 from shared.security.client_ids import instance_token, pick_client_id
 from shared.telemetry import inject_headers
 
@@ -45,6 +46,8 @@ class ClientRecord:
     duplicate_endings: int = 0
     ended_at: float = 0.0
     """Wall time the completion or error reached the client."""
+    hops: dict[str, float] = field(default_factory=dict)
+    """With ``hops``: wall stamps by hop (``pub``, ``ack``, ``fetch`` … ``done``, ``recv``)."""
 
     @property
     def ended(self) -> bool:
@@ -82,6 +85,7 @@ async def replay(
     settle_timeout_s: float = 30.0,
     on_progress: Callable[[int, int], None] | None = None,
     client_id: str | None = None,
+    hops: bool = False,
 ) -> ReplayResult:
     """Publish ``trace`` in (sped-up) real time and wait until every request ends or settles.
 
@@ -96,6 +100,8 @@ async def replay(
         on_progress: called with (ended, total) as requests end.
         client_id: the client id to publish and read as; default: the user the connection
             authenticated as (its bound id on a secured stack), else a random ``lg-`` id.
+        hops: ask every hop for a wall stamp (:data:`shared.bus.HOPS_HEADER`); they land
+            in :attr:`ClientRecord.hops`.
     """
     js = nc.jetstream()
     client_id = pick_client_id(nc, client_id, "lg")
@@ -127,6 +133,9 @@ async def replay(
             record.ended_at = time.time()
             if isinstance(message, Completion):
                 record.completion = message
+                if hops and msg.headers and HOPS_HEADER in msg.headers:
+                    record.hops.update(parse_hops(msg.headers[HOPS_HEADER]))
+                    record.hops["recv"] = record.ended_at
             else:
                 record.error = message
             ended += 1
@@ -161,7 +170,12 @@ async def replay(
             client_id=client_id,
         )
         headers = inject_headers({"Nats-Msg-Id": record.request_id, REPLY_HEADER: reply})
+        if hops:
+            headers[HOPS_HEADER] = "1"
         await js.publish(subjects.ingress_client(client_id), encode(req), headers=headers)
+        if hops:
+            record.hops["pub"] = record.sent_at
+            record.hops["ack"] = time.time()
 
     try:
         for record in records:

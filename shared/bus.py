@@ -35,8 +35,12 @@ from shared.security.secrets import read_secret
 from shared.telemetry import inject_headers, span_from_headers
 
 __all__ = [
+    "HOPS_HEADER",
+    "HOPS_KEY",
+    "add_hops",
     "connect_nats",
     "ensure_ingress_stream",
+    "parse_hops",
     "publish",
     "request",
     "serve",
@@ -51,7 +55,34 @@ JS_SUBJECTS_OVERLAP = 10065
 TRACEPARENT = "traceparent"
 """W3C trace-context header: a message that carries it continues a trace."""
 
+HOPS_HEADER = "Gs-Hops"
+"""Opt-in per-hop timing (``greenserve bench control-plane --hops``): a request published
+with this header collects ``name=wall seconds`` stamps at each hop. It rides the ingress
+message's headers, then :data:`HOPS_KEY` in ``ClassifiedRequest.trace`` through the queue,
+and the completion's headers back to the client. Absent, no hop looks at the clock."""
+HOPS_KEY = "gs-hops"
+"""The stamps' key in ``ClassifiedRequest.trace`` (not ``traceparent``: no span starts)."""
+
 In = TypeVar("In", bound=msgspec.Struct)
+
+
+def add_hops(carrier: Mapping[str, str], **stamps: float) -> dict[str, str]:
+    """``carrier`` (a ``ClassifiedRequest.trace``) with ``stamps`` appended to its hops."""
+    added = ",".join(f"{name}={at:.6f}" for name, at in stamps.items())
+    before = carrier.get(HOPS_KEY, "")
+    return {**carrier, HOPS_KEY: f"{before},{added}" if before else added}
+
+
+def parse_hops(value: str) -> dict[str, float]:
+    """Stamps by hop name; a hop passed twice (a requeued request) keeps its last stamp."""
+    stamps: dict[str, float] = {}
+    for item in value.split(","):
+        name, _, at = item.partition("=")
+        with contextlib.suppress(ValueError):
+            stamps[name] = float(at)
+    return stamps
+
+
 Out = TypeVar("Out", bound=msgspec.Struct)
 
 

@@ -26,14 +26,23 @@ import numpy as np
 
 from greenserve.local import LocalStack, start_local_stack
 from greenserve.stack import StackSpec
-from loadgen.replay import replay
+from loadgen.replay import ClientRecord, replay
 from loadgen.traces import synthetic_trace
 from proto.subjects import Subjects
 from shared.bus import connect_nats
 from shared.config import NatsSettings
 from shared.lifecycle import event_loop_factory
 
-__all__ = ["HELP", "NAME", "REQUEST_PATHS", "add_arguments", "run", "wait_quiet"]
+__all__ = [
+    "HELP",
+    "HOPS",
+    "NAME",
+    "REQUEST_PATHS",
+    "add_arguments",
+    "hop_breakdown",
+    "run",
+    "wait_quiet",
+]
 
 NAME = "control-plane"
 HELP = "sustained req/s and p99 added latency of the control plane with instant workers"
@@ -59,6 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "or both alternately for an A/B comparison",
     )
     parser.add_argument("--repeat", type=int, default=1, help="runs per request path")
+    parser.add_argument(
+        "--hops",
+        action="store_true",
+        help="stamp every request at each hop and report per-hop p50/p99 (key 'hops')",
+    )
 
 
 def _cpu_s(pids: list[int]) -> float:
@@ -83,7 +97,53 @@ def wait_quiet(pids: list[int], timeout_s: float = 90.0) -> float:
             return idle
 
 
-async def _step(stack: LocalStack, rate: float, step_s: float, seed: int) -> dict[str, Any]:
+HOPS = (
+    ("ack", "pub", "ack"),
+    ("ingress", "pub", "fetch"),
+    ("classify", "fetch", "submit"),
+    ("queue", "submit", "pull"),
+    ("store", "submit", "stored"),
+    ("wake", "stored", "pull"),
+    ("place", "pull", "dispatch"),
+    ("dispatch", "dispatch", "accepted"),
+    ("worker", "accepted", "done"),
+    ("reply", "done", "recv"),
+)
+"""(gap, from stamp, to stamp). ``ack``: JetStream publish → its ack at the client (beside
+the path, not on it); ``ingress``: publish → the classifier's fetch returned the message;
+``classify``: classify and validate; ``queue``: hand-off to the scheduler (Redis), its ready
+signal and the router's pull, split (co-located path only) into ``store`` (the Redis
+write, submit → stored) and ``wake`` (stored → the router's pull); ``place``: placement;
+``dispatch``: router → worker (NATS); ``worker``: backend and completion publish;
+``reply``: completion → client (NATS)."""
+
+
+def hop_breakdown(records: list[ClientRecord]) -> dict[str, Any] | None:
+    """Per-hop p50/p99 (ms) of stamped requests, and the mean gaps of the slowest 1 %."""
+    stamped = [r for r in records if r.completion is not None and "recv" in r.hops]
+    if not stamped:
+        return None
+    for r in stamped:
+        r.hops["accepted"] = r.completion.accepted_at if r.completion else 0.0
+    gaps = {
+        name: np.array([(r.hops[b] - r.hops[a]) * 1000.0 for r in stamped]) for name, a, b in HOPS
+    }
+    total = np.array([(r.hops["recv"] - r.hops["pub"]) * 1000.0 for r in stamped])
+    slow = total >= np.percentile(total, 99)
+    return {
+        "requests": len(stamped),
+        "p50_ms": {k: float(np.percentile(v, 50)) for k, v in gaps.items()},
+        "p99_ms": {k: float(np.percentile(v, 99)) for k, v in gaps.items()},
+        "max_ms": {k: float(v.max()) for k, v in gaps.items()},
+        # Where the slowest 1 % spent their time: the hop that holds them.
+        "slowest_1pct_mean_ms": {k: float(v[slow].mean()) for k, v in gaps.items()},
+        "slowest_1pct_total_ms": float(total[slow].mean()),
+    }
+
+
+async def _step(
+    stack: LocalStack, rate: float, step_s: float, seed: int, hops: bool = False
+) -> dict[str, Any]:
     trace = synthetic_trace(
         rate_rps=rate, duration_s=step_s, seed=seed, mean_prompt_tokens=200, mean_output_tokens=16
     )
@@ -98,6 +158,7 @@ async def _step(stack: LocalStack, rate: float, step_s: float, seed: int) -> dic
             model="llama-3-8b",
             speedup=1.0,
             settle_timeout_s=10,
+            hops=hops,
         )
     finally:
         await nc.close()
@@ -108,7 +169,7 @@ async def _step(stack: LocalStack, rate: float, step_s: float, seed: int) -> dic
         [(r.completion.accepted_at - r.sent_at) * 1000.0 for r in done if r.completion]
     )
     span = max(r.ended_at for r in done) - min(r.sent_at for r in done) if done else 1.0
-    return {
+    step: dict[str, Any] = {
         "offered_rps": len(trace) / step_s,
         "achieved_rps": len(done) / max(span, 1e-9),
         "requests": len(trace),
@@ -121,6 +182,9 @@ async def _step(stack: LocalStack, rate: float, step_s: float, seed: int) -> dic
         "cpu_ms_per_request": 1000.0 * (_cpu_s(pids) - cpu0) / max(len(done), 1),
         "loadgen_cpu_cores": (time.process_time() - own0) / wall,
     }
+    if hops:
+        step["hops"] = hop_breakdown(result.records)
+    return step
 
 
 REQUEST_PATHS = ("colocated", "separate")
@@ -139,7 +203,9 @@ def _spec(workers: int, request_path: str) -> StackSpec:
     )
 
 
-def _sweep(spec: StackSpec, rates: list[float], step_s: float) -> dict[str, Any]:
+def _sweep(
+    spec: StackSpec, rates: list[float], step_s: float, hops: bool = False
+) -> dict[str, Any]:
     """One fresh stack, the load steps up; the best step that sustained its rate."""
     steps: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gs-cp-") as folder:
@@ -151,7 +217,7 @@ def _sweep(spec: StackSpec, rates: list[float], step_s: float) -> dict[str, Any]
             print(f"  stack settled (idle CPU {idle:.2f} cores)", file=sys.stderr, flush=True)
             for i, rate in enumerate(rates):
                 with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-                    result = runner.run(_step(stack, rate, step_s, seed=i))
+                    result = runner.run(_step(stack, rate, step_s, seed=i, hops=hops))
                 print(f"  {rate:g} req/s: {result}", file=sys.stderr, flush=True)
                 steps.append(result)
                 if (
@@ -190,7 +256,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for repeat in range(args.repeat):
         for path in paths:
             print(f"request path {path}, run {repeat + 1}", file=sys.stderr, flush=True)
-            runs[path].append(_sweep(_spec(args.workers, path), rates, args.step_s))
+            runs[path].append(_sweep(_spec(args.workers, path), rates, args.step_s, args.hops))
     primary = sorted(
         runs[paths[0]], key=lambda r: (r["sustained_rps"], -(r["p99_added_ms"] or 1e9))
     )[(args.repeat - 1) // 2]

@@ -36,7 +36,7 @@ from services.classifier.ingress_identity import (
     widen_legacy_consumer,
 )
 from services.classifier.pipeline import ClassifierCore
-from shared.bus import ensure_ingress_stream, request, tracing_active
+from shared.bus import HOPS_HEADER, add_hops, ensure_ingress_stream, request, tracing_active
 from shared.counters import ERRORS, MESSAGES, REQUESTS
 from shared.errors import RequestRejectedError
 from shared.lifecycle import ServiceContext
@@ -171,9 +171,9 @@ async def consume(
     slots = asyncio.Semaphore(MAX_BATCHES_IN_FLIGHT)
     handling: set[asyncio.Task[None]] = set()
 
-    async def handle(msgs: list[Msg]) -> None:
+    async def handle(msgs: list[Msg], fetched_at: float) -> None:
         try:
-            await _handle_batch(ctx, core, msgs, submit, tracer)
+            await _handle_batch(ctx, core, msgs, submit, tracer, fetched_at)
         except Exception as exc:  # batch boundary: unacked messages are redelivered
             # An ack lost in an outage is harmless: JetStream redelivers, the scheduler dedups.
             ERRORS.labels(NAME, "handle").inc()
@@ -202,7 +202,7 @@ async def consume(
                 await sleep_or_stop(ctx.stop, min(MAX_BACKOFF_S, 0.1 * 2**failures))
                 continue
             failures = 0
-            task = asyncio.create_task(handle(msgs))
+            task = asyncio.create_task(handle(msgs, time.time()))
             handling.add(task)
             task.add_done_callback(handling.discard)
     finally:
@@ -287,6 +287,7 @@ async def _handle_batch(
     msgs: list[Msg],
     submit: Submit,
     tracer: trace.Tracer,
+    fetched_at: float = 0.0,
 ) -> None:
     """Classify a fetch batch, hand it to the scheduler in one request, then ack or nak."""
     ready: list[tuple[Msg, ClassifiedRequest]] = []
@@ -296,6 +297,19 @@ async def _handle_batch(
             ready.append((msg, classified))
     if not ready:
         return
+    # --- opt-in hop stamps (bench --hops): fetch returned, hand-off starts ---
+    if any(msg.headers and HOPS_HEADER in msg.headers for msg, _ in ready):
+        now = time.time()
+        ready = [
+            (msg, c)
+            if not (msg.headers and HOPS_HEADER in msg.headers)
+            else (
+                msg,
+                msgspec.structs.replace(c, trace=add_hops(c.trace, fetch=fetched_at, submit=now)),
+            )
+            for msg, c in ready
+        ]
+    # --- end hop stamps ---
     try:
         reply = await submit([c for _, c in ready])
     except HANDOFF_ERRORS as exc:

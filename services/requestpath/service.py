@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -40,6 +41,7 @@ from proto.messages import ClassifiedRequest, Completion, SubmitBatchReply
 from services.classifier import service as classifier
 from services.router.service import RouterShell
 from services.scheduler.service import SchedulerShell
+from shared.bus import HOPS_KEY
 from shared.lifecycle import ServiceContext
 from shared.plan_watch import watch_plan
 
@@ -99,7 +101,14 @@ async def serve(ctx: ServiceContext) -> None:
             router.ended(rid)
 
     async def submit(requests: list[ClassifiedRequest]) -> SubmitBatchReply:
-        return await scheduler.submit(requests)
+        reply = await scheduler.submit(requests)
+        # --- opt-in hop stamps (bench --hops): stored in Redis. The queued request shares
+        # this ``trace`` dict, and the router cannot pull before this task yields. ---
+        for req in requests:
+            if HOPS_KEY in req.trace:
+                req.trace[HOPS_KEY] += f",stored={time.time():.6f}"
+        # --- end hop stamps ---
+        return reply
 
     subs: list[Subscription] = [
         await watch_plan(ctx, classifier.plan_follower(core)),

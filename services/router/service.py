@@ -14,6 +14,7 @@ import logging
 import time
 from typing import Protocol
 
+import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -35,7 +36,7 @@ from proto.messages import (
 )
 from services.router.placement import Candidate, make_placer
 from services.router.registry import WorkerRegistry
-from shared.bus import request, tracing_active
+from shared.bus import HOPS_KEY, add_hops, request, tracing_active
 from shared.counters import DECISIONS, ERRORS
 from shared.lifecycle import ServiceContext
 from shared.loops import MAX_BACKOFF_S, sleep_or_stop
@@ -163,9 +164,17 @@ class RouterShell:
             logger.warning("%d requests orphaned by silent workers; re-queueing", len(orphans))
             await self._scheduler.requeue([o.request for o in orphans])
         for pool_id in self.registry.pools() & self._ready:
-            more = await self._place_pool(pool_id)
-            if not more:
-                self._ready.discard(pool_id)
+            # Clear the mark before pulling, not after: a request the scheduler readies while
+            # this round awaits its dispatches marks the pool again and is placed next round.
+            # Clearing afterwards erased that mark, and such a request waited for the next
+            # arrival or the scheduler's ready reminder (20-50 ms; docs/performance.md).
+            self._ready.discard(pool_id)
+            more = True  # a failed round keeps the mark: the next round retries the pool
+            try:
+                more = await self._place_pool(pool_id)
+            finally:
+                if more:
+                    self._ready.add(pool_id)
 
     async def run(self) -> None:
         """Placement and recording until ``ctx.stop``."""
@@ -225,6 +234,7 @@ class RouterShell:
         pulled, queued = await self._scheduler.pull(pool_id, slots)
         if not pulled:
             return queued > 0
+        pulled_at = time.time()
         by_id = {r.request.request_id: r for r in pulled}
         candidates = [
             Candidate(
@@ -238,6 +248,14 @@ class RouterShell:
         pairs = placer.place(candidates, loads)
         DECISIONS.labels(placer.name, pool_id).inc(len(pairs))
         placed_ids = {rid for rid, _ in pairs}
+        # --- opt-in hop stamps (bench --hops): pulled, dispatch sent ---
+        if any(HOPS_KEY in r.trace for r in pulled):
+            now = time.time()
+            for rid, r in by_id.items():
+                if HOPS_KEY in r.trace:
+                    stamped = add_hops(r.trace, pull=pulled_at, dispatch=now)
+                    by_id[rid] = msgspec.structs.replace(r, trace=stamped)
+        # --- end hop stamps ---
         results = await self.dispatch_all([(by_id[rid], wid) for rid, wid in pairs], now_model)
         unplaced = [r for rid, r in by_id.items() if rid not in placed_ids]
         unplaced += [

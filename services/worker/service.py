@@ -43,7 +43,7 @@ from services.worker.backend import BackendRefusalError, OutputBatch, WorkerBack
 from services.worker.factory import build_backend
 from services.worker.state_publisher import PREDICTIVE_MODE, publish_states
 from services.worker.streams import StreamBook
-from shared.bus import request
+from shared.bus import HOPS_HEADER, HOPS_KEY, request
 from shared.bus import serve as serve_subject
 from shared.counters import GPU_CLOCK_MHZ, GPU_ENERGY_J, GPU_POWER_W, REQUEST_LATENCY_S
 from shared.lifecycle import ServiceContext
@@ -77,6 +77,8 @@ class WorkerShim:
         self._tokens_out = 0
         self._gate = AdmissionGate(enabled=self._cfg.admission, hold_s=self._cfg.admission_hold_s)
         self._trace_parents: dict[str, otel_context.Context] = {}
+        self._hops: dict[str, str] = {}
+        """Hop stamps of requests in flight that asked for them (bench ``--hops``)."""
 
     @property
     def backend(self) -> WorkerBackend:
@@ -130,6 +132,10 @@ class WorkerShim:
             )
             return reply
         self._book.open(req, now)
+        # --- opt-in hop stamps (bench --hops): echoed on the completion ---
+        if HOPS_KEY in req.trace:
+            self._hops[rid] = req.trace[HOPS_KEY]
+        # --- end hop stamps ---
         self._gate.opened(req)
         # The generate span is recorded at completion, as a child of this dispatch span.
         self._trace_parents[rid] = otel_context.get_current()
@@ -193,7 +199,11 @@ class WorkerShim:
         for subject, done in completions:
             self._record_completion(done)
             payload = encode(done)
-            await nc.publish(subject, payload)
+            # --- opt-in hop stamps: the client reads them from the completion's headers ---
+            hops = self._hops.pop(done.request_id, None) if self._hops else None
+            headers = {HOPS_HEADER: f"{hops},done={time.time():.6f}"} if hops else None
+            # --- end hop stamps ---
+            await nc.publish(subject, payload, headers=headers)
             await nc.publish(self._ctx.subjects.request_done, payload)
         if not len(self._book):
             self._emptied.set()
@@ -202,6 +212,7 @@ class WorkerShim:
         """End an accepted request with a final error (the backend could not serve it)."""
         stream = self._book.drop(request_id)
         self._trace_parents.pop(request_id, None)
+        self._hops.pop(request_id, None)
         self._gate.observe((), (request_id,))
         if stream is not None:
             await reply_error(
