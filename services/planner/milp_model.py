@@ -167,18 +167,7 @@ def _add_single_clock(
         region, c = key
         pool = (region, c.partition, c.request_class, c.gpu_type, c.tensor_parallel)
         pools[pool][c.clock_mhz].append(key)
-    counter = 0
-    for by_clock in pools.values():
-        if len(by_clock) < 2:
-            continue
-        chosen = []
-        for keys in by_clock.values():
-            y = pulp.LpVariable(f"y{counter}", cat=pulp.LpBinary)
-            counter += 1
-            chosen.append(y)
-            for key in keys:
-                lp += x[key] <= bounds[key] * y
-        lp += pulp.lpSum(chosen) <= 1
+    _at_most_one_set(lp, [list(by.values()) for by in pools.values()], x, bounds, "y")
 
 
 def _add_class_groups(
@@ -196,17 +185,31 @@ def _add_class_groups(
         group = problem.class_groups.get(config.request_class)
         if group is not None:
             pools[(region, config.gpu_type)][group].append(key)
+    _at_most_one_set(lp, [list(by.values()) for by in pools.values()], x, bounds, "g")
+
+
+def _at_most_one_set(
+    lp: pulp.LpProblem,
+    pools: list[list[list[XKey]]],
+    x: dict[XKey, pulp.LpVariable],
+    bounds: dict[XKey, int],
+    prefix: str,
+) -> None:
+    """Per pool, let at most one of its key sets be non-zero: a binary per set, ``x ≤ bound·b``.
+
+    Shared by the single-clock rule (sets = clocks) and the class groups (sets = groups).
+    """
     counter = 0
-    for by_group in pools.values():
-        if len(by_group) < 2:
+    for sets in pools:
+        if len(sets) < 2:
             continue
         chosen = []
-        for keys in by_group.values():
-            z = pulp.LpVariable(f"g{counter}", cat=pulp.LpBinary)
+        for keys in sets:
+            b = pulp.LpVariable(f"{prefix}{counter}", cat=pulp.LpBinary)
             counter += 1
-            chosen.append(z)
+            chosen.append(b)
             for key in keys:
-                lp += x[key] <= bounds[key] * z
+                lp += x[key] <= bounds[key] * b
         lp += pulp.lpSum(chosen) <= 1
 
 
