@@ -13,7 +13,7 @@ import msgspec
 
 from proto import messages
 
-__all__ = ["DecodeError", "decode", "decode_any", "encode"]
+__all__ = ["DecodeError", "decode", "decode_any", "encode", "request_endings"]
 
 T = TypeVar("T", bound=msgspec.Struct)
 
@@ -62,3 +62,21 @@ def decode_any(data: bytes) -> msgspec.Struct:
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
         raise DecodeError(f"invalid message: {exc}") from exc
     return result
+
+
+def request_endings(data: bytes) -> list[msgspec.Struct]:
+    """Decode a ``request.done`` event: the Completions and ErrorReplies it reports.
+
+    The event is one :class:`~proto.messages.Completion`, one
+    :class:`~proto.messages.ErrorReply`, or a :class:`~proto.messages.CompletionBatch`;
+    any other kind reports nothing.
+
+    Raises:
+        DecodeError: when ``data`` is not a valid message.
+    """
+    message = decode_any(data)
+    if isinstance(message, messages.CompletionBatch):
+        return list(message.completions)
+    if isinstance(message, messages.Completion | messages.ErrorReply):
+        return [message]
+    return []

@@ -24,6 +24,7 @@ __all__ = [
     "ClockOverride",
     "ClockReply",
     "Completion",
+    "CompletionBatch",
     "DispatchBatch",
     "DispatchBatchReply",
     "DispatchReply",
@@ -215,6 +216,16 @@ class Completion(_Message, tag="gs.v1.completion", frozen=True, kw_only=True):
     predicted_output_tokens: NonNegInt = 0
     lat_s: NonNeg = 0.0
     """No-queue latency estimate the deadline was based on (violation window 5·Lat)."""
+
+
+class CompletionBatch(_Message, tag="gs.v1.completion_batch", frozen=True, kw_only=True):
+    """Completions one worker iteration produced together, as one ``request.done`` event.
+
+    Each client still gets its own :class:`Completion`; the bookkeeping subscribers get one
+    message per iteration instead of one per request.
+    """
+
+    completions: Annotated[list[Completion], Meta(min_length=1, max_length=4096)]
 
 
 class ErrorReply(_Message, tag="gs.v1.error", frozen=True, kw_only=True):

@@ -152,7 +152,7 @@ class Subjects:
 
     @property
     def request_done(self) -> str:
-        """Event: a request ended (Completion or ErrorReply), for bookkeeping services."""
+        """Event: a request ended (Completion, ErrorReply or CompletionBatch), for bookkeeping."""
         return f"{self._base}.request.done"
 
     def client_reply(self, client_id: str, request_id: str) -> str:

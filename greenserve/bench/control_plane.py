@@ -113,8 +113,9 @@ HOPS = (
 the path, not on it); ``ingress``: publish → the classifier's fetch returned the message;
 ``classify``: classify and validate; ``queue``: hand-off to the scheduler (Redis), its ready
 signal and the router's pull, split (co-located path only) into ``store`` (the Redis
-write, submit → stored) and ``wake`` (stored → the router's pull); ``place``: placement;
-``dispatch``: router → worker (NATS); ``worker``: backend and completion publish;
+write, submit → stored) and ``wake`` (stored → the router's pull); ``place``: placement
+and any wait for the worker's previous batch in flight; ``dispatch``: router → worker
+(NATS); ``worker``: backend and completion publish;
 ``reply``: completion → client (NATS)."""
 
 

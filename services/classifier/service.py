@@ -20,7 +20,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from opentelemetry import trace
 from redis.exceptions import RedisError
 
-from proto.codec import DecodeError, decode, encode
+from proto.codec import DecodeError, decode, encode, request_endings
 from proto.messages import (
     ClassifiedRequest,
     Completion,
@@ -134,8 +134,9 @@ async def serve(ctx: ServiceContext) -> None:
 
     async def on_done(msg: Msg) -> None:
         with contextlib.suppress(DecodeError):
-            done = decode(msg.data, Completion)
-            core.observe(done.input_tokens, done.output_tokens)
+            for done in request_endings(msg.data):
+                if isinstance(done, Completion):
+                    core.observe(done.input_tokens, done.output_tokens)
 
     subs.append(await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done))
     try:

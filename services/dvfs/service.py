@@ -33,7 +33,7 @@ from collections.abc import Callable
 import nats.errors
 from nats.aio.msg import Msg
 
-from proto.codec import DecodeError, decode, decode_any, encode
+from proto.codec import DecodeError, decode, encode, request_endings
 from proto.messages import (
     ClockCommand,
     ClockReply,
@@ -180,9 +180,9 @@ async def serve(ctx: ServiceContext) -> None:
 
     async def on_done(msg: Msg) -> None:
         with contextlib.suppress(DecodeError):
-            done = decode_any(msg.data)
-            if isinstance(done, Completion) and done.worker_id in latest:
-                collector.add(done)
+            for done in request_endings(msg.data):
+                if isinstance(done, Completion) and done.worker_id in latest:
+                    collector.add(done)
 
     async def on_state(msg: Msg) -> None:
         with contextlib.suppress(DecodeError):

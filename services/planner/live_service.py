@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from nats.aio.msg import Msg
 
-from proto.codec import DecodeError, decode, decode_any
+from proto.codec import DecodeError, decode, request_endings
 from proto.messages import Completion, Forecast, WorkerStats
 from proto.messages import Plan as WirePlan
 from services.classifier.classes import scheme_by_name
@@ -132,11 +132,13 @@ class LivePlanner:
     async def on_done(self, msg: Msg) -> None:
         """Count a completed request as an arrival at its send time (model time)."""
         with contextlib.suppress(DecodeError):
-            done = decode_any(msg.data)
-            if isinstance(done, Completion):
-                arrival = self._ctx.clock.model_at(done.sent_at)
-                latency = self._ctx.clock.model_at(done.finished_at) - arrival
-                self._demand.add(arrival, done.input_tokens, max(1, done.output_tokens), latency)
+            for done in request_endings(msg.data):
+                if isinstance(done, Completion):
+                    arrival = self._ctx.clock.model_at(done.sent_at)
+                    latency = self._ctx.clock.model_at(done.finished_at) - arrival
+                    self._demand.add(
+                        arrival, done.input_tokens, max(1, done.output_tokens), latency
+                    )
 
     async def on_ready(self, msg: Msg) -> None:
         """Note that the scheduler holds queued work for a pool."""

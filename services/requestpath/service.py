@@ -36,7 +36,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from opentelemetry import trace
 
-from proto.codec import DecodeError, decode_any
+from proto.codec import DecodeError, request_endings
 from proto.messages import ClassifiedRequest, Completion, SubmitBatchReply
 from services.classifier import service as classifier
 from services.router.service import RouterShell
@@ -90,15 +90,16 @@ async def serve(ctx: ServiceContext) -> None:
 
     async def on_done(msg: Msg) -> None:
         try:
-            ended = decode_any(msg.data)
+            endings = request_endings(msg.data)
         except DecodeError:
             return
-        if isinstance(ended, Completion):
-            core.observe(ended.input_tokens, ended.output_tokens)
-        rid = getattr(ended, "request_id", None)
-        if rid:
-            scheduler.ended(rid)
-            router.ended(rid)
+        for ended in endings:
+            if isinstance(ended, Completion):
+                core.observe(ended.input_tokens, ended.output_tokens)
+            rid = getattr(ended, "request_id", None)
+            if rid:
+                scheduler.ended(rid)
+                router.ended(rid)
 
     async def submit(requests: list[ClassifiedRequest]) -> SubmitBatchReply:
         reply = await scheduler.submit(requests)

@@ -22,6 +22,8 @@ class InFlight:
     request: ClassifiedRequest
     worker_id: str
     placed_model_s: float
+    confirmed: bool = False
+    """The worker accepted it (until then its dispatch is on the wire)."""
 
 
 @dataclass(slots=True)
@@ -51,7 +53,11 @@ class WorkerRegistry:
             worker.seen_wall_s = now_wall_s
 
     def placed(self, request: ClassifiedRequest, worker_id: str, now_model_s: float) -> bool:
-        """Record that a worker accepted a request; False if it has already ended."""
+        """Take a slot for a request placed on a worker; False if it has already ended.
+
+        The router calls this when it places, before the worker's answer, so a placement
+        round need not wait for dispatch replies; :meth:`release` undoes a refusal.
+        """
         rid = request.request.request_id
         if rid in self._ended_early:
             self._ended_early.discard(rid)
@@ -75,14 +81,38 @@ class WorkerRegistry:
                 worker.requests.discard(request_id)
         return flight
 
+    def confirm(self, request_id: str) -> bool:
+        """The worker accepted the request; False if it has ended (or was released) since."""
+        flight = self._inflight.get(request_id)
+        if flight is None:
+            return False
+        flight.confirmed = True
+        return True
+
+    def release(self, request_id: str) -> InFlight | None:
+        """Undo a placement its worker refused (or never answered); None if already gone.
+
+        Unlike :meth:`ended` this leaves no early-end mark: the request did not run.
+        """
+        flight = self._inflight.pop(request_id, None)
+        if flight is not None:
+            worker = self._workers.get(flight.worker_id)
+            if worker is not None:
+                worker.requests.discard(request_id)
+        return flight
+
     def expire(self, now_wall_s: float) -> list[InFlight]:
         """Drop workers silent for longer than the timeout; return their orphaned requests."""
         orphans: list[InFlight] = []
         for worker_id, worker in list(self._workers.items()):
             if now_wall_s - worker.seen_wall_s > self._timeout_s:
                 del self._workers[worker_id]
+                # A request whose dispatch is still on the wire is not orphaned here: its
+                # dispatch either times out (released and re-queued) or is accepted.
                 orphans.extend(
-                    self._inflight.pop(rid) for rid in worker.requests if rid in self._inflight
+                    self._inflight.pop(rid)
+                    for rid in worker.requests
+                    if rid in self._inflight and self._inflight[rid].confirmed
                 )
         return orphans
 

@@ -21,7 +21,7 @@ from nats.aio.subscription import Subscription
 from opentelemetry import trace
 from redis.exceptions import RedisError
 
-from proto.codec import DecodeError, decode, decode_any, encode
+from proto.codec import DecodeError, decode, encode, request_endings
 from proto.messages import (
     Assignment,
     ClassifiedRequest,
@@ -118,6 +118,10 @@ class RouterShell:
         self._record_wake = asyncio.Event()
         self._no_batch: set[str] = set()
         """Workers that do not serve dispatch batches (older versions)."""
+        self._outbox: dict[str, list[ClassifiedRequest]] = {}
+        """Placed requests waiting for their worker's batch in flight to be answered."""
+        self._senders: dict[str, asyncio.Task[None]] = {}
+        """One dispatch loop per worker with requests to send."""
 
     def mark_ready(self, pool_id: str) -> None:
         """The scheduler holds work for a pool."""
@@ -145,9 +149,10 @@ class RouterShell:
 
         async def on_done(msg: Msg) -> None:
             with contextlib.suppress(DecodeError):
-                rid = getattr(decode_any(msg.data), "request_id", None)
-                if rid:
-                    self.ended(rid)
+                for ended in request_endings(msg.data):
+                    rid = getattr(ended, "request_id", None)
+                    if rid:
+                        self.ended(rid)
 
         subs = [
             await ctx.nc.subscribe(ctx.subjects.worker_stats_wildcard, cb=on_stats),
@@ -181,6 +186,8 @@ class RouterShell:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._record_loop())
             await self._place_loop()
+            if self._senders:  # their accepted placements must still be recorded
+                await asyncio.gather(*self._senders.values(), return_exceptions=True)
             self._record_wake.set()
 
     async def _record_loop(self) -> None:
@@ -248,26 +255,78 @@ class RouterShell:
         pairs = placer.place(candidates, loads)
         DECISIONS.labels(placer.name, pool_id).inc(len(pairs))
         placed_ids = {rid for rid, _ in pairs}
-        # --- opt-in hop stamps (bench --hops): pulled, dispatch sent ---
+        # --- opt-in hop stamps (bench --hops): pulled ---
         if any(HOPS_KEY in r.trace for r in pulled):
-            now = time.time()
             for rid, r in by_id.items():
                 if HOPS_KEY in r.trace:
-                    stamped = add_hops(r.trace, pull=pulled_at, dispatch=now)
+                    stamped = add_hops(r.trace, pull=pulled_at)
                     by_id[rid] = msgspec.structs.replace(r, trace=stamped)
         # --- end hop stamps ---
-        results = await self.dispatch_all([(by_id[rid], wid) for rid, wid in pairs], now_model)
+        # Take the slots now, then hand the requests to their workers' senders: the next
+        # round can place while these dispatches are on the wire (a round no longer waits
+        # a worker round trip), and the loads it sees already count them.
+        for rid, wid in pairs:
+            registry.placed(by_id[rid], wid, now_model)
+            self._outbox.setdefault(wid, []).append(by_id[rid])
+            if wid not in self._senders:
+                task = asyncio.create_task(self._send_loop(wid))
+                self._senders[wid] = task
         unplaced = [r for rid, r in by_id.items() if rid not in placed_ids]
-        unplaced += [
-            by_id[rid] for (rid, _), held in zip(pairs, results, strict=True) if held is None
-        ]
-        for held in results:
-            if isinstance(held, Assignment):
-                self._unrecorded[held.request.request.request_id] = encode(held)
-                self._record_wake.set()
         if unplaced:
             await self._scheduler.requeue(unplaced)
         return queued > 0 or bool(unplaced)
+
+    async def _send_loop(self, worker_id: str) -> None:
+        """Dispatch a worker's placed requests, one batch in flight at a time.
+
+        Requests placed while a batch awaits its reply wait in the outbox and go together
+        next (batching grows with load by itself, so a busy router sends fewer, larger
+        batches, and an idle one sends each request at once). Accepted placements are
+        recorded; refused or unanswered ones are released and re-queued.
+        """
+        try:
+            while batch := self._outbox.pop(worker_id, None):
+                # --- opt-in hop stamps (bench --hops): dispatch sent (after any wait for
+                # this worker's previous batch, which counts as placement) ---
+                if any(HOPS_KEY in r.trace for r in batch):
+                    now = time.time()
+                    batch = [
+                        msgspec.structs.replace(r, trace=add_hops(r.trace, dispatch=now))
+                        if HOPS_KEY in r.trace
+                        else r
+                        for r in batch
+                    ]
+                # --- end hop stamps ---
+                placed = [(req, worker_id) for req in batch]
+                try:
+                    results = await self.dispatch_all(placed, self._ctx.clock.now())
+                except Exception:  # task boundary: the unanswered go back to the queue
+                    ERRORS.labels(NAME, "dispatch_failed").inc(len(placed))
+                    logger.exception("dispatching %d requests failed", len(placed))
+                    results = [None] * len(placed)
+                await self._settle_round(placed, results)
+        finally:
+            del self._senders[worker_id]
+
+    async def _settle_round(
+        self, placed: list[tuple[ClassifiedRequest, str]], results: list[Assignment | bool | None]
+    ) -> None:
+        """Record accepted placements; release and re-queue refused ones."""
+        refused: list[ClassifiedRequest] = []
+        for (req, _), held in zip(placed, results, strict=True):
+            if isinstance(held, Assignment):
+                self._unrecorded[req.request.request_id] = encode(held)
+                self._record_wake.set()
+            elif held is None and self.registry.release(req.request.request_id) is not None:
+                # Only a placement still held goes back (it was not expired and re-queued).
+                refused.append(req)
+        if refused:
+            try:
+                await self._scheduler.requeue(refused)
+            except Exception:  # the reaper re-queues them from Redis once they go stale
+                ERRORS.labels(NAME, "requeue").inc(len(refused))
+                logger.exception("re-queueing %d refused requests failed", len(refused))
+            self._wake.set()
 
     async def record(self, assignments: dict[str, bytes]) -> None:
         """Write the placed requests' Assignments (the record only serves recovery)."""
@@ -289,7 +348,8 @@ class RouterShell:
     async def dispatch_all(
         self, placed: list[tuple[ClassifiedRequest, str]], now_model: float
     ) -> list[Assignment | bool | None]:
-        """Dispatch a round's placements: one batch per worker where possible.
+        """Dispatch a round's placements (their slots already taken in the registry): one
+        batch per worker where possible.
 
         A batch saves a request/reply (two NATS messages, a reply future) per request. A
         traced request goes alone, so its dispatch span stays the parent of its worker's
@@ -401,7 +461,7 @@ class RouterShell:
         if not reply.accepted:
             logger.info("worker %s refused %s: %s", worker_id, req.request.request_id, reply.reason)
             return None
-        if not self.registry.placed(req, worker_id, now_model):
+        if not self.registry.confirm(req.request.request_id):
             return True  # it already finished; nothing left to record
         return Assignment(request=req, worker_id=worker_id, dispatched_at=reply.accepted_at)
 

@@ -19,7 +19,7 @@ from nats.aio.subscription import Subscription
 from opentelemetry import trace
 from redis.exceptions import RedisError
 
-from proto.codec import DecodeError, decode, decode_any, encode
+from proto.codec import DecodeError, decode, encode, request_endings
 from proto.messages import (
     Assignment,
     ClassifiedRequest,
@@ -343,9 +343,10 @@ async def serve(ctx: ServiceContext) -> None:
 
     async def on_done(msg: Msg) -> None:
         with contextlib.suppress(DecodeError):
-            rid = getattr(decode_any(msg.data), "request_id", None)
-            if rid:
-                shell.ended(rid)
+            for ended in request_endings(msg.data):
+                rid = getattr(ended, "request_id", None)
+                if rid:
+                    shell.ended(rid)
 
     subs = await shell.serve_subjects()
     subs.append(await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done))

@@ -40,18 +40,23 @@ class InstantBackend:
         self._sink = sink
 
     async def run(self) -> None:
-        """Finish pending requests in arrival order, each in one batch, until cancelled."""
+        """Finish every pending request in one batch (one "iteration"), until cancelled.
+
+        Requests that arrived together finish together, as those of one engine step do, so
+        the worker reports them in one ``request.done`` event.
+        """
         if self._sink is None:
             raise RuntimeError("InstantBackend.run called before start")
         while True:
             await self._work.wait()
             self._work.clear()
-            while self._pending:
-                rid, tokens = next(iter(self._pending.items()))
-                del self._pending[rid]
-                await self._sink.on_output(
-                    OutputBatch(emitted=(rid,) * tokens, finished=(rid,), at=time.time())
-                )
+            if not self._pending:
+                continue
+            pending, self._pending = self._pending, {}
+            emitted = tuple(rid for rid, tokens in pending.items() for _ in range(tokens))
+            await self._sink.on_output(
+                OutputBatch(emitted=emitted, finished=tuple(pending), at=time.time())
+            )
 
     def submit(self, request: ClassifiedRequest) -> None:
         """Queue a request; it will produce exactly ``max_tokens`` tokens."""

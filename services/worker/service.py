@@ -29,6 +29,7 @@ from proto.messages import (
     ClockCommand,
     ClockReply,
     Completion,
+    CompletionBatch,
     DispatchBatch,
     DispatchBatchReply,
     DispatchReply,
@@ -56,6 +57,9 @@ __all__ = ["NAME", "WorkerShim", "serve"]
 NAME = "worker"
 
 logger = logging.getLogger(__name__)
+
+DONE_BATCH_MAX = 4096
+"""Most completions in one ``request.done`` event (the message's own limit)."""
 
 
 class WorkerShim:
@@ -204,7 +208,15 @@ class WorkerShim:
             headers = {HOPS_HEADER: f"{hops},done={time.time():.6f}"} if hops else None
             # --- end hop stamps ---
             await nc.publish(subject, payload, headers=headers)
-            await nc.publish(self._ctx.subjects.request_done, payload)
+        if len(completions) == 1:
+            await nc.publish(self._ctx.subjects.request_done, encode(completions[0][1]))
+        elif completions:
+            # One event for the iteration: the bookkeeping subscribers (request path, dvfs
+            # agent, planner) decode one message instead of one per finished request.
+            for start in range(0, len(completions), DONE_BATCH_MAX):
+                part = completions[start : start + DONE_BATCH_MAX]
+                event = CompletionBatch(completions=[done for _, done in part])
+                await nc.publish(self._ctx.subjects.request_done, encode(event))
         if not len(self._book):
             self._emptied.set()
 

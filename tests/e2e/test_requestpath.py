@@ -20,10 +20,12 @@ from greenserve.stack import StackSpec, stack_launches
 from loadgen.replay import replay
 from loadgen.report import build_report
 from loadgen.traces import load_azure_trace, resolve_trace
-from proto.codec import encode
+from proto.codec import decode_any, encode, request_endings
 from proto.messages import (
     Assignment,
     ClassifiedRequest,
+    Completion,
+    CompletionBatch,
     DispatchBatch,
     DispatchBatchReply,
     DispatchReply,
@@ -32,6 +34,9 @@ from proto.subjects import Subjects
 from services.requestpath.service import InMemoryScheduler
 from services.router.service import RouterShell
 from services.scheduler.service import SchedulerShell
+from services.worker.backend import OutputBatch
+from services.worker.instant_backend import InstantBackend
+from services.worker.service import WorkerShim
 from shared.bus import connect_nats, serve
 from shared.clock import ModelClock
 from shared.config import NatsSettings, Settings
@@ -116,6 +121,56 @@ async def test_colocated_hand_offs_keep_redis_a_complete_recovery_log(
         assert await ctx.redis.hlen(ctx.keys.queued) == 1
 
 
+async def test_a_worker_reports_requests_ending_together_in_one_done_event(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that three requests finishing in one iteration give each client its Completion
+    and the bookkeeping subscribers one CompletionBatch; a lone ending stays a Completion."""
+    settings = Settings(
+        namespace=namespace, nats={"url": nats_server.url}, redis={"url": redis_server.url}
+    )
+    done_events: list[bytes] = []
+    to_clients: dict[str, object] = {}
+    got = asyncio.Event()
+
+    async def on_done(msg: Msg) -> None:
+        done_events.append(msg.data)
+        if len(done_events) == 2:
+            got.set()
+
+    async def on_client(msg: Msg) -> None:
+        message = decode_any(msg.data)
+        if isinstance(message, Completion):
+            to_clients[message.request_id] = message
+
+    async with service_context("worker", settings) as ctx:
+        subs = [
+            await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done),
+            await ctx.nc.subscribe("gs.v1.client.c.*", cb=on_client),  # the factory's
+        ]
+        shim = WorkerShim(ctx, InstantBackend(gpu="A100-80GB", model="llama-3-8b", tp=1))
+        ids = ["t0", "t1", "t2", "t3"]
+        for rid in ids:
+            shim.book.open(classified_request(rid, output_tokens=2), accepted_at=time.time())
+        await shim.on_output(
+            OutputBatch(
+                emitted=("t0", "t0", "t1", "t1", "t2", "t2"),
+                finished=("t0", "t1", "t2"),
+                at=time.time(),
+            )
+        )
+        await shim.on_output(OutputBatch(emitted=("t3", "t3"), finished=("t3",), at=time.time()))
+        await ctx.nc.flush()
+        await asyncio.wait_for(got.wait(), 5.0)
+        for sub in subs:
+            await sub.unsubscribe()
+    assert isinstance(decode_any(done_events[0]), CompletionBatch)
+    assert isinstance(decode_any(done_events[1]), Completion)
+    ended = [e for data in done_events for e in request_endings(data)]
+    assert [getattr(e, "request_id", None) for e in ended] == ids
+    assert sorted(to_clients) == ids
+
+
 async def test_router_batches_per_worker_and_falls_back_for_workers_without_batches(
     nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
 ) -> None:
@@ -155,6 +210,8 @@ async def test_router_batches_per_worker_and_falls_back_for_workers_without_batc
         router = RouterShell(ctx, InMemoryScheduler(SchedulerShell(ctx, on_ready=_noop)))
         requests = [classified_request(f"q{i}") for i in range(5)]
         workers = ["new", "new", "new", "old", "old"]
+        for req, worker_id in zip(requests, workers, strict=True):
+            router.registry.placed(req, worker_id, 0.0)  # a round takes slots before dispatch
         results = await router.dispatch_all(list(zip(requests, workers, strict=True)), 0.0)
         for sub in subs:
             await sub.unsubscribe()

@@ -16,6 +16,7 @@ from proto.messages import (
     ClockOverride,
     ClockReply,
     Completion,
+    CompletionBatch,
     DispatchBatch,
     DispatchBatchReply,
     DispatchReply,
@@ -51,6 +52,24 @@ _REQUEST = Request(
     prompt_tokens=1020,
     client_id="lg-1",
 )
+_COMPLETION = Completion(
+    request_id="conv-42",
+    worker_id="worker-0",
+    pool_id="pjm-a100",
+    region="PJM",
+    request_class="ML",
+    input_tokens=1020,
+    output_tokens=129,
+    sent_at=_T0,
+    accepted_at=_T0 + 0.01,
+    first_token_at=_T0 + 0.2,
+    finished_at=_T0 + 3.1,
+    energy_j=412.7,
+    preemptions=1,
+    predicted_output_tokens=129,
+    lat_s=3.018,
+)
+
 _CLASSIFIED = ClassifiedRequest(
     request=_REQUEST,
     input_tokens=1020,
@@ -94,23 +113,8 @@ SAMPLES: tuple[msgspec.Struct, ...] = (
     ClockCommand(worker_id="worker-0", clock_mhz=1200.0, issued_by="dvfs", reason="fixed"),
     ClockReply(worker_id="worker-0", applied_mhz=1200.0, accepted=True),
     ClockOverride(pool_id="pjm-a100", hold_s=10.0, issued_by="scheduler", reason="emergency"),
-    Completion(
-        request_id="conv-42",
-        worker_id="worker-0",
-        pool_id="pjm-a100",
-        region="PJM",
-        request_class="ML",
-        input_tokens=1020,
-        output_tokens=129,
-        sent_at=_T0,
-        accepted_at=_T0 + 0.01,
-        first_token_at=_T0 + 0.2,
-        finished_at=_T0 + 3.1,
-        energy_j=412.7,
-        preemptions=1,
-        predicted_output_tokens=129,
-        lat_s=3.018,
-    ),
+    _COMPLETION,
+    CompletionBatch(completions=[_COMPLETION]),
     DispatchReply(
         request_id="conv-42", worker_id="worker-0", accepted=False, accepted_at=_T0, reason="full"
     ),

@@ -7,8 +7,15 @@ from typing import Any
 import msgspec
 import pytest
 
-from proto.codec import DecodeError, decode, decode_any, encode
-from proto.messages import MAX_TOKENS_LIMIT, ClassifiedRequest, Request
+from proto.codec import DecodeError, decode, decode_any, encode, request_endings
+from proto.messages import (
+    MAX_TOKENS_LIMIT,
+    ClassifiedRequest,
+    Completion,
+    CompletionBatch,
+    ErrorReply,
+    Request,
+)
 from tests.unit.proto.samples import KINDS, SAMPLES, sample_of
 
 
@@ -115,3 +122,21 @@ def test_decode_error_is_a_value_error() -> None:
     """Test that callers catching ValueError also catch malformed payloads."""
     with pytest.raises(ValueError, match="invalid Request"):
         decode(b"\xc1", Request)
+
+
+def test_request_done_events_decode_to_the_requests_they_end() -> None:
+    """Test that request_endings flattens a CompletionBatch and passes single endings through."""
+    completion, error = sample_of(Completion), sample_of(ErrorReply)
+    assert isinstance(completion, Completion)
+    other = msgspec.structs.replace(completion, request_id="conv-43")
+    batch = CompletionBatch(completions=[completion, other])
+    assert request_endings(encode(batch)) == [completion, other]
+    assert request_endings(encode(completion)) == [completion]
+    assert request_endings(encode(error)) == [error]
+    assert request_endings(encode(sample_of(Request))) == []  # not an ending
+    with pytest.raises(DecodeError):
+        request_endings(b"\xc1")
+    with pytest.raises(DecodeError):  # an empty batch reports nothing and is refused
+        request_endings(
+            msgspec.msgpack.encode({"type": "gs.v1.completion_batch", "completions": []})
+        )

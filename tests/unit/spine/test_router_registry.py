@@ -32,10 +32,43 @@ def test_a_silent_worker_expires_and_hands_back_its_requests() -> None:
     reg.update(_stats("w1"), now_wall_s=0.0)
     reg.update(_stats("w2"), now_wall_s=0.0)
     reg.placed(_classified("a", 10), "w1", 0.0)
+    assert reg.confirm("a")
     reg.update(_stats("w2"), now_wall_s=4.0)
     orphans = reg.expire(now_wall_s=4.5)
     assert [o.request.request.request_id for o in orphans] == ["a"]
     assert [w.worker_id for w in reg.loads("p", 0.0)] == ["w2"]
+
+
+def test_a_request_whose_dispatch_is_on_the_wire_is_not_orphaned() -> None:
+    """Test that expiry leaves an unanswered dispatch to its own timeout (no double queue)."""
+    reg = WorkerRegistry(timeout_s=3.0)
+    reg.update(_stats("w1"), now_wall_s=0.0)
+    reg.placed(_classified("a", 10), "w1", 0.0)
+    assert reg.expire(now_wall_s=4.5) == []
+    assert reg.release("a") is not None  # its dispatch timed out: the router re-queues it
+    assert reg.release("a") is None  # and only once
+
+
+def test_a_refused_placement_frees_its_slot_without_an_early_end_mark() -> None:
+    """Test that release undoes a placement and a later placement of the id holds."""
+    reg = WorkerRegistry(timeout_s=3.0)
+    reg.update(_stats("w1"), now_wall_s=0.0)
+    reg.placed(_classified("a", 10), "w1", 0.0)
+    assert reg.loads("p", 0.0)[0].free_slots == 1
+    reg.release("a")
+    assert reg.loads("p", 0.0)[0].free_slots == 2
+    assert reg.placed(_classified("a", 10), "w1", 0.0)
+    assert reg.confirm("a")
+
+
+def test_a_request_that_ends_before_its_worker_answers_is_not_confirmed() -> None:
+    """Test that an end arriving before the dispatch reply leaves nothing to record."""
+    reg = WorkerRegistry(timeout_s=3.0)
+    reg.update(_stats("w1"), now_wall_s=0.0)
+    reg.placed(_classified("a", 10), "w1", 0.0)
+    reg.ended("a")
+    assert not reg.confirm("a")
+    assert reg.loads("p", 0.0)[0].free_slots == 2
 
 
 def test_a_request_that_ends_before_its_dispatch_reply_is_not_recorded() -> None:
