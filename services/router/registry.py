@@ -116,6 +116,14 @@ class WorkerRegistry:
                 )
         return orphans
 
+    def workers_of(self, pool_id: str) -> list[str]:
+        """Ids of a pool's live, non-draining workers."""
+        return [
+            worker_id
+            for worker_id, worker in self._workers.items()
+            if worker.stats.pool_id == pool_id and not worker.stats.draining
+        ]
+
     def pools(self) -> set[str]:
         """Pools that have at least one live worker."""
         return {w.stats.pool_id for w in self._workers.values() if not w.stats.draining}

@@ -169,6 +169,12 @@ class RouterShell:
             logger.warning("%d requests orphaned by silent workers; re-queueing", len(orphans))
             await self._scheduler.requeue([o.request for o in orphans])
         for pool_id in self.registry.pools() & self._ready:
+            if all(w in self._senders for w in self.registry.workers_of(pool_id)):
+                # Every worker of the pool still awaits its last batch's reply: what this
+                # round placed would wait in the outboxes anyway. Placing when a worker is
+                # free decides on more requests at once (fewer, larger rounds under load);
+                # the mark stays and the sender that finishes wakes the loop.
+                continue
             # Clear the mark before pulling, not after: a request the scheduler readies while
             # this round awaits its dispatches marks the pool again and is placed next round.
             # Clearing afterwards erased that mark, and such a request waited for the next
@@ -307,6 +313,7 @@ class RouterShell:
                 await self._settle_round(placed, results)
         finally:
             del self._senders[worker_id]
+            self._wake.set()  # a pool whose workers were all sending may be placed now
 
     async def _settle_round(
         self, placed: list[tuple[ClassifiedRequest, str]], results: list[Assignment | bool | None]
