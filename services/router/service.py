@@ -130,8 +130,12 @@ class RouterShell:
         if self.registry.ended(request_id) is not None:
             self._wake.set()
 
-    async def subscribe(self, *, done: bool = True) -> list[Subscription]:
-        """Heartbeats, ready events and (unless the caller feeds :meth:`ended`) completions."""
+    async def subscribe(self, *, done: bool = True, ready: bool = True) -> list[Subscription]:
+        """Heartbeats, ready events and completions.
+
+        ``done=False`` and ``ready=False`` leave completions and ready events to the caller
+        (:meth:`ended`, :meth:`mark_ready`): the co-located request path feeds both.
+        """
         ctx = self._ctx
 
         async def on_stats(msg: Msg) -> None:
@@ -149,10 +153,9 @@ class RouterShell:
                 if rid:
                     self.ended(rid)
 
-        subs = [
-            await ctx.nc.subscribe(ctx.subjects.worker_stats_wildcard, cb=on_stats),
-            await ctx.nc.subscribe(ctx.subjects.scheduler_ready_wildcard, cb=on_ready),
-        ]
+        subs = [await ctx.nc.subscribe(ctx.subjects.worker_stats_wildcard, cb=on_stats)]
+        if ready:
+            subs.append(await ctx.nc.subscribe(ctx.subjects.scheduler_ready_wildcard, cb=on_ready))
         if done:
             subs.append(await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done))
         return subs

@@ -274,8 +274,13 @@ class SchedulerShell:
         for pool_id in self.state.backlog():
             await self._on_ready(pool_id)
 
-    async def serve_subjects(self) -> list[Subscription]:
-        """Serve submit, pull and requeue on NATS (queue group ``scheduler``)."""
+    async def serve_subjects(self, *, requeue_only: bool = False) -> list[Subscription]:
+        """Serve submit, pull and requeue on NATS (queue group ``scheduler``).
+
+        ``requeue_only`` serves just ``scheduler.requeue`` (workers hand drained requests
+        back there): the co-located request path submits and pulls by method call, and its
+        identity may not subscribe to the other two (``shared.security.nats_acl``).
+        """
         ctx, subjects = self._ctx, self._ctx.subjects
 
         async def on_submit(batch: SubmitBatch, _msg: Msg) -> SubmitBatchReply:
@@ -291,13 +296,7 @@ class SchedulerShell:
             return SubmitReply(request_id=rid, accepted=True)
 
         queue = QUEUE_GROUPS["scheduler"]
-        return [
-            await serve_subject(
-                ctx.nc, subjects.scheduler_submit, SubmitBatch, on_submit, service=NAME, queue=queue
-            ),
-            await serve_subject(
-                ctx.nc, subjects.scheduler_pull, PullRequest, on_pull, service=NAME, queue=queue
-            ),
+        subs = [
             await serve_subject(
                 ctx.nc,
                 subjects.scheduler_requeue,
@@ -305,15 +304,30 @@ class SchedulerShell:
                 on_requeue,
                 service=NAME,
                 queue=queue,
-            ),
+            )
         ]
+        if not requeue_only:
+            subs += [
+                await serve_subject(
+                    ctx.nc,
+                    subjects.scheduler_submit,
+                    SubmitBatch,
+                    on_submit,
+                    service=NAME,
+                    queue=queue,
+                ),
+                await serve_subject(
+                    ctx.nc, subjects.scheduler_pull, PullRequest, on_pull, service=NAME, queue=queue
+                ),
+            ]
+        return subs
 
     async def run(self, subs: list[Subscription]) -> None:
         """Periodic work (ready reminders, forget, ladder, reaper) until ``ctx.stop``."""
         ctx, cfg = self._ctx, self._ctx.settings.scheduler
         ladder_tick: Callable[[], Awaitable[None]] | None = None
         if cfg.ladder:
-            _ladder, ladder_subs, ladder_tick = await start_ladder(ctx, self.state)
+            _ladder, ladder_subs, ladder_tick = await start_ladder(ctx, self.state, self._on_ready)
             subs.extend(ladder_subs)
         period = cfg.ready_period_ms / 1000.0
         async with asyncio.TaskGroup() as tg:
