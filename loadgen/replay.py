@@ -1,12 +1,12 @@
 """Replay a trace onto the ingress stream and record what comes back.
 
-Requests are published to JetStream with ``Nats-Msg-Id`` = request id (a retried publish is
-not a second request) at ``t / speedup`` wall seconds after the start, on the replayer's
-own ingress subject ``ingress.client.<client id>``: on a secured stack the client id is
-the NATS user (``loadgen``), the only one the server lets it publish and read as. Every chunk,
-completion and error addressed to this client is recorded; token indices deduplicate
-chunks a restarted worker may send twice. A request with neither a completion nor an error
-when the replay settles is *lost*.
+Requests are published to JetStream at ``t / speedup`` wall seconds after the start, on the
+replayer's own ingress subject ``ingress.client.<client id>``: on a secured stack the client
+id is the NATS user (``loadgen``), the only one the server lets it publish and read as. The
+``Nats-Msg-Id`` is ``<client id>.<request id>``: a retried publish is not a second request,
+and another client's equal id is no duplicate. Every chunk, completion and error addressed
+to this client is recorded; token indices deduplicate chunks a restarted worker may send
+twice. A request with neither a completion nor an error when the replay settles is *lost*.
 """
 
 from __future__ import annotations
@@ -22,7 +22,14 @@ from nats.aio.msg import Msg
 
 from loadgen.traces import TraceRequest
 from proto.codec import DecodeError, decode_any, encode
-from proto.messages import Completion, ErrorReply, Request, TokenChunk, WorkerStats
+from proto.messages import (
+    Completion,
+    ErrorReply,
+    Request,
+    TokenChunk,
+    WorkerStats,
+    scoped_request_id,
+)
 from proto.subjects import Subjects
 from shared.bus import HOPS_HEADER, parse_hops
 from shared.security.client_ids import instance_token, pick_client_id
@@ -169,7 +176,9 @@ async def replay(
             prompt_tokens=record.trace.prompt_tokens,
             client_id=client_id,
         )
-        headers = inject_headers({"Nats-Msg-Id": record.request_id, REPLY_HEADER: reply})
+        # The stream's de-duplication window spans all clients: scope the id like the stack.
+        msg_id = scoped_request_id(client_id, record.request_id)
+        headers = inject_headers({"Nats-Msg-Id": msg_id, REPLY_HEADER: reply})
         if hops:
             headers[HOPS_HEADER] = "1"
         await js.publish(subjects.ingress_client(client_id), encode(req), headers=headers)

@@ -40,7 +40,7 @@ from shared.bus import HOPS_KEY, add_hops, request, tracing_active
 from shared.counters import DECISIONS, ERRORS
 from shared.lifecycle import ServiceContext
 from shared.loops import MAX_BACKOFF_S, sleep_or_stop
-from shared.telemetry import extract_context
+from shared.telemetry import extract_context, request_attributes
 
 __all__ = ["NAME", "NatsSchedulerLink", "RouterShell", "SchedulerLink", "serve"]
 
@@ -376,7 +376,7 @@ class RouterShell:
             self._tracer.start_as_current_span(
                 "dispatch",
                 context=extract_context(req.trace),
-                attributes={"request.id": rid, "worker.id": worker_id},
+                attributes={**request_attributes(rid), "worker.id": worker_id},
             )
             if tracing_active(req.trace)
             else contextlib.nullcontext()

@@ -39,7 +39,7 @@ from shared.counters import QUEUE_DEPTH
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
 from shared.store import as_bytes
-from shared.telemetry import extract_context
+from shared.telemetry import extract_context, request_attributes
 
 __all__ = ["NAME", "UNPLACED_WORKER", "SchedulerShell", "SchedulerState", "serve"]
 
@@ -47,25 +47,36 @@ NAME = "scheduler"
 UNPLACED_WORKER = "-"
 """Worker id of an Assignment pulled by a router but not yet placed."""
 SEEN_TTL_S = 6 * 3600
+REUSED = 2
+"""Store-new result of a request whose id its client already used for another message."""
 STORE_NEW_LUA = """
-local stored = {}
+local out = {}
 for i = 2, #KEYS do
-  if redis.call('SET', KEYS[i], '1', 'NX', 'EX', ARGV[1]) then
-    redis.call('HSET', KEYS[1], ARGV[2 * i - 2], ARGV[2 * i - 1])
-    stored[i - 1] = 1
+  local id, payload, mark = ARGV[3 * i - 4], ARGV[3 * i - 3], ARGV[3 * i - 2]
+  if redis.call('SET', KEYS[i], mark, 'NX', 'EX', ARGV[1]) then
+    redis.call('HSET', KEYS[1], id, payload)
+    out[i - 1] = 1
   else
-    stored[i - 1] = 0
+    local prev = redis.call('GET', KEYS[i])
+    if mark ~= '1' and prev and string.sub(prev, 1, 1) == 's' and prev ~= mark then
+      out[i - 1] = 2
+    else
+      out[i - 1] = 0
+    end
   end
 end
-return stored
+return out
 """
 """Mark each request id of a batch seen and store the request, in one atomic step.
 
 ``KEYS`` = the ``queued`` hash, then one ``seen`` key per request; ``ARGV`` = the seen TTL,
-then id and payload per request; returns 1 (stored now) or 0 (already seen) per request. A
-scheduler killed between mark and store would otherwise leave a 'seen' mark without the
-request, and the redelivered copy would be dropped as a duplicate. One script call per
-batch instead of one per request: each call costs redis-py a command to pack and parse."""
+then id, payload and seen-mark per request. The mark is ``s<ingress stream sequence>``
+(``1`` when the sequence is unknown). Returns per request 1 (stored now), 0 (already seen:
+a redelivery of the same message, or no sequence to tell) or 2 (already seen with another
+message's sequence: the client reused its id; not stored). A scheduler killed between mark
+and store would otherwise leave a 'seen' mark without the request, and the redelivered
+copy would be dropped as a duplicate. One script call per batch instead of one per
+request: each call costs redis-py a command to pack and parse."""
 
 logger = logging.getLogger(__name__)
 
@@ -175,6 +186,10 @@ class SchedulerShell:
     async def submit(self, requests: list[ClassifiedRequest]) -> SubmitBatchReply:
         """Store new requests (atomic seen-mark + store each) and queue them.
 
+        A request id seen before is a ``duplicate`` (a redelivery: the same ingress
+        message) or, when the seen-mark names another ingress message, ``reused`` (by
+        its ingress sequence): the client sent a new request under an id it had used.
+
         Raises:
             RedisError: nothing was confirmed; the caller must not ack (redelivery follows).
         """
@@ -184,7 +199,7 @@ class SchedulerShell:
         for req in requests:
             rid = req.request.request_id
             seen_keys.append(keys.seen(rid))
-            args += [rid, encode(req)]
+            args += [rid, encode(req), f"s{req.ingress_seq}" if req.ingress_seq else "1"]
         # EVAL, not a registered Script: a Script costs a SCRIPT EXISTS round trip first;
         # the body is short and Redis caches it by its digest.
         fresh_flags = await self._ctx.redis.eval(
@@ -192,15 +207,21 @@ class SchedulerShell:
         )
         accepted: list[str] = []
         duplicates: list[str] = []
+        reused: list[int] = []
         pools: set[str] = set()
         for req, fresh in zip(requests, fresh_flags, strict=True):
             rid = req.request.request_id
+            if fresh == REUSED:
+                reused.append(req.ingress_seq)
+                continue
             if not fresh:
                 duplicates.append(rid)
                 continue
             if tracing_active(req.trace):
                 with self._tracer.start_as_current_span(
-                    "enqueue", context=extract_context(req.trace), attributes={"request.id": rid}
+                    "enqueue",
+                    context=extract_context(req.trace),
+                    attributes=request_attributes(rid),
                 ):
                     self.state.push(req)
             else:  # a no-op span would cost more than the push itself
@@ -210,7 +231,7 @@ class SchedulerShell:
         for pool_id in pools:
             QUEUE_DEPTH.labels(pool_id).set(len(self.state.queue(pool_id)))
             await self._on_ready(pool_id)
-        return SubmitBatchReply(accepted=accepted, duplicates=duplicates)
+        return SubmitBatchReply(accepted=accepted, duplicates=duplicates, reused=reused)
 
     async def pull(
         self, pool_id: str, slots: int, *, record: bool = True

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import time
 
+import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 from opentelemetry import context as otel_context
@@ -36,6 +37,7 @@ from proto.messages import (
     RequeueRequest,
     SubmitReply,
     WorkerStats,
+    client_request_id,
 )
 from services.planner.parking import PlanFollower
 from services.worker.admission_gate import REFUSAL_REASON, AdmissionGate, limits_of
@@ -50,6 +52,7 @@ from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
 from shared.plan_watch import watch_plan
 from shared.replies import reply_error
+from shared.telemetry import request_attributes
 
 __all__ = ["NAME", "WorkerShim", "serve"]
 
@@ -199,11 +202,18 @@ class WorkerShim:
         for subject, done in completions:
             self._record_completion(done)
             payload = encode(done)
+            # The client gets its own request id; the bookkeeping the stack-wide scoped one.
+            own_id = client_request_id(done.request_id)
+            to_client = (
+                payload
+                if own_id == done.request_id
+                else encode(msgspec.structs.replace(done, request_id=own_id))
+            )
             # --- opt-in hop stamps: the client reads them from the completion's headers ---
             hops = self._hops.pop(done.request_id, None) if self._hops else None
             headers = {HOPS_HEADER: f"{hops},done={time.time():.6f}"} if hops else None
             # --- end hop stamps ---
-            await nc.publish(subject, payload, headers=headers)
+            await nc.publish(subject, to_client, headers=headers)
             await nc.publish(self._ctx.subjects.request_done, payload)
         if not len(self._book):
             self._emptied.set()
@@ -250,7 +260,7 @@ class WorkerShim:
             context=parent,
             start_time=int(done.accepted_at * 1e9),
             attributes={
-                "request.id": done.request_id,
+                **request_attributes(done.request_id),
                 "gen_ai.usage.input_tokens": done.input_tokens,
                 "gen_ai.usage.output_tokens": done.output_tokens,
                 "greenserve.energy_j": done.energy_j,
