@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -57,11 +58,12 @@ for i = 2, #KEYS do
     redis.call('HSET', KEYS[1], id, payload)
     out[i - 1] = 1
   else
+    out[i - 1] = 0
     local prev = redis.call('GET', KEYS[i])
-    if mark ~= '1' and prev and string.sub(prev, 1, 1) == 's' and prev ~= mark then
+    local seq, digest = string.match(mark, '^s(%d+):(.*)$')
+    local pseq, pdigest = string.match(prev or '', '^s(%d+):(.*)$')
+    if seq and pseq and seq ~= pseq and digest ~= pdigest then
       out[i - 1] = 2
-    else
-      out[i - 1] = 0
     end
   end
 end
@@ -70,13 +72,28 @@ return out
 """Mark each request id of a batch seen and store the request, in one atomic step.
 
 ``KEYS`` = the ``queued`` hash, then one ``seen`` key per request; ``ARGV`` = the seen TTL,
-then id, payload and seen-mark per request. The mark is ``s<ingress stream sequence>``
-(``1`` when the sequence is unknown). Returns per request 1 (stored now), 0 (already seen:
-a redelivery of the same message, or no sequence to tell) or 2 (already seen with another
-message's sequence: the client reused its id; not stored). A scheduler killed between mark
-and store would otherwise leave a 'seen' mark without the request, and the redelivered
-copy would be dropped as a duplicate. One script call per batch instead of one per
-request: each call costs redis-py a command to pack and parse."""
+then id, payload and seen-mark per request. The mark is ``s<ingress stream sequence>:<digest
+of the client's request>`` (``1`` when the sequence is unknown). Returns per request 1
+(stored now), 0 (already seen: a redelivery of the same message, the same request
+published again, e.g. a retried publish the stream stored twice, or nothing to tell them
+apart by) or 2 (already seen with another message *and* another request: the client
+reused its id; not stored). A scheduler killed between mark and store would otherwise
+leave a 'seen' mark without the request, and the redelivered copy would be dropped as a
+duplicate. One script call per batch instead of one per request: each call costs redis-py
+a command to pack and parse."""
+
+
+def seen_mark(req: ClassifiedRequest) -> str:
+    """The seen-mark of a request: its ingress sequence and a digest of the client's request.
+
+    The digest covers the request as the client sent it (with its send time), so the same
+    request published twice is told from a new one reusing the id.
+    """
+    if not req.ingress_seq:
+        return "1"
+    digest = hashlib.blake2b(encode(req.request), digest_size=12).hexdigest()
+    return f"s{req.ingress_seq}:{digest}"
+
 
 logger = logging.getLogger(__name__)
 
@@ -186,9 +203,10 @@ class SchedulerShell:
     async def submit(self, requests: list[ClassifiedRequest]) -> SubmitBatchReply:
         """Store new requests (atomic seen-mark + store each) and queue them.
 
-        A request id seen before is a ``duplicate`` (a redelivery: the same ingress
-        message) or, when the seen-mark names another ingress message, ``reused`` (by
-        its ingress sequence): the client sent a new request under an id it had used.
+        A request id seen before is a ``duplicate`` (a redelivery of the same ingress
+        message, or the same request published again) or, when the seen-mark names
+        another ingress message with another request, ``reused`` (by its ingress
+        sequence): the client sent a new request under an id it had used.
 
         Raises:
             RedisError: nothing was confirmed; the caller must not ack (redelivery follows).
@@ -199,7 +217,7 @@ class SchedulerShell:
         for req in requests:
             rid = req.request.request_id
             seen_keys.append(keys.seen(rid))
-            args += [rid, encode(req), f"s{req.ingress_seq}" if req.ingress_seq else "1"]
+            args += [rid, encode(req), seen_mark(req)]
         # EVAL, not a registered Script: a Script costs a SCRIPT EXISTS round trip first;
         # the body is short and Redis caches it by its digest.
         fresh_flags = await self._ctx.redis.eval(

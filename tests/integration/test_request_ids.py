@@ -41,7 +41,7 @@ async def _noop(_pool_id: str) -> None:
 async def test_the_seen_mark_tells_a_redelivery_from_a_reused_id(
     nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
 ) -> None:
-    """Test submit: same ingress sequence = duplicate; another = reused, not stored."""
+    """Test submit: same ingress message or same request = duplicate; another = reused."""
     settings = Settings(
         namespace=namespace, nats={"url": nats_server.url}, redis={"url": redis_server.url}
     )
@@ -69,10 +69,14 @@ async def test_the_seen_mark_tells_a_redelivery_from_a_reused_id(
         # Both in one batch: the first is stored, the second is the reuse.
         pair = [
             classified_request("a.r2", ingress_seq=11),
-            classified_request("a.r2", ingress_seq=12),
+            classified_request("a.r2", ingress_seq=12, output_tokens=9),
         ]
         both = await scheduler.submit(pair)
         assert (both.accepted, both.reused) == (["a.r2"], [12])
+        # The same request published again (a retried publish the stream stored twice):
+        # another sequence but the same request, so a silent duplicate, not a reuse.
+        again = await scheduler.submit([classified_request("a.r1", ingress_seq=13)])
+        assert (again.accepted, again.duplicates, again.reused) == ([], ["a.r1"], [])
         # Without a sequence (an older classifier) nothing can be told apart: a duplicate.
         legacy = await scheduler.submit([classified_request("a.r1")])
         assert (legacy.duplicates, legacy.reused) == (["a.r1"], [])
