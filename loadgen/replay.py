@@ -65,6 +65,8 @@ class ClientRecord:
     completion: Completion | None = None
     error: ErrorReply | None = None
     duplicate_endings: int = 0
+    """Endings after the first that differ from it (a request answered twice); a repeat
+    of the same message (re-sent after an outage) is not one."""
     ended_at: float = 0.0
     """Wall time the completion or error reached the client."""
     hops: dict[str, float] = field(default_factory=dict)
@@ -209,6 +211,8 @@ async def replay(
                 record.token_times.setdefault(message.first_index + k, at)
         elif isinstance(message, Completion | ErrorReply):
             if record.ended:
+                if message in (record.completion, record.error):
+                    return  # the same answer again (a worker re-sends after a NATS outage)
                 record.duplicate_endings += 1
                 return
             record.ended_at = time.time()

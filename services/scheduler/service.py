@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 from nats.aio.msg import Msg
@@ -48,6 +49,10 @@ NAME = "scheduler"
 UNPLACED_WORKER = "-"
 """Worker id of an Assignment pulled by a router but not yet placed."""
 SEEN_TTL_S = 6 * 3600
+ENDED_MEMORY_S = 60.0
+"""How long the scheduler remembers an ended request (to drop a late requeue of it)."""
+ENDED_MEMORY_MAX = 200_000
+"""At most this many remembered ends (≈ 60 s at 3,000 req/s)."""
 REUSED = 2
 """Store-new result of a request whose id its client already used for another message."""
 STORE_NEW_LUA = """
@@ -185,6 +190,8 @@ class SchedulerShell:
         self._on_ready = on_ready or self._publish_ready
         self._tracer = tracer or ctx.tracer
         self._ended_ids: set[str] = set()
+        self._recently_ended: OrderedDict[str, float] = OrderedDict()
+        """Ended ids of the last :data:`ENDED_MEMORY_S` (wall): a late requeue is dropped."""
 
     async def _publish_ready(self, pool_id: str) -> None:
         await self._ctx.nc.publish(self._ctx.subjects.scheduler_ready(pool_id), b"")
@@ -286,11 +293,28 @@ class SchedulerShell:
         return taken, depth
 
     async def requeue(self, requests: list[ClassifiedRequest]) -> None:
-        """Take requests back (unplaced, refused, orphaned, drained)."""
+        """Take requests back (unplaced, refused, orphaned, drained), unless they ended.
+
+        A dispatch whose reply was lost (a NATS restart) comes back here after the router's
+        timeout although the worker ran it; if its end was heard meanwhile, queueing it
+        again would run it twice.
+        """
+        late = [r for r in requests if r.request.request_id in self._recently_ended]
+        if late:
+            logger.info("dropping %d requeued requests that already ended", len(late))
+            requests = [r for r in requests if r.request.request_id not in self._recently_ended]
         await _requeue(self._ctx, self.state, requests, self._on_ready)
 
     def ended(self, request_id: str) -> None:
         """A request ended (completion or error): forget it (Redis in the next flush)."""
+        now = time.monotonic()
+        self._recently_ended[request_id] = now
+        self._recently_ended.move_to_end(request_id)
+        while self._recently_ended:
+            oldest, at = next(iter(self._recently_ended.items()))
+            if now - at <= ENDED_MEMORY_S and len(self._recently_ended) <= ENDED_MEMORY_MAX:
+                break
+            del self._recently_ended[oldest]
         self._ended_ids.add(request_id)
         # An error can end a request that is still queued (e.g. shed by the ladder).
         self.state.remove(request_id)

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 
 import msgspec
 import nats.errors
@@ -43,6 +44,7 @@ from services.planner.parking import PlanFollower
 from services.worker.admission_gate import REFUSAL_REASON, AdmissionGate, limits_of
 from services.worker.backend import BackendRefusalError, OutputBatch, WorkerBackend
 from services.worker.factory import build_backend
+from services.worker.outbox import ReplyOutbox
 from services.worker.state_publisher import PREDICTIVE_MODE, publish_states
 from services.worker.streams import StreamBook
 from shared.bus import HOPS_HEADER, HOPS_KEY, request
@@ -59,6 +61,9 @@ __all__ = ["NAME", "WorkerShim", "serve"]
 NAME = "worker"
 
 logger = logging.getLogger(__name__)
+
+FINISHED_MEMORY = 4096
+"""Finished requests a worker remembers, to answer a repeated dispatch without a rerun."""
 
 
 class WorkerShim:
@@ -82,6 +87,11 @@ class WorkerShim:
         self._trace_parents: dict[str, otel_context.Context] = {}
         self._hops: dict[str, str] = {}
         """Hop stamps of requests in flight that asked for them (bench ``--hops``)."""
+        self._outbox = ReplyOutbox()
+        """Recent client replies, sent again after a NATS outage (:mod:`.outbox`)."""
+        self._finished: OrderedDict[str, tuple[str, bytes, bytes]] = OrderedDict()
+        """Recently finished requests: reply subject, client's and request.done's copy of
+        the completion, so a repeated dispatch is answered without a second run."""
 
     @property
     def backend(self) -> WorkerBackend:
@@ -101,6 +111,14 @@ class WorkerShim:
             request_id=rid, worker_id=self._cfg.worker_id, accepted=True, accepted_at=now
         )
         if rid in self._book:
+            return reply
+        if (finished := self._finished.get(rid)) is not None:
+            # Its dispatch reply was lost (a NATS restart) and the router sent it again:
+            # it ran here already. Accept, and end it again with the same completion (the
+            # client drops the repeat; request.done frees the router's slot).
+            subject, to_client, payload = finished
+            await self._ctx.nc.publish(subject, to_client)
+            await self._ctx.nc.publish(self._ctx.subjects.request_done, payload)
             return reply
         if self._draining or self._parked or len(self._book) >= self._cfg.max_num_seqs:
             return DispatchReply(
@@ -198,7 +216,7 @@ class WorkerShim:
             batch.finish_reasons,
         )
         for subject, chunk in chunks:
-            await nc.publish(subject, encode(chunk))
+            await self._reply(subject, encode(chunk))
         for subject, done in completions:
             self._record_completion(done)
             payload = encode(done)
@@ -213,8 +231,11 @@ class WorkerShim:
             hops = self._hops.pop(done.request_id, None) if self._hops else None
             headers = {HOPS_HEADER: f"{hops},done={time.time():.6f}"} if hops else None
             # --- end hop stamps ---
-            await nc.publish(subject, to_client, headers=headers)
+            await self._reply(subject, to_client, headers)
             await nc.publish(self._ctx.subjects.request_done, payload)
+            self._finished[done.request_id] = (subject, to_client, payload)
+            while len(self._finished) > FINISHED_MEMORY:
+                self._finished.popitem(last=False)
         if not len(self._book):
             self._emptied.set()
 
@@ -236,6 +257,25 @@ class WorkerShim:
         if not len(self._book):
             self._emptied.set()
 
+    async def _reply(
+        self, subject: str, payload: bytes, headers: dict[str, str] | None = None
+    ) -> None:
+        """Publish a reply to a client and keep it for a re-send should NATS go away."""
+        await self._ctx.nc.publish(subject, payload, headers=headers)
+        self._outbox.record(subject, payload, headers, time.time())
+
+    async def resend_loop(self, period_s: float = 0.05) -> None:
+        """Watch the connection; after an outage, send the replies it may have swallowed."""
+        nc = self._ctx.nc
+        while True:
+            await asyncio.sleep(period_s)
+            due = self._outbox.observe(nc.is_connected, time.time())
+            if due:
+                logger.info("re-sending %d client replies after a NATS outage", len(due))
+            for entry in due:
+                with contextlib.suppress(nats.errors.Error):
+                    await nc.publish(entry.subject, entry.payload, headers=entry.headers)
+
     async def _announce_room(self) -> None:
         """Publish stats now: the router hears at once that the admission gate closed or opened."""
         stats = encode(self.stats())
@@ -247,7 +287,7 @@ class WorkerShim:
         while True:
             await asyncio.sleep(period)
             for subject, chunk in self._book.flush_due(time.time()):
-                await self._ctx.nc.publish(subject, encode(chunk))
+                await self._reply(subject, encode(chunk))
 
     def _record_completion(self, done: Completion) -> None:
         REQUEST_LATENCY_S.labels("ttft", done.request_class).observe(
@@ -396,6 +436,7 @@ async def _serve_with(ctx: ServiceContext, shim: WorkerShim) -> None:
     async with asyncio.TaskGroup() as tg:
         engine_task = tg.create_task(shim.backend.run())
         flush_task = tg.create_task(shim.flush_loop())
+        resend_task = tg.create_task(shim.resend_loop())
         tg.create_task(shim.heartbeat())
         if ctx.settings.dvfs.mode == PREDICTIVE_MODE:  # per-request state for the dvfs agent
             tg.create_task(publish_states(ctx, shim.book.streams, shim.backend.snapshot))
@@ -403,6 +444,7 @@ async def _serve_with(ctx: ServiceContext, shim: WorkerShim) -> None:
         await shim.drain(ctx.settings.shutdown_timeout_s)
         engine_task.cancel()
         flush_task.cancel()
+        resend_task.cancel()
     for sub in subs:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
