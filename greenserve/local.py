@@ -133,17 +133,11 @@ def start_local_stack(
     process its own identity (``shared.security.local_servers``); ``tls`` adds a local CA.
 
     Raises:
-        ValueError: ``secure`` with server URLs (it must configure the servers itself),
-            ``tls`` without ``secure``, or ``secure`` with the co-located request path (its
-            process would need the union of three roles' permissions, which no role grants).
+        ValueError: ``secure`` with server URLs (it must configure the servers itself), or
+            ``tls`` without ``secure``.
     """
     if secure and (nats_url is not None or redis_url is not None):
         raise ValueError("--secure starts its own NATS and Redis; drop --nats-url/--redis-url")
-    if secure and spec.colocate_request_path:
-        raise ValueError(
-            "--secure runs classifier, scheduler and router as separate identities; "
-            "the co-located request path has no secure role yet"
-        )
     if tls and not secure:
         raise ValueError("--tls needs --secure")
     state_dir = state_dir.resolve()

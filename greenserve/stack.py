@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.config import Settings
-from shared.security.identities import Identity
+from shared.security.identities import COMPOSITE_ROLES, Identity
 
 __all__ = [
     "COLOCATED_CONTROL_SERVICES",
@@ -30,7 +30,7 @@ __all__ = [
 
 CONTROL_SERVICES = ("scheduler", "router", "planner", "forecaster", "classifier", "gateway")
 """Started before workers and dvfs agents, in this order (consumers before producers)."""
-REQUEST_PATH_SERVICES = ("classifier", "scheduler", "router")
+REQUEST_PATH_SERVICES = COMPOSITE_ROLES["requestpath"]
 """The services the co-located request path runs in one process."""
 COLOCATED_CONTROL_SERVICES = ("requestpath", "planner", "forecaster", "gateway")
 """Control services with the request path co-located (``services.requestpath``)."""

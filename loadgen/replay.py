@@ -1,34 +1,55 @@
 """Replay a trace onto the ingress stream and record what comes back.
 
-Requests are published to JetStream with ``Nats-Msg-Id`` = request id (a retried publish is
-not a second request) at ``t / speedup`` wall seconds after the start, on the replayer's
-own ingress subject ``ingress.client.<client id>``: on a secured stack the client id is
-the NATS user (``loadgen``), the only one the server lets it publish and read as. Every chunk,
-completion and error addressed to this client is recorded; token indices deduplicate
-chunks a restarted worker may send twice. A request with neither a completion nor an error
-when the replay settles is *lost*.
+Requests are published to JetStream at ``t / speedup`` wall seconds after the start, on the
+replayer's own ingress subject ``ingress.client.<client id>``: on a secured stack the client
+id is the NATS user (``loadgen``), the only one the server lets it publish and read as. The
+``Nats-Msg-Id`` is ``<client id>.<request id>``: a retried publish is not a second request,
+and another client's equal id is no duplicate. Every chunk, completion and error addressed
+to this client is recorded; token indices deduplicate chunks a restarted worker may send
+twice. A request with neither a completion nor an error when the replay settles is *lost*.
+
+A publish the stream does not ack (a NATS restart) is retried with the same payload and
+``Nats-Msg-Id`` (:func:`publish_with_retry`): server-side de-duplication makes that safe.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import nats.errors
+import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 
 from loadgen.traces import TraceRequest
 from proto.codec import DecodeError, decode_any, encode
-from proto.messages import Completion, ErrorReply, Request, TokenChunk, WorkerStats
+from proto.messages import (
+    Completion,
+    ErrorReply,
+    Request,
+    TokenChunk,
+    WorkerStats,
+    scoped_request_id,
+)
 from proto.subjects import Subjects
 from shared.bus import HOPS_HEADER, parse_hops
 from shared.security.client_ids import instance_token, pick_client_id
 from shared.telemetry import inject_headers
 
-__all__ = ["ClientRecord", "ReplayResult", "WorkerEnergy", "replay"]
+__all__ = [
+    "PUBLISH_RETRY_S",
+    "ClientRecord",
+    "ReplayResult",
+    "WorkerEnergy",
+    "publish_with_retry",
+    "replay",
+]
 
 REPLY_HEADER = "Gs-Reply"
 
@@ -44,10 +65,14 @@ class ClientRecord:
     completion: Completion | None = None
     error: ErrorReply | None = None
     duplicate_endings: int = 0
+    """Endings after the first that differ from it (a request answered twice); a repeat
+    of the same message (re-sent after an outage) is not one."""
     ended_at: float = 0.0
     """Wall time the completion or error reached the client."""
     hops: dict[str, float] = field(default_factory=dict)
     """With ``hops``: wall stamps by hop (``pub``, ``ack``, ``fetch`` … ``done``, ``recv``)."""
+    publish_attempts: int = 0
+    """Publishes of this request until the stream acked it (more than 1: retried)."""
 
     @property
     def ended(self) -> bool:
@@ -75,6 +100,61 @@ class ReplayResult:
     speedup: float
 
 
+PUBLISH_RETRY_S = 30.0
+"""Default time to keep retrying one publish (a NATS restart takes a few seconds)."""
+PUBLISH_TIMEOUT_S = 2.0
+"""Wait for the stream's ack of one publish attempt."""
+RETRYABLE_PUBLISH_ERRORS: tuple[type[BaseException], ...] = (
+    TimeoutError,  # also nats.errors.TimeoutError
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.OutboundBufferLimitError,
+    nats.js.errors.NoStreamResponseError,  # the stream is not back yet after a restart
+    nats.js.errors.ServiceUnavailableError,
+)
+"""Failures after which the stream may or may not hold the message: publish again."""
+
+logger = logging.getLogger(__name__)
+
+
+async def publish_with_retry(
+    js: JetStreamContext,
+    subject: str,
+    payload: bytes,
+    headers: dict[str, str],
+    record: ClientRecord,
+    budget_s: float = PUBLISH_RETRY_S,
+) -> bool:
+    """Publish until the stream acks, with the same payload and ``Nats-Msg-Id`` each time.
+
+    A timed-out publish may have been stored (only the ack was lost, e.g. while nats-server
+    restarts), so a retry is safe only because it is the *same* message: JetStream drops
+    a repeat of the ``Nats-Msg-Id`` within its duplicate window, and should the stream hold
+    both copies anyway, the scheduler's seen-mark finds the same request under the same id
+    and drops the second silently (``docs/protocol.md``). Returns False after ``budget_s``.
+    """
+    deadline = time.monotonic() + budget_s
+    backoff = 0.05
+    while True:
+        record.publish_attempts += 1
+        try:
+            await js.publish(subject, payload, headers=headers, timeout=PUBLISH_TIMEOUT_S)
+        except RETRYABLE_PUBLISH_ERRORS as exc:
+            if time.monotonic() + backoff > deadline:
+                logger.warning(
+                    "giving up on %s after %d publishes: %r",
+                    record.request_id,
+                    record.publish_attempts,
+                    exc,
+                )
+                return False
+            await asyncio.sleep(backoff)
+            backoff = min(1.0, backoff * 2)
+        else:
+            return True
+
+
 async def replay(
     nc: Client,
     subjects: Subjects,
@@ -86,6 +166,7 @@ async def replay(
     on_progress: Callable[[int, int], None] | None = None,
     client_id: str | None = None,
     hops: bool = False,
+    publish_retry_s: float = PUBLISH_RETRY_S,
 ) -> ReplayResult:
     """Publish ``trace`` in (sped-up) real time and wait until every request ends or settles.
 
@@ -102,6 +183,8 @@ async def replay(
             authenticated as (its bound id on a secured stack), else a random ``lg-`` id.
         hops: ask every hop for a wall stamp (:data:`shared.bus.HOPS_HEADER`); they land
             in :attr:`ClientRecord.hops`.
+        publish_retry_s: how long to keep retrying a publish the stream did not ack
+            (:func:`publish_with_retry`); a request given up on counts as lost.
     """
     js = nc.jetstream()
     client_id = pick_client_id(nc, client_id, "lg")
@@ -128,6 +211,8 @@ async def replay(
                 record.token_times.setdefault(message.first_index + k, at)
         elif isinstance(message, Completion | ErrorReply):
             if record.ended:
+                if message in (record.completion, record.error):
+                    return  # the same answer again (a worker re-sends after a NATS outage)
                 record.duplicate_endings += 1
                 return
             record.ended_at = time.time()
@@ -169,10 +254,16 @@ async def replay(
             prompt_tokens=record.trace.prompt_tokens,
             client_id=client_id,
         )
-        headers = inject_headers({"Nats-Msg-Id": record.request_id, REPLY_HEADER: reply})
+        # The stream's de-duplication window spans all clients: scope the id like the stack.
+        msg_id = scoped_request_id(client_id, record.request_id)
+        headers = inject_headers({"Nats-Msg-Id": msg_id, REPLY_HEADER: reply})
         if hops:
             headers[HOPS_HEADER] = "1"
-        await js.publish(subjects.ingress_client(client_id), encode(req), headers=headers)
+        stored = await publish_with_retry(
+            js, subjects.ingress_client(client_id), encode(req), headers, record, publish_retry_s
+        )
+        if not stored:
+            return  # never reached the stream: it will count as lost
         if hops:
             record.hops["pub"] = record.sent_at
             record.hops["ack"] = time.time()

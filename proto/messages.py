@@ -38,6 +38,7 @@ __all__ = [
     "PullReply",
     "PullRequest",
     "Request",
+    "RequestId",
     "RequestProgress",
     "RequeueRequest",
     "RouteWeight",
@@ -46,6 +47,8 @@ __all__ = [
     "SubmitReply",
     "TokenChunk",
     "WorkerStats",
+    "client_request_id",
+    "scoped_request_id",
 ]
 
 MAX_TOKENS_LIMIT: Final = 1 << 20
@@ -53,6 +56,11 @@ MAX_TOKENS_LIMIT: Final = 1 << 20
 
 # \Z, not $: "$" also matches before a trailing newline, which would end a NATS line.
 Id = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,128}\Z")]
+RequestId = Annotated[str, Meta(pattern=r"^(?:[A-Za-z0-9_-]{1,128}\.)?[A-Za-z0-9_-]{1,128}\Z")]
+"""A request id: what the client chose (one token), or inside the stack, after the
+classifier bound it to the client's ingress subject, ``<client id>.<client's id>``
+(:func:`scoped_request_id`), so two clients' equal ids stay two requests. Replies to a
+client carry its own id again (:func:`client_request_id`)."""
 Subject = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\Z", max_length=512)]
 """A concrete subject: dot-separated tokens, no wildcards, spaces or control characters."""
 FINITE_LIMIT: Final = 1e18
@@ -64,6 +72,20 @@ NonNeg = Annotated[float, Meta(ge=0.0, le=FINITE_LIMIT)]
 Mhz = Annotated[float, Meta(ge=0.0, le=5000.0)]
 
 
+def scoped_request_id(client_id: str, request_id: str) -> str:
+    """The stack-wide id of client ``client_id``'s request ``request_id``.
+
+    Client ids are subject tokens (no ``.``), so the first ``.`` always ends the client id
+    and two clients' ids can never meet, whatever characters they use.
+    """
+    return f"{client_id}.{request_id}"
+
+
+def client_request_id(request_id: str) -> str:
+    """The id the client chose (what replies to the client carry): after its client id."""
+    return request_id.rpartition(".")[2]
+
+
 class _Message(Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=False):
     """Base of every message: tagged, immutable, keyword-only."""
 
@@ -71,7 +93,7 @@ class _Message(Struct, frozen=True, kw_only=True, tag_field="type", forbid_unkno
 class Request(_Message, tag="gs.v1.request", frozen=True, kw_only=True):
     """A client's inference request, as published on the ingress subject."""
 
-    request_id: Id
+    request_id: RequestId
     model: Annotated[str, Meta(min_length=1, max_length=128)]
     reply_subject: Subject
     sent_at: NonNeg
@@ -110,6 +132,9 @@ class ClassifiedRequest(_Message, tag="gs.v1.classified", frozen=True, kw_only=T
     classified_at: NonNeg
     trace: dict[str, str] = msgspec.field(default_factory=dict)
     """W3C trace context of the classify span, so the trace survives the queue."""
+    ingress_seq: NonNegInt = 0
+    """Stream sequence of the ingress message (0: unknown). The scheduler's seen-mark keeps
+    it, so a redelivery (same sequence) is told from a client reusing its id (another)."""
 
 
 class SubmitBatch(_Message, tag="gs.v1.submit_batch", frozen=True, kw_only=True):
@@ -121,14 +146,18 @@ class SubmitBatch(_Message, tag="gs.v1.submit_batch", frozen=True, kw_only=True)
 class SubmitBatchReply(_Message, tag="gs.v1.submit_batch_reply", frozen=True, kw_only=True):
     """Ids the scheduler stored now and ids it already held (both may be acked)."""
 
-    accepted: list[Id]
-    duplicates: list[Id] = msgspec.field(default_factory=list)
+    accepted: list[RequestId]
+    duplicates: list[RequestId] = msgspec.field(default_factory=list)
+    """Redeliveries of a request already stored (the same ingress message): ack them."""
+    reused: list[NonNegInt] = msgspec.field(default_factory=list)
+    """Ingress stream sequences of *new* messages whose request id their client had
+    already used: not stored; the classifier answers ``duplicate_request_id``."""
 
 
 class SubmitReply(_Message, tag="gs.v1.submit_reply", frozen=True, kw_only=True):
     """Scheduler's answer to a submit: accepted (stored) or a duplicate of a known id."""
 
-    request_id: Id
+    request_id: RequestId
     accepted: bool
     duplicate: bool = False
 
@@ -165,7 +194,7 @@ class Assignment(_Message, tag="gs.v1.assignment", frozen=True, kw_only=True):
 class DispatchReply(_Message, tag="gs.v1.dispatch_reply", frozen=True, kw_only=True):
     """Worker's answer to a dispatch."""
 
-    request_id: Id
+    request_id: RequestId
     worker_id: Id
     accepted: bool
     accepted_at: NonNeg
@@ -187,7 +216,7 @@ class DispatchBatchReply(_Message, tag="gs.v1.dispatch_batch_reply", frozen=True
 class TokenChunk(_Message, tag="gs.v1.chunk", frozen=True, kw_only=True):
     """Output tokens of one request; several tokens may be coalesced in one chunk."""
 
-    request_id: Id
+    request_id: RequestId
     worker_id: Id
     first_index: NonNegInt
     token_times: list[Finite]
@@ -198,7 +227,7 @@ class TokenChunk(_Message, tag="gs.v1.chunk", frozen=True, kw_only=True):
 class Completion(_Message, tag="gs.v1.completion", frozen=True, kw_only=True):
     """A request finished: its sizes, timestamps and attributed energy."""
 
-    request_id: Id
+    request_id: RequestId
     worker_id: Id
     pool_id: Id
     region: Id
@@ -234,7 +263,7 @@ class ErrorReply(_Message, tag="gs.v1.error", frozen=True, kw_only=True):
     code: Annotated[str, Meta(min_length=1, max_length=64)]
     reason: Annotated[str, Meta(max_length=2048)]
     service: str
-    request_id: Id | None = None
+    request_id: RequestId | None = None
     at: NonNeg = 0.0
 
 
@@ -267,7 +296,7 @@ class WorkerStats(_Message, tag="gs.v1.worker_stats", frozen=True, kw_only=True)
 class RequestProgress(_Message, tag="gs.v1.request_progress", frozen=True, kw_only=True):
     """One request in flight on a worker, as predictive clock control needs it."""
 
-    request_id: Id
+    request_id: RequestId
     prompt_tokens: TokenCount
     """Input length (throttLL'eM's |q_i|)."""
     generated_tokens: NonNegInt

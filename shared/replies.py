@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import time
 
+import msgspec
 from nats.aio.client import Client
 
 from proto.codec import encode
-from proto.messages import ErrorReply, Request
+from proto.messages import ErrorReply, Request, client_request_id
 from proto.subjects import Subjects
 from shared.counters import ERRORS
 
@@ -29,8 +30,9 @@ async def reply_error(
 ) -> None:
     """Send an ErrorReply to the client and to the ``request.done`` bookkeeping subject.
 
-    Without a request (undecodable payload) and no reply subject, the error goes to the
-    dead-letter subject so it is still visible and counted.
+    The client's copy carries the client's own request id, ``request.done``'s the
+    stack-wide (scoped) one. Without a request (undecodable payload) and no reply subject,
+    the error goes to the dead-letter subject so it is still visible and counted.
     """
     ERRORS.labels(service, code).inc()
     error = ErrorReply(
@@ -41,9 +43,15 @@ async def reply_error(
         at=time.time(),
     )
     payload = encode(error)
+    own_id = client_request_id(error.request_id) if error.request_id else None
+    to_client = (
+        payload
+        if own_id == error.request_id
+        else encode(msgspec.structs.replace(error, request_id=own_id))
+    )
     target = request.reply_subject if request else reply_subject
     if target:
-        await nc.publish(target, payload)
+        await nc.publish(target, to_client)
     else:
         await nc.publish(subjects.errors, payload)
     if request is not None:

@@ -15,7 +15,23 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-__all__ = ["extract_context", "inject_headers", "setup_tracing", "span_from_headers"]
+__all__ = [
+    "extract_context",
+    "inject_headers",
+    "request_attributes",
+    "setup_tracing",
+    "span_from_headers",
+]
+
+
+def request_attributes(request_id: str) -> dict[str, str]:
+    """Span attributes of a request: the id its client knows, and the client when scoped.
+
+    Inside the stack a bound request's id is ``<client id>.<request id>``; a trace shows
+    ``request.id`` as the client (and the gateway's span) knows it, plus ``client.id``.
+    """
+    client, _, own = request_id.rpartition(".")
+    return {"request.id": own, "client.id": client} if client else {"request.id": own}
 
 
 def setup_tracing(service: str, otlp_endpoint: str | None) -> TracerProvider | None:

@@ -36,8 +36,8 @@ def add_stack_arguments(parser: argparse.ArgumentParser, *, speedup: float = 1.0
         "--request-path",
         choices=("colocated", "separate"),
         default="colocated",
-        help="classifier, scheduler and router in one process (default; not with --secure) "
-        "or in three",
+        help="classifier, scheduler and router in one process (default; with --secure it "
+        "connects as the requestpath identity) or in three",
     )
     parser.add_argument("--nats-url", default=None, help="use this NATS instead of starting one")
     parser.add_argument("--redis-url", default=None, help="use this Redis instead of starting one")
@@ -57,10 +57,7 @@ def spec_from_args(args: argparse.Namespace) -> StackSpec:
         tp=args.tp,
         speedup=args.speedup,
         gateway_port=args.gateway_port,
-        # --secure gives each service its own identity; the co-located process has none yet.
-        colocate_request_path=(
-            args.request_path == "colocated" and not getattr(args, "secure", False)
-        ),
+        colocate_request_path=args.request_path == "colocated",
     )
 
 

@@ -6,8 +6,17 @@ client identity may publish only ``ingress.client.<its client id>``
 (``shared.security.nats_acl``). The classifier therefore takes the client id from the
 subject and refuses a request whose ``client_id`` field or reply subject names another
 client; otherwise a client could aim tokens, completions or errors at someone else's
-stream. :func:`bind_request` and :func:`error_reply_target` are pure;
-:func:`admit_bound_request` is the one call the classifier shell makes.
+stream.
+
+Request ids are bound the same way: a bound request's id becomes
+``<client id>.<its id>`` (:func:`proto.messages.scoped_request_id`) for the rest of the
+stack, so two clients' equal ids are two requests and one client cannot make the
+de-duplication drop another's request; replies to the client carry its own id again. A
+client's id may therefore not hold a ``.`` (``bad_request_id``). A client that reuses one
+of *its own* ids gets ``duplicate_request_id`` (:func:`refuse_reused_id`).
+
+:func:`bind_request` and :func:`error_reply_target` are pure; :func:`admit_bound_request`
+and :func:`refuse_reused_id` are the calls the classifier shell makes.
 """
 
 from __future__ import annotations
@@ -23,18 +32,21 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from proto.codec import encode
-from proto.messages import ErrorReply, Request
+from proto.messages import ErrorReply, Request, client_request_id, scoped_request_id
 from proto.subjects import Subjects, valid_token
 from shared.counters import ERRORS
 
 __all__ = [
     "BAD_INGRESS_SUBJECT",
+    "BAD_REQUEST_ID",
     "CLIENT_ID_MISMATCH",
+    "DUPLICATE_REQUEST_ID",
     "IngressRefusal",
     "admit_bound_request",
     "bind_request",
     "bound_client_id",
     "error_reply_target",
+    "refuse_reused_id",
     "widen_legacy_consumer",
 ]
 
@@ -43,6 +55,12 @@ CLIENT_ID_MISMATCH = "client_id_mismatch"
 
 BAD_INGRESS_SUBJECT = "bad_ingress_subject"
 """Error code: an ingress subject that is neither the unbound one nor a client's own."""
+
+BAD_REQUEST_ID = "bad_request_id"
+"""Error code: a client's request id holds a ``.`` (the form of a stack-wide, scoped id)."""
+
+DUPLICATE_REQUEST_ID = "duplicate_request_id"
+"""Error code: the client already used this request id for another message."""
 
 SERVICE = "classifier"
 
@@ -85,14 +103,26 @@ def bound_client_id(subjects: Subjects, subject: str) -> str | None:
 
 
 def bind_request(subjects: Subjects, subject: str, request: Request) -> Request:
-    """The request with its client id bound to ``subject`` (unchanged on the unbound ingress).
+    """The request bound to ``subject``: its client id, and its id scoped by that client.
+
+    On the unbound ingress the request is returned unchanged (its id unscoped).
 
     Raises:
         IngressRefusal: ``client_id_mismatch`` when the payload's ``client_id`` or reply
             subject names another client (the answer then goes to the sender's own reply
-            subject for this request id), or ``bad_ingress_subject``.
+            subject for this request id), ``bad_request_id`` for an id with a ``.``, or
+            ``bad_ingress_subject``.
     """
     client_id = bound_client_id(subjects, subject)
+    space = subjects.client_prefix + (f"{client_id}." if client_id is not None else "")
+    if "." in request.request_id:
+        # Only the classifier scopes ids; a client's own id is one token.
+        reply = request.reply_subject if request.reply_subject.startswith(space) else None
+        raise IngressRefusal(
+            BAD_REQUEST_ID,
+            f"request id {request.request_id!r} must be one token ([A-Za-z0-9_-], no '.')",
+            reply,
+        )
     if client_id is None:
         return request
     own = subjects.client_reply(client_id, request.request_id)
@@ -110,9 +140,11 @@ def bind_request(subjects: Subjects, subject: str, request: Request) -> Request:
             f"replies {subjects.client_prefix}{client_id}.>",
             own,
         )
-    if request.client_id == client_id:
-        return request
-    return msgspec.structs.replace(request, client_id=client_id)
+    return msgspec.structs.replace(
+        request,
+        client_id=client_id,
+        request_id=scoped_request_id(client_id, request.request_id),
+    )
 
 
 def error_reply_target(subjects: Subjects, subject: str, header: str | None) -> str | None:
@@ -156,6 +188,35 @@ async def admit_bound_request(
         await msg.term()
         logger.info("request %s refused: %s", request.request_id, refusal)
         return None
+
+
+async def refuse_reused_id(nc: Client, subjects: Subjects, msg: Msg, request: Request) -> None:
+    """Answer a message whose (scoped) request id its client had already used, and settle it.
+
+    The request was not stored (the scheduler's seen-mark holds another ingress message
+    for this id). The ``duplicate_request_id`` error goes to the request's reply subject,
+    which binding has put in the sender's own space, carrying the client's own id; not to
+    ``request.done``: that would end the *first* request with this id in the bookkeeping.
+    The message is acked: redelivering it would only be refused again.
+    """
+    ERRORS.labels(SERVICE, DUPLICATE_REQUEST_ID).inc()
+    own_id = client_request_id(request.request_id)
+    error = ErrorReply(
+        code=DUPLICATE_REQUEST_ID,
+        reason=(
+            f"request id {own_id!r} was already used by this client for another request; "
+            "this one was not run (send a new request with a new id)"
+        ),
+        service=SERVICE,
+        request_id=own_id,
+        at=time.time(),
+    )
+    target = request.reply_subject
+    await nc.publish(
+        target if target.startswith(subjects.client_prefix) else subjects.errors, encode(error)
+    )
+    await msg.ack()
+    logger.info("request %s refused: its id was used before", request.request_id)
 
 
 async def widen_legacy_consumer(js: JetStreamContext, subjects: Subjects, durable: str) -> bool:

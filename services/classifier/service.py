@@ -2,7 +2,10 @@
 
 A message is acked only after the scheduler confirmed it stored the request, so a
 classifier killed at any point loses nothing: JetStream redelivers the unacked message to
-another (or the restarted) classifier, and the scheduler drops the duplicate by id.
+another (or the restarted) classifier, and the scheduler drops the duplicate by id. The
+id is scoped by the client (``ingress_identity``) and the seen-mark keeps the message's
+stream sequence, so a redelivery (same sequence) is acked silently while a client's
+reuse of its own id (another sequence) is answered ``duplicate_request_id``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from services.classifier.classes import default_slos, make_predictor, scheme_by_
 from services.classifier.ingress_identity import (
     admit_bound_request,
     error_reply_target,
+    refuse_reused_id,
     widen_legacy_consumer,
 )
 from services.classifier.pipeline import ClassifierCore
@@ -43,7 +47,7 @@ from shared.lifecycle import ServiceContext
 from shared.loops import MAX_BACKOFF_S, sleep_or_stop
 from shared.plan_watch import watch_plan
 from shared.replies import reply_error
-from shared.telemetry import inject_headers, span_from_headers
+from shared.telemetry import inject_headers, request_attributes, span_from_headers
 
 __all__ = [
     "HANDOFF_ERRORS",
@@ -248,7 +252,7 @@ async def _classify(
         return None
     traced = tracing_active(msg.headers)
     span: contextlib.AbstractContextManager[object] = (
-        span_from_headers(tracer, "classify", msg.headers, **{"request.id": req.request_id})
+        span_from_headers(tracer, "classify", msg.headers, **request_attributes(req.request_id))
         if traced
         else contextlib.nullcontext()  # a no-op span costs more than classifying
     )
@@ -267,8 +271,15 @@ async def _classify(
             )
             await msg.ack()
             return None
-        if traced:  # the scheduler queues the request; its trace context must travel with it
-            classified = msgspec.structs.replace(classified, trace=inject_headers())
+        # The ingress sequence lets the scheduler tell a redelivery from a reused id; the
+        # trace context (if traced) must travel with the request through the queue.
+        changes: dict[str, object] = {}
+        if seq := _stream_seq(msg):
+            changes["ingress_seq"] = seq
+        if traced:
+            changes["trace"] = inject_headers()
+        if changes:
+            classified = msgspec.structs.replace(classified, **changes)
     try:
         # Validate what we hand off, one request at a time: a value the scheduler would
         # refuse must fail here, alone, instead of poisoning the whole submit batch.
@@ -280,6 +291,14 @@ async def _classify(
         await msg.term()
         return None
     return classified
+
+
+def _stream_seq(msg: Msg) -> int:
+    """The message's sequence in the ingress stream (0 when it did not come from one)."""
+    try:
+        return int(msg.metadata.sequence.stream)
+    except (nats.errors.Error, AttributeError, IndexError, TypeError, ValueError):
+        return 0
 
 
 async def _handle_batch(
@@ -322,8 +341,13 @@ async def _handle_batch(
         return
     accepted = set(reply.accepted)
     held = accepted | set(reply.duplicates)
+    reused = set(reply.reused)
     for msg, classified in ready:
         rid = classified.request.request_id
+        if classified.ingress_seq and classified.ingress_seq in reused:
+            # A new message with an id its client used before: not stored, answered.
+            await refuse_reused_id(ctx.nc, ctx.subjects, msg, classified.request)
+            continue
         if rid in accepted:
             REQUESTS.labels(classified.request_class, classified.pool_id).inc()
         if rid in held:

@@ -28,7 +28,7 @@ from opentelemetry import propagate, trace
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 
 from proto.codec import encode
-from proto.messages import Completion, ErrorReply, TokenChunk
+from proto.messages import Completion, ErrorReply, TokenChunk, scoped_request_id
 from proto.subjects import Subjects
 from services.gateway.errors import ApiError
 from services.gateway.openai_schema import (
@@ -141,7 +141,9 @@ async def _publish(state: GatewayState, parsed: ParsedRequest, request_id: str) 
         sent_at=time.time(),
         chars_per_token=state.chars_per_token,
     )
-    headers = inject_headers({"Nats-Msg-Id": request_id, REPLY_HEADER: reply})
+    # The stream's de-duplication spans all clients: scope the id as the stack does.
+    msg_id = scoped_request_id(state.client_id, request_id)
+    headers = inject_headers({"Nats-Msg-Id": msg_id, REPLY_HEADER: reply})
     try:
         await state.js.publish(
             state.subjects.ingress_client(state.client_id),

@@ -188,7 +188,7 @@ def to_request(
 
     Args:
         parsed: the validated body.
-        request_id: unique id (also the ``Nats-Msg-Id``).
+        request_id: unique id (``<client id>.<request id>`` is the ``Nats-Msg-Id``).
         reply_subject: where replies for this request go.
         client_id: the gateway instance's client id.
         sent_at: wall time of arrival.

@@ -19,10 +19,12 @@ forgets the request:
   ``queued``, and the restarted process queues it again at once (a worker that already
   holds it accepts the repeat without running it twice).
 
-The process still serves ``scheduler.submit``/``pull``/``requeue`` on NATS (workers hand
-drained requests back there) and listens to ``scheduler.ready`` (the emergency ladder's
-re-steer), so separate classifiers or routers can run beside it. Spans keep their services'
-tracer names (``greenserve.classifier`` …), so a trace looks the same in both deployments.
+On NATS the process serves only ``scheduler.requeue`` (workers hand drained requests back
+there); ``scheduler.submit``, ``scheduler.pull`` and ``scheduler.ready`` are method calls
+here (the emergency ladder's re-steer too), so its identity (role ``requestpath``,
+``shared.security``) is the union of the three roles minus exactly those subjects, and a
+secured stack runs it like any other service. Spans keep their services' tracer names
+(``greenserve.classifier`` …), so a trace looks the same in both deployments.
 """
 
 from __future__ import annotations
@@ -114,8 +116,8 @@ async def serve(ctx: ServiceContext) -> None:
     subs: list[Subscription] = [
         await watch_plan(ctx, classifier.plan_follower(core)),
         await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done),
-        *await scheduler.serve_subjects(),
-        *await router.subscribe(done=False),
+        *await scheduler.serve_subjects(requeue_only=True),
+        *await router.subscribe(done=False, ready=False),
     ]
     logger.info("request path co-located: classifier, scheduler and router in one process")
     try:

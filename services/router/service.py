@@ -40,7 +40,7 @@ from shared.bus import HOPS_KEY, add_hops, request, tracing_active
 from shared.counters import DECISIONS, ERRORS
 from shared.lifecycle import ServiceContext
 from shared.loops import MAX_BACKOFF_S, sleep_or_stop
-from shared.telemetry import extract_context
+from shared.telemetry import extract_context, request_attributes
 
 __all__ = ["NAME", "NatsSchedulerLink", "RouterShell", "SchedulerLink", "serve"]
 
@@ -134,8 +134,12 @@ class RouterShell:
         if self.registry.ended(request_id) is not None:
             self._wake.set()
 
-    async def subscribe(self, *, done: bool = True) -> list[Subscription]:
-        """Heartbeats, ready events and (unless the caller feeds :meth:`ended`) completions."""
+    async def subscribe(self, *, done: bool = True, ready: bool = True) -> list[Subscription]:
+        """Heartbeats, ready events and completions.
+
+        ``done=False`` and ``ready=False`` leave completions and ready events to the caller
+        (:meth:`ended`, :meth:`mark_ready`): the co-located request path feeds both.
+        """
         ctx = self._ctx
 
         async def on_stats(msg: Msg) -> None:
@@ -154,10 +158,9 @@ class RouterShell:
                     if rid:
                         self.ended(rid)
 
-        subs = [
-            await ctx.nc.subscribe(ctx.subjects.worker_stats_wildcard, cb=on_stats),
-            await ctx.nc.subscribe(ctx.subjects.scheduler_ready_wildcard, cb=on_ready),
-        ]
+        subs = [await ctx.nc.subscribe(ctx.subjects.worker_stats_wildcard, cb=on_stats)]
+        if ready:
+            subs.append(await ctx.nc.subscribe(ctx.subjects.scheduler_ready_wildcard, cb=on_ready))
         if done:
             subs.append(await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done))
         return subs
@@ -440,7 +443,7 @@ class RouterShell:
             self._tracer.start_as_current_span(
                 "dispatch",
                 context=extract_context(req.trace),
-                attributes={"request.id": rid, "worker.id": worker_id},
+                attributes={**request_attributes(rid), "worker.id": worker_id},
             )
             if tracing_active(req.trace)
             else contextlib.nullcontext()

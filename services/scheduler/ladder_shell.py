@@ -304,8 +304,14 @@ async def apply_actions(
     book: LadderBook,
     queues: LadderQueues,
     actions: Sequence[tuple[str, EmergencyAction]],
+    on_ready: Callable[[str], Awaitable[None]] | None = None,
 ) -> None:
-    """Carry out the ladder's actions on the queues, the dvfs agents and the clients."""
+    """Carry out the ladder's actions on the queues, the dvfs agents and the clients.
+
+    A re-steered request's new pool is announced through ``on_ready`` (the scheduler's:
+    ``scheduler.ready`` on the bus, or the co-located router's wake-up), by default on
+    ``scheduler.ready``.
+    """
     now = ctx.clock.now()
     for pool_id, action in actions:
         DECISIONS.labels("ladder", type(action).__name__).inc()
@@ -326,7 +332,10 @@ async def apply_actions(
             queues.push(moved)
             with contextlib.suppress(RedisError):
                 await ctx.redis.hset(ctx.keys.queued, action.request_id, encode(moved))
-            await ctx.nc.publish(ctx.subjects.scheduler_ready(moved.pool_id), b"")
+            if on_ready is not None:
+                await on_ready(moved.pool_id)
+            else:
+                await ctx.nc.publish(ctx.subjects.scheduler_ready(moved.pool_id), b"")
         elif isinstance(action, ShedRequest):
             req = queues.take(pool_id, action.request_id)
             if req is None:
@@ -344,9 +353,14 @@ async def apply_actions(
 
 
 async def start_ladder(
-    ctx: ServiceContext, state: _SchedulerState
+    ctx: ServiceContext,
+    state: _SchedulerState,
+    on_ready: Callable[[str], Awaitable[None]] | None = None,
 ) -> tuple[LadderBook, list[Subscription], Callable[[], Awaitable[None]]]:
-    """Follow heartbeats and the plan; return the book, the subscriptions and the tick."""
+    """Follow heartbeats and the plan; return the book, the subscriptions and the tick.
+
+    ``on_ready(pool)`` announces a pool that received a re-steered request.
+    """
     cfg = ctx.settings.scheduler
     book = LadderBook(
         ladder_config(cfg), shed=cfg.ladder_shed, clock_hold_s=cfg.ladder_clock_hold_s
@@ -360,7 +374,7 @@ async def start_ladder(
     async def tick() -> None:
         actions = book.tick(queues, ctx.clock.now(), time.time())
         if actions:
-            await apply_actions(ctx, book, queues, actions)
+            await apply_actions(ctx, book, queues, actions, on_ready)
 
     stats_sub = await ctx.nc.subscribe(ctx.subjects.worker_stats_wildcard, cb=on_stats)
     return book, [stats_sub, await watch_plan(ctx, book.saw_plan)], tick

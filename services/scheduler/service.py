@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 from nats.aio.msg import Msg
@@ -39,7 +41,7 @@ from shared.counters import QUEUE_DEPTH
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
 from shared.store import as_bytes
-from shared.telemetry import extract_context
+from shared.telemetry import extract_context, request_attributes
 
 __all__ = ["NAME", "UNPLACED_WORKER", "SchedulerShell", "SchedulerState", "serve"]
 
@@ -47,25 +49,56 @@ NAME = "scheduler"
 UNPLACED_WORKER = "-"
 """Worker id of an Assignment pulled by a router but not yet placed."""
 SEEN_TTL_S = 6 * 3600
+ENDED_MEMORY_S = 60.0
+"""How long the scheduler remembers an ended request (to drop a late requeue of it)."""
+ENDED_MEMORY_MAX = 200_000
+"""At most this many remembered ends (≈ 60 s at 3,000 req/s)."""
+REUSED = 2
+"""Store-new result of a request whose id its client already used for another message."""
 STORE_NEW_LUA = """
-local stored = {}
+local out = {}
 for i = 2, #KEYS do
-  if redis.call('SET', KEYS[i], '1', 'NX', 'EX', ARGV[1]) then
-    redis.call('HSET', KEYS[1], ARGV[2 * i - 2], ARGV[2 * i - 1])
-    stored[i - 1] = 1
+  local id, payload, mark = ARGV[3 * i - 4], ARGV[3 * i - 3], ARGV[3 * i - 2]
+  if redis.call('SET', KEYS[i], mark, 'NX', 'EX', ARGV[1]) then
+    redis.call('HSET', KEYS[1], id, payload)
+    out[i - 1] = 1
   else
-    stored[i - 1] = 0
+    out[i - 1] = 0
+    local prev = redis.call('GET', KEYS[i])
+    local seq, digest = string.match(mark, '^s(%d+):(.*)$')
+    local pseq, pdigest = string.match(prev or '', '^s(%d+):(.*)$')
+    if seq and pseq and seq ~= pseq and digest ~= pdigest then
+      out[i - 1] = 2
+    end
   end
 end
-return stored
+return out
 """
 """Mark each request id of a batch seen and store the request, in one atomic step.
 
 ``KEYS`` = the ``queued`` hash, then one ``seen`` key per request; ``ARGV`` = the seen TTL,
-then id and payload per request; returns 1 (stored now) or 0 (already seen) per request. A
-scheduler killed between mark and store would otherwise leave a 'seen' mark without the
-request, and the redelivered copy would be dropped as a duplicate. One script call per
-batch instead of one per request: each call costs redis-py a command to pack and parse."""
+then id, payload and seen-mark per request. The mark is ``s<ingress stream sequence>:<digest
+of the client's request>`` (``1`` when the sequence is unknown). Returns per request 1
+(stored now), 0 (already seen: a redelivery of the same message, the same request
+published again, e.g. a retried publish the stream stored twice, or nothing to tell them
+apart by) or 2 (already seen with another message *and* another request: the client
+reused its id; not stored). A scheduler killed between mark and store would otherwise
+leave a 'seen' mark without the request, and the redelivered copy would be dropped as a
+duplicate. One script call per batch instead of one per request: each call costs redis-py
+a command to pack and parse."""
+
+
+def seen_mark(req: ClassifiedRequest) -> str:
+    """The seen-mark of a request: its ingress sequence and a digest of the client's request.
+
+    The digest covers the request as the client sent it (with its send time), so the same
+    request published twice is told from a new one reusing the id.
+    """
+    if not req.ingress_seq:
+        return "1"
+    digest = hashlib.blake2b(encode(req.request), digest_size=12).hexdigest()
+    return f"s{req.ingress_seq}:{digest}"
+
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +190,8 @@ class SchedulerShell:
         self._on_ready = on_ready or self._publish_ready
         self._tracer = tracer or ctx.tracer
         self._ended_ids: set[str] = set()
+        self._recently_ended: OrderedDict[str, float] = OrderedDict()
+        """Ended ids of the last :data:`ENDED_MEMORY_S` (wall): a late requeue is dropped."""
 
     async def _publish_ready(self, pool_id: str) -> None:
         await self._ctx.nc.publish(self._ctx.subjects.scheduler_ready(pool_id), b"")
@@ -175,6 +210,11 @@ class SchedulerShell:
     async def submit(self, requests: list[ClassifiedRequest]) -> SubmitBatchReply:
         """Store new requests (atomic seen-mark + store each) and queue them.
 
+        A request id seen before is a ``duplicate`` (a redelivery of the same ingress
+        message, or the same request published again) or, when the seen-mark names
+        another ingress message with another request, ``reused`` (by its ingress
+        sequence): the client sent a new request under an id it had used.
+
         Raises:
             RedisError: nothing was confirmed; the caller must not ack (redelivery follows).
         """
@@ -184,7 +224,7 @@ class SchedulerShell:
         for req in requests:
             rid = req.request.request_id
             seen_keys.append(keys.seen(rid))
-            args += [rid, encode(req)]
+            args += [rid, encode(req), seen_mark(req)]
         # EVAL, not a registered Script: a Script costs a SCRIPT EXISTS round trip first;
         # the body is short and Redis caches it by its digest.
         fresh_flags = await self._ctx.redis.eval(
@@ -192,15 +232,21 @@ class SchedulerShell:
         )
         accepted: list[str] = []
         duplicates: list[str] = []
+        reused: list[int] = []
         pools: set[str] = set()
         for req, fresh in zip(requests, fresh_flags, strict=True):
             rid = req.request.request_id
+            if fresh == REUSED:
+                reused.append(req.ingress_seq)
+                continue
             if not fresh:
                 duplicates.append(rid)
                 continue
             if tracing_active(req.trace):
                 with self._tracer.start_as_current_span(
-                    "enqueue", context=extract_context(req.trace), attributes={"request.id": rid}
+                    "enqueue",
+                    context=extract_context(req.trace),
+                    attributes=request_attributes(rid),
                 ):
                     self.state.push(req)
             else:  # a no-op span would cost more than the push itself
@@ -210,7 +256,7 @@ class SchedulerShell:
         for pool_id in pools:
             QUEUE_DEPTH.labels(pool_id).set(len(self.state.queue(pool_id)))
             await self._on_ready(pool_id)
-        return SubmitBatchReply(accepted=accepted, duplicates=duplicates)
+        return SubmitBatchReply(accepted=accepted, duplicates=duplicates, reused=reused)
 
     async def pull(
         self, pool_id: str, slots: int, *, record: bool = True
@@ -247,11 +293,28 @@ class SchedulerShell:
         return taken, depth
 
     async def requeue(self, requests: list[ClassifiedRequest]) -> None:
-        """Take requests back (unplaced, refused, orphaned, drained)."""
+        """Take requests back (unplaced, refused, orphaned, drained), unless they ended.
+
+        A dispatch whose reply was lost (a NATS restart) comes back here after the router's
+        timeout although the worker ran it; if its end was heard meanwhile, queueing it
+        again would run it twice.
+        """
+        late = [r for r in requests if r.request.request_id in self._recently_ended]
+        if late:
+            logger.info("dropping %d requeued requests that already ended", len(late))
+            requests = [r for r in requests if r.request.request_id not in self._recently_ended]
         await _requeue(self._ctx, self.state, requests, self._on_ready)
 
     def ended(self, request_id: str) -> None:
         """A request ended (completion or error): forget it (Redis in the next flush)."""
+        now = time.monotonic()
+        self._recently_ended[request_id] = now
+        self._recently_ended.move_to_end(request_id)
+        while self._recently_ended:
+            oldest, at = next(iter(self._recently_ended.items()))
+            if now - at <= ENDED_MEMORY_S and len(self._recently_ended) <= ENDED_MEMORY_MAX:
+                break
+            del self._recently_ended[oldest]
         self._ended_ids.add(request_id)
         # An error can end a request that is still queued (e.g. shed by the ladder).
         self.state.remove(request_id)
@@ -274,8 +337,13 @@ class SchedulerShell:
         for pool_id in self.state.backlog():
             await self._on_ready(pool_id)
 
-    async def serve_subjects(self) -> list[Subscription]:
-        """Serve submit, pull and requeue on NATS (queue group ``scheduler``)."""
+    async def serve_subjects(self, *, requeue_only: bool = False) -> list[Subscription]:
+        """Serve submit, pull and requeue on NATS (queue group ``scheduler``).
+
+        ``requeue_only`` serves just ``scheduler.requeue`` (workers hand drained requests
+        back there): the co-located request path submits and pulls by method call, and its
+        identity may not subscribe to the other two (``shared.security.nats_acl``).
+        """
         ctx, subjects = self._ctx, self._ctx.subjects
 
         async def on_submit(batch: SubmitBatch, _msg: Msg) -> SubmitBatchReply:
@@ -291,13 +359,7 @@ class SchedulerShell:
             return SubmitReply(request_id=rid, accepted=True)
 
         queue = QUEUE_GROUPS["scheduler"]
-        return [
-            await serve_subject(
-                ctx.nc, subjects.scheduler_submit, SubmitBatch, on_submit, service=NAME, queue=queue
-            ),
-            await serve_subject(
-                ctx.nc, subjects.scheduler_pull, PullRequest, on_pull, service=NAME, queue=queue
-            ),
+        subs = [
             await serve_subject(
                 ctx.nc,
                 subjects.scheduler_requeue,
@@ -305,15 +367,30 @@ class SchedulerShell:
                 on_requeue,
                 service=NAME,
                 queue=queue,
-            ),
+            )
         ]
+        if not requeue_only:
+            subs += [
+                await serve_subject(
+                    ctx.nc,
+                    subjects.scheduler_submit,
+                    SubmitBatch,
+                    on_submit,
+                    service=NAME,
+                    queue=queue,
+                ),
+                await serve_subject(
+                    ctx.nc, subjects.scheduler_pull, PullRequest, on_pull, service=NAME, queue=queue
+                ),
+            ]
+        return subs
 
     async def run(self, subs: list[Subscription]) -> None:
         """Periodic work (ready reminders, forget, ladder, reaper) until ``ctx.stop``."""
         ctx, cfg = self._ctx, self._ctx.settings.scheduler
         ladder_tick: Callable[[], Awaitable[None]] | None = None
         if cfg.ladder:
-            _ladder, ladder_subs, ladder_tick = await start_ladder(ctx, self.state)
+            _ladder, ladder_subs, ladder_tick = await start_ladder(ctx, self.state, self._on_ready)
             subs.extend(ladder_subs)
         period = cfg.ready_period_ms / 1000.0
         async with asyncio.TaskGroup() as tg:

@@ -18,7 +18,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 
+import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 from opentelemetry import context as otel_context
@@ -37,11 +39,13 @@ from proto.messages import (
     RequeueRequest,
     SubmitReply,
     WorkerStats,
+    client_request_id,
 )
 from services.planner.parking import PlanFollower
 from services.worker.admission_gate import REFUSAL_REASON, AdmissionGate, limits_of
 from services.worker.backend import BackendRefusalError, OutputBatch, WorkerBackend
 from services.worker.factory import build_backend
+from services.worker.outbox import ReplyOutbox
 from services.worker.state_publisher import PREDICTIVE_MODE, publish_states
 from services.worker.streams import StreamBook
 from shared.bus import HOPS_HEADER, HOPS_KEY, request
@@ -51,6 +55,7 @@ from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
 from shared.plan_watch import watch_plan
 from shared.replies import reply_error
+from shared.telemetry import request_attributes
 
 __all__ = ["NAME", "WorkerShim", "serve"]
 
@@ -60,6 +65,8 @@ logger = logging.getLogger(__name__)
 
 DONE_BATCH_MAX = 4096
 """Most completions in one ``request.done`` event (the message's own limit)."""
+FINISHED_MEMORY = 4096
+"""Finished requests a worker remembers, to answer a repeated dispatch without a rerun."""
 
 
 class WorkerShim:
@@ -83,6 +90,11 @@ class WorkerShim:
         self._trace_parents: dict[str, otel_context.Context] = {}
         self._hops: dict[str, str] = {}
         """Hop stamps of requests in flight that asked for them (bench ``--hops``)."""
+        self._outbox = ReplyOutbox()
+        """Recent client replies, sent again after a NATS outage (:mod:`.outbox`)."""
+        self._finished: OrderedDict[str, tuple[str, bytes, bytes]] = OrderedDict()
+        """Recently finished requests: reply subject, client's and request.done's copy of
+        the completion, so a repeated dispatch is answered without a second run."""
 
     @property
     def backend(self) -> WorkerBackend:
@@ -102,6 +114,14 @@ class WorkerShim:
             request_id=rid, worker_id=self._cfg.worker_id, accepted=True, accepted_at=now
         )
         if rid in self._book:
+            return reply
+        if (finished := self._finished.get(rid)) is not None:
+            # Its dispatch reply was lost (a NATS restart) and the router sent it again:
+            # it ran here already. Accept, and end it again with the same completion (the
+            # client drops the repeat; request.done frees the router's slot).
+            subject, to_client, payload = finished
+            await self._ctx.nc.publish(subject, to_client)
+            await self._ctx.nc.publish(self._ctx.subjects.request_done, payload)
             return reply
         if self._draining or self._parked or len(self._book) >= self._cfg.max_num_seqs:
             return DispatchReply(
@@ -199,17 +219,27 @@ class WorkerShim:
             batch.finish_reasons,
         )
         for subject, chunk in chunks:
-            await nc.publish(subject, encode(chunk))
+            await self._reply(subject, encode(chunk))
         for subject, done in completions:
             self._record_completion(done)
             payload = encode(done)
+            # The client gets its own request id; the bookkeeping the stack-wide scoped one.
+            own_id = client_request_id(done.request_id)
+            to_client = (
+                payload
+                if own_id == done.request_id
+                else encode(msgspec.structs.replace(done, request_id=own_id))
+            )
             # --- opt-in hop stamps: the client reads them from the completion's headers ---
             hops = self._hops.pop(done.request_id, None) if self._hops else None
             headers = {HOPS_HEADER: f"{hops},done={time.time():.6f}"} if hops else None
             # --- end hop stamps ---
-            await nc.publish(subject, payload, headers=headers)
+            await self._reply(subject, to_client, headers)
+            self._finished[done.request_id] = (subject, to_client, payload)
+            while len(self._finished) > FINISHED_MEMORY:
+                self._finished.popitem(last=False)
         if len(completions) == 1:
-            await nc.publish(self._ctx.subjects.request_done, encode(completions[0][1]))
+            await nc.publish(self._ctx.subjects.request_done, self._finished[done.request_id][2])
         elif completions:
             # One event for the iteration: the bookkeeping subscribers (request path, dvfs
             # agent, planner) decode one message instead of one per finished request.
@@ -238,6 +268,25 @@ class WorkerShim:
         if not len(self._book):
             self._emptied.set()
 
+    async def _reply(
+        self, subject: str, payload: bytes, headers: dict[str, str] | None = None
+    ) -> None:
+        """Publish a reply to a client and keep it for a re-send should NATS go away."""
+        await self._ctx.nc.publish(subject, payload, headers=headers)
+        self._outbox.record(subject, payload, headers, time.time())
+
+    async def resend_loop(self, period_s: float = 0.05) -> None:
+        """Watch the connection; after an outage, send the replies it may have swallowed."""
+        nc = self._ctx.nc
+        while True:
+            await asyncio.sleep(period_s)
+            due = self._outbox.observe(nc.is_connected, time.time())
+            if due:
+                logger.info("re-sending %d client replies after a NATS outage", len(due))
+            for entry in due:
+                with contextlib.suppress(nats.errors.Error):
+                    await nc.publish(entry.subject, entry.payload, headers=entry.headers)
+
     async def _announce_room(self) -> None:
         """Publish stats now: the router hears at once that the admission gate closed or opened."""
         stats = encode(self.stats())
@@ -249,7 +298,7 @@ class WorkerShim:
         while True:
             await asyncio.sleep(period)
             for subject, chunk in self._book.flush_due(time.time()):
-                await self._ctx.nc.publish(subject, encode(chunk))
+                await self._reply(subject, encode(chunk))
 
     def _record_completion(self, done: Completion) -> None:
         REQUEST_LATENCY_S.labels("ttft", done.request_class).observe(
@@ -262,7 +311,7 @@ class WorkerShim:
             context=parent,
             start_time=int(done.accepted_at * 1e9),
             attributes={
-                "request.id": done.request_id,
+                **request_attributes(done.request_id),
                 "gen_ai.usage.input_tokens": done.input_tokens,
                 "gen_ai.usage.output_tokens": done.output_tokens,
                 "greenserve.energy_j": done.energy_j,
@@ -398,6 +447,7 @@ async def _serve_with(ctx: ServiceContext, shim: WorkerShim) -> None:
     async with asyncio.TaskGroup() as tg:
         engine_task = tg.create_task(shim.backend.run())
         flush_task = tg.create_task(shim.flush_loop())
+        resend_task = tg.create_task(shim.resend_loop())
         tg.create_task(shim.heartbeat())
         if ctx.settings.dvfs.mode == PREDICTIVE_MODE:  # per-request state for the dvfs agent
             tg.create_task(publish_states(ctx, shim.book.streams, shim.backend.snapshot))
@@ -405,6 +455,7 @@ async def _serve_with(ctx: ServiceContext, shim: WorkerShim) -> None:
         await shim.drain(ctx.settings.shutdown_timeout_s)
         engine_task.cancel()
         flush_task.cancel()
+        resend_task.cancel()
     for sub in subs:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()

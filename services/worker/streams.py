@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from proto.messages import ClassifiedRequest, Completion, TokenChunk
+from proto.messages import ClassifiedRequest, Completion, TokenChunk, client_request_id
 
 __all__ = ["RequestStream", "StreamBook"]
 
@@ -121,8 +121,8 @@ class StreamBook:
         return out
 
     def _take(self, stream: RequestStream) -> TokenChunk:
-        chunk = TokenChunk(
-            request_id=stream.request.request.request_id,
+        chunk = TokenChunk(  # only ever sent to the client: its own id
+            request_id=client_request_id(stream.request.request.request_id),
             worker_id=self._worker_id,
             first_index=stream.sent,
             token_times=stream.pending,

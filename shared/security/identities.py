@@ -16,6 +16,7 @@ from proto.subjects import valid_token
 
 __all__ = [
     "BOUND_BY_USER",
+    "COMPOSITE_ROLES",
     "ROLES",
     "SCOPED_ROLES",
     "Identity",
@@ -26,6 +27,7 @@ ROLES: Final = (
     "classifier",
     "scheduler",
     "router",
+    "requestpath",
     "worker",
     "dvfs",
     "planner",
@@ -36,12 +38,17 @@ ROLES: Final = (
     "monitor",
     "admin",
 )
-"""Every role: the seven services, the HTTP gateway, and the tools that talk to a stack.
+"""Every role: the seven services, the co-located request path, the HTTP gateway, and the
+tools that talk to a stack.
 
 ``loadgen`` is the trace replayer (it watches worker stats and its own client subjects);
 ``client`` is an ordinary client bound to one client id; ``monitor`` reads the
 store for ``greenserve status``; ``admin`` is the operator's unrestricted account.
 """
+
+COMPOSITE_ROLES: Final = {"requestpath": ("classifier", "scheduler", "router")}
+"""Roles of processes that run several services in one (``services.requestpath``); their
+rules are derived from their parts' (``nats_acl.permissions_for``, ``redis_acl.acl_rules``)."""
 
 SCOPED_ROLES: Final = {"worker": "worker id", "dvfs": "node id", "client": "client id"}
 """Roles whose permissions name one instance; their identity must carry that id."""

@@ -26,15 +26,23 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from proto.subjects import Subjects
-from shared.security.identities import Identity, env_var_name
+from shared.security.identities import (
+    COMPOSITE_ROLES,
+    ROLES,
+    SCOPED_ROLES,
+    Identity,
+    env_var_name,
+)
 from shared.security.tls import TlsFiles
 
 __all__ = [
     "CLASSIFIER_CONSUMER",
     "NATS_PASSWORD_ENV_PREFIX",
     "SubjectPermissions",
+    "internal_subjects",
     "nats_server_config",
     "permissions_for",
+    "subjects_overlap",
 ]
 
 CLASSIFIER_CONSUMER = "classifier"
@@ -81,9 +89,86 @@ def _any(subject_of: Callable[[str], str]) -> str:
 def permissions_for(subjects: Subjects, identity: Identity) -> SubjectPermissions:
     """The least privileges of ``identity`` on the stack named by ``subjects``.
 
+    A composite role (:data:`~shared.security.identities.COMPOSITE_ROLES`) gets the union
+    of its parts' permissions minus the subjects only its parts used among themselves
+    (:func:`internal_subjects`), computed here from the parts' rules so the two can never
+    drift apart.
+
     Raises:
         ValueError: for an identity whose role has no rule (cannot happen for valid roles).
     """
+    parts = COMPOSITE_ROLES.get(identity.role)
+    if parts is None:
+        return _role_permissions(subjects, identity)
+    own = [_role_permissions(subjects, Identity(identity.user, part)) for part in parts]
+    internal_pub, internal_sub = internal_subjects(subjects, parts)
+    return SubjectPermissions(
+        publish=_union((p.publish for p in own), internal_pub),
+        subscribe=_union((p.subscribe for p in own), internal_sub),
+        allow_responses=any(p.allow_responses for p in own),
+    )
+
+
+def _union(groups: Iterable[tuple[str, ...]], minus: frozenset[str]) -> tuple[str, ...]:
+    """The patterns of all groups in first-seen order, without duplicates or ``minus``."""
+    return tuple(p for p in dict.fromkeys(p for g in groups for p in g) if p not in minus)
+
+
+def subjects_overlap(a: str, b: str) -> bool:
+    """Whether two subject patterns (``*`` one token, ``>`` the rest) share a subject."""
+    ta, tb = a.split("."), b.split(".")
+    for x, y in zip(ta, tb, strict=False):
+        if x == ">" or y == ">":
+            return True
+        if x != y and "*" not in (x, y):
+            return False
+    return len(ta) == len(tb)
+
+
+def _outside_rules(subjects: Subjects, parts: tuple[str, ...]) -> list[SubjectPermissions]:
+    """The rules of every role that is not one of ``parts`` (nor admin nor composite), with
+    each scope (worker, node, client id, the bound roles' user) as the ``*`` wildcard."""
+    rules = []
+    for role in ROLES:
+        if role in parts or role == "admin" or role in COMPOSITE_ROLES:
+            continue
+        placeholder = Identity(_ANY, role, _ANY if role in SCOPED_ROLES else None)
+        perms = _role_permissions(subjects, placeholder)
+        rules.append(
+            SubjectPermissions(
+                publish=tuple(p.replace(_ANY, "*") for p in perms.publish),
+                subscribe=tuple(p.replace(_ANY, "*") for p in perms.subscribe),
+            )
+        )
+    return rules
+
+
+def internal_subjects(
+    subjects: Subjects, parts: tuple[str, ...]
+) -> tuple[frozenset[str], frozenset[str]]:
+    """The publish and subscribe patterns ``parts`` needed only to talk to each other.
+
+    A part's publish pattern is internal when another part (or itself) subscribes to an
+    overlapping subject and no other role does; a part's subscribe pattern is internal when
+    a part publishes an overlapping subject and no other role does. Run together in one
+    process, the parts hand those messages over by method call instead.
+    """
+    own = [_role_permissions(subjects, Identity(_ANY, part)) for part in parts]
+    outside = _outside_rules(subjects, parts)
+
+    def heard(pattern: str, rules: Iterable[SubjectPermissions]) -> bool:
+        return any(subjects_overlap(pattern, s) for r in rules for s in r.subscribe)
+
+    def said(pattern: str, rules: Iterable[SubjectPermissions]) -> bool:
+        return any(subjects_overlap(pattern, p) for r in rules for p in r.publish)
+
+    pub = {p for r in own for p in r.publish if heard(p, own) and not heard(p, outside)}
+    sub = {s for r in own for s in r.subscribe if said(s, own) and not said(s, outside)}
+    return frozenset(pub), frozenset(sub)
+
+
+def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissions:
+    """The rules of one (non-composite) role."""
     s = subjects
     clients = f"{s.client_prefix}>"
     stream = s.ingress_stream

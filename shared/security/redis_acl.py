@@ -10,6 +10,7 @@ Derived from the key table of ``docs/protocol.md`` and the services' calls:
 | planner | ``plan``; ``worker:*``, ``forecast:*`` read only | SET, GET, MGET, SCAN |
 | forecaster | ``forecast:*`` | SET |
 | classifier, dvfs | ``plan`` (read only) | GET |
+| requestpath | the union of classifier, scheduler and router | the union |
 | monitor | ``worker:*``, ``plan``, ``forecast:*`` (read only) | GET SCAN EXISTS |
 | others | none | connection only |
 
@@ -27,7 +28,7 @@ import hashlib
 from collections.abc import Sequence
 
 from proto.keys import Keys
-from shared.security.identities import Identity, env_var_name
+from shared.security.identities import COMPOSITE_ROLES, Identity, env_var_name
 
 __all__ = [
     "REDIS_PASSWORD_ENV_PREFIX",
@@ -52,10 +53,26 @@ def _grant(
 
 
 def acl_rules(keys: Keys, identity: Identity) -> str:
-    """ACL rules (no password) for ``identity`` on the stack whose keys are ``keys``."""
+    """ACL rules (no password) for ``identity`` on the stack whose keys are ``keys``.
+
+    A composite role (``requestpath``) gets the union of its parts' keys and commands:
+    Redis carries no messages between services, so nothing is internal to take away.
+    """
     role = identity.role
     if role == "admin":
         return "resetkeys ~* resetchannels &* +@all"
+    parts = COMPOSITE_ROLES.get(role)
+    grants = [_role_grants(keys, Identity(identity.user, part)) for part in parts or ()]
+    if parts is None:
+        grants = [_role_grants(keys, identity)]
+    key_rules = list(dict.fromkeys(k for g in grants for k in g[0]))
+    commands = list(dict.fromkeys(c for g in grants for c in g[1]))
+    return " ".join(["resetkeys", *key_rules, "resetchannels", "-@all", *commands])
+
+
+def _role_grants(keys: Keys, identity: Identity) -> tuple[list[str], list[str]]:
+    """Key patterns and ``+command`` rules of one (non-composite, non-admin) role."""
+    role = identity.role
     key_rules: list[str]
     commands: list[str]
     if role == "scheduler":
@@ -84,7 +101,7 @@ def acl_rules(keys: Keys, identity: Identity) -> str:
         )
     else:  # gateway, loadgen, client: no shared state of their own
         key_rules, commands = _grant([], [])
-    return " ".join(["resetkeys", *key_rules, "resetchannels", "-@all", *commands])
+    return key_rules, commands
 
 
 def _password_hash(password: str) -> str:

@@ -17,6 +17,9 @@ SCENARIOS = [
     "kill:router",  # pulled-but-unplaced requests are re-queued by the scheduler's reaper
     "kill:requestpath",  # co-located: what it pulled but had not placed is still queued
     "restart:redis",  # Redis is the recovery log; the hand-off never waits on it
+    # Publishes are retried with the same id; replies swallowed by the outage are re-sent;
+    # a dispatch whose reply was lost is not run twice (worker memory, scheduler's ends).
+    "restart:nats",
     "drop:worker-0",  # the router re-queues the silent worker's requests elsewhere
     "term:worker-0",  # graceful drain: finish or hand back, then exit 0
 ]

@@ -16,11 +16,10 @@ import nats.errors
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from pydantic import SecretStr
 from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
 
 from greenserve.runner import run_in_process
-from greenserve.stack import ServiceLaunch, StackSpec, identity_for, stack_launches, with_settings
+from greenserve.stack import StackSpec
 from loadgen.replay import replay
 from loadgen.report import build_report
 from loadgen.traces import load_azure_trace, resolve_trace
@@ -33,10 +32,9 @@ from shared.bus import connect_nats, ensure_ingress_stream, request
 from shared.clock import ModelClock
 from shared.config import NatsSettings, RedisSettings
 from shared.counters import ERRORS
-from shared.security.credentials import Credential, by_user
 from shared.security.identities import Identity
-from shared.security.local_servers import SecureServers, start_secure_servers
 from shared.store import connect_redis
+from tests.secure_stack import SecureStack, connect_watched, secure_stack
 
 pytestmark = pytest.mark.connected
 
@@ -45,102 +43,19 @@ DVFS_CLOCK_MHZ = 1050.0
 CLIENTS = (Identity("client-a", "client", "client-a"), Identity("client-b", "client", "client-b"))
 
 
-class SecureStack:
-    """Servers, credentials and service launches of one secure stack."""
-
-    def __init__(self, secured: SecureServers, launches: list[ServiceLaunch], namespace: str):
-        self.secured = secured
-        self.launches = launches
-        self.namespace = namespace
-        self.creds: dict[str, Credential] = dict(by_user(secured.credentials))
-
-    @property
-    def nats_url(self) -> str:
-        return self.secured.servers[0].url
-
-    @property
-    def redis_url(self) -> str:
-        return self.secured.servers[1].url
-
-    def nats_settings(self, user: str) -> NatsSettings:
-        return NatsSettings(
-            url=self.nats_url,
-            user=user,
-            password=SecretStr(self.creds[user].nats_password),
-            request_timeout_s=1.0,
-            max_reconnect_attempts=0,
-        )
-
-    def redis_settings(self, user: str) -> RedisSettings:
-        return RedisSettings(
-            url=self.redis_url,
-            username=user,
-            password=SecretStr(self.creds[user].redis_password),
-        )
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
     """A secured NATS and Redis for one namespace, and the launches of its services."""
-    namespace = f"sec{int(time.time() * 1000) % 10**8}"
     spec = StackSpec(
-        namespace=namespace,
+        namespace=f"sec{int(time.time() * 1000) % 10**8}",
         workers=2,
         regions=("PJM",),
         speedup=SPEEDUP,
         origin_wall_s=time.time(),
         extra={"dvfs": {"clock_mhz": DVFS_CLOCK_MHZ}},
     )
-    identities = [identity_for(launch) for launch in stack_launches(spec)]
-    state_dir = Path(tmp_path_factory.mktemp("secure"))
-    secured = start_secure_servers([*identities, *CLIENTS], namespace, state_dir)
-    try:
-        spec_at = StackSpec(
-            namespace=namespace,
-            nats_url=secured.servers[0].url,
-            redis_url=secured.servers[1].url,
-            workers=spec.workers,
-            regions=spec.regions,
-            speedup=SPEEDUP,
-            origin_wall_s=spec.origin_wall_s,
-            extra=spec.extra,
-        )
-        launches = with_settings(stack_launches(spec_at), secured.overrides)
-        yield SecureStack(secured, launches, namespace)
-    finally:
-        for server in secured.servers:
-            server.stop()
-
-
-class Violations:
-    """Collects the errors the server sends a connection (permission violations)."""
-
-    def __init__(self) -> None:
-        self.messages: list[str] = []
-
-    async def record(self, exc: Exception) -> None:
-        self.messages.append(str(exc))
-
-    async def wait_for(self, text: str, timeout_s: float = 2.0) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if any(text in m.lower() for m in self.messages):
-                return True
-            await asyncio.sleep(0.05)
-        return False
-
-
-async def _connect_watched(settings: NatsSettings) -> tuple[Client, Violations]:
-    violations = Violations()
-    nc = await nats.connect(
-        settings.url,
-        user=settings.user,
-        password=settings.password.get_secret_value() if settings.password else None,
-        inbox_prefix=f"_INBOX.{settings.user}",
-        error_cb=violations.record,
-        max_reconnect_attempts=0,
-    )
-    return nc, violations
+    with secure_stack(spec, Path(tmp_path_factory.mktemp("secure")), CLIENTS) as started:
+        yield started
 
 
 async def test_a_replay_completes_and_the_dvfs_agent_still_sets_clocks(stack: SecureStack) -> None:
@@ -158,7 +73,7 @@ async def test_a_replay_completes_and_the_dvfs_agent_still_sets_clocks(stack: Se
 
     subjects = Subjects(stack.namespace)
     nc = await connect_nats(NatsSettings(url=stack.secured.tool_nats_url), "test-loadgen")
-    client_a, a_violations = await _connect_watched(stack.nats_settings("client-a"))
+    client_a, a_violations = await connect_watched(stack.nats_settings("client-a"))
     try:
         await nc.subscribe(subjects.worker_stats_wildcard, cb=on_stats)
         async with run_in_process(stack.launches):
@@ -188,9 +103,7 @@ async def test_a_replay_completes_and_the_dvfs_agent_still_sets_clocks(stack: Se
     assert all(abs(mhz - DVFS_CLOCK_MHZ) < 15.0 for mhz in clocks.values()), clocks
     # Least privilege must not have cost the services anything they do.
     service_users = {launch.name for launch in stack.launches}
-    nats_log = (stack.secured.servers[0].workdir / "nats.log").read_text()
-    refused = [line for line in nats_log.splitlines() if "Violation" in line]
-    assert not [line for line in refused if any(f'user:{u}"' in line for u in service_users)]
+    assert stack.nats_violations(service_users) == []
     admin = connect_redis(stack.redis_settings("admin"))
     try:
         denied = await admin.acl_log()
@@ -204,7 +117,7 @@ async def test_a_client_clock_command_is_refused_by_the_server(stack: SecureStac
     subjects = Subjects(stack.namespace)
     forged = ClockCommand(worker_id="worker-0", clock_mhz=600.0, issued_by="planner")
     launches = [la for la in stack.launches if la.module == "services.worker"]
-    client, violations = await _connect_watched(stack.nats_settings("client-a"))
+    client, violations = await connect_watched(stack.nats_settings("client-a"))
     admin = await connect_nats(stack.nats_settings("admin"), "test-admin")
     try:
         async with run_in_process(launches[:1]):
@@ -233,8 +146,8 @@ async def test_clock_subjects_are_bound_to_the_node(stack: SecureStack) -> None:
     workers = [la for la in stack.launches if la.module == "services.worker"]
     assert workers[0].settings.worker.node_id == node
     command = ClockCommand(worker_id="worker-0", clock_mhz=900.0, issued_by="dvfs")
-    worker, worker_violations = await _connect_watched(stack.nats_settings("worker-0"))
-    agent, agent_violations = await _connect_watched(stack.nats_settings(dvfs.name))
+    worker, worker_violations = await connect_watched(stack.nats_settings("worker-0"))
+    agent, agent_violations = await connect_watched(stack.nats_settings(dvfs.name))
     try:
         # A worker identity reads only its own id on its own node ...
         await worker.subscribe(subjects.worker_clock_v2("node-other", "worker-1"))
@@ -280,7 +193,7 @@ async def test_a_client_reads_only_its_own_replies_and_cannot_publish_a_plan(
 ) -> None:
     """Test that client-a may not subscribe to client-b's replies nor publish plan.current."""
     subjects = Subjects(stack.namespace)
-    client, violations = await _connect_watched(stack.nats_settings("client-a"))
+    client, violations = await connect_watched(stack.nats_settings("client-a"))
     try:
         await client.subscribe(subjects.client_wildcard("client-a"))
         await client.flush()
@@ -329,8 +242,8 @@ async def test_a_client_cannot_send_a_request_as_another_client(stack: SecureSta
     """
     subjects = Subjects(stack.namespace)
     classifier = [la for la in stack.launches if la.module == "services.classifier"]
-    client_a, a_violations = await _connect_watched(stack.nats_settings("client-a"))
-    client_b, _ = await _connect_watched(stack.nats_settings("client-b"))
+    client_a, a_violations = await connect_watched(stack.nats_settings("client-a"))
+    client_b, _ = await connect_watched(stack.nats_settings("client-b"))
     to_a: asyncio.Queue[ErrorReply] = asyncio.Queue()
     to_b: list[bytes] = []
 
@@ -394,7 +307,7 @@ async def test_no_client_identity_reads_or_feeds_another_clients_subjects(
     """Test that each client identity is refused client-b's completion subject and ingress."""
     subjects = Subjects(stack.namespace)
     own = user  # client-a is scoped to its own name; gateway and loadgen are bound by user
-    nc, violations = await _connect_watched(stack.nats_settings(user))
+    nc, violations = await connect_watched(stack.nats_settings(user))
     try:
         await nc.subscribe(subjects.client_reply(own, "r1"))
         await nc.flush()

@@ -5,21 +5,25 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+import msgspec
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from proto.codec import decode
-from proto.messages import ErrorReply, Request
+from proto.messages import ErrorReply, Request, client_request_id, scoped_request_id
 from proto.subjects import Subjects
 from services.classifier.ingress_identity import (
     BAD_INGRESS_SUBJECT,
+    BAD_REQUEST_ID,
     CLIENT_ID_MISMATCH,
+    DUPLICATE_REQUEST_ID,
     IngressRefusal,
     admit_bound_request,
     bind_request,
     bound_client_id,
     error_reply_target,
+    refuse_reused_id,
 )
 from shared.counters import ERRORS
 
@@ -50,11 +54,41 @@ def test_the_subject_names_the_client() -> None:
 
 
 def test_a_request_naming_its_own_client_is_bound_and_filled_in() -> None:
-    """Test that a matching or absent client_id passes, the absent one filled from the subject."""
+    """Test that a matching or absent client_id passes, the absent one filled from the subject.
+
+    Either way the id is scoped by the client for the rest of the stack; nothing else changes.
+    """
     same = _request("a", "a")
-    assert bind_request(S, S.ingress_client("a"), same) is same
+    bound = bind_request(S, S.ingress_client("a"), same)
+    assert (bound.client_id, bound.request_id) == ("a", "a.r1")
+    assert msgspec.structs.replace(bound, request_id="r1") == same
     filled = bind_request(S, S.ingress_client("a"), _request(None, "a"))
-    assert filled.client_id == "a"
+    assert (filled.client_id, filled.request_id) == ("a", "a.r1")
+
+
+def test_two_clients_equal_ids_become_two_stack_wide_ids() -> None:
+    """Test that a's and b's "r1" differ after binding, and each maps back to "r1"."""
+    a = bind_request(S, S.ingress_client("a"), _request("a", "a"))
+    b = bind_request(S, S.ingress_client("b"), _request("b", "b"))
+    assert a.request_id != b.request_id
+    assert client_request_id(a.request_id) == client_request_id(b.request_id) == "r1"
+    # Client ids may hold '-' and '_', but not '.', so the scoped form is unambiguous.
+    assert scoped_request_id("a-b", "c") != scoped_request_id("a", "b-c")
+    assert client_request_id("r1") == "r1"  # the unbound ingress keeps ids as they are
+
+
+@pytest.mark.parametrize("subject", [S.ingress_client("a"), S.ingress_request])
+def test_a_client_id_with_a_dot_is_refused_as_a_bad_request_id(subject: str) -> None:
+    """Test that a client cannot send an id in the scoped form (it could name another client)."""
+    forged = msgspec.structs.replace(_request("a", "a"), request_id="b.r1")
+    with pytest.raises(IngressRefusal) as info:
+        bind_request(S, subject, forged)
+    assert info.value.code == BAD_REQUEST_ID
+    assert info.value.reply_subject == forged.reply_subject  # its own space: answered there
+    outside = msgspec.structs.replace(forged, reply_subject=S.client_reply("b", "r1"))
+    with pytest.raises(IngressRefusal) as info:
+        bind_request(S, S.ingress_client("a"), outside)
+    assert info.value.reply_subject is None  # never into another client's space
 
 
 @pytest.mark.parametrize(
@@ -137,7 +171,7 @@ def test_an_admitted_request_is_neither_answered_nor_settled() -> None:
     """Test that a bound request passes through untouched for the classifier to handle."""
     out, nc, msg = _admit(S.ingress_client("a"), _request(None, "a"))
     assert out is not None
-    assert out.client_id == "a"
+    assert (out.client_id, out.request_id) == ("a", "a.r1")
     assert not nc.published
     assert not msg.termed
 
@@ -150,3 +184,26 @@ def test_a_bad_ingress_subject_goes_to_the_dead_letters() -> None:
     assert msg.termed
     assert [subject for subject, _ in nc.published] == [S.errors]
     assert _count(BAD_INGRESS_SUBJECT) == before + 1
+
+
+class _FakeJsMsg(_FakeMsg):
+    def __init__(self, subject: str) -> None:
+        super().__init__(subject)
+        self.acked = False
+
+    async def ack(self) -> None:
+        self.acked = True
+
+
+def test_a_reused_id_is_answered_to_its_sender_with_its_own_id_and_counted() -> None:
+    """Test refuse_reused_id: duplicate_request_id on the reply subject (not request.done)."""
+    before = _count(DUPLICATE_REQUEST_ID)
+    bound = bind_request(S, S.ingress_client("a"), _request("a", "a"))
+    nc, msg = _FakeNc(), _FakeJsMsg(S.ingress_client("a"))
+    asyncio.run(refuse_reused_id(cast(Client, nc), S, cast(Msg, msg), bound))
+    assert msg.acked
+    assert _count(DUPLICATE_REQUEST_ID) == before + 1
+    assert [subject for subject, _ in nc.published] == [S.client_reply("a", "r1")]
+    error = decode(nc.published[0][1], ErrorReply)
+    assert (error.code, error.request_id) == (DUPLICATE_REQUEST_ID, "r1")
+    assert "already used" in error.reason

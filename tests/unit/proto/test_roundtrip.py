@@ -93,7 +93,9 @@ def test_classified_token_counts_at_the_limits_are_accepted(field: str) -> None:
     ("field", "value"),
     [
         ("request_id", "has space"),
-        ("request_id", "a.b"),
+        ("request_id", "a.b.c"),  # one '.' at most: <client id>.<request id>
+        ("request_id", ".b"),
+        ("request_id", "a." + "x" * 129),
         ("request_id", "x" * 129),
         ("request_id", ""),
         ("model", ""),

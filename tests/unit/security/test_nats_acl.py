@@ -7,8 +7,14 @@ import re
 import pytest
 
 from proto.subjects import Subjects
-from shared.security.identities import ROLES, Identity, env_var_name
-from shared.security.nats_acl import nats_server_config, permissions_for
+from shared.security.identities import COMPOSITE_ROLES, ROLES, Identity, env_var_name
+from shared.security.nats_acl import (
+    SubjectPermissions,
+    internal_subjects,
+    nats_server_config,
+    permissions_for,
+    subjects_overlap,
+)
 
 S = Subjects("gs")
 SCOPES = {"worker": "w1", "dvfs": "n1", "client": "c1"}
@@ -74,12 +80,20 @@ def test_a_worker_identity_with_a_node_reads_only_that_node_s_clock_subject() ->
 
 
 def test_only_the_classifier_drives_the_ingress_consumer_and_submits() -> None:
-    """Test that MSG.NEXT/ACK of the classifier durable and scheduler.submit are its alone."""
+    """Test that MSG.NEXT/ACK of the classifier durable and scheduler.submit are its alone.
+
+    The co-located request path (which contains the classifier) drives the consumer too,
+    but submits by method call, so scheduler.submit stays the separate classifier's.
+    """
     stream = S.ingress_stream
     assert _roles_that(_can_publish, f"$JS.API.CONSUMER.MSG.NEXT.{stream}.classifier") == {
-        "classifier"
+        "classifier",
+        "requestpath",
     }
-    assert _roles_that(_can_publish, f"$JS.ACK.{stream}.classifier.1.2.3.4.5") == {"classifier"}
+    assert _roles_that(_can_publish, f"$JS.ACK.{stream}.classifier.1.2.3.4.5") == {
+        "classifier",
+        "requestpath",
+    }
     assert _roles_that(_can_publish, S.scheduler_submit) == {"classifier"}
     assert _roles_that(_can_subscribe, S.scheduler_submit) == {"scheduler"}
     assert _roles_that(_can_subscribe, S.ingress_request) == set()
@@ -130,11 +144,16 @@ def test_the_publishers_of_each_event_are_those_of_the_protocol_table() -> None:
     assert _roles_that(_can_publish, S.plan) == {"planner"}
     assert _roles_that(_can_publish, S.worker_stats("w1")) == {"worker"}
     assert not _can_publish("worker", S.worker_stats("w2"))
-    assert _roles_that(_can_publish, S.scheduler_ready("p")) == {"scheduler"}
+    assert _roles_that(_can_publish, S.scheduler_ready("p")) == {"scheduler", "requestpath"}
     # Errors end requests from the classifier, workers and the scheduler's emergency ladder.
-    assert _roles_that(_can_publish, S.request_done) == {"worker", "classifier", "scheduler"}
+    assert _roles_that(_can_publish, S.request_done) == {
+        "worker",
+        "classifier",
+        "scheduler",
+        "requestpath",
+    }
     assert _roles_that(_can_publish, S.forecast("PJM")) == {"forecaster"}
-    assert _roles_that(_can_publish, S.worker_dispatch("w1")) == {"router"}
+    assert _roles_that(_can_publish, S.worker_dispatch("w1")) == {"router", "requestpath"}
     assert _roles_that(_can_publish, S.dvfs_report("n1")) == {"dvfs"}
     assert not _can_publish("dvfs", S.dvfs_report("n2"))
 
@@ -147,7 +166,7 @@ def test_every_identity_reads_only_its_own_inbox_and_only_responders_answer() ->
         if role == "admin":
             continue
         assert inboxes == [f"_INBOX.{role}-x.>"], role
-        assert perms.allow_responses == (role in {"scheduler", "worker"}), role
+        assert perms.allow_responses == (role in {"scheduler", "worker", "requestpath"}), role
 
 
 def test_scoped_roles_need_their_id_and_others_refuse_one() -> None:
@@ -172,7 +191,7 @@ def test_the_server_config_names_every_user_and_no_password() -> None:
     users = re.findall(r'user: "([^"]+)", password: \$(\w+)', text)
     assert [u for u, _ in users] == [i.user for i in identities]
     assert [v for _, v in users] == [env_var_name("GS_NATS_PASSWORD_", i.user) for i in identities]
-    assert text.count("allow_responses") == 3  # scheduler, worker, admin
+    assert text.count("allow_responses") == 4  # scheduler, requestpath, worker, admin
     assert 'publish: { deny: [">"] }' in text  # the monitor publishes nothing
 
 
@@ -194,3 +213,95 @@ def test_the_namespace_prefixes_every_subject() -> None:
         if role != "admin"
         for p in (*permissions_for(S, _identity(role)).publish,)
     )
+
+
+# --- the co-located request path (role requestpath) ----------------------------------------
+PARTS = COMPOSITE_ROLES["requestpath"]
+
+
+def _perms(role: str) -> SubjectPermissions:
+    return permissions_for(S, Identity("rp", role))
+
+
+def test_subject_patterns_overlap_like_nats_wildcards() -> None:
+    """Test the overlap of two patterns (both may hold wildcards)."""
+    assert subjects_overlap("a.*.c", "a.b.*")
+    assert subjects_overlap("a.>", "a.b.c")
+    assert subjects_overlap("a.b.c", "a.>")
+    assert not subjects_overlap("a.>", "a")
+    assert not subjects_overlap("a.*", "a.b.c")
+    assert not subjects_overlap("a.b", "a.c")
+
+
+def test_the_request_path_role_is_its_parts_minus_what_they_said_only_to_each_other() -> None:
+    """Test requestpath = union(classifier, scheduler, router) - internal subjects.
+
+    Internal (computed from every role's rules): submit and pull both ways, the router's
+    requeue publish (workers still requeue, so the subscription stays) and the ready
+    subscription (the planner still hears ready events, so the publish stays).
+    """
+    own = permissions_for(S, Identity("rp", "requestpath"))
+    parts = [_perms(role) for role in PARTS]
+    internal_pub, internal_sub = internal_subjects(S, PARTS)
+    assert internal_pub == {S.scheduler_submit, S.scheduler_pull, S.scheduler_requeue}
+    assert internal_sub == {S.scheduler_submit, S.scheduler_pull, S.scheduler_ready_wildcard}
+    assert set(own.publish) == {p for r in parts for p in r.publish} - internal_pub
+    assert set(own.subscribe) == {p for r in parts for p in r.subscribe} - internal_sub
+    assert len(own.publish) == len(set(own.publish))
+    assert own.allow_responses  # it answers workers' scheduler.requeue
+    assert own.subscribe[0] == "_INBOX.rp.>"
+
+
+def test_the_request_path_keeps_what_other_roles_exchange_with_its_parts() -> None:
+    """Test that requeue (from workers), ready (to the planner), dispatch and done remain."""
+    assert _can_subscribe("requestpath", S.scheduler_requeue)
+    assert _can_publish("requestpath", S.scheduler_ready("p"))
+    assert _can_publish("requestpath", S.worker_dispatch("w1"))
+    assert _can_publish("requestpath", S.worker_dispatch_batch("w1"))
+    assert _can_publish("requestpath", S.client_reply("c1", "r1"))
+    assert _can_subscribe("requestpath", S.request_done)
+    assert _can_subscribe("requestpath", S.worker_stats("w1"))
+    assert _can_subscribe("requestpath", S.plan)
+
+
+def test_the_request_path_cannot_touch_clocks_plans_ingress_or_worker_replies() -> None:
+    """Test the subjects the co-located process must not reach (none of its parts could)."""
+    for subject in (
+        S.worker_clock_v2("n1", "w1"),
+        S.worker_clock("w1"),
+        S.plan,
+        S.ingress_client("c1"),
+        S.ingress_request,
+        S.worker_stats("w1"),
+        S.forecast("PJM"),
+        S.scheduler_submit,
+        S.scheduler_pull,
+        S.scheduler_requeue,
+    ):
+        assert not _can_publish("requestpath", subject), subject
+    for subject in (
+        S.ingress_client("c1"),
+        S.client_reply("c1", "r1"),
+        S.worker_dispatch("w1"),
+        S.worker_clock_v2("n1", "w1"),
+        S.scheduler_submit,
+        S.scheduler_ready("p"),
+        "_INBOX.other.>",
+    ):
+        assert not _can_subscribe("requestpath", subject), subject
+
+
+def test_a_new_subject_between_two_parts_would_be_dropped_from_the_union() -> None:
+    """Test that internal_subjects follows the rules: an extra part changes the result."""
+    # With the planner as a fourth part, ready events are heard only inside the group.
+    internal_pub, internal_sub = internal_subjects(S, (*PARTS, "planner"))
+    assert S.scheduler_ready_wildcard in internal_pub
+    assert S.scheduler_ready_wildcard in internal_sub
+    assert S.plan not in internal_pub  # workers, dvfs agents and the monitor read the plan
+
+
+def test_composite_roles_take_no_scope() -> None:
+    """Test that a requestpath identity is unscoped and no client."""
+    with pytest.raises(ValueError, match="takes no scope"):
+        Identity("rp", "requestpath", "x")
+    assert Identity("rp", "requestpath").client_id is None

@@ -99,3 +99,16 @@ def test_the_template_names_one_variable_per_user() -> None:
     """Test that the compose template has a >${GS_REDIS_PASSWORD_<USER>} per user."""
     text = redis_acl_template(K, [Identity("worker-0", "worker", "worker-0")])
     assert "user worker-0 on >${GS_REDIS_PASSWORD_WORKER_0} resetkeys ~gs:worker:worker-0" in text
+
+
+def test_the_request_path_user_is_the_union_of_its_three_parts() -> None:
+    """Test that requestpath gets exactly the keys and commands of classifier+scheduler+router.
+
+    The co-located router also removes placed requests from ``queued`` (one MULTI), which
+    only the union (via the scheduler's grants) allows; nothing beyond the three is added.
+    """
+    parts = ("classifier", "scheduler", "router")
+    assert _keys("requestpath") == set().union(*(_keys(r) for r in parts))
+    assert _commands("requestpath") == set().union(*(_commands(r) for r in parts))
+    assert f"~{K.plan}" not in _keys("requestpath")  # reads the plan, never writes it
+    assert not any("worker" in k or "forecast" in k for k in _keys("requestpath"))

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import pytest
 
 from greenserve.commands import up
 from greenserve.commands._stack_args import spec_from_args
-from greenserve.local import start_local_stack
-from greenserve.stack import StackSpec, stack_launches
+from greenserve.stack import REQUEST_PATH_SERVICES, StackSpec, identity_for, stack_launches
+from shared.security.identities import COMPOSITE_ROLES
 
 
 def test_co_locating_replaces_classifier_scheduler_and_router_by_one_process() -> None:
@@ -27,16 +26,29 @@ def test_co_locating_replaces_classifier_scheduler_and_router_by_one_process() -
 
 @pytest.mark.parametrize(
     ("argv", "colocated"),
-    [([], True), (["--request-path", "separate"], False), (["--secure"], False)],
+    [
+        ([], True),
+        (["--request-path", "separate"], False),
+        (["--secure"], True),
+        (["--secure", "--request-path", "separate"], False),
+    ],
 )
-def test_up_co_locates_by_default_but_not_when_secured(argv: list[str], colocated: bool) -> None:
-    """Test that --secure keeps one identity per service (no co-located role exists)."""
+def test_up_co_locates_by_default_also_when_secured(argv: list[str], colocated: bool) -> None:
+    """Test that --secure co-locates too (role requestpath), unless told separate."""
     parser = argparse.ArgumentParser()
     up.add_arguments(parser)
     assert spec_from_args(parser.parse_args(argv)).colocate_request_path is colocated
 
 
-def test_a_secured_stack_refuses_the_co_located_request_path(tmp_path: Path) -> None:
-    """Test that asking for both fails before anything starts."""
-    with pytest.raises(ValueError, match="co-located"):
-        start_local_stack(StackSpec(colocate_request_path=True), tmp_path, secure=True)
+@pytest.mark.parametrize("colocate", [True, False])
+def test_each_request_path_process_gets_the_identity_of_its_role(colocate: bool) -> None:
+    """Test that the co-located process connects as role requestpath, the three as theirs."""
+    launches = stack_launches(StackSpec(colocate_request_path=colocate))
+    roles = {identity_for(x).role for x in launches}
+    if colocate:
+        assert "requestpath" in roles
+        assert not roles & set(REQUEST_PATH_SERVICES)
+    else:
+        assert set(REQUEST_PATH_SERVICES) <= roles
+        assert "requestpath" not in roles
+    assert COMPOSITE_ROLES["requestpath"] == REQUEST_PATH_SERVICES
