@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 
 from nats.aio.msg import Msg
@@ -50,6 +51,10 @@ from shared.plan_watch import watch_plan
 __all__ = ["NAME", "InMemoryScheduler", "serve"]
 
 NAME = "requestpath"
+
+READY_EVENT_PERIOD_S = 0.5
+"""Most one ``scheduler.ready`` event per pool per this many wall seconds (for the planner,
+whose drain grace is seconds long)."""
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +81,18 @@ class InMemoryScheduler:
 async def serve(ctx: ServiceContext) -> None:
     """Run classifier, scheduler and router until ``ctx.stop`` is set."""
     router: RouterShell | None = None
+    announced: dict[str, float] = {}
 
     async def on_ready(pool_id: str) -> None:
         if router is not None:
             router.mark_ready(pool_id)
+        # The planner still learns which pools hold queued work (it keeps an instance of a
+        # busy pool when it parks): a ``scheduler.ready`` event, at most one per pool and
+        # period, where the separate scheduler publishes one per hand-off.
+        now = time.monotonic()
+        if now - announced.get(pool_id, -math.inf) >= READY_EVENT_PERIOD_S:
+            announced[pool_id] = now
+            await ctx.nc.publish(ctx.subjects.scheduler_ready(pool_id), b"")
 
     scheduler = SchedulerShell(
         ctx, on_ready=on_ready, tracer=trace.get_tracer("greenserve.scheduler")

@@ -31,7 +31,7 @@ from proto.messages import (
     DispatchReply,
 )
 from proto.subjects import Subjects
-from services.requestpath.service import InMemoryScheduler
+from services.requestpath.service import READY_EVENT_PERIOD_S, InMemoryScheduler
 from services.router.service import RouterShell
 from services.scheduler.service import SchedulerShell
 from services.worker.backend import OutputBatch
@@ -66,15 +66,26 @@ async def test_colocated_stack_answers_every_request_exactly_once(
         colocate_request_path=True,
     )
     nc: Client = await connect_nats(NatsSettings(url=nats_server.url), "test-client")
+    ready_events: list[float] = []
+
+    async def on_ready(_msg: Msg) -> None:
+        ready_events.append(time.monotonic())
+
     try:
+        sub = await nc.subscribe(Subjects(namespace).scheduler_ready_wildcard, cb=on_ready)
         async with run_in_process(stack_launches(spec)):
             result = await replay(nc, Subjects(namespace), trace, model=spec.model, speedup=SPEEDUP)
+        await sub.unsubscribe()
     finally:
         await nc.close()
     report = build_report(result, ModelClock(SPEEDUP, origin, 1_656_633_600.0))
     assert (report["completed"], report["lost"], report["failed"]) == (150, 0, 0)
     assert report["duplicated"] == 0
     assert report["token_mismatch"] == 0
+    # The planner still hears which pool holds work, at most once per pool and period.
+    assert ready_events
+    span_s = ready_events[-1] - ready_events[0]
+    assert len(ready_events) <= span_s / READY_EVENT_PERIOD_S + 2  # one pool here
 
 
 async def _noop(_pool_id: str) -> None:
