@@ -286,6 +286,76 @@ async def test_router_keeps_a_ready_mark_set_while_its_round_dispatches(
     assert sorted(dispatched) == sorted([f"first-{namespace}", f"late-{namespace}"])
 
 
+async def test_a_slow_worker_does_not_hold_up_dispatch_to_another_pool(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that a request for a fast worker is dispatched while a remote worker's reply is
+    still on the wire (a far region's round trip must not stall every pool's placement).
+
+    The router used to await every dispatch reply of a round before its next round.
+    """
+    settings = Settings(
+        namespace=namespace,
+        nats={"url": nats_server.url},
+        redis={"url": redis_server.url},
+        router={"tick_ms": 3_600_000.0},
+    )
+    slow_reply_s = 1.0
+    dispatched: dict[str, float] = {}
+    fast_done = asyncio.Event()
+    router: RouterShell | None = None
+
+    async def on_ready(pool_id: str) -> None:
+        if router is not None:
+            router.mark_ready(pool_id)
+
+    async with service_context("requestpath", settings) as ctx:
+        scheduler = SchedulerShell(ctx, on_ready=on_ready)
+        router = RouterShell(ctx, InMemoryScheduler(scheduler))
+        now = time.time()
+        router.registry.update(worker_stats("far", pool_id="far-pool", region="CISO"), now)
+        router.registry.update(worker_stats("near", pool_id="near-pool"), now)
+
+        async def on_far(req: ClassifiedRequest, _msg: Msg) -> DispatchReply:
+            rid = req.request.request_id
+            dispatched[rid] = time.monotonic()
+            await scheduler.submit([classified_request(f"near-{namespace}", pool_id="near-pool")])
+            await asyncio.sleep(slow_reply_s)  # a far region's round trip
+            return DispatchReply(request_id=rid, worker_id="far", accepted=True, accepted_at=1.0)
+
+        async def on_near(req: ClassifiedRequest, _msg: Msg) -> DispatchReply:
+            rid = req.request.request_id
+            dispatched[rid] = time.monotonic()
+            fast_done.set()
+            return DispatchReply(request_id=rid, worker_id="near", accepted=True, accepted_at=1.0)
+
+        subs = [
+            await serve(
+                ctx.nc, ctx.subjects.worker_dispatch("far"), ClassifiedRequest, on_far, service="t"
+            ),
+            await serve(
+                ctx.nc,
+                ctx.subjects.worker_dispatch("near"),
+                ClassifiedRequest,
+                on_near,
+                service="t",
+            ),
+        ]
+        placing = asyncio.create_task(router.run())
+        try:
+            await scheduler.submit([classified_request(f"far-{namespace}", pool_id="far-pool")])
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(fast_done.wait(), 3 * slow_reply_s)
+        finally:
+            placing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await placing
+            for sub in subs:
+                await sub.unsubscribe()
+    far, near = dispatched[f"far-{namespace}"], dispatched[f"near-{namespace}"]
+    assert near - far < slow_reply_s / 2
+
+
 async def test_hops_stamp_every_hop_on_the_colocated_path(
     nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
 ) -> None:
