@@ -123,9 +123,9 @@ async def test_split_plan_routes_each_pool_one_input_group_and_loses_nothing(
         regions=("PJM", "CISO"),
         speedup=speedup,
         origin_wall_s=origin,
-        # The emergency ladder re-steers at-risk requests to any pool with free slots,
-        # across groups; off here so that routing is the plan's alone.
-        extra={"planner": planner, "scheduler": {"ladder": False}},
+        # The emergency ladder stays on: it re-steers at-risk requests only to pools whose
+        # plan lists their class, so the routing checks below hold with it.
+        extra={"planner": planner},
     )
     scheme = dynamollm_scheme()
     groups = input_groups(scheme.classes, scheme.labels)
