@@ -81,6 +81,9 @@ class ForecasterConfig:
     (0: equal weights; large: pick the best)."""
     seed: int = 0
     """Random seed of the boosted model."""
+    booster_half_life_days: float | None = None
+    """If set, a training row's weight halves every this many days its target lies before
+    the end of the training rows (recency weighting); ``None``: equal weights."""
 
     def __post_init__(self) -> None:
         if self.horizon_h < 1 or self.horizon_h > BUCKETS[-1][1]:
@@ -318,7 +321,11 @@ def _training_rows(
         features, _ = gbm_features(grid, origins, horizon, template, refs)
         targets = origins[:, None] + np.arange(horizon)[None, :]
         target = log_ratio(grid.y[targets], template).ravel()
-        parts.append((features, target, grid.observed[targets].ravel().astype(np.float64)))
+        weight = grid.observed[targets].astype(np.float64)
+        if cfg.booster_half_life_days is not None:
+            age_days = (grid.index_of(end) - targets) / 24.0
+            weight = weight * 0.5 ** (age_days / cfg.booster_half_life_days)
+        parts.append((features, target, weight.ravel()))
     return (
         np.concatenate([p[0] for p in parts]),
         np.concatenate([p[1] for p in parts]),
@@ -349,8 +356,8 @@ def _grid_key(history: CarbonHistory, grid: HourlyGrid) -> tuple[object, ...]:
         history.source,
         str(grid.start),
         len(grid),
-        float(grid.y.sum()),
-        float(grid.shares.sum()),
+        float(np.nansum(grid.y)),
+        float(np.nansum(grid.shares)),
         int(grid.observed.sum()),
     )
 

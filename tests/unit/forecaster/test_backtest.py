@@ -16,7 +16,7 @@ from services.forecaster.backtest import (
 )
 from services.forecaster.features import to_grid
 from services.forecaster.models import ForecasterConfig, SharedFits, fit_forecaster
-from services.forecaster.sources import CarbonHistory
+from services.forecaster.sources import CarbonHistory, with_unknown_shares
 from tests.unit.forecaster.conftest import synthetic_history
 
 CONFIG = ForecasterConfig(
@@ -164,3 +164,27 @@ def test_a_shared_memo_fits_the_pool_once_and_changes_no_result(
         np.testing.assert_array_equal(
             memo_fit.predict(grid, origins)["chosen"], plain_fit.predict(grid, origins)["chosen"]
         )
+
+
+def test_a_history_with_unknown_shares_joins_the_pool_as_extra_rows(
+    long_history: CarbonHistory,
+) -> None:
+    """Test that another source's history (no fuel shares) pools into the booster's rows.
+
+    Its share features are missing values: the fit must accept it, forecast finite values
+    for the region, and differ from the fit without those rows (so they were used).
+    """
+    assert long_history.fuel_mix is not None
+    other = synthetic_history(days=DAYS, seed=5)
+    extra = with_unknown_shares(other, list(long_history.fuel_mix.columns))
+    assert extra.fuel_mix is not None
+    assert extra.fuel_mix.isna().all().all()
+    end = _train_end(long_history)
+    own = long_history.until(end)
+    pooled = fit_forecaster(own, config=CONFIG, related=[extra.until(end)])
+    alone = fit_forecaster(own, config=CONFIG)
+    grid = to_grid(own)
+    origins = np.array([len(grid) - 24 * 3], dtype=np.int64)
+    with_rows = pooled.predict(grid, origins)["gbm"]
+    assert np.isfinite(with_rows).all()
+    assert not np.array_equal(with_rows, alone.predict(grid, origins)["gbm"])
