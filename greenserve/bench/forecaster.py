@@ -3,7 +3,9 @@
 Per region and horizon bucket (1-6 h, day 1, day 2) it reports the MAPE of the chosen model
 beside same-hour-yesterday and template + level, and the regret of the 4-hour best window
 chosen on the forecast. Splits (issue 6): EIA-930 2022 trains on January-July and tests on
-August-December; Electricity Maps trains on 2021-2023 and tests on 2024. Reference points
+August-December, re-estimated every 30 days on all data before each refit origin (the
+single January-July fit is scored beside); Electricity Maps trains on 2021-2023 and tests
+on 2024 with one fit (``--em-refit-days`` refits it too). Reference points
 (CarbonCast day-1 MAPE from its repository; National Grid ESO at 48 h) are printed beside.
 """
 
