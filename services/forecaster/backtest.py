@@ -2,7 +2,11 @@
 
 The forecaster is fitted on everything up to ``train_end`` (its own validation split lies
 inside that span), then issues a forecast at every daily origin of the test span from the
-data that ends one hour before that origin. Fitted models are cached on disk, keyed by the
+data that ends one hour before that origin. With ``refit_days`` the backtest is an
+expanding-window rolling origin with periodic re-estimation: every ``refit_days`` days
+inside the test span the forecaster is fitted again, exactly as at the start, on all data
+before that refit origin (blend weights and quantiles from the validation span inside
+it), and forecasts the following origins. Fitted models are cached on disk, keyed by the
 region, the split, the config, the data file and the forecaster's source code, so a re-run
 only re-scores. Scores: MAPE per horizon bucket per model, p10-p90 coverage, and the regret
 of the 4-hour "best window" chosen on the forecast.
@@ -27,6 +31,7 @@ from services.forecaster.models import (
     BUCKETS,
     CarbonForecaster,
     ForecasterConfig,
+    SharedFits,
     fit_forecaster,
     mape_by_horizon,
 )
@@ -36,9 +41,12 @@ __all__ = [
     "REPORTED_MODELS",
     "REPORT_BUCKETS",
     "BacktestResult",
+    "RollingForecasts",
     "as_dict",
     "daily_origins",
     "fit_cached",
+    "refit_origins",
+    "rolling_forecasts",
     "run_backtest",
     "window_regret",
 ]
@@ -58,17 +66,38 @@ class BacktestResult:
 
     region: str
     n_origins: int
+    refit_days: int | None
+    """Days between re-estimations inside the test span (``None``: fitted once)."""
     mape: dict[str, dict[str, float]]
-    """MAPE (%) per model, then per bucket of :data:`REPORT_BUCKETS`."""
+    """MAPE (%) per model, then per bucket of :data:`REPORT_BUCKETS`, under the backtest's
+    protocol (re-estimated every ``refit_days`` if set)."""
+    mape_fixed_fit: dict[str, dict[str, float]]
+    """The same for the single fit on the training span (equal to ``mape`` without refits)."""
     coverage_p10_p90: float
     """Share of test hours whose actual lies within [p10, p90] (nominal 0.8)."""
     window_regret: dict[str, dict[str, float]]
     """Per model: best-window regret and saving versus running at the origin."""
-    choice: str
-    """The blend weights per horizon bucket."""
-    validation_mape: dict[str, list[float]]
-    """MAPE (%) on the fit's own validation span (inside the training data) per candidate
-    and ``"chosen"``, per bucket of :data:`services.forecaster.models.BUCKETS`."""
+    choice: dict[str, str]
+    """The blend weights per horizon bucket, per fit (keyed by its refit origin)."""
+    validation_mape: dict[str, dict[str, list[float]]]
+    """MAPE (%) on each fit's own validation span (inside its training data) per candidate
+    and ``"chosen"``, per bucket of :data:`services.forecaster.models.BUCKETS`, per fit."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RollingForecasts:
+    """Forecasts of many daily origins, each made by the newest fit before it."""
+
+    origins: IntArray
+    """Grid indices of the forecast origins."""
+    predictions: dict[str, FloatArray]
+    """``(n, H)`` per model (as :meth:`CarbonForecaster.predict`), row i from the fit whose
+    refit origin is the latest one at or before ``origins[i]``."""
+    fits: tuple[tuple[pd.Timestamp, CarbonForecaster], ...]
+    """Each fit with its refit origin (the first origin it forecasts; its data end 1 h
+    before). The first is the fit on the training span."""
+    fit_of_origin: IntArray
+    """Index into ``fits`` of the fit used for each origin."""
 
 
 def daily_origins(grid: HourlyGrid, test_start: pd.Timestamp, horizon_h: int) -> IntArray:
@@ -140,8 +169,12 @@ def fit_cached(
     config: ForecasterConfig,
     cache_dir: Path | None,
     related: Sequence[CarbonHistory] = (),
+    shared: SharedFits | None = None,
 ) -> tuple[CarbonForecaster, bool]:
     """Fit a forecaster (see :func:`fit_forecaster`), or load the one fitted on the same inputs.
+
+    ``shared`` (not part of the key: it changes the time a fit takes, not its result) is
+    passed on to :func:`fit_forecaster`.
 
     Returns:
         The forecaster and whether it came from the cache.
@@ -161,7 +194,7 @@ def fit_cached(
             cached = pickle.load(handle)  # our own cache files, written below
         if isinstance(cached, CarbonForecaster):
             return cached, True
-    forecaster = fit_forecaster(history, config=config, related=related)
+    forecaster = fit_forecaster(history, config=config, related=related, shared=shared)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -171,48 +204,161 @@ def fit_cached(
     return forecaster, False
 
 
+def refit_origins(
+    first_origin: pd.Timestamp, last_origin: pd.Timestamp, refit_days: int | None
+) -> list[pd.Timestamp]:
+    """Refit origins from ``first_origin`` every ``refit_days`` days up to ``last_origin``.
+
+    ``None`` (or 0) means one fit, at ``first_origin``. A fit made at refit origin ``r``
+    learns from data up to ``r - 1 h`` and forecasts the origins in ``[r, next r)``.
+    """
+    if refit_days is not None and refit_days < 0:
+        raise ValueError("refit_days must be positive (or None for one fit)")
+    if not refit_days:
+        return [first_origin]
+    step = pd.Timedelta(days=refit_days)
+    result = [first_origin]
+    while result[-1] + step <= last_origin:
+        result.append(result[-1] + step)
+    return result
+
+
+def rolling_forecasts(
+    history: CarbonHistory,
+    train_end: pd.Timestamp,
+    *,
+    config: ForecasterConfig | None = None,
+    refit_days: int | None = None,
+    max_origins: int | None = None,
+    cache_dir: Path | None = None,
+    related: Sequence[CarbonHistory] = (),
+    shared: SharedFits | None = None,
+) -> RollingForecasts:
+    """Forecast every daily origin after ``train_end``, re-estimating every ``refit_days``.
+
+    Expanding-window rolling-origin backtest with periodic re-estimation: the fit used at
+    an origin is the one made at the latest refit origin ``r`` at or before it, on the
+    region's history (and the related regions') up to ``r - 1 h``, with its blend weights
+    and quantiles chosen on that fit's own validation span, which also lies before ``r``.
+    Every forecast still reads ``y[:origin]`` only.
+
+    Args:
+        history: the region's full history (train and test).
+        train_end: last timestamp the first fit may learn from.
+        config: forecaster settings.
+        refit_days: days between refits inside the test span; ``None`` fits once.
+        max_origins: forecast at most this many origins, evenly spaced over the test span.
+        cache_dir: where fitted models are cached; ``None`` disables the cache.
+        related: other regions pooled into the boosted model's training rows; cut at each
+            fit's end like the region itself.
+        shared: memo shared by the fits of one pool's members (saves time only).
+    """
+    cfg = config if config is not None else ForecasterConfig()
+    grid = to_grid(history)
+    first = train_end + pd.Timedelta(hours=1)
+    origins = daily_origins(grid, first, cfg.horizon_h)
+    if max_origins is not None and len(origins) > max_origins:
+        origins = origins[np.linspace(0, len(origins) - 1, max_origins).round().astype(int)]
+    if not origins.size:
+        raise ValueError(f"no test origin after {train_end} for {history.region}")
+    last = grid.start + pd.Timedelta(hours=int(origins[-1]))
+    starts = refit_origins(first, last, refit_days)
+    start_index = np.array([grid.index_of(start) for start in starts], dtype=np.int64)
+    block = np.searchsorted(start_index, origins, side="right") - 1
+    # Fit the first block (the fixed fit, reported too) and every block with an origin.
+    used = sorted({0, *(int(b) for b in block)})
+    fits: list[tuple[pd.Timestamp, CarbonForecaster]] = []
+    for k in used:
+        cut = starts[k] - pd.Timedelta(hours=1)
+        forecaster, _ = fit_cached(
+            history.until(cut),
+            cfg,
+            cache_dir,
+            [other.until(cut) for other in related],
+            shared=shared,
+        )
+        fits.append((starts[k], forecaster))
+    fit_of_origin = np.searchsorted(np.array(used), block).astype(np.int64)
+    predictions: dict[str, FloatArray] = {}
+    for k, (_, forecaster) in enumerate(fits):
+        rows = fit_of_origin == k
+        if not rows.any():
+            continue
+        part = forecaster.predict(grid, origins[rows])
+        for name, values in part.items():
+            if name not in predictions:
+                predictions[name] = np.zeros((len(origins), values.shape[1]))
+            predictions[name][rows] = values
+    return RollingForecasts(
+        origins=origins, predictions=predictions, fits=tuple(fits), fit_of_origin=fit_of_origin
+    )
+
+
+def _mape_table(
+    predictions: dict[str, FloatArray], actual: FloatArray, mask: FloatArray, horizon_h: int
+) -> dict[str, dict[str, float]]:
+    table: dict[str, dict[str, float]] = {}
+    for model in REPORTED_MODELS:
+        per_h = mape_by_horizon(predictions[model], actual, mask)
+        table[model] = {
+            bucket: round(float(per_h[lo - 1 : hi].mean()), 3)
+            for bucket, (lo, hi) in REPORT_BUCKETS.items()
+            if hi <= horizon_h
+        }
+    return table
+
+
 def run_backtest(
     history: CarbonHistory,
     train_end: pd.Timestamp,
     *,
     config: ForecasterConfig | None = None,
+    refit_days: int | None = None,
     max_origins: int | None = None,
     window_h: int = 4,
     cache_dir: Path | None = None,
     related: Sequence[CarbonHistory] = (),
+    shared: SharedFits | None = None,
 ) -> BacktestResult:
-    """Fit on ``history`` up to ``train_end`` and score daily origins after it.
+    """Fit on ``history`` up to ``train_end`` (and refit every ``refit_days``), score daily origins.
 
     Args:
         history: the region's full history (train and test).
-        train_end: last timestamp the forecaster may learn from.
+        train_end: last timestamp the first fit may learn from.
         config: forecaster settings.
+        refit_days: days between re-estimations inside the test span (see
+            :func:`rolling_forecasts`); ``None`` fits once on the training span.
         max_origins: score at most this many origins, evenly spaced over the test span.
         window_h: length of the best-window query scored.
         cache_dir: where fitted models are cached; ``None`` disables the cache.
-        related: other regions pooled into the boosted model's training rows; cut at
-            ``train_end`` like the region itself.
+        related: other regions pooled into the boosted model's training rows; cut at each
+            fit's end like the region itself.
+        shared: memo shared by the fits of one pool's members (saves time only).
     """
     cfg = config if config is not None else ForecasterConfig()
-    pooled = [other.until(train_end) for other in related]
-    forecaster, _ = fit_cached(history.until(train_end), cfg, cache_dir, pooled)
+    rolling = rolling_forecasts(
+        history,
+        train_end,
+        config=cfg,
+        refit_days=refit_days,
+        max_origins=max_origins,
+        cache_dir=cache_dir,
+        related=related,
+        shared=shared,
+    )
     grid = to_grid(history)
-    origins = daily_origins(grid, train_end + pd.Timedelta(hours=1), cfg.horizon_h)
-    if max_origins is not None and len(origins) > max_origins:
-        origins = origins[np.linspace(0, len(origins) - 1, max_origins).round().astype(int)]
-    predictions = forecaster.predict(grid, origins)
+    origins, predictions = rolling.origins, rolling.predictions
     targets = origins[:, None] + np.arange(cfg.horizon_h)[None, :]
     actual, mask = grid.y[targets], grid.observed[targets].astype(np.float64)
-    mape: dict[str, dict[str, float]] = {}
+    mape = _mape_table(predictions, actual, mask, cfg.horizon_h)
+    if len(rolling.fits) > 1:
+        fixed = rolling.fits[0][1].predict(grid, origins)
+        mape_fixed = _mape_table(fixed, actual, mask, cfg.horizon_h)
+    else:
+        mape_fixed = mape
     regret: dict[str, dict[str, float]] = {}
     day = slice(0, min(24, cfg.horizon_h))
     for model in REPORTED_MODELS:
-        per_h = mape_by_horizon(predictions[model], actual, mask)
-        mape[model] = {
-            bucket: round(float(per_h[lo - 1 : hi].mean()), 3)
-            for bucket, (lo, hi) in REPORT_BUCKETS.items()
-            if hi <= cfg.horizon_h
-        }
         regret[model] = window_regret(
             predictions[model][:, day], actual[:, day], mask[:, day], window_h
         )
@@ -221,11 +367,13 @@ def run_backtest(
     return BacktestResult(
         region=history.region,
         n_origins=len(origins),
+        refit_days=refit_days or None,
         mape=mape,
+        mape_fixed_fit=mape_fixed,
         coverage_p10_p90=round(coverage, 3),
         window_regret=regret,
-        choice=forecaster.describe_choice(),
-        validation_mape=forecaster.validation_mape,
+        choice={str(start.date()): fit.describe_choice() for start, fit in rolling.fits},
+        validation_mape={str(start.date()): fit.validation_mape for start, fit in rolling.fits},
     )
 
 
@@ -233,12 +381,17 @@ def as_dict(result: BacktestResult) -> dict[str, Any]:
     """Return the result as plain JSON-able data."""
     return {
         "n_origins": result.n_origins,
+        "refit_days": result.refit_days,
         "mape_pct": result.mape,
+        "mape_pct_fixed_fit": result.mape_fixed_fit,
         "coverage_p10_p90": result.coverage_p10_p90,
         "best_window_4h": result.window_regret,
         "choice": result.choice,
         "validation_mape_pct": {
-            model: {f"{lo}-{hi}h": v for (lo, hi), v in zip(BUCKETS, values, strict=False)}
-            for model, values in result.validation_mape.items()
+            start: {
+                model: {f"{lo}-{hi}h": v for (lo, hi), v in zip(BUCKETS, values, strict=False)}
+                for model, values in per_model.items()
+            }
+            for start, per_model in result.validation_mape.items()
         },
     }

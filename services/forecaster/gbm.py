@@ -77,6 +77,8 @@ def fit_ratio_booster(
 ) -> RatioBooster:
     """Fit one booster per horizon bucket; rows whose target hour was gap-filled get weight 0.
 
+    Positive weights other than 1 are passed to the booster as sample weights.
+
     Buckets that start beyond the longest horizon in ``features`` are left out.
 
     Raises:
@@ -98,7 +100,14 @@ def fit_ratio_booster(
         model = HistGradientBoostingRegressor(random_state=seed, **params)
         # One OpenMP thread: on a shared, busy host the default (all cores) spin-waits and
         # runs ~10x slower; the backtest parallelises over regions instead, if at all.
+        # Weights other than 0/1 (recency weighting) are sample weights; plain 0/1 masks fit
+        # without them, exactly as before such weights existed.
+        sample_weight = weight[keep]
         with threadpool_limits(limits=1):
-            model.fit(features[keep], target[keep])
+            model.fit(
+                features[keep],
+                target[keep],
+                sample_weight=None if np.all(sample_weight == 1.0) else sample_weight,
+            )
         models.append(model)
     return RatioBooster(tuple(models), used)

@@ -38,6 +38,7 @@ __all__ = [
     "CarbonForecast",
     "CarbonForecaster",
     "ForecasterConfig",
+    "SharedFits",
     "fit_forecaster",
     "mape_by_horizon",
 ]
@@ -80,6 +81,9 @@ class ForecasterConfig:
     (0: equal weights; large: pick the best)."""
     seed: int = 0
     """Random seed of the boosted model."""
+    booster_half_life_days: float | None = None
+    """If set, a training row's weight halves every this many days its target lies before
+    the end of the training rows (recency weighting); ``None``: equal weights."""
 
     def __post_init__(self) -> None:
         if self.horizon_h < 1 or self.horizon_h > BUCKETS[-1][1]:
@@ -317,11 +321,44 @@ def _training_rows(
         features, _ = gbm_features(grid, origins, horizon, template, refs)
         targets = origins[:, None] + np.arange(horizon)[None, :]
         target = log_ratio(grid.y[targets], template).ravel()
-        parts.append((features, target, grid.observed[targets].ravel().astype(np.float64)))
+        weight = grid.observed[targets].astype(np.float64)
+        if cfg.booster_half_life_days is not None:
+            age_days = (grid.index_of(end) - targets) / 24.0
+            weight = weight * 0.5 ** (age_days / cfg.booster_half_life_days)
+        parts.append((features, target, weight.ravel()))
     return (
         np.concatenate([p[0] for p in parts]),
         np.concatenate([p[1] for p in parts]),
         np.concatenate([p[2] for p in parts]),
+    )
+
+
+@dataclass(slots=True)
+class SharedFits:
+    """In-process memo of the fit parts that the regions of one pool share.
+
+    Every region of a pool (the seven EIA balancing authorities) trains its booster on the
+    same rows: all members' grids, cut at the same end and, while validating, at the same
+    split, concatenated in a fixed (sorted) order. Their Holt-Winters constants per region
+    and split are likewise the same whichever region is being fitted. Passing one
+    ``SharedFits`` to the fits of all members computes each part once instead of once per
+    member; the fitted forecasters are identical with or without it.
+    """
+
+    hw: dict[tuple[object, ...], HoltWintersParams] = field(default_factory=dict)
+    boosters: dict[tuple[object, ...], RatioBooster] = field(default_factory=dict)
+
+
+def _grid_key(history: CarbonHistory, grid: HourlyGrid) -> tuple[object, ...]:
+    """Content fingerprint of one member's grid (the memo key of its fitted parts)."""
+    return (
+        history.region,
+        history.source,
+        str(grid.start),
+        len(grid),
+        float(np.nansum(grid.y)),
+        float(np.nansum(grid.shares)),
+        int(grid.observed.sum()),
     )
 
 
@@ -330,6 +367,7 @@ def fit_forecaster(
     fuel_mix: pd.DataFrame | None = None,
     config: ForecasterConfig | None = None,
     related: Sequence[CarbonHistory] = (),
+    shared: SharedFits | None = None,
 ) -> CarbonForecaster:
     """Fit, choose and calibrate a forecaster on one region's history.
 
@@ -341,12 +379,15 @@ def fit_forecaster(
             boosted model's training rows (worth it when the region's own history is short,
             as with the seven months of EIA-930 training data). They are cut at the end of
             ``history`` and, while validating, at the validation split, like the region's own.
+        shared: memo shared by the fits of one pool's members (see :class:`SharedFits`);
+            it saves time only, the result is the same.
 
     Raises:
         ValueError: when the history is too short to fit and validate, or a related
             history has other fuel-mix columns.
     """
     cfg = config if config is not None else ForecasterConfig()
+    memo = shared if shared is not None else SharedFits()
     if fuel_mix is not None:
         history = CarbonHistory(
             region=history.region,
@@ -365,27 +406,43 @@ def fit_forecaster(
     split_time = grid.start + pd.Timedelta(hours=split)
     end_time = grid.start + pd.Timedelta(hours=len(grid) - 1)
 
-    def with_hw(other: HourlyGrid) -> tuple[HourlyGrid, HoltWintersParams]:
-        cut = other.index_of(split_time)
-        return other, fit_holt_winters(other.y[max(0, cut - cfg.hw_fit_days * 24) : cut])
+    def with_hw(
+        member: CarbonHistory, other: HourlyGrid
+    ) -> tuple[tuple[object, ...], HourlyGrid, HoltWintersParams]:
+        key = _grid_key(member, other)
+        hw_key = (key, str(split_time), cfg.hw_fit_days)
+        if hw_key not in memo.hw:
+            cut = other.index_of(split_time)
+            memo.hw[hw_key] = fit_holt_winters(other.y[max(0, cut - cfg.hw_fit_days * 24) : cut])
+        return key, other, memo.hw[hw_key]
 
-    own = with_hw(grid)
-    hw_params = own[1]
-    sources = [own]
+    own = with_hw(history, grid)
+    hw_params = own[2]
+    members = [own]
     for other in related:
         other_grid = to_grid(other.until(end_time))
         if other_grid.share_names != grid.share_names:
             raise ValueError(f"{other.region} has other fuel-mix columns than {history.region}")
         if other_grid.index_of(split_time) > need + horizon:
-            sources.append(with_hw(other_grid))
+            members.append(with_hw(other, other_grid))
+    # A fixed order (by fingerprint), so every member of a pool trains the same booster.
+    members.sort(key=lambda member: repr(member[0]))
+    sources = [(member_grid, params) for _, member_grid, params in members]
+    pool_key = tuple(key for key, _, _ in members)
+
+    def booster_until(row_end: pd.Timestamp) -> RatioBooster:
+        key = (pool_key, str(row_end), cfg)
+        if key not in memo.boosters:
+            memo.boosters[key] = fit_ratio_booster(
+                *_training_rows(sources, row_end, cfg),
+                seed=cfg.seed,
+                max_iter=cfg.booster_max_iter,
+                buckets=cfg.booster_buckets,
+            )
+        return memo.boosters[key]
 
     # Fitting targets end before the split so that none reaches the validation span.
-    booster = fit_ratio_booster(
-        *_training_rows(sources, split_time - pd.Timedelta(hours=1), cfg),
-        seed=cfg.seed,
-        max_iter=cfg.booster_max_iter,
-        buckets=cfg.booster_buckets,
-    )
+    booster = booster_until(split_time - pd.Timedelta(hours=1))
     provisional = CarbonForecaster(
         region=history.region,
         signal=history.signal,
@@ -410,12 +467,7 @@ def fit_forecaster(
         emission_factor=history.emission_factor,
         horizon_h=horizon,
         hw_params=hw_params,
-        booster=fit_ratio_booster(
-            *_training_rows(sources, end_time, cfg),
-            seed=cfg.seed,
-            max_iter=cfg.booster_max_iter,
-            buckets=cfg.booster_buckets,
-        ),
+        booster=booster_until(end_time),
         weights=weights,
         log_quantiles=quantiles,
         validation_mape=scores,

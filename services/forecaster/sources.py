@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final, Literal, Protocol, runtime_checkable
 
+import numpy as np
 import pandas as pd
 
 from shared.paths import data_path
@@ -34,6 +35,7 @@ __all__ = [
     "Signal",
     "load_eia_csv",
     "load_em_csv",
+    "with_unknown_shares",
 ]
 
 Signal = Literal["average", "marginal"]
@@ -85,6 +87,26 @@ class CarbonHistory:
             emission_factor=self.emission_factor,
             source=self.source,
         )
+
+
+def with_unknown_shares(history: CarbonHistory, columns: Sequence[str]) -> CarbonHistory:
+    """Return ``history`` with fuel-mix ``columns`` that are all unknown (NaN).
+
+    This lets a history from another source (Electricity Maps, whose shares are not the
+    EIA fuels) join a pool of EIA regions as extra training rows of the boosted model: its
+    fuel-share features are missing values, which the booster routes like any other
+    missing value, and everything else (intensity lags, level ratios, the reference
+    models) is computed from its own intensity.
+    """
+    mix = pd.DataFrame(np.nan, index=history.intensity.index, columns=list(columns))
+    return CarbonHistory(
+        region=history.region,
+        intensity=history.intensity,
+        fuel_mix=mix,
+        signal=history.signal,
+        emission_factor=history.emission_factor,
+        source=history.source,
+    )
 
 
 @runtime_checkable

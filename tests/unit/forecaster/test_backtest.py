@@ -1,0 +1,190 @@
+"""Tests of the rolling-origin backtest with periodic re-estimation and the pooled-fit memo."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from services.forecaster.backtest import (
+    RollingForecasts,
+    refit_origins,
+    rolling_forecasts,
+    run_backtest,
+)
+from services.forecaster.features import to_grid
+from services.forecaster.models import ForecasterConfig, SharedFits, fit_forecaster
+from services.forecaster.sources import CarbonHistory, with_unknown_shares
+from tests.unit.forecaster.conftest import synthetic_history
+
+CONFIG = ForecasterConfig(
+    horizon_h=24, max_training_rows=6_000, hw_fit_days=14, booster_max_iter=20
+)
+DAYS = 120
+TRAIN_DAYS = 80
+REFIT_DAYS = 15
+
+
+def _perturbed_after(history: CarbonHistory, cutoff: pd.Timestamp) -> CarbonHistory:
+    """Return the history with every value after ``cutoff`` doubled (a fake future)."""
+    values = history.intensity.copy()
+    values[values.index > cutoff] *= 2.0
+    return CarbonHistory(
+        region=history.region,
+        intensity=values,
+        fuel_mix=history.fuel_mix,
+        signal=history.signal,
+        emission_factor=history.emission_factor,
+        source=history.source,
+    )
+
+
+@pytest.fixture(scope="module")
+def long_history() -> CarbonHistory:
+    """A synthetic region long enough for a training span and three refits."""
+    return synthetic_history(days=DAYS)
+
+
+def _train_end(history: CarbonHistory) -> pd.Timestamp:
+    return pd.Timestamp(history.intensity.index[TRAIN_DAYS * 24 - 1])
+
+
+@pytest.fixture(scope="module")
+def clean(long_history: CarbonHistory) -> RollingForecasts:
+    """The rolling forecasts of the unperturbed history, refitted every REFIT_DAYS."""
+    return rolling_forecasts(
+        long_history, _train_end(long_history), config=CONFIG, refit_days=REFIT_DAYS
+    )
+
+
+def test_refit_origins_step_by_the_cadence_and_stay_in_the_test_span() -> None:
+    """Test that refits start at the first origin, every N days, none after the last origin."""
+    first = pd.Timestamp("2022-08-01", tz="UTC")
+    last = pd.Timestamp("2022-12-30", tz="UTC")
+    starts = refit_origins(first, last, 30)
+    assert starts[0] == first
+    assert all(b - a == pd.Timedelta(days=30) for a, b in itertools.pairwise(starts))
+    assert starts[-1] <= last < starts[-1] + pd.Timedelta(days=30)
+    assert refit_origins(first, last, None) == [first]
+    assert refit_origins(first, last, 0) == [first]
+    with pytest.raises(ValueError, match="refit_days"):
+        refit_origins(first, last, -1)
+
+
+def test_each_origin_uses_the_latest_fit_made_before_it(
+    long_history: CarbonHistory, clean: RollingForecasts
+) -> None:
+    """Test the block structure: fit k forecasts the origins in [refit k, refit k+1)."""
+    rolling = clean
+    grid = to_grid(long_history)
+    starts = [grid.index_of(start) for start, _ in rolling.fits]
+    assert starts == [(TRAIN_DAYS + k * REFIT_DAYS) * 24 for k in range(len(starts))]
+    assert len(starts) == 3
+    for origin, k in zip(rolling.origins, rolling.fit_of_origin, strict=True):
+        assert starts[k] <= origin
+        assert k == len(starts) - 1 or origin < starts[k + 1]
+    # A refit learns from more data, so it is another model than the first fit.
+    first, last = rolling.fits[0][1], rolling.fits[-1][1]
+    assert not np.array_equal(first.weights, last.weights) or first.hw_params != last.hw_params
+
+
+def test_refits_never_read_data_from_their_origin_on(
+    long_history: CarbonHistory, clean: RollingForecasts
+) -> None:
+    """Test no look-ahead across refits: a changed future moves no earlier forecast.
+
+    The data from the second refit origin on is doubled: every forecast whose origin lies
+    before that point (made by the first fit) must stay the same bit for bit, and the
+    second fit (data until one hour before its origin) must be unchanged too; forecasts
+    from the second refit origin on must move, so the test can fail.
+    """
+    train_end = _train_end(long_history)
+    second_refit = clean.fits[1][0]
+    leaked = _perturbed_after(long_history, second_refit - pd.Timedelta(hours=1))
+    moved = rolling_forecasts(leaked, train_end, config=CONFIG, refit_days=REFIT_DAYS)
+    grid = to_grid(long_history)
+    before = clean.origins < grid.index_of(second_refit)
+    assert before.any()
+    assert (~before).any()
+    for name, values in clean.predictions.items():
+        np.testing.assert_array_equal(moved.predictions[name][before], values[before])
+    np.testing.assert_array_equal(moved.fits[1][1].weights, clean.fits[1][1].weights)
+    assert not np.allclose(
+        moved.predictions["chosen"][~before], clean.predictions["chosen"][~before]
+    )
+    assert not np.array_equal(moved.fits[2][1].weights, clean.fits[2][1].weights)
+
+
+def test_backtest_reports_the_fixed_fit_beside_the_refits(long_history: CarbonHistory) -> None:
+    """Test that the result carries both protocols and one blend description per fit."""
+    train_end = _train_end(long_history)
+    refit = run_backtest(long_history, train_end, config=CONFIG, refit_days=REFIT_DAYS)
+    fixed = run_backtest(long_history, train_end, config=CONFIG)
+    assert refit.refit_days == REFIT_DAYS
+    assert fixed.refit_days is None
+    assert refit.mape_fixed_fit == fixed.mape == fixed.mape_fixed_fit
+    assert refit.mape != fixed.mape
+    assert len(refit.choice) == 3
+    assert len(fixed.choice) == 1
+    assert next(iter(refit.choice)) == next(iter(fixed.choice))
+
+
+def test_a_shared_memo_fits_the_pool_once_and_changes_no_result(
+    long_history: CarbonHistory,
+) -> None:
+    """Test that pooled members share boosters through the memo with identical forecasts."""
+    other = synthetic_history(days=DAYS, seed=11)
+    other = CarbonHistory(
+        region="SYN2",
+        intensity=other.intensity,
+        fuel_mix=other.fuel_mix,
+        signal=other.signal,
+        emission_factor=other.emission_factor,
+        source=other.source,
+    )
+    end = _train_end(long_history)
+    one, two = long_history.until(end), other.until(end)
+    shared = SharedFits()
+    with_memo = [
+        fit_forecaster(one, config=CONFIG, related=[two], shared=shared),
+        fit_forecaster(two, config=CONFIG, related=[one], shared=shared),
+    ]
+    assert len(shared.boosters) == 2  # validation and final booster, once for the pool
+    assert len(shared.hw) == 2  # one Holt-Winters fit per member
+    alone = [
+        fit_forecaster(one, config=CONFIG, related=[two]),
+        fit_forecaster(two, config=CONFIG, related=[one]),
+    ]
+    for history, memo_fit, plain_fit in zip((one, two), with_memo, alone, strict=True):
+        grid = to_grid(history)
+        origins = np.array([len(grid) - 24 * 3], dtype=np.int64)
+        np.testing.assert_array_equal(memo_fit.weights, plain_fit.weights)
+        np.testing.assert_array_equal(
+            memo_fit.predict(grid, origins)["chosen"], plain_fit.predict(grid, origins)["chosen"]
+        )
+
+
+def test_a_history_with_unknown_shares_joins_the_pool_as_extra_rows(
+    long_history: CarbonHistory,
+) -> None:
+    """Test that another source's history (no fuel shares) pools into the booster's rows.
+
+    Its share features are missing values: the fit must accept it, forecast finite values
+    for the region, and differ from the fit without those rows (so they were used).
+    """
+    assert long_history.fuel_mix is not None
+    other = synthetic_history(days=DAYS, seed=5)
+    extra = with_unknown_shares(other, list(long_history.fuel_mix.columns))
+    assert extra.fuel_mix is not None
+    assert extra.fuel_mix.isna().all().all()
+    end = _train_end(long_history)
+    own = long_history.until(end)
+    pooled = fit_forecaster(own, config=CONFIG, related=[extra.until(end)])
+    alone = fit_forecaster(own, config=CONFIG)
+    grid = to_grid(own)
+    origins = np.array([len(grid) - 24 * 3], dtype=np.int64)
+    with_rows = pooled.predict(grid, origins)["gbm"]
+    assert np.isfinite(with_rows).all()
+    assert not np.array_equal(with_rows, alone.predict(grid, origins)["gbm"])
