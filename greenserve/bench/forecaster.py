@@ -110,7 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="the same for the Electricity Maps zones (default 0: one fit on 2021-2023; "
-        "30 costs 13 fits a zone, about an hour on a busy 2-core host)",
+        "30 costs 13 fits a zone, about 20 min more on a busy 2-core host)",
     )
     parser.add_argument("--skip-load", action="store_true", help="skip the load-forecast part")
 

@@ -1,0 +1,128 @@
+"""Inner validation of forecaster variants, inside the EIA training months only.
+
+The bench's rolling protocol moved into the training span: history cut at 2022-07-31 23:00
+(the end of the EIA training months), first fit on January-April, refit every 30 days,
+daily origins May 1 - July 30, the seven balancing authorities pooled. No test-span
+(August-December) value is read. Prints one JSON line: mean MAPE per bucket of the blend,
+the booster and template + level, the blend's mean MAPE relative to template + level over
+regions x buckets, the buckets that lose to template + level, and day 1 per region.
+
+    PYTHONPATH=. GREENSERVE_DATA_DIR=... python tools/forecaster_inner_validation.py VARIANT
+
+Variants (docs/forecaster.md, third issue-6 round): ``base``; ``A<days>`` recency half-life;
+``B0`` derived low-carbon/renewable share columns; ``B1`` those plus EM 2021-22 rows of the
+three US zones mapped onto them; ``B2`` EM rows of the three US zones with unknown shares
+(kept); ``B3`` the same with all seven EM zones; ``+A<days>`` adds a half-life to a variant.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from services.forecaster.backtest import run_backtest
+from services.forecaster.models import ForecasterConfig, SharedFits
+from services.forecaster.sources import (
+    EIA_REGIONS,
+    EM_ZONES,
+    CarbonHistory,
+    load_eia_csv,
+    load_em_csv,
+    with_unknown_shares,
+)
+
+CUT = pd.Timestamp("2022-07-31 23:00", tz="UTC")
+TRAIN_END = pd.Timestamp("2022-04-30 23:00", tz="UTC")
+US_ZONES = ("US-CAL-CISO", "US-MIDA-PJM", "US-NY-NYIS")
+BUCKETS = ("1-6h", "day1", "day2")
+
+
+def _with_mix(history: CarbonHistory, mix: pd.DataFrame) -> CarbonHistory:
+    return CarbonHistory(
+        region=history.region,
+        intensity=history.intensity,
+        fuel_mix=mix,
+        signal=history.signal,
+        emission_factor=history.emission_factor,
+        source=history.source,
+    )
+
+
+def _derived(history: CarbonHistory) -> CarbonHistory:
+    assert history.fuel_mix is not None
+    mix = history.fuel_mix.copy()
+    mix["low_carbon"] = mix[["NUC", "WAT", "WND", "SUN"]].sum(axis=1, min_count=1)
+    mix["renewable"] = mix[["WAT", "WND", "SUN"]].sum(axis=1, min_count=1)
+    return _with_mix(history, mix)
+
+
+def main(spec: str) -> dict[str, object]:
+    """Run one variant and return its scores."""
+    variant, *options = spec.split("+")
+    cfg = ForecasterConfig()
+    for option in ([variant] if variant.startswith("A") else []) + options:
+        cfg = replace(cfg, booster_half_life_days=float(option[1:]))
+    hist = {r: load_eia_csv(r).until(CUT) for r in EIA_REGIONS}
+    if variant in ("B0", "B1"):
+        hist = {r: _derived(h) for r, h in hist.items()}
+    columns = list(next(iter(hist.values())).fuel_mix.columns)  # type: ignore[union-attr]
+    extra: list[CarbonHistory] = []
+    zones = {"B1": US_ZONES, "B2": US_ZONES, "B3": EM_ZONES}.get(variant, ())
+    for zone in zones:
+        em = load_em_csv(zone, years=(2021, 2022)).until(CUT)
+        if variant == "B1":
+            assert em.fuel_mix is not None
+            mix = pd.DataFrame(
+                {c: em.fuel_mix[c] if c in em.fuel_mix.columns else np.nan for c in columns},
+                index=em.fuel_mix.index,
+            )
+            extra.append(_with_mix(em, mix))
+        else:
+            extra.append(with_unknown_shares(em, columns))
+    shared = SharedFits()
+    started = time.perf_counter()
+    scores: dict[str, dict[str, dict[str, float]]] = {}
+    for region in EIA_REGIONS:
+        related = [h for other, h in hist.items() if other != region] + extra
+        result = run_backtest(
+            hist[region], TRAIN_END, config=cfg, refit_days=30, related=related, shared=shared
+        )
+        scores[region] = result.mape
+        print(region, result.mape["chosen"], file=sys.stderr, flush=True)
+    models = ("chosen", "gbm", "template_level")
+    return {
+        "variant": spec,
+        "mean": {
+            m: {b: round(float(np.mean([scores[r][m][b] for r in scores])), 3) for b in BUCKETS}
+            for m in models
+        },
+        "rel_to_tl": round(
+            float(
+                np.mean(
+                    [
+                        scores[r]["chosen"][b] / scores[r]["template_level"][b]
+                        for r in scores
+                        for b in BUCKETS
+                    ]
+                )
+            ),
+            4,
+        ),
+        "misses": [
+            f"{r}/{b}"
+            for r in scores
+            for b in BUCKETS
+            if scores[r]["chosen"][b] >= scores[r]["template_level"][b]
+        ],
+        "day1": {r: scores[r]["chosen"]["day1"] for r in scores},
+        "wall_s": round(time.perf_counter() - started),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1] if len(sys.argv) > 1 else "base")))
