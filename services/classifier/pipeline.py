@@ -90,6 +90,11 @@ class ClassifierCore:
         """Thresholds in force."""
         return self._scheme
 
+    @property
+    def has_plan(self) -> bool:
+        """Whether a plan has been followed (before it every request is ``no_plan``)."""
+        return self._routing is not None
+
     def update_plan(self, plan: Plan, scheme: ClassScheme | None = None) -> None:
         """Follow a new plan (and its class scheme when it changes)."""
         self._routing = RoutingTable.from_plan(plan)

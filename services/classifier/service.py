@@ -170,6 +170,7 @@ async def consume(
             max_ack_pending=4096,
         ),
     )
+    await _await_first_plan(ctx, core)
     batch = ctx.settings.classifier.fetch_batch
     # Batches in flight at once: the next fetch need not wait for the previous batch's
     # Redis round trip and acks, so a request is not held up by the one before it.
@@ -213,6 +214,24 @@ async def consume(
     finally:
         if handling:  # let started hand-offs finish: they ack what the scheduler stored
             await asyncio.gather(*handling, return_exceptions=True)
+
+
+async def _await_first_plan(ctx: ServiceContext, core: ClassifierCore) -> None:
+    """Wait (bounded) for the first plan before fetching from the ingress stream.
+
+    The plan reaches the classifier a moment after the planner stores it, so a request
+    fetched in between would be refused ``no_plan`` although a plan exists; unfetched, it
+    simply waits in the durable stream. After ``plan_wait_s`` without any plan the
+    classifier fetches anyway, and requests get the clear ``no_plan`` error.
+    """
+    deadline = time.monotonic() + ctx.settings.classifier.plan_wait_s
+    while not core.has_plan and time.monotonic() < deadline and not ctx.stop.is_set():
+        await sleep_or_stop(ctx.stop, 0.05)
+    if not core.has_plan:
+        logger.warning(
+            "no plan after %.0f s; requests are refused no_plan until one comes",
+            ctx.settings.classifier.plan_wait_s,
+        )
 
 
 async def _classify(

@@ -29,20 +29,25 @@ from proto.messages import (
     DispatchBatch,
     DispatchBatchReply,
     DispatchReply,
+    Plan,
+    Request,
+    SubmitBatchReply,
 )
 from proto.subjects import Subjects
+from services.classifier import service as classifier
 from services.requestpath.service import READY_EVENT_PERIOD_S, InMemoryScheduler
 from services.router.service import RouterShell
 from services.scheduler.service import SchedulerShell
 from services.worker.backend import OutputBatch
 from services.worker.instant_backend import InstantBackend
 from services.worker.service import WorkerShim
-from shared.bus import connect_nats, serve
+from shared.bus import connect_nats, ensure_ingress_stream, serve
 from shared.clock import ModelClock
 from shared.config import NatsSettings, Settings
 from shared.lifecycle import service_context
 from shared.servers import ServerProcess
 from tests.factories import classified_request, worker_stats
+from tests.unit.proto.samples import sample_of
 
 pytestmark = pytest.mark.connected
 
@@ -389,3 +394,48 @@ async def test_hops_stamp_every_hop_on_the_colocated_path(
     assert breakdown is not None
     assert breakdown["requests"] == len(trace)
     assert set(breakdown["p99_ms"]) == {name for name, _, _ in HOPS}
+
+
+async def test_the_classifier_waits_for_its_first_plan_instead_of_refusing(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that a request published before the classifier has a plan waits in the stream
+    and is classified once the plan comes, instead of being refused ``no_plan``."""
+    settings = Settings(
+        namespace=namespace,
+        nats={"url": nats_server.url},
+        redis={"url": redis_server.url},
+        classifier={"plan_wait_s": 30.0},
+    )
+    submitted: list[ClassifiedRequest] = []
+    got = asyncio.Event()
+
+    async def submit(requests: list[ClassifiedRequest]) -> SubmitBatchReply:
+        submitted.extend(requests)
+        got.set()
+        return SubmitBatchReply(accepted=[r.request.request_id for r in requests])
+
+    async with service_context("classifier", settings) as ctx:
+        core = classifier.build_core(ctx)
+        consuming = asyncio.create_task(classifier.consume(ctx, core, submit, ctx.tracer))
+        subjects, client = ctx.subjects, "early"
+        request = Request(
+            request_id="r1",
+            model="llama-3-8b",
+            reply_subject=subjects.client_reply(client, "r1"),
+            sent_at=time.time(),
+            max_tokens=8,
+            prompt_tokens=16,
+            client_id=client,
+        )
+        await ensure_ingress_stream(ctx.js, subjects)
+        await ctx.js.publish(subjects.ingress_client(client), encode(request))
+        await asyncio.sleep(1.0)
+        assert not submitted  # no plan yet: the request waits in the stream
+        plan = sample_of(Plan)
+        assert isinstance(plan, Plan)
+        core.update_plan(plan)
+        await asyncio.wait_for(got.wait(), 10.0)
+        ctx.stop.set()
+        await asyncio.wait_for(consuming, 10.0)
+    assert [r.request.request_id for r in submitted] == [f"{client}.r1"]
