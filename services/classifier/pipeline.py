@@ -12,7 +12,14 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from proto.messages import MAX_TOKENS_LIMIT, ClassifiedRequest, Plan, PoolPlan, Request
+from proto.messages import (
+    MAX_TOKENS_LIMIT,
+    ClassifiedRequest,
+    Plan,
+    PoolPlan,
+    Request,
+    client_request_id,
+)
 from services.classifier.classes import ClassScheme, ClassSLO, OutputLengthPredictor
 from shared.errors import RequestRejectedError
 
@@ -150,7 +157,10 @@ class ClassifierCore:
         predicted = self._predictor.predict(n_in, true_output_tokens=true_out, text=request.prompt)
         predicted = max(1, min(int(predicted), request.max_tokens))
         request_class = self._scheme.classify(n_in, predicted)
-        pool = self._routing.choose(request_class, request.request_id)
+        # Split by the id the client chose, not the stack-wide scoped one: the route of a
+        # request then does not depend on which client sent it, and the simulator, which
+        # replays traces without client scoping, routes every request the same way.
+        pool = self._routing.choose(request_class, client_request_id(request.request_id))
         slo = self._slos.get(request_class)
         ttft_ms = pool.ttft_ms or self._default_ttft_ms
         tbt_ms = pool.tbt_ms or self._default_tbt_ms
