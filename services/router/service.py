@@ -308,7 +308,7 @@ class RouterShell:
                 # --- end hop stamps ---
                 placed = [(req, worker_id) for req in batch]
                 try:
-                    results = await self.dispatch_all(placed, self._ctx.clock.now())
+                    results = await self.dispatch_all(placed)
                 except Exception:  # task boundary: the unanswered go back to the queue
                     ERRORS.labels(NAME, "dispatch_failed").inc(len(placed))
                     logger.exception("dispatching %d requests failed", len(placed))
@@ -356,7 +356,7 @@ class RouterShell:
             logger.warning("could not record %d assignments in redis: %s", len(assignments), exc)
 
     async def dispatch_all(
-        self, placed: list[tuple[ClassifiedRequest, str]], now_model: float
+        self, placed: list[tuple[ClassifiedRequest, str]]
     ) -> list[Assignment | bool | None]:
         """Dispatch a round's placements (their slots already taken in the registry): one
         batch per worker where possible.
@@ -375,12 +375,10 @@ class RouterShell:
         results: list[Assignment | bool | None] = [None] * len(placed)
         singles = [i for i in range(len(placed)) if i not in batched]
         alone, together = await asyncio.gather(
-            asyncio.gather(
-                *(self._dispatch(placed[i][0], placed[i][1], now_model) for i in singles)
-            ),
+            asyncio.gather(*(self._dispatch(placed[i][0], placed[i][1]) for i in singles)),
             asyncio.gather(
                 *(
-                    self._dispatch_batch(w, [placed[i][0] for i in idx], now_model)
+                    self._dispatch_batch(w, [placed[i][0] for i in idx])
                     for w, idx in batches.items()
                 )
             ),
@@ -393,7 +391,7 @@ class RouterShell:
         return results
 
     async def _dispatch_batch(
-        self, worker_id: str, requests: list[ClassifiedRequest], now_model: float
+        self, worker_id: str, requests: list[ClassifiedRequest]
     ) -> list[Assignment | bool | None]:
         """Hand several requests to one worker in one request/reply."""
         ctx = self._ctx
@@ -408,9 +406,7 @@ class RouterShell:
         except nats.errors.NoRespondersError:
             logger.info("worker %s serves no dispatch batches; dispatching one by one", worker_id)
             self._no_batch.add(worker_id)
-            return list(
-                await asyncio.gather(*(self._dispatch(r, worker_id, now_model) for r in requests))
-            )
+            return list(await asyncio.gather(*(self._dispatch(r, worker_id) for r in requests)))
         except (nats.errors.TimeoutError, DecodeError) as exc:
             ERRORS.labels(NAME, "dispatch_failed").inc(len(requests))
             logger.warning(
@@ -427,13 +423,11 @@ class RouterShell:
             )
             return [None] * len(requests)
         return [
-            self._settle(req, worker_id, one, now_model)
+            self._settle(req, worker_id, one)
             for req, one in zip(requests, reply.replies, strict=True)
         ]
 
-    async def _dispatch(
-        self, req: ClassifiedRequest, worker_id: str, now_model: float
-    ) -> Assignment | bool | None:
+    async def _dispatch(self, req: ClassifiedRequest, worker_id: str) -> Assignment | bool | None:
         """Hand one request to a worker: its Assignment, True if it already ended, None if
         refused."""
         ctx = self._ctx
@@ -461,10 +455,10 @@ class RouterShell:
                 ERRORS.labels(NAME, "dispatch_failed").inc()
                 logger.warning("dispatch of %s to %s failed: %s", rid, worker_id, exc)
                 return None
-        return self._settle(req, worker_id, reply, now_model)
+        return self._settle(req, worker_id, reply)
 
     def _settle(
-        self, req: ClassifiedRequest, worker_id: str, reply: DispatchReply, now_model: float
+        self, req: ClassifiedRequest, worker_id: str, reply: DispatchReply
     ) -> Assignment | bool | None:
         """A worker's answer for one request: its Assignment, True if it already ended, None
         if refused."""

@@ -228,7 +228,7 @@ async def test_router_batches_per_worker_and_falls_back_for_workers_without_batc
         workers = ["new", "new", "new", "old", "old"]
         for req, worker_id in zip(requests, workers, strict=True):
             router.registry.placed(req, worker_id, 0.0)  # a round takes slots before dispatch
-        results = await router.dispatch_all(list(zip(requests, workers, strict=True)), 0.0)
+        results = await router.dispatch_all(list(zip(requests, workers, strict=True)))
         for sub in subs:
             await sub.unsubscribe()
     assert [r.worker_id if isinstance(r, Assignment) else r for r in results] == workers
