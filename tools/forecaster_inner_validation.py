@@ -17,6 +17,7 @@ three US zones mapped onto them; ``B2`` EM rows of the three US zones with unkno
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -43,14 +44,7 @@ BUCKETS = ("1-6h", "day1", "day2")
 
 
 def _with_mix(history: CarbonHistory, mix: pd.DataFrame) -> CarbonHistory:
-    return CarbonHistory(
-        region=history.region,
-        intensity=history.intensity,
-        fuel_mix=mix,
-        signal=history.signal,
-        emission_factor=history.emission_factor,
-        source=history.source,
-    )
+    return dataclasses.replace(history, fuel_mix=mix)
 
 
 def _derived(history: CarbonHistory) -> CarbonHistory:

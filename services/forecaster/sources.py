@@ -12,6 +12,7 @@ pure. The HTTP clients for the public APIs live in :mod:`services.forecaster.api
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -99,14 +100,7 @@ def with_unknown_shares(history: CarbonHistory, columns: Sequence[str]) -> Carbo
     models) is computed from its own intensity.
     """
     mix = pd.DataFrame(np.nan, index=history.intensity.index, columns=list(columns))
-    return CarbonHistory(
-        region=history.region,
-        intensity=history.intensity,
-        fuel_mix=mix,
-        signal=history.signal,
-        emission_factor=history.emission_factor,
-        source=history.source,
-    )
+    return dataclasses.replace(history, fuel_mix=mix)
 
 
 @runtime_checkable
