@@ -138,7 +138,7 @@ class ClassifiedRequest(_Message, tag="gs.v1.classified", frozen=True, kw_only=T
 
 
 class SubmitBatch(_Message, tag="gs.v1.submit_batch", frozen=True, kw_only=True):
-    """Classifier hands the requests of one ingress fetch to the scheduler at once."""
+    """Classifier hands the requests of one ingress batch to the scheduler at once."""
 
     requests: Annotated[list[ClassifiedRequest], Meta(min_length=1, max_length=4096)]
 

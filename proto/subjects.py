@@ -81,6 +81,15 @@ class Subjects:
         # prefixes always get distinct streams.
         return f"INGRESS-{self.prefix}"
 
+    @property
+    def classifier_deliver(self) -> str:
+        """Where JetStream pushes the ingress stream's messages to the classifiers.
+
+        The deliver subject of the classifier's durable push consumer; classifiers subscribe
+        in its deliver group, so each message reaches one. Only JetStream publishes here.
+        """
+        return f"{self._base}.classifier.ingress"
+
     # --- classifier → scheduler → router → worker --------------------------------------
     @property
     def scheduler_submit(self) -> str:

@@ -128,7 +128,8 @@ class ClassifierSettings(_Section):
     """Client window W = α_LLF · Lat (FREESH Eq. 6)."""
     default_ttft_ms: float = 250.0
     default_tbt_ms: float = 50.0
-    fetch_batch: int = 64
+    fetch_batch: int = Field(default=64, ge=1)
+    """Most pushed ingress messages classified and handed off as one batch."""
     plan_wait_s: float = Field(default=10.0, ge=0.0)
     """At start-up, leave the ingress stream untouched until a plan arrives, at most this
     long: requests published meanwhile wait in the stream instead of getting ``no_plan``."""

@@ -21,15 +21,12 @@ and :func:`refuse_reused_id` are the calls the classifier shell makes.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 
 import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
 
 from proto.codec import encode
 from proto.messages import ErrorReply, Request, client_request_id, scoped_request_id
@@ -47,7 +44,6 @@ __all__ = [
     "bound_client_id",
     "error_reply_target",
     "refuse_reused_id",
-    "widen_legacy_consumer",
 ]
 
 CLIENT_ID_MISMATCH = "client_id_mismatch"
@@ -217,23 +213,3 @@ async def refuse_reused_id(nc: Client, subjects: Subjects, msg: Msg, request: Re
     )
     await msg.ack()
     logger.info("request %s refused: its id was used before", request.request_id)
-
-
-async def widen_legacy_consumer(js: JetStreamContext, subjects: Subjects, durable: str) -> bool:
-    """Re-filter a durable consumer made before bound ingress subjects from the unbound one.
-
-    A consumer filtered on ``ingress.request`` would never deliver ``ingress.client.<id>``
-    messages (they would wait in the stream until ``max_age``), and ``pull_subscribe``
-    binds to an existing durable as it is. The update keeps the consumer, so its unacked
-    messages are still delivered. Returns whether it changed anything.
-    """
-    try:
-        info = await js.consumer_info(subjects.ingress_stream, durable)
-    except NotFoundError:
-        return False
-    if info.config.filter_subject != subjects.ingress_request:
-        return False
-    widened = dataclasses.replace(info.config, filter_subject=subjects.ingress_wildcard)
-    await js.add_consumer(subjects.ingress_stream, config=widened)
-    logger.info("consumer %s now reads %s", durable, subjects.ingress_wildcard)
-    return True

@@ -1,4 +1,4 @@
-"""Classifier shell: pull from the durable ingress stream, classify, hand off, then ack.
+"""Classifier shell: take from the durable ingress stream, classify, hand off, then ack.
 
 A message is acked only after the scheduler confirmed it stored the request, so a
 classifier killed at any point loses nothing: JetStream redelivers the unacked message to
@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable
 import msgspec
 import nats.errors
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from opentelemetry import trace
 from redis.exceptions import RedisError
 
@@ -33,20 +32,26 @@ from proto.messages import (
     SubmitBatchReply,
 )
 from services.classifier.classes import default_slos, make_predictor, scheme_by_name
+from services.classifier.ingress_consumer import (
+    MAX_ACK_PENDING,
+    IngressInbox,
+    consumer_config,
+    ensure_ingress_consumer,
+)
 from services.classifier.ingress_identity import (
     admit_bound_request,
     error_reply_target,
     refuse_reused_id,
-    widen_legacy_consumer,
 )
 from services.classifier.pipeline import ClassifierCore
 from shared.bus import HOPS_HEADER, add_hops, ensure_ingress_stream, request, tracing_active
 from shared.counters import ERRORS, MESSAGES, REQUESTS
 from shared.errors import RequestRejectedError
 from shared.lifecycle import ServiceContext
-from shared.loops import MAX_BACKOFF_S, sleep_or_stop
+from shared.loops import sleep_or_stop
 from shared.plan_watch import watch_plan
 from shared.replies import reply_error
+from shared.security.nats_acl import CLASSIFIER_CONSUMER
 from shared.telemetry import inject_headers, request_attributes, span_from_headers
 
 __all__ = [
@@ -63,7 +68,7 @@ __all__ = [
 
 NAME = "classifier"
 MAX_BATCHES_IN_FLIGHT = 4
-"""Fetched batches being classified and handed off at once."""
+"""Ingress batches being classified and handed off at once."""
 REPLY_HEADER = "Gs-Reply"
 """Clients also put their reply subject in this header, so even an undecodable payload
 gets an error reply."""
@@ -154,25 +159,27 @@ async def serve(ctx: ServiceContext) -> None:
 async def consume(
     ctx: ServiceContext, core: ClassifierCore, submit: Submit, tracer: trace.Tracer
 ) -> None:
-    """Fetch from the ingress stream, classify, hand off by ``submit``, ack; until stop."""
+    """Take pushed ingress messages in batches, classify, hand off by ``submit``, ack."""
     nats_cfg = ctx.settings.nats
     await ensure_ingress_stream(ctx.js, ctx.subjects)
-    await widen_legacy_consumer(ctx.js, ctx.subjects, "classifier")  # bound ingress subjects
-    psub = await ctx.js.pull_subscribe(
-        ctx.subjects.ingress_wildcard,
-        durable="classifier",
-        stream=ctx.subjects.ingress_stream,
-        config=ConsumerConfig(
-            ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=DeliverPolicy.ALL,
-            ack_wait=nats_cfg.ack_wait_s,
-            max_deliver=nats_cfg.max_deliver,
-            max_ack_pending=4096,
-        ),
+    config = consumer_config(
+        ctx.subjects, ack_wait_s=nats_cfg.ack_wait_s, max_deliver=nats_cfg.max_deliver
     )
+    await ensure_ingress_consumer(ctx.js, ctx.subjects, config)
     await _await_first_plan(ctx, core)
+    inbox = IngressInbox()
+    sub = await ctx.js.subscribe(
+        ctx.subjects.ingress_wildcard,
+        queue=CLASSIFIER_CONSUMER,
+        durable=CLASSIFIER_CONSUMER,
+        stream=ctx.subjects.ingress_stream,
+        cb=inbox.on_message,
+        manual_ack=True,
+        # Above max_ack_pending, so the client never drops a delivery as a slow consumer.
+        pending_msgs_limit=4 * MAX_ACK_PENDING,
+    )
     batch = ctx.settings.classifier.fetch_batch
-    # Batches in flight at once: the next fetch need not wait for the previous batch's
+    # Batches in flight at once: the next batch need not wait for the previous one's
     # Redis round trip and acks, so a request is not held up by the one before it.
     slots = asyncio.Semaphore(MAX_BATCHES_IN_FLIGHT)
     handling: set[asyncio.Task[None]] = set()
@@ -187,31 +194,35 @@ async def consume(
         finally:
             slots.release()
 
-    failures = 0
+    async def take() -> list[Msg]:
+        await slots.acquire()
+        try:
+            return await inbox.take(batch)
+        except BaseException:
+            slots.release()
+            raise
+
+    stopping = asyncio.create_task(ctx.stop.wait())
     try:
         while not ctx.stop.is_set():
-            await slots.acquire()
-            try:
-                msgs = await psub.fetch(batch, timeout=0.5)
-            except (nats.errors.TimeoutError, TimeoutError):
-                slots.release()
-                continue
-            except nats.errors.ConnectionClosedError:
-                slots.release()
+            taking = asyncio.create_task(take())
+            await asyncio.wait((taking, stopping), return_when=asyncio.FIRST_COMPLETED)
+            if not taking.done():
+                taking.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await taking
                 break
-            except nats.errors.Error as exc:  # reconnecting, JetStream unavailable: retry
-                slots.release()
-                failures += 1
-                ERRORS.labels(NAME, "fetch").inc()
-                if failures == 1:
-                    logger.warning("fetch from the ingress stream failed (%s); retrying", exc)
-                await sleep_or_stop(ctx.stop, min(MAX_BACKOFF_S, 0.1 * 2**failures))
-                continue
-            failures = 0
-            task = asyncio.create_task(handle(msgs, time.time()))
+            task = asyncio.create_task(handle(taking.result(), time.time()))
             handling.add(task)
             task.add_done_callback(handling.discard)
     finally:
+        stopping.cancel()
+        with contextlib.suppress(nats.errors.Error):
+            await sub.unsubscribe()
+        # Delivered but never classified: hand them back now rather than after ack_wait.
+        for msg in inbox.drain():
+            with contextlib.suppress(nats.errors.Error):
+                await msg.nak()
         if handling:  # let started hand-offs finish: they ack what the scheduler stored
             await asyncio.gather(*handling, return_exceptions=True)
 

@@ -3,8 +3,9 @@
 Derived from the subject table of ``docs/protocol.md`` (who publishes, who subscribes), with
 everything not listed denied by the server:
 
-* only the classifier drives the ingress stream's consumer (``$JS.API.CONSUMER.MSG.NEXT``
-  and ``$JS.ACK`` of the ``classifier`` durable) and publishes ``scheduler.submit``;
+* only the classifier reads the ingress stream (its push consumer's deliver subject
+  ``classifier.ingress``, ``$JS.ACK`` of the ``classifier`` durable) and publishes
+  ``scheduler.submit``;
 * clock commands are node-bound (``clock.v2.<node>.<worker>``): a dvfs agent publishes only
   to its own node's workers, the planner (the cluster's clock authority) to any; nobody but
   ``admin`` publishes the deprecated v1 ``worker.<id>.clock``; a worker subscribes only to
@@ -46,7 +47,8 @@ __all__ = [
 ]
 
 CLASSIFIER_CONSUMER = "classifier"
-"""Durable name of the classifier's pull consumer on the ingress stream."""
+"""Durable name of the classifier's push consumer on the ingress stream, and its deliver
+(queue) group: nats-py binds a queue subscription to the durable of the same name."""
 
 NATS_PASSWORD_ENV_PREFIX = "GS_NATS_PASSWORD_"
 """nats-server reads each user's password from ``<prefix><USER>`` in its environment."""
@@ -76,7 +78,8 @@ def _consumer(stream: str, durable: str) -> tuple[str, ...]:
         f"{JS_API}.CONSUMER.CREATE.{stream}.{durable}",
         f"{JS_API}.CONSUMER.CREATE.{stream}.{durable}.>",
         f"{JS_API}.CONSUMER.DURABLE.CREATE.{stream}.{durable}",
-        f"{JS_API}.CONSUMER.MSG.NEXT.{stream}.{durable}",
+        # An older classifier's pull consumer of this name is replaced (ingress_consumer).
+        f"{JS_API}.CONSUMER.DELETE.{stream}.{durable}",
         f"$JS.ACK.{stream}.{durable}.>",
     )
 
@@ -187,7 +190,7 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
             *_stream_admin(stream),
             *_consumer(stream, CLASSIFIER_CONSUMER),
         )
-        sub = (s.request_done, s.plan)
+        sub = (s.classifier_deliver, s.request_done, s.plan)
     elif role == "scheduler":
         # Ready events, emergency clock overrides, and shed errors (client + request.done).
         pub = (s.scheduler_ready_wildcard, *overrides, clients, s.request_done, s.errors)

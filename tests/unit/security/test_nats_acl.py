@@ -79,21 +79,21 @@ def test_a_worker_identity_with_a_node_reads_only_that_node_s_clock_subject() ->
         Identity("d", "dvfs", "n1", node="n1")
 
 
-def test_only_the_classifier_drives_the_ingress_consumer_and_submits() -> None:
-    """Test that MSG.NEXT/ACK of the classifier durable and scheduler.submit are its alone.
+def test_only_the_classifier_reads_the_ingress_consumer_and_submits() -> None:
+    """Test that the push consumer's deliver subject, its acks and deletion (replacing an
+    older classifier's pull consumer), and scheduler.submit are the classifier's alone.
 
-    The co-located request path (which contains the classifier) drives the consumer too,
+    The co-located request path (which contains the classifier) reads the consumer too,
     but submits by method call, so scheduler.submit stays the separate classifier's.
     """
     stream = S.ingress_stream
-    assert _roles_that(_can_publish, f"$JS.API.CONSUMER.MSG.NEXT.{stream}.classifier") == {
-        "classifier",
-        "requestpath",
-    }
-    assert _roles_that(_can_publish, f"$JS.ACK.{stream}.classifier.1.2.3.4.5") == {
-        "classifier",
-        "requestpath",
-    }
+    reader = {"classifier", "requestpath"}
+    assert _roles_that(_can_subscribe, S.classifier_deliver) == reader
+    assert _roles_that(_can_publish, f"$JS.ACK.{stream}.classifier.1.2.3.4.5") == reader
+    assert _roles_that(_can_publish, f"$JS.API.CONSUMER.DELETE.{stream}.classifier") == reader
+    # Nobody pulls any more, and no client may read or remove the consumer.
+    assert _roles_that(_can_publish, f"$JS.API.CONSUMER.MSG.NEXT.{stream}.classifier") == set()
+    assert not _can_subscribe("client", S.classifier_deliver)
     assert _roles_that(_can_publish, S.scheduler_submit) == {"classifier"}
     assert _roles_that(_can_subscribe, S.scheduler_submit) == {"scheduler"}
     assert _roles_that(_can_subscribe, S.ingress_request) == set()
