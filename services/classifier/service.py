@@ -69,6 +69,8 @@ __all__ = [
 NAME = "classifier"
 MAX_BATCHES_IN_FLIGHT = 4
 """Ingress batches being classified and handed off at once."""
+_V1_TOKENS, _V1_STREAM_SEQ = 9, 5
+_V2_TOKENS, _V2_STREAM_SEQ = 12, 7
 REPLY_HEADER = "Gs-Reply"
 """Clients also put their reply subject in this header, so even an undecodable payload
 gets an error reply."""
@@ -324,10 +326,22 @@ async def _classify(
 
 
 def _stream_seq(msg: Msg) -> int:
-    """The message's sequence in the ingress stream (0 when it did not come from one)."""
+    """The message's sequence in the ingress stream (0 when it did not come from one).
+
+    Read from the ack subject directly: ``msg.metadata`` builds a dataclass and a datetime
+    per message (≈ 3 % of the request path's CPU at 1,500 req/s). Layouts as nats-py
+    parses them: ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>``
+    and, with a domain and account hash, the same with ``sseq`` at token 7.
+    """
+    tokens = (msg.reply or "").split(".")
+    if tokens[:2] != ["$JS", "ACK"]:
+        return 0
+    position = _V1_STREAM_SEQ if len(tokens) == _V1_TOKENS else _V2_STREAM_SEQ
+    if len(tokens) != _V1_TOKENS and len(tokens) < _V2_TOKENS - 1:
+        return 0
     try:
-        return int(msg.metadata.sequence.stream)
-    except (nats.errors.Error, AttributeError, IndexError, TypeError, ValueError):
+        return int(tokens[position])
+    except ValueError:
         return 0
 
 
