@@ -2,7 +2,10 @@
 
 Starts the same stack as ``greenserve bench control-plane`` (instant workers), replays an
 open-loop Poisson load at one rate and reports, for each service and server process, the
-CPU seconds it used per 1,000 requests (from ``/proc/<pid>/stat``). With ``--py-spy DIR``
+CPU seconds it used per 1,000 requests (from ``/proc/<pid>/stat``) and the read and write
+system calls it made per request (``/proc/<pid>/io``; on a VM a socket write that wakes
+another process costs ~0.1 ms of CPU, so they count), the load generator (this process)
+included. With ``--py-spy DIR``
 it also samples every service process with py-spy (when installed and allowed to attach)
 and writes one flame-graph-ready collapsed-stack file per process, plus the top frames.
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -103,6 +107,17 @@ def _top_frames(collapsed: Path, limit: int = 12) -> list[tuple[str, float]]:
     return [(frame, n / max(total, 1)) for frame, n in leaves.most_common(limit)]
 
 
+def _syscalls(pid: int) -> tuple[int, int]:
+    """(read, write) system calls the process made so far; (0, 0) when unreadable."""
+    try:
+        fields = dict(
+            line.split(": ", 1) for line in Path(f"/proc/{pid}/io").read_text().splitlines()
+        )
+    except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError):
+        return 0, 0
+    return int(fields.get("syscr", 0)), int(fields.get("syscw", 0))
+
+
 def main() -> int:
     """Run the load once and print CPU per 1,000 requests per process (JSON)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -165,7 +180,9 @@ def main() -> int:
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL,
                     )
+            pids["loadgen"] = os.getpid()
             before = {name: _cpu_ticks(pid) for name, pid in pids.items()}
+            calls_before = {name: _syscalls(pid) for name, pid in pids.items()}
             t0 = time.monotonic()
             with asyncio.Runner(loop_factory=_loop_factory()) as runner:
                 completed, p99 = runner.run(_load(stack, args.rate, args.seconds))
@@ -173,11 +190,18 @@ def main() -> int:
             used = {
                 name: (_cpu_ticks(pid) - before[name]) / CLOCK_TICKS for name, pid in pids.items()
             }
+            calls = {
+                name: tuple(
+                    now - then for now, then in zip(_syscalls(pid), calls_before[name], strict=True)
+                )
+                for name, pid in pids.items()
+            }
             for proc in spies.values():
                 proc.wait(timeout=60)
         finally:
             stack.stop()
-    per_k = {name: round(1000.0 * s / max(completed, 1), 3) for name, s in used.items()}
+    n = max(completed, 1)
+    per_k = {name: round(1000.0 * s / n, 3) for name, s in used.items()}
     report = {
         "rate": args.rate,
         "request_path": args.request_path,
@@ -186,7 +210,18 @@ def main() -> int:
         "wall_s": round(wall, 2),
         "cpu_s_per_1000_requests": dict(sorted(per_k.items(), key=lambda kv: -kv[1])),
         "cpu_cores": {name: round(s / wall, 3) for name, s in used.items()},
-        "total_cpu_ms_per_request": round(sum(used.values()) * 1000.0 / max(completed, 1), 3),
+        "total_cpu_ms_per_request": round(
+            sum(s for name, s in used.items() if name != "loadgen") * 1000.0 / max(completed, 1),
+            3,
+        ),
+        "syscalls_per_request": {
+            name: {
+                "read": round(r / max(completed, 1), 2),
+                "write": round(w / max(completed, 1), 2),
+            }
+            for name, (r, w) in sorted(calls.items())
+            if r or w
+        },
     }
     if args.py_spy is not None:
         report["top_self_frames"] = {
