@@ -24,6 +24,7 @@ import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 from opentelemetry import context as otel_context
+from prometheus_client import Histogram
 
 from proto.codec import DecodeError, decode, encode
 from proto.messages import (
@@ -48,7 +49,7 @@ from services.worker.factory import build_backend
 from services.worker.outbox import ReplyOutbox
 from services.worker.state_publisher import PREDICTIVE_MODE, publish_states
 from services.worker.streams import StreamBook
-from shared.bus import HOPS_HEADER, HOPS_KEY, request
+from shared.bus import HOPS_HEADER, HOPS_KEY, request, tracing_active
 from shared.bus import serve as serve_subject
 from shared.counters import GPU_CLOCK_MHZ, GPU_ENERGY_J, GPU_POWER_W, REQUEST_LATENCY_S
 from shared.lifecycle import ServiceContext
@@ -88,6 +89,7 @@ class WorkerShim:
         self._tokens_out = 0
         self._gate = AdmissionGate(enabled=self._cfg.admission, hold_s=self._cfg.admission_hold_s)
         self._trace_parents: dict[str, otel_context.Context] = {}
+        self._latency_by_class: dict[str, tuple[Histogram, Histogram]] = {}
         self._hops: dict[str, str] = {}
         """Hop stamps of requests in flight that asked for them (bench ``--hops``)."""
         self._outbox = ReplyOutbox()
@@ -161,8 +163,10 @@ class WorkerShim:
             self._hops[rid] = req.trace[HOPS_KEY]
         # --- end hop stamps ---
         self._gate.opened(req)
-        # The generate span is recorded at completion, as a child of this dispatch span.
-        self._trace_parents[rid] = otel_context.get_current()
+        # The generate span is recorded at completion, as a child of this dispatch span;
+        # with tracing off and no trace coming in there is nothing to record.
+        if tracing_active(req.trace):
+            self._trace_parents[rid] = otel_context.get_current()
         return reply
 
     # --- dispatch batches (throughput work, docs/performance.md) ---
@@ -301,11 +305,12 @@ class WorkerShim:
                 await self._reply(subject, encode(chunk))
 
     def _record_completion(self, done: Completion) -> None:
-        REQUEST_LATENCY_S.labels("ttft", done.request_class).observe(
-            done.first_token_at - done.sent_at
-        )
-        REQUEST_LATENCY_S.labels("e2e", done.request_class).observe(done.finished_at - done.sent_at)
+        ttft, e2e = self._latency_children(done.request_class)
+        ttft.observe(done.first_token_at - done.sent_at)
+        e2e.observe(done.finished_at - done.sent_at)
         parent = self._trace_parents.pop(done.request_id, None)
+        if parent is None:  # dispatched untraced with tracing off (see on_dispatch)
+            return
         span = self._ctx.tracer.start_span(
             "generate",
             context=parent,
@@ -318,6 +323,17 @@ class WorkerShim:
             },
         )
         span.end(end_time=int(done.finished_at * 1e9))
+
+    def _latency_children(self, request_class: str) -> tuple[Histogram, Histogram]:
+        """The TTFT and E2E histograms of a class (``labels`` costs a lookup per call)."""
+        children = self._latency_by_class.get(request_class)
+        if children is None:
+            children = (
+                REQUEST_LATENCY_S.labels("ttft", request_class),
+                REQUEST_LATENCY_S.labels("e2e", request_class),
+            )
+            self._latency_by_class[request_class] = children
+        return children
 
     def stats(self) -> WorkerStats:
         """Current statistics (also the heartbeat)."""
