@@ -38,8 +38,13 @@ __all__ = [
     "ensure_ingress_consumer",
 ]
 
-MAX_ACK_PENDING = 4096
-"""Delivered, unacked messages at most (all classifiers together)."""
+MAX_ACK_PENDING = 1024
+"""Delivered, unacked messages at most (all classifiers together).
+
+A pushed message waits in a classifier's inbox, and its ``ack_wait`` (5 s) runs from the
+delivery: 1,024 is half a second of backlog at 2,000 req/s, so an overloaded classifier is
+not sent so much that it expires there and comes again (harmless, the scheduler drops the
+repeat, but wasted). The fetch loop held at most 4 × 64 in flight."""
 
 logger = logging.getLogger(__name__)
 
