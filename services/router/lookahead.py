@@ -13,6 +13,7 @@ the barrier); the per-step program (IO) minimises its sum over ``h = 0..H``.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -42,6 +43,9 @@ def new_request_trajectory(prompt_tokens: float, horizon: int) -> FloatArray:
 
 _Snapshot = tuple[int, int, tuple[int, ...], tuple[int, ...]]
 
+_EXACT_LIMIT = 2**53
+"""Integers below this are exact in float64, so sums and products of them are too."""
+
 
 def _snapshot(worker: WorkerLoad) -> _Snapshot:
     """Return the fields a worker's histogram depends on (immutable, unlike the dataclass)."""
@@ -57,18 +61,48 @@ class SnapshotCache:
     same tuple objects, or equal ones) reuses its histogram row; only changed workers are
     re-read. Rows hold histograms, not loads, so the refill option (which depends on the
     pool) is applied afresh each call and results are bit-identical to an uncached read.
+
+    The live registry rebuilds every snapshot each round (remaining lengths move with
+    time), so there the cache can never hit and its bookkeeping is pure cost. After
+    ``idle_after`` calls in a row without a hit it goes dormant: calls bypass it, and
+    every ``probe_every`` bypassed calls it is consulted twice (record, then check)
+    to see whether snapshots have started to repeat. Dormancy changes cost only, never a
+    result.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, idle_after: int = 8, probe_every: int = 1024) -> None:
         self.width = -1
         self.seen: dict[str, tuple[int, _Snapshot]] = {}
         self.kv_drop: FloatArray = np.zeros((0, 0))
         self.seq_drop: IntArray = np.zeros((0, 0), dtype=np.int64)
         self.hits = 0
         self.misses = 0
+        self.idle_after = idle_after
+        self.probe_every = probe_every
+        self.idle = 0
+        """Consecutive consulted calls without a hit."""
+        self.bypassed = 0
+        self._pending: dict[str, tuple[int, _Snapshot]] | None = None
 
-    def histograms(self, workers: Sequence[WorkerLoad], width: int) -> tuple[FloatArray, IntArray]:
-        """Return the (G, H+2) histograms, re-reading only workers that changed."""
+    def consulted(self) -> bool:
+        """Return whether this call should use the cache (False while dormant)."""
+        if self.idle < self.idle_after:
+            return True
+        self.bypassed += 1
+        if self.bypassed < self.probe_every:
+            return False
+        # Probe: the next two calls are consulted (the first records, the second checks).
+        self.bypassed, self.idle = 0, self.idle_after - 2
+        return True
+
+    def lookup(
+        self, workers: Sequence[WorkerLoad], width: int
+    ) -> tuple[FloatArray, IntArray] | None:
+        """Return the (G, H+2) histograms if some worker is unchanged, else None.
+
+        On None the caller computes all histograms itself and hands them to :meth:`store`;
+        otherwise only the changed workers are re-read here.
+        """
         if self.width != width:
             self.seen, self.width = {}, width
         snaps = [_snapshot(w) for w in workers]
@@ -81,18 +115,34 @@ class SnapshotCache:
         changed = [g for g, row in enumerate(source) if row < 0]
         self.hits += len(workers) - len(changed)
         self.misses += len(changed)
-        if len(changed) == len(workers):
-            kv_drop, seq_drop = _histograms(workers, width)
-        else:
-            kv_drop, seq_drop = self.kv_drop[source], self.seq_drop[source]
-            if changed:
-                kv_new, seq_new = _histograms([workers[g] for g in changed], width)
-                kv_drop[changed], seq_drop[changed] = kv_new, seq_new
         # Only this call's workers are kept, so the cache never outgrows the fleet.
         pairs = zip(workers, snaps, strict=True)
-        self.seen = {w.worker_id: (g, snap) for g, (w, snap) in enumerate(pairs)}
-        self.kv_drop, self.seq_drop = kv_drop, seq_drop
+        seen = {w.worker_id: (g, snap) for g, (w, snap) in enumerate(pairs)}
+        if len(changed) == len(workers):
+            self.idle += 1
+            self._pending = seen
+            return None
+        self.idle = 0
+        kv_drop, seq_drop = self.kv_drop[source], self.seq_drop[source]
+        if changed:
+            kv_new, seq_new = _histograms([workers[g] for g in changed], width)
+            kv_drop[changed], seq_drop[changed] = kv_new, seq_new
+        self.seen, self.kv_drop, self.seq_drop = seen, kv_drop, seq_drop
         return kv_drop, seq_drop
+
+    def store(self, kv_drop: FloatArray, seq_drop: IntArray) -> None:
+        """Keep the histograms of the workers of the last :meth:`lookup` that returned None."""
+        if self._pending is not None:
+            self.seen, self._pending = self._pending, None
+            self.kv_drop, self.seq_drop = kv_drop, seq_drop
+
+    def histograms(self, workers: Sequence[WorkerLoad], width: int) -> tuple[FloatArray, IntArray]:
+        """Return the (G, H+2) histograms, re-reading only workers that changed."""
+        found = self.lookup(workers, width)
+        if found is None:
+            found = _histograms(workers, width)
+            self.store(*found)
+        return found
 
 
 def base_trajectories(
@@ -116,11 +166,94 @@ def base_trajectories(
     width = horizon + 1
     if sum(w.running for w in workers) == 0:
         return np.zeros((count, width), dtype=np.float64)
-    if cache is None:
-        kv_drop, seq_drop = _histograms(workers, width)
-    else:
-        kv_drop, seq_drop = cache.histograms(workers, width)
-    return _loads_from_drops(kv_drop, seq_drop, refill_tokens)
+    found = None
+    if cache is not None and cache.consulted():
+        found = cache.lookup(workers, width)
+        if found is None:
+            computed = _mean_kv_loads(workers, width, refill_tokens, keep=True)
+            found = _histograms(workers, width) if computed is None else computed[1]
+            assert found is not None
+            cache.store(*found)
+            if computed is not None:
+                return computed[0]
+    elif (computed := _mean_kv_loads(workers, width, refill_tokens, keep=False)) is not None:
+        return computed[0]
+    if found is None:
+        found = _histograms(workers, width)
+    return _loads_from_drops(found[0], found[1], refill_tokens)
+
+
+@functools.lru_cache(maxsize=32)
+def _steps_and_offsets(count: int, width: int) -> tuple[FloatArray, IntArray]:
+    """Return ``0..H`` as floats and each worker's first histogram bin (read-only)."""
+    steps = np.arange(width, dtype=np.float64)
+    offsets = np.arange(count, dtype=np.int64) * (width + 1)
+    steps.flags.writeable = offsets.flags.writeable = False
+    return steps, offsets
+
+
+def _mean_kv_loads(
+    workers: Sequence[WorkerLoad], width: int, refill_tokens: float, *, keep: bool
+) -> tuple[FloatArray, tuple[FloatArray, IntArray] | None] | None:
+    """Return the loads when no worker reports per-sequence KV (the live registry's case).
+
+    Every sequence of worker g then holds ``c_g = kv_tokens // running``, so
+    ``L_g(h) = alive_g(h) * (c_g + h)`` (seed 003, Sec. 2.2): one count histogram and
+    one flat cumulative sum give ``alive``, with no per-sequence KV array, no weighted
+    bincount and no reversed cumulative sums (10 numpy calls instead of 25). While
+    ``(c_g + H + 1) * running_g < 2**53`` every value of either route is an integer
+    that float64 holds exactly, so the loads are bit-identical to
+    :func:`_loads_from_drops` over :func:`_histograms`; otherwise (or with a negative
+    ``c_g``, or any per-sequence KV) this returns None and the caller takes that route.
+
+    With ``keep`` it also returns the (G, H+2) histograms, for the snapshot cache.
+    """
+    chunks: list[tuple[int, ...]] = []
+    mean_kv: list[int] = []
+    lengths: list[int] = []
+    ends: list[int] = []
+    total = 0
+    for w in workers:
+        running = w.running
+        if running > 0:
+            if len(w.running_kv) == running:
+                return None
+            kv = w.kv_tokens // running
+            if kv < 0 or (kv + width) * running >= _EXACT_LIMIT:
+                return None
+            remaining = w.predicted_remaining
+            chunks.append(remaining if len(remaining) == running else (width,) * running)
+            mean_kv.append(kv)
+            lengths.append(running)
+            total += running
+        else:
+            mean_kv.append(0)
+            lengths.append(0)
+        ends.append(total)
+    count = len(workers)
+    steps, offsets = _steps_and_offsets(count, width)
+    finish = np.fromiter(itertools.chain.from_iterable(chunks), dtype=np.int64, count=total)
+    np.maximum(finish, 0, out=finish)
+    np.minimum(finish, width, out=finish)
+    finish += np.repeat(offsets, lengths)
+    drops = np.bincount(finish, minlength=count * (width + 1))
+    # Flat running count: row g at column h holds every earlier row's sequences plus this
+    # row's finished at <= h, so ``ends_g - csum[g, h]`` counts the ones alive at h.
+    csum = np.add.accumulate(drops).reshape(count, width + 1)[:, :width]
+    # One conversion for both per-worker columns; floats hold these integers exactly.
+    ends_and_kv = np.array([ends, mean_kv], dtype=np.float64)[:, :, None]
+    kv_column = ends_and_kv[1]
+    loads = (ends_and_kv[0] - csum) * (kv_column + steps)
+    if refill_tokens > 0.0:
+        # As _loads_from_drops: the same integer arrays, then the same float operations.
+        before = np.array([e - n for e, n in zip(ends, lengths, strict=True)], dtype=np.int64)
+        finished = csum - before[:, None]
+        grown = np.add.accumulate(finished, axis=1) - finished
+        loads = loads + refill_tokens * finished + grown
+    if not keep:
+        return loads, None
+    seq_drop = drops.reshape(count, width + 1)
+    return loads, (seq_drop * kv_column, seq_drop)
 
 
 def _per_sequence(
