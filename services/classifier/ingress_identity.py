@@ -21,6 +21,7 @@ and :func:`refuse_reused_id` are the calls the classifier shell makes.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
@@ -74,7 +75,9 @@ class IngressRefusal(Exception):  # noqa: N818 - a verdict, raised like RequestR
         """The sender's own reply subject, or ``None`` for the dead-letter subject."""
 
 
+@functools.lru_cache(maxsize=16)
 def _bound_prefix(subjects: Subjects) -> str:
+    # Cached: it is asked for every ingress message, and the subject builders validate.
     return subjects.ingress_client("_")[:-1]  # "<p>.ingress.client."
 
 
@@ -121,20 +124,19 @@ def bind_request(subjects: Subjects, subject: str, request: Request) -> Request:
         )
     if client_id is None:
         return request
-    own = subjects.client_reply(client_id, request.request_id)
     if request.client_id not in (None, client_id):
         raise IngressRefusal(
             CLIENT_ID_MISMATCH,
             f"client_id {request.client_id!r} differs from {client_id!r}, the client "
             f"this ingress subject belongs to",
-            own,
+            subjects.client_reply(client_id, request.request_id),
         )
-    if not request.reply_subject.startswith(f"{subjects.client_prefix}{client_id}."):
+    if not request.reply_subject.startswith(space):
         raise IngressRefusal(
             CLIENT_ID_MISMATCH,
             f"reply subject {request.reply_subject!r} is outside client {client_id!r}'s "
-            f"replies {subjects.client_prefix}{client_id}.>",
-            own,
+            f"replies {space}>",
+            subjects.client_reply(client_id, request.request_id),
         )
     return msgspec.structs.replace(
         request,
