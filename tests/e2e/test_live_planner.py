@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import pytest
 from nats.aio.client import Client
@@ -11,11 +12,11 @@ from nats.aio.msg import Msg
 
 from greenserve.runner import run_in_process
 from greenserve.stack import StackSpec, pool_id_for, stack_launches
-from loadgen.replay import replay
+from loadgen.replay import ClientRecord, ReplayResult, replay
 from loadgen.report import build_report
-from loadgen.traces import load_azure_trace, resolve_trace
+from loadgen.traces import TraceRequest, load_azure_trace, resolve_trace
 from proto.codec import decode
-from proto.messages import Plan, WorkerStats
+from proto.messages import Completion, Plan, WorkerStats
 from proto.subjects import Subjects
 from services.classifier.classes import dynamollm_scheme
 from services.planner.live_plan import input_groups
@@ -29,6 +30,28 @@ pytestmark = pytest.mark.connected
 SPEEDUP = 20.0
 ORIGIN_MODEL_S = 1_656_633_600.0
 """2022-07-01 00:00 UTC: CISO's grid (~210 g/kWh) is far cleaner than PJM's (~395 g/kWh)."""
+MAX_REPLAYS = 4
+"""The first MILP plan waits for start-up profiling and a step of completions: ≈ 6 s wall
+on a quiet machine, 10-12 s on a loaded one (measured), longer than one replay. The tests
+replay their trace again, on the same stack, until it has run under MILP plans."""
+
+
+async def _replay_until(
+    nc: Client,
+    subjects: Subjects,
+    trace: list[TraceRequest],
+    *,
+    model: str,
+    speedup: float,
+    enough: Callable[[list[ClientRecord]], bool],
+) -> list[ReplayResult]:
+    """Replay ``trace`` until ``enough`` holds for all records so far (at most MAX_REPLAYS)."""
+    results: list[ReplayResult] = []
+    while len(results) < MAX_REPLAYS:
+        results.append(await replay(nc, subjects, trace, model=model, speedup=speedup))
+        if enough([r for result in results for r in result.records]):
+            break
+    return results
 
 
 async def test_milp_plan_routes_to_the_cleaner_region_and_parks_spare_workers(
@@ -70,14 +93,22 @@ async def test_milp_plan_routes_to_the_cleaner_region_and_parks_spare_workers(
             # Start once both pools are registered: profiling starts then, so the first MILP
             # plan comes early enough in the replay (≈ 6 s wall) on a loaded machine.
             await asyncio.wait_for(fleet_seen.wait(), timeout=30.0)
-            result = await replay(nc, subjects, trace, model=spec.model, speedup=SPEEDUP)
+            results = await _replay_until(
+                nc,
+                subjects,
+                trace,
+                model=spec.model,
+                speedup=SPEEDUP,
+                enough=lambda records: bool(_sent_after_first_milp(plans, records)),
+            )
     finally:
         await nc.close()
 
-    report = build_report(result, ModelClock(SPEEDUP, origin, ORIGIN_MODEL_S))
-    assert report["completed"] == len(trace), report["errors"]
-    assert report["lost"] == 0
-    assert report["failed"] == 0
+    for result in results:
+        report = build_report(result, ModelClock(SPEEDUP, origin, ORIGIN_MODEL_S))
+        assert report["completed"] == len(trace), report["errors"]
+        assert report["lost"] == 0
+        assert report["failed"] == 0
     milp = [p for p in plans if p.objective == "carbon"]
     assert milp, f"no MILP plan among {[p.objective for p in plans]}"
     ciso, pjm = pool_id_for("CISO", spec.gpu), pool_id_for("PJM", spec.gpu)
@@ -87,15 +118,23 @@ async def test_milp_plan_routes_to_the_cleaner_region_and_parks_spare_workers(
     instances = [{p.pool_id: p.instances for p in plan.pools} for plan in milp]
     assert any(n[ciso] > n[pjm] and sum(n.values()) < spec.workers for n in instances)
     assert parked, "no worker parked"
-    first_milp_at = min(p.issued_at for p in milp)
-    later = [
-        r.completion
-        for r in result.records
-        if r.completion is not None and r.completion.sent_at > first_milp_at + 1.0
-    ]
+    later = _sent_after_first_milp(plans, [r for result in results for r in result.records])
     assert later
     in_ciso = sum(1 for done in later if done.region == "CISO")
     assert in_ciso > len(later) / 2
+
+
+def _sent_after_first_milp(plans: list[Plan], records: list[ClientRecord]) -> list[Completion]:
+    """Completions of requests sent more than a second after the first MILP plan."""
+    milp = [p.issued_at for p in plans if p.objective == "carbon"]
+    if not milp:
+        return []
+    first = min(milp)
+    return [
+        r.completion
+        for r in records
+        if r.completion is not None and r.completion.sent_at > first + 1.0
+    ]
 
 
 async def test_split_plan_routes_each_pool_one_input_group_and_loses_nothing(
@@ -127,8 +166,6 @@ async def test_split_plan_routes_each_pool_one_input_group_and_loses_nothing(
         # plan lists their class, so the routing checks below hold with it.
         extra={"planner": planner},
     )
-    scheme = dynamollm_scheme()
-    groups = input_groups(scheme.classes, scheme.labels)
     subjects = Subjects(namespace)
     plans: list[Plan] = []
     received: list[float] = []
@@ -148,18 +185,37 @@ async def test_split_plan_routes_each_pool_one_input_group_and_loses_nothing(
             # Start once the planner publishes both pools (the classifier rejects requests
             # that come before any plan).
             await asyncio.wait_for(fleet_seen.wait(), timeout=30.0)
-            result = await replay(nc, subjects, trace, model=spec.model, speedup=speedup)
+            results = await _replay_until(
+                nc,
+                subjects,
+                trace,
+                model=spec.model,
+                speedup=speedup,
+                enough=lambda records: _routed_by_group(plans, received, records) >= 50,
+            )
     finally:
         await nc.close()
 
-    report = build_report(result, ModelClock(speedup, origin, ORIGIN_MODEL_S))
-    assert report["completed"] == len(trace), report["errors"]
-    assert report["lost"] == 0
-    assert report["failed"] == 0
+    for result in results:
+        report = build_report(result, ModelClock(speedup, origin, ORIGIN_MODEL_S))
+        assert report["completed"] == len(trace), report["errors"]
+        assert report["lost"] == 0
+        assert report["failed"] == 0
     assert any(p.objective == "carbon" for p in plans), [p.objective for p in plans]
+    assert _routed_by_group(plans, received, [r for res in results for r in res.records]) >= 50
+
+
+def _routed_by_group(plans: list[Plan], received: list[float], records: list[ClientRecord]) -> int:
+    """Check every plan and every request sent under one; return how many were checked.
+
+    Each MILP plan gives each pool one input group, and a request sent a second after a
+    routing change (and not within a second of the next) runs in its group's region.
+    """
+    scheme = dynamollm_scheme()
+    groups = input_groups(scheme.classes, scheme.labels)
     group_region: list[tuple[float, dict[str, str]]] = []
     """Routing changes: (arrival, group → region); empty for a static or bootstrap plan."""
-    for plan, at in zip(plans, received, strict=True):
+    for plan, at in zip(list(plans), list(received), strict=True):
         region = {p.pool_id: p.region for p in plan.pools}
         if plan.objective != "carbon":
             if group_region and group_region[-1][1]:
@@ -174,11 +230,10 @@ async def test_split_plan_routes_each_pool_one_input_group_and_loses_nothing(
         by_group = {g: region[p] for p, g in pool_group.items()}
         if not group_region or group_region[-1][1] != by_group:
             group_region.append((at, by_group))  # a routing change
-    assert any(len(by_group) == 2 for _, by_group in group_region), "no plan used both groups"
-    # Requests sent a second after a routing change arrived (and not within a second of the next)
-    # run in their group's region.
+    if not any(len(by_group) == 2 for _, by_group in group_region):
+        return 0  # no plan used both groups (yet)
     checked = 0
-    for record in result.records:
+    for record in records:
         done = record.completion
         if done is None:
             continue
@@ -190,4 +245,4 @@ async def test_split_plan_routes_each_pool_one_input_group_and_loses_nothing(
             continue  # sent under a bootstrap plan, while routes changed, or group unplanned
         assert done.region == current[-1][1][group], (done, group_region)
         checked += 1
-    assert checked >= 50
+    return checked
