@@ -21,7 +21,14 @@ Tolerances (see docs/simulator.md, "Equivalence"):
   replay (the paced engine stamps a token after an ``asyncio.sleep``, so a busy loop makes
   stamps late; on the shared 2-core machine this reaches tens of ms wall);
 * TBT percentiles: no control plane in the gap between tokens, only event-loop jitter of the
-  paced engine, so ``|live_p − sim_p| ≤ REL·sim_p + ABS``.
+  paced engine, so ``|live_p − sim_p| ≤ REL·sim_p + ABS``;
+* the low side of the TTFT and E2E bands also allows the *spread* of the live control
+  plane's delay (p99 − p1 of client TTFT − engine TTFT): requests reach a live engine
+  shifted by different amounts, so different requests share its steps than in the
+  simulator, where they arrive on the trace's times, and a request can find the engine
+  emptier and start sooner by up to that spread. On a quiet run the spread is tens of ms;
+  on a loaded machine it reached 1.3 s model time, and an engine-side p50 came out 105 ms
+  below the simulator's.
 """
 
 from __future__ import annotations
@@ -161,16 +168,23 @@ def _groups(
     return groups
 
 
-def compare(live: Latencies, sim: Latencies, *, ttft_extra_s: float, label: str) -> list[str]:
+def compare(
+    live: Latencies, sim: Latencies, *, ttft_extra_s: float, spread_s: float, label: str
+) -> list[str]:
     """Return every percentile whose live − sim difference leaves its allowed band.
 
-    The band is ``[−slack, extra + slack]`` with ``slack = REL·sim + ABS_S``; ``extra`` is
-    ``ttft_extra_s`` for TTFT and E2E (time the live run spends outside the engine) and 0
-    for TBT.
+    The band is ``[−spread − slack, extra + slack]`` with ``slack = REL·sim + ABS_S``;
+    ``extra`` is ``ttft_extra_s`` for TTFT and E2E (time the live run spends outside the
+    engine) and 0 for TBT, ``spread`` is ``spread_s`` for TTFT and E2E (how unevenly the
+    control plane delayed arrivals) and 0 for TBT.
     """
     failures = []
     for name, live_mask, sim_mask in _groups(live, sim):
-        for metric, extra in (("ttft_s", ttft_extra_s), ("tbt_s", 0.0), ("e2e_s", ttft_extra_s)):
+        for metric, extra, spread in (
+            ("ttft_s", ttft_extra_s, spread_s),
+            ("tbt_s", 0.0, 0.0),
+            ("e2e_s", ttft_extra_s, spread_s),
+        ):
             live_values = getattr(live, metric)[live_mask]
             sim_values = getattr(sim, metric)[sim_mask]
             for q in OVERALL_PERCENTILES if name == "overall" else CLASS_PERCENTILES:
@@ -178,10 +192,10 @@ def compare(live: Latencies, sim: Latencies, *, ttft_extra_s: float, label: str)
                 sim_p = float(np.nanpercentile(sim_values, q))
                 slack = REL * sim_p + ABS_S
                 diff = live_p - sim_p
-                ok = -slack <= diff <= extra + slack
+                ok = -spread - slack <= diff <= extra + slack
                 print(f"{label:>7} {name:>7} {metric} p{q}: live {live_p * 1e3:8.1f} sim "
                       f"{sim_p * 1e3:8.1f} diff {diff * 1e3:+7.1f} ms, allowed "
-                      f"[{-slack * 1e3:+.1f}, {(extra + slack) * 1e3:+.1f}]"
+                      f"[{(-spread - slack) * 1e3:+.1f}, {(extra + slack) * 1e3:+.1f}]"
                       f"{'' if ok else '  FAIL'}", file=sys.stderr)  # fmt: skip
                 if not ok:
                     failures.append(f"{label} {name} {metric} p{q}")
@@ -257,6 +271,12 @@ async def test_live_stack_and_simulator_agree_on_a_conversation_trace_window(
     assert agreement >= MIN_CLASS_AGREEMENT
     print(f"event-loop lag max {lag_s * 1e3:.1f} ms wall", file=sys.stderr)
     # A token stamp is late by at most the loop's lag: K times that in model time.
-    failures = compare(engine_side, simulated, ttft_extra_s=SPEEDUP * lag_s, label="engine")
-    failures += compare(client_side, simulated, ttft_extra_s=float(outside.max()), label="client")
+    spread = float(np.percentile(outside, 99) - np.percentile(outside, 1))
+    print(f"outside-engine spread (p99 - p1) {spread * 1e3:.1f} model ms", file=sys.stderr)
+    failures = compare(
+        engine_side, simulated, ttft_extra_s=SPEEDUP * lag_s, spread_s=spread, label="engine"
+    )
+    failures += compare(
+        client_side, simulated, ttft_extra_s=float(outside.max()), spread_s=spread, label="client"
+    )
     assert not failures, ", ".join(failures)
