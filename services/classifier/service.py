@@ -67,8 +67,15 @@ __all__ = [
 ]
 
 NAME = "classifier"
-MAX_BATCHES_IN_FLIGHT = 4
-"""Ingress batches being classified and handed off at once."""
+MAX_BATCHES_IN_FLIGHT = 1
+"""Ingress batches being classified and handed off at once.
+
+One: what is pushed during a batch's hand-off (its Redis round trip) becomes the next
+batch, so batches grow with the load. With four in flight (the pull loop's setting) pushed
+messages went one per batch at 1,000-2,000 req/s, and each batch costs a Redis script call
+and a placement round: alternated runs (4 pairs, docs/performance.md round 4) gave p50
+25-30 ms against 31-39 ms at 1,600 req/s and 38-55 against 43-79 ms at 2,000, the same at
+400-1,000 req/s."""
 _V1_TOKENS, _V1_STREAM_SEQ = 9, 5
 _V2_TOKENS, _V2_STREAM_SEQ = 12, 7
 REPLY_HEADER = "Gs-Reply"
@@ -181,8 +188,6 @@ async def consume(
         pending_msgs_limit=4 * MAX_ACK_PENDING,
     )
     batch = ctx.settings.classifier.fetch_batch
-    # Batches in flight at once: the next batch need not wait for the previous one's
-    # Redis round trip and acks, so a request is not held up by the one before it.
     slots = asyncio.Semaphore(MAX_BATCHES_IN_FLIGHT)
     handling: set[asyncio.Task[None]] = set()
 
