@@ -13,6 +13,9 @@ Variants (docs/forecaster.md, third issue-6 round): ``base``; ``A<days>`` recenc
 ``B0`` derived low-carbon/renewable share columns; ``B1`` those plus EM 2021-22 rows of the
 three US zones mapped onto them; ``B2`` EM rows of the three US zones with unknown shares
 (kept); ``B3`` the same with all seven EM zones; ``+A<days>`` adds a half-life to a variant.
+Fourth round (source-production tier, :mod:`services.forecaster.mix`), on top of a variant:
+``+M`` the per-fuel mix forecast as a fifth blend member, ``+F`` its log-ratio to the
+template as a booster feature (``B2+M``, ``B2+F``, ``B2+M+F``).
 """
 
 from __future__ import annotations
@@ -60,7 +63,12 @@ def main(spec: str) -> dict[str, object]:
     variant, *options = spec.split("+")
     cfg = ForecasterConfig()
     for option in ([variant] if variant.startswith("A") else []) + options:
-        cfg = replace(cfg, booster_half_life_days=float(option[1:]))
+        if option == "M":
+            cfg = replace(cfg, mix_member=True)
+        elif option == "F":
+            cfg = replace(cfg, mix_feature=True)
+        else:
+            cfg = replace(cfg, booster_half_life_days=float(option[1:]))
     hist = {r: load_eia_csv(r).until(CUT) for r in EIA_REGIONS}
     if variant in ("B0", "B1"):
         hist = {r: _derived(h) for r, h in hist.items()}
@@ -88,7 +96,9 @@ def main(spec: str) -> dict[str, object]:
         )
         scores[region] = result.mape
         print(region, result.mape["chosen"], file=sys.stderr, flush=True)
-    models = ("chosen", "gbm", "template_level")
+    models = ("chosen", "gbm", "template_level") + (
+        ("mix",) if all("mix" in scores[r] for r in scores) else ()
+    )
     return {
         "variant": spec,
         "mean": {
