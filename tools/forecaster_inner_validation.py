@@ -15,7 +15,8 @@ three US zones mapped onto them; ``B2`` EM rows of the three US zones with unkno
 (kept); ``B3`` the same with all seven EM zones; ``+A<days>`` adds a half-life to a variant.
 Fourth round (source-production tier, :mod:`services.forecaster.mix`), on top of a variant:
 ``+M`` the per-fuel mix forecast as a fifth blend member, ``+F`` its log-ratio to the
-template as a booster feature (``B2+M``, ``B2+F``, ``B2+M+F``).
+template as a booster feature, ``+S`` the forecast mix's fuel shares at the target hour as
+booster features (``B2+M``, ``B2+F``, ``B2+M+F``, ``B2+F+S``).
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def main(spec: str) -> dict[str, object]:
             cfg = replace(cfg, mix_member=True)
         elif option == "F":
             cfg = replace(cfg, mix_feature=True)
+        elif option == "S":
+            cfg = replace(cfg, mix_share_features=True)
         else:
             cfg = replace(cfg, booster_half_life_days=float(option[1:]))
     hist = {r: load_eia_csv(r).until(CUT) for r in EIA_REGIONS}

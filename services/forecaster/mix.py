@@ -32,7 +32,13 @@ import numpy.typing as npt
 from services.forecaster.baselines import template_plus_level
 from services.forecaster.features import HourlyGrid
 
-__all__ = ["EmissionFactors", "fit_emission_factors", "mix_forecast"]
+__all__ = [
+    "EmissionFactors",
+    "fit_emission_factors",
+    "forecast_generation",
+    "forecast_shares",
+    "mix_forecast",
+]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -111,11 +117,30 @@ def mix_forecast(
     """
     if grid.generation_names != factors.names:
         raise ValueError("grid fuel columns differ from the fitted emission factors'")
-    megawatts = np.stack(
-        [
-            np.maximum(template_plus_level(grid.generation[:, j], origins, horizon_h), 0.0)
-            for j in range(len(factors.names))
-        ],
-        axis=2,
-    )
-    return factors.intensity(megawatts)
+    return factors.intensity(forecast_generation(grid, origins, horizon_h))
+
+
+def forecast_generation(grid: HourlyGrid, origins: IntArray, horizon_h: int) -> FloatArray:
+    """Per-fuel template + level MW forecasts, clipped at 0: ``(n, H, G)``; reads
+    ``generation[:o]`` only."""
+    columns = [
+        np.maximum(template_plus_level(grid.generation[:, j], origins, horizon_h), 0.0)
+        for j in range(len(grid.generation_names))
+    ]
+    if not columns:
+        return np.zeros((len(origins), horizon_h, 0))
+    return np.stack(columns, axis=2)
+
+
+def forecast_shares(
+    grid: HourlyGrid, origins: IntArray, horizon_h: int, names: tuple[str, ...]
+) -> FloatArray:
+    """Shares of the forecast mix (:func:`forecast_generation`) per fuel of ``names``,
+    ``(n, H, len(names))``; NaN where the grid has no such generation columns (a pooled
+    history with shares only) or every fuel is forecast at 0 MW."""
+    if not names or grid.generation_names != names:
+        return np.full((len(origins), horizon_h, len(names)), np.nan)
+    megawatts = forecast_generation(grid, origins, horizon_h)
+    total = megawatts.sum(axis=2, keepdims=True)
+    result: FloatArray = np.where(total > 0, megawatts / np.where(total > 0, total, 1.0), np.nan)
+    return result

@@ -31,7 +31,12 @@ from services.forecaster.baselines import (
 )
 from services.forecaster.features import HourlyGrid, gbm_features, log_ratio, to_grid
 from services.forecaster.gbm import BOOSTER_BUCKETS, RatioBooster, fit_ratio_booster
-from services.forecaster.mix import EmissionFactors, fit_emission_factors, mix_forecast
+from services.forecaster.mix import (
+    EmissionFactors,
+    fit_emission_factors,
+    forecast_shares,
+    mix_forecast,
+)
 from services.forecaster.sources import CarbonHistory, EmissionFactor, Signal
 
 __all__ = [
@@ -97,6 +102,10 @@ class ForecasterConfig:
     mix_feature: bool = False
     """Give the booster the source-production forecast's log-ratio to the template as a
     feature (missing for pooled rows without generation data). Off, likewise."""
+    mix_share_features: bool = False
+    """Give the booster the forecast mix's share of every fuel at the target hour
+    (:func:`services.forecaster.mix.forecast_shares`; missing without generation data).
+    Off, likewise."""
 
     def __post_init__(self) -> None:
         if self.horizon_h < 1 or self.horizon_h > BUCKETS[-1][1]:
@@ -169,6 +178,15 @@ def _reference_forecasts(
     return template, refs
 
 
+def _with_share_forecasts(
+    features: FloatArray, grid: HourlyGrid, origins: IntArray, horizon_h: int
+) -> FloatArray:
+    """``features`` with the forecast mix's share of each of the grid's fuel-share columns
+    appended (rows origin-major, as :func:`gbm_features` lays them out)."""
+    shares = forecast_shares(grid, origins, horizon_h, grid.share_names)
+    return np.hstack([features, shares.reshape(len(origins) * horizon_h, -1)])
+
+
 def _booster_inputs(refs: dict[str, FloatArray], mix_feature: bool) -> dict[str, FloatArray]:
     """The reference forecasts the booster sees as features."""
     return {name: values for name, values in refs.items() if name != MIX or mix_feature}
@@ -196,10 +214,12 @@ class CarbonForecaster:
     """Fitted per-fuel factors of the source-production member (``None``: not used)."""
     mix_feature: bool = False
     """Whether the booster reads the source-production forecast (see the config)."""
+    mix_share_features: bool = False
+    """Whether the booster reads the forecast mix's shares (see the config)."""
 
     @property
     def uses_mix(self) -> bool:
-        """Whether :data:`MIX` is computed (as a member or a booster feature)."""
+        """Whether :data:`MIX` is computed (as a member or the booster's log-ratio feature)."""
         return MIX in self.candidates or self.mix_feature
 
     def predict(
@@ -231,6 +251,8 @@ class CarbonForecaster:
         features, _ = gbm_features(
             grid, origins, self.horizon_h, template, _booster_inputs(out, self.mix_feature)
         )
+        if self.mix_share_features:
+            features = _with_share_forecasts(features, grid, origins, self.horizon_h)
         out["gbm"] = template * np.exp(self.booster.predict(features).reshape(template.shape))
         out["chosen"] = _blend(out, self.weights, self.candidates)
         out["p10"] = out["chosen"] * np.exp(self.log_quantiles[:, 0])[None, :]
@@ -398,6 +420,8 @@ def _training_rows(
         )
         template, refs = _reference_forecasts(grid, origins, horizon, hw, factors)
         features, _ = gbm_features(grid, origins, horizon, template, refs)
+        if cfg.mix_share_features:
+            features = _with_share_forecasts(features, grid, origins, horizon)
         targets = origins[:, None] + np.arange(horizon)[None, :]
         target = log_ratio(grid.y[targets], template).ravel()
         weight = grid.observed[targets].astype(np.float64)
@@ -502,9 +526,9 @@ def fit_forecaster(
     members.sort(key=lambda member: repr(member[0]))
     sources = [(member_grid, params) for _, member_grid, params in members]
     pool_key = tuple(key for key, _, _ in members)
-    if cfg.mix_feature and not any(member_grid.generation_names for member_grid, _ in sources):
-        # No member has generation data: the feature would be missing in every row.
-        cfg = dataclasses.replace(cfg, mix_feature=False)
+    if not any(member_grid.generation_names for member_grid, _ in sources):
+        # No member has generation data: the features would be missing in every row.
+        cfg = dataclasses.replace(cfg, mix_feature=False, mix_share_features=False)
 
     def booster_until(row_end: pd.Timestamp) -> RatioBooster:
         key = (pool_key, str(row_end), cfg)
@@ -537,6 +561,7 @@ def fit_forecaster(
         candidates=candidates,
         emission_factors=factors_split,
         mix_feature=cfg.mix_feature,
+        mix_share_features=cfg.mix_share_features,
     )
     val_origins = _origins(split, last_origin, cfg.validation_stride_h, grid.start)
     predictions = provisional.predict(grid, val_origins)
@@ -563,4 +588,5 @@ def fit_forecaster(
         candidates=candidates,
         emission_factors=factors_end,
         mix_feature=cfg.mix_feature,
+        mix_share_features=cfg.mix_share_features,
     )

@@ -46,12 +46,14 @@ def fitted(history: CarbonHistory) -> CarbonForecaster:
 
 @pytest.fixture(scope="session")
 def fitted_mix(history: CarbonHistory) -> CarbonForecaster:
-    """The same with the source-production member blended and fed to the booster."""
+    """The same with the source-production member blended and fed to the booster (its
+    log-ratio to the template and the forecast mix's shares)."""
     config = ForecasterConfig(
         max_training_rows=10_000,
         hw_fit_days=14,
         booster_max_iter=40,
         mix_member=True,
         mix_feature=True,
+        mix_share_features=True,
     )
     return fit_forecaster(history.until(history.intensity.index[80 * 24 - 1]), config=config)

@@ -10,7 +10,7 @@ import pytest
 
 from services.forecaster.baselines import template_plus_level
 from services.forecaster.features import to_grid
-from services.forecaster.mix import fit_emission_factors, mix_forecast
+from services.forecaster.mix import fit_emission_factors, forecast_shares, mix_forecast
 from services.forecaster.sources import EIA_FUELS, CarbonHistory, load_eia_csv
 
 FACTORS = {"WND": 11.0, "NG": 490.0, "COL": 820.0, "NUC": 0.0}
@@ -136,3 +136,24 @@ def test_eia_intensity_is_the_mix_with_fixed_factors() -> None:
     expected = [11.0, 41.0, 24.0, 650.0, 490.0, 820.0, 12.0, 230.0]
     np.testing.assert_allclose(fitted.factors, expected, atol=1e-3)
     assert fitted.max_abs_error < 1e-6
+
+
+def test_forecast_shares_sum_to_one_and_are_missing_without_generation() -> None:
+    """Test the booster's share features: the forecast mix's shares, NaN for a shares-only
+    history (pooled Electricity Maps rows), causal like the MW forecasts."""
+    history = _known_mix()
+    grid = to_grid(history)
+    names = tuple(FACTORS)
+    origins = np.array([40 * 24, 45 * 24 + 9], dtype=np.int64)
+    shares = forecast_shares(grid, origins, 24, names)
+    assert shares.shape == (2, 24, 4)
+    np.testing.assert_allclose(shares.sum(axis=2), 1.0)
+    generation = grid.generation.copy()
+    generation[origins[0] :] *= np.array([9.0, 0.5, 2.0, 0.0])
+    moved = dataclasses.replace(grid, generation=generation)
+    np.testing.assert_array_equal(forecast_shares(moved, origins[:1], 24, names)[0], shares[0])
+    generation[origins[0] - 1] *= np.array([9.0, 0.5, 2.0, 0.0])
+    moved = dataclasses.replace(grid, generation=generation)
+    assert not np.array_equal(forecast_shares(moved, origins[:1], 24, names)[0], shares[0])
+    shares_only = to_grid(dataclasses.replace(history, generation=None))
+    assert np.isnan(forecast_shares(shares_only, origins, 24, names)).all()

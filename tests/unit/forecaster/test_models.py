@@ -213,12 +213,14 @@ def test_mix_member_is_left_out_for_a_history_without_generation(
         booster_max_iter=20,
         mix_member=True,
         mix_feature=True,
+        mix_share_features=True,
     )
     shares_only = dataclasses.replace(history, generation=None)
     model = fit_forecaster(shares_only.until(history.intensity.index[80 * 24 - 1]), config=config)
     assert model.candidates == CANDIDATES
     assert model.emission_factors is None
     assert not model.mix_feature
+    assert not model.mix_share_features
     forecast = model.forecast(shares_only, history.intensity.index[85 * 24], horizon_h=6)
     assert all(np.isfinite(forecast.values))
 
