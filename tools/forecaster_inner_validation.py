@@ -16,7 +16,8 @@ three US zones mapped onto them; ``B2`` EM rows of the three US zones with unkno
 Fourth round (source-production tier, :mod:`services.forecaster.mix`), on top of a variant:
 ``+M`` the per-fuel mix forecast as a fifth blend member, ``+F`` its log-ratio to the
 template as a booster feature, ``+S`` the forecast mix's fuel shares at the target hour as
-booster features (``B2+M``, ``B2+F``, ``B2+M+F``, ``B2+F+S``).
+booster features, ``+H<hours>`` those features only for the boosters up to that horizon
+(``B2+M``, ``B2+F``, ``B2+M+F``, ``B2+S``, ``B2+F+S``, ``B2+F+S+H24``).
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ def main(spec: str) -> dict[str, object]:
             cfg = replace(cfg, mix_feature=True)
         elif option == "S":
             cfg = replace(cfg, mix_share_features=True)
+        elif option.startswith("H"):
+            cfg = replace(cfg, mix_features_max_h=int(option[1:]))
         else:
             cfg = replace(cfg, booster_half_life_days=float(option[1:]))
     hist = {r: load_eia_csv(r).until(CUT) for r in EIA_REGIONS}

@@ -29,7 +29,13 @@ from services.forecaster.baselines import (
     seven_day_template,
     template_plus_level,
 )
-from services.forecaster.features import HourlyGrid, gbm_features, log_ratio, to_grid
+from services.forecaster.features import (
+    HORIZON_COLUMN,
+    HourlyGrid,
+    gbm_features,
+    log_ratio,
+    to_grid,
+)
 from services.forecaster.gbm import BOOSTER_BUCKETS, RatioBooster, fit_ratio_booster
 from services.forecaster.mix import (
     EmissionFactors,
@@ -106,6 +112,9 @@ class ForecasterConfig:
     """Give the booster the forecast mix's share of every fuel at the target hour
     (:func:`services.forecaster.mix.forecast_shares`; missing without generation data).
     Off, likewise."""
+    mix_features_max_h: int | None = None
+    """If set, only the boosters of horizons up to this many hours see the two features
+    above (longer horizons get a constant); ``None``: every horizon."""
 
     def __post_init__(self) -> None:
         if self.horizon_h < 1 or self.horizon_h > BUCKETS[-1][1]:
@@ -178,18 +187,34 @@ def _reference_forecasts(
     return template, refs
 
 
-def _with_share_forecasts(
-    features: FloatArray, grid: HourlyGrid, origins: IntArray, horizon_h: int
+def _booster_matrix(
+    grid: HourlyGrid,
+    origins: IntArray,
+    horizon_h: int,
+    template: FloatArray,
+    refs: dict[str, FloatArray],
+    mix: tuple[bool, bool, int | None],
 ) -> FloatArray:
-    """``features`` with the forecast mix's share of each of the grid's fuel-share columns
-    appended (rows origin-major, as :func:`gbm_features` lays them out)."""
-    shares = forecast_shares(grid, origins, horizon_h, grid.share_names)
-    return np.hstack([features, shares.reshape(len(origins) * horizon_h, -1)])
+    """The booster's rows: :func:`gbm_features`, plus the source-production features.
 
-
-def _booster_inputs(refs: dict[str, FloatArray], mix_feature: bool) -> dict[str, FloatArray]:
-    """The reference forecasts the booster sees as features."""
-    return {name: values for name, values in refs.items() if name != MIX or mix_feature}
+    ``mix`` is (log-ratio feature, share features, longest horizon that sees them). With
+    the log-ratio feature the matrix has ``lr_mix``; with the share features the forecast
+    mix's share of each of the grid's fuel-share columns is appended (rows origin-major).
+    Rows beyond the longest horizon get 0 in those columns, a constant that their bucket's
+    booster cannot split on, so those buckets learn as without them.
+    """
+    log_ratio_feature, share_features, max_h = mix
+    inputs = {name: values for name, values in refs.items() if name != MIX or log_ratio_feature}
+    features, names = gbm_features(grid, origins, horizon_h, template, inputs)
+    columns = [names.index(f"lr_{MIX}")] if log_ratio_feature else []
+    if share_features:
+        shares = forecast_shares(grid, origins, horizon_h, grid.share_names)
+        columns += list(range(features.shape[1], features.shape[1] + shares.shape[2]))
+        features = np.hstack([features, shares.reshape(len(origins) * horizon_h, -1)])
+    if max_h is not None and columns:
+        beyond = features[:, HORIZON_COLUMN] > max_h
+        features[np.ix_(beyond, np.asarray(columns, dtype=np.int64))] = 0.0
+    return features
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -216,6 +241,8 @@ class CarbonForecaster:
     """Whether the booster reads the source-production forecast (see the config)."""
     mix_share_features: bool = False
     """Whether the booster reads the forecast mix's shares (see the config)."""
+    mix_features_max_h: int | None = None
+    """Longest horizon whose booster reads those features (see the config)."""
 
     @property
     def uses_mix(self) -> bool:
@@ -248,11 +275,14 @@ class CarbonForecaster:
             self.hw_params,
             self.emission_factors if self.uses_mix else False,
         )
-        features, _ = gbm_features(
-            grid, origins, self.horizon_h, template, _booster_inputs(out, self.mix_feature)
+        features = _booster_matrix(
+            grid,
+            origins,
+            self.horizon_h,
+            template,
+            out,
+            (self.mix_feature, self.mix_share_features, self.mix_features_max_h),
         )
-        if self.mix_share_features:
-            features = _with_share_forecasts(features, grid, origins, self.horizon_h)
         out["gbm"] = template * np.exp(self.booster.predict(features).reshape(template.shape))
         out["chosen"] = _blend(out, self.weights, self.candidates)
         out["p10"] = out["chosen"] * np.exp(self.log_quantiles[:, 0])[None, :]
@@ -419,9 +449,14 @@ def _training_rows(
             else False
         )
         template, refs = _reference_forecasts(grid, origins, horizon, hw, factors)
-        features, _ = gbm_features(grid, origins, horizon, template, refs)
-        if cfg.mix_share_features:
-            features = _with_share_forecasts(features, grid, origins, horizon)
+        features = _booster_matrix(
+            grid,
+            origins,
+            horizon,
+            template,
+            refs,
+            (cfg.mix_feature, cfg.mix_share_features, cfg.mix_features_max_h),
+        )
         targets = origins[:, None] + np.arange(horizon)[None, :]
         target = log_ratio(grid.y[targets], template).ravel()
         weight = grid.observed[targets].astype(np.float64)
@@ -562,6 +597,7 @@ def fit_forecaster(
         emission_factors=factors_split,
         mix_feature=cfg.mix_feature,
         mix_share_features=cfg.mix_share_features,
+        mix_features_max_h=cfg.mix_features_max_h,
     )
     val_origins = _origins(split, last_origin, cfg.validation_stride_h, grid.start)
     predictions = provisional.predict(grid, val_origins)
@@ -589,4 +625,5 @@ def fit_forecaster(
         emission_factors=factors_end,
         mix_feature=cfg.mix_feature,
         mix_share_features=cfg.mix_share_features,
+        mix_features_max_h=cfg.mix_features_max_h,
     )

@@ -240,3 +240,25 @@ def test_blend_skips_a_member_without_a_value_and_renormalises() -> None:
     np.testing.assert_allclose(
         _blend(predictions, weights, (*CANDIDATES, MIX)), 100.0 * (0.3 + 0.4 + 1.5)
     )
+
+
+def test_mix_booster_features_stop_at_their_longest_horizon(history: CarbonHistory) -> None:
+    """Test that ``mix_features_max_h`` leaves a constant in the source-production columns of
+    the longer horizons' rows and the forecast values in the others."""
+    from services.forecaster.baselines import HoltWintersParams
+    from services.forecaster.mix import fit_emission_factors
+    from services.forecaster.models import _booster_matrix, _reference_forecasts
+
+    grid = to_grid(history)
+    origins = np.array([60 * 24, 61 * 24 + 5], dtype=np.int64)
+    params = HoltWintersParams(alpha=0.3, beta=0.01, gamma=0.1, phi=0.9)
+    template, refs = _reference_forecasts(grid, origins, 48, params, fit_emission_factors(grid))
+    every = _booster_matrix(grid, origins, 48, template, refs, (True, True, None))
+    short = _booster_matrix(grid, origins, 48, template, refs, (True, True, 24))
+    plain = _booster_matrix(grid, origins, 48, template, refs, (False, False, None))
+    mix_columns = every.shape[1] - plain.shape[1]
+    assert mix_columns == 1 + len(grid.share_names)
+    beyond = every[:, 0] > 24
+    assert np.array_equal(short[~beyond], every[~beyond])
+    assert np.all(short[beyond][:, -len(grid.share_names) :] == 0.0)
+    assert np.any(every[beyond][:, -len(grid.share_names) :] != 0.0)
