@@ -17,7 +17,8 @@ Fourth round (source-production tier, :mod:`services.forecaster.mix`), on top of
 ``+M`` the per-fuel mix forecast as a fifth blend member, ``+F`` its log-ratio to the
 template as a booster feature, ``+S`` the forecast mix's fuel shares at the target hour as
 booster features, ``+H<hours>`` those features only for the boosters up to that horizon
-(``B2+M``, ``B2+F``, ``B2+M+F``, ``B2+S``, ``B2+F+S``, ``B2+F+S+H24``).
+(``B2+M``, ``B2+F``, ``B2+M+F``, ``B2+S``, ``B2+F+S``, ``B2+F+S+H24``: kept, the default
+since the fourth round). Every variant starts from the pre-fourth-round config.
 """
 
 from __future__ import annotations
@@ -63,7 +64,9 @@ def _derived(history: CarbonHistory) -> CarbonHistory:
 def main(spec: str) -> dict[str, object]:
     """Run one variant and return its scores."""
     variant, *options = spec.split("+")
-    cfg = ForecasterConfig()
+    # The variants start from the config before the fourth round (no source-production
+    # features); the kept fourth-round default is ``B2+F+S+H24``.
+    cfg = ForecasterConfig(mix_feature=False, mix_share_features=False, mix_features_max_h=None)
     for option in ([variant] if variant.startswith("A") else []) + options:
         if option == "M":
             cfg = replace(cfg, mix_member=True)

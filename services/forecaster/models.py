@@ -105,16 +105,18 @@ class ForecasterConfig:
     mix_member: bool = False
     """Blend the source-production forecast (:data:`MIX`) as a fifth member where the
     region has generation data. Off: not kept on inner validation (docs/forecaster.md)."""
-    mix_feature: bool = False
+    mix_feature: bool = True
     """Give the booster the source-production forecast's log-ratio to the template as a
-    feature (missing for pooled rows without generation data). Off, likewise."""
-    mix_share_features: bool = False
+    feature (missing for pooled rows without generation data; off by itself wherever no
+    pooled history has generation data, e.g. Electricity Maps). Kept on inner validation
+    together with the next two settings (docs/forecaster.md, fourth round)."""
+    mix_share_features: bool = True
     """Give the booster the forecast mix's share of every fuel at the target hour
-    (:func:`services.forecaster.mix.forecast_shares`; missing without generation data).
-    Off, likewise."""
-    mix_features_max_h: int | None = None
+    (:func:`services.forecaster.mix.forecast_shares`; missing without generation data)."""
+    mix_features_max_h: int | None = 24
     """If set, only the boosters of horizons up to this many hours see the two features
-    above (longer horizons get a constant); ``None``: every horizon."""
+    above (longer horizons get a constant); ``None``: every horizon. 24: with them the
+    day-2 booster lost on inner validation, the day-1 boosters gained."""
 
     def __post_init__(self) -> None:
         if self.horizon_h < 1 or self.horizon_h > BUCKETS[-1][1]:

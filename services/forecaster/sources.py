@@ -101,7 +101,7 @@ class CarbonHistory:
 
 
 def with_unknown_shares(history: CarbonHistory, columns: Sequence[str]) -> CarbonHistory:
-    """Return ``history`` with fuel-mix ``columns`` that are all unknown (NaN).
+    """Return ``history`` with fuel-mix ``columns`` that are all unknown (NaN), no generation.
 
     This lets a history from another source (Electricity Maps, whose shares are not the
     EIA fuels) join a pool of EIA regions as extra training rows of the boosted model: its
@@ -110,7 +110,7 @@ def with_unknown_shares(history: CarbonHistory, columns: Sequence[str]) -> Carbo
     models) is computed from its own intensity.
     """
     mix = pd.DataFrame(np.nan, index=history.intensity.index, columns=list(columns))
-    return dataclasses.replace(history, fuel_mix=mix)
+    return dataclasses.replace(history, fuel_mix=mix, generation=None)
 
 
 @runtime_checkable

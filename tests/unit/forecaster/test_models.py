@@ -28,14 +28,10 @@ def _perturbed_after(history: CarbonHistory, cutoff: pd.Timestamp) -> CarbonHist
     mix = history.fuel_mix.copy() if history.fuel_mix is not None else None
     if mix is not None:
         mix[mix.index > cutoff] = 0.5
-    return CarbonHistory(
-        region=history.region,
-        intensity=values,
-        fuel_mix=mix,
-        signal=history.signal,
-        emission_factor=history.emission_factor,
-        source=history.source,
-    )
+    generation = history.generation.copy() if history.generation is not None else None
+    if generation is not None:
+        generation[generation.index > cutoff] *= np.arange(1.0, len(generation.columns) + 1)
+    return dataclasses.replace(history, intensity=values, fuel_mix=mix, generation=generation)
 
 
 def test_forecast_ignores_everything_after_one_hour_before_origin(
@@ -187,8 +183,10 @@ def test_mix_member_joins_the_blend_where_the_region_has_generation(
 ) -> None:
     """Test that the source-production member is a fifth blend column with its own validation
     score and fitted factors, only when asked for, and that the blend still sums to one."""
-    assert fitted.candidates == CANDIDATES
-    assert fitted.emission_factors is None
+    assert fitted.candidates == CANDIDATES  # the member is off by default
+    assert fitted.mix_feature  # the booster features are on by default
+    assert fitted.mix_features_max_h == 24
+    assert fitted.emission_factors is not None
     assert fitted_mix.candidates == (*CANDIDATES, MIX)
     assert fitted_mix.emission_factors is not None
     assert fitted_mix.emission_factors.names == ("SUN", "NG")
