@@ -13,6 +13,12 @@ Variants (docs/forecaster.md, third issue-6 round): ``base``; ``A<days>`` recenc
 ``B0`` derived low-carbon/renewable share columns; ``B1`` those plus EM 2021-22 rows of the
 three US zones mapped onto them; ``B2`` EM rows of the three US zones with unknown shares
 (kept); ``B3`` the same with all seven EM zones; ``+A<days>`` adds a half-life to a variant.
+Fourth round (source-production tier, :mod:`services.forecaster.mix`), on top of a variant:
+``+M`` the per-fuel mix forecast as a fifth blend member, ``+F`` its log-ratio to the
+template as a booster feature, ``+S`` the forecast mix's fuel shares at the target hour as
+booster features, ``+H<hours>`` those features only for the boosters up to that horizon
+(``B2+M``, ``B2+F``, ``B2+M+F``, ``B2+S``, ``B2+F+S``, ``B2+F+S+H24``: kept, the default
+since the fourth round). Every variant starts from the pre-fourth-round config.
 """
 
 from __future__ import annotations
@@ -58,9 +64,20 @@ def _derived(history: CarbonHistory) -> CarbonHistory:
 def main(spec: str) -> dict[str, object]:
     """Run one variant and return its scores."""
     variant, *options = spec.split("+")
-    cfg = ForecasterConfig()
+    # The variants start from the config before the fourth round (no source-production
+    # features); the kept fourth-round default is ``B2+F+S+H24``.
+    cfg = ForecasterConfig(mix_feature=False, mix_share_features=False, mix_features_max_h=None)
     for option in ([variant] if variant.startswith("A") else []) + options:
-        cfg = replace(cfg, booster_half_life_days=float(option[1:]))
+        if option == "M":
+            cfg = replace(cfg, mix_member=True)
+        elif option == "F":
+            cfg = replace(cfg, mix_feature=True)
+        elif option == "S":
+            cfg = replace(cfg, mix_share_features=True)
+        elif option.startswith("H"):
+            cfg = replace(cfg, mix_features_max_h=int(option[1:]))
+        else:
+            cfg = replace(cfg, booster_half_life_days=float(option[1:]))
     hist = {r: load_eia_csv(r).until(CUT) for r in EIA_REGIONS}
     if variant in ("B0", "B1"):
         hist = {r: _derived(h) for r, h in hist.items()}
@@ -88,7 +105,9 @@ def main(spec: str) -> dict[str, object]:
         )
         scores[region] = result.mape
         print(region, result.mape["chosen"], file=sys.stderr, flush=True)
-    models = ("chosen", "gbm", "template_level")
+    models = ("chosen", "gbm", "template_level") + (
+        ("mix",) if all("mix" in scores[r] for r in scores) else ()
+    )
     return {
         "variant": spec,
         "mean": {

@@ -99,6 +99,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="do not add the Electricity Maps 2021-2022 US zones to the EIA booster's rows",
     )
     parser.add_argument(
+        "--no-mix-features",
+        action="store_true",
+        help="do not give the day-1 boosters the source-production (forecast fuel mix) features",
+    )
+    parser.add_argument(
         "--refit-days",
         type=int,
         default=REFIT_DAYS,
@@ -202,6 +207,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for zone in EIA_EXTRA_ZONES
         ]
     )
+    config = (
+        ForecasterConfig(mix_feature=False, mix_share_features=False)
+        if args.no_mix_features
+        else ForecasterConfig()
+    )
     # The pooled EIA regions train the same boosters at each refit: fit them once.
     shared = SharedFits()
     refit = {"eia": args.refit_days or None, "em": args.em_refit_days or None}
@@ -220,7 +230,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result = run_backtest(
             history,
             train_end,
-            config=ForecasterConfig(),
+            config=config,
             refit_days=refit[name.split(":", 1)[0]],
             max_origins=args.max_origins,
             cache_dir=cache,

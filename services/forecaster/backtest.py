@@ -29,6 +29,7 @@ from services.forecaster.best_window import window_means
 from services.forecaster.features import HourlyGrid, to_grid
 from services.forecaster.models import (
     BUCKETS,
+    MIX,
     CarbonForecaster,
     ForecasterConfig,
     SharedFits,
@@ -148,7 +149,7 @@ def window_regret(
 
 def _code_digest() -> str:
     digest = hashlib.sha256()
-    for name in ("baselines", "features", "gbm", "models", "sources"):
+    for name in ("baselines", "features", "gbm", "mix", "models", "sources"):
         digest.update((Path(__file__).parent / f"{name}.py").read_bytes())
     return digest.hexdigest()[:16]
 
@@ -298,7 +299,8 @@ def _mape_table(
     predictions: dict[str, FloatArray], actual: FloatArray, mask: FloatArray, horizon_h: int
 ) -> dict[str, dict[str, float]]:
     table: dict[str, dict[str, float]] = {}
-    for model in REPORTED_MODELS:
+    # The source-production member is scored too where a fit computed it.
+    for model in (*REPORTED_MODELS, *((MIX,) if MIX in predictions else ())):
         per_h = mape_by_horizon(predictions[model], actual, mask)
         table[model] = {
             bucket: round(float(per_h[lo - 1 : hi].mean()), 3)

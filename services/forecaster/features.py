@@ -46,6 +46,11 @@ class HourlyGrid:
     """``(T, S)`` fuel or low-carbon shares, forward-filled; ``S`` may be 0."""
     share_names: tuple[str, ...]
     """Column names of ``shares``."""
+    generation: FloatArray
+    """``(T, G)`` generation in MW per fuel, forward-filled; ``G`` is 0 where the source
+    gives shares only."""
+    generation_names: tuple[str, ...]
+    """Column names of ``generation``."""
 
     def __len__(self) -> int:
         return len(self.y)
@@ -84,12 +89,20 @@ def to_grid(history: CarbonHistory) -> HourlyGrid:
         names = tuple(str(c) for c in mix.columns)
     else:
         shares, names = np.zeros((len(grid), 0)), ()
+    if history.generation is not None and len(history.generation.columns):
+        megawatts = history.generation.resample("h").mean().reindex(grid)
+        generation = _causal_fill(megawatts.to_numpy(dtype=np.float64))
+        generation_names = tuple(str(c) for c in megawatts.columns)
+    else:
+        generation, generation_names = np.zeros((len(grid), 0)), ()
     return HourlyGrid(
         start=grid[0],
         y=_causal_fill(raw[:, None])[:, 0],
         observed=~np.isnan(raw),
         shares=shares,
         share_names=names,
+        generation=generation,
+        generation_names=generation_names,
     )
 
 

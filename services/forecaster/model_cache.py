@@ -23,11 +23,12 @@ import sklearn
 
 __all__ = ["MODEL_CACHE_VERSION", "cache_key", "load_or_fit"]
 
-MODEL_CACHE_VERSION: Final = 4
+MODEL_CACHE_VERSION: Final = 5
 """Bump when the forecasting code changes what a fit produces (2: per-bucket boosters and
 inverse-error blend weights replace one booster and the per-bucket pick; 3: 150 boosting
 rounds instead of 300; 4: pooled training rows in a fixed member order, so every member of
-a pool shares one booster)."""
+a pool shares one booster; 5: the day-1 boosters read the source-production features
+and a fitted forecaster records its blend members, emission factors and booster inputs)."""
 
 logger = logging.getLogger(__name__)
 

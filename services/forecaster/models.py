@@ -11,6 +11,7 @@ does many origins at once for the backtest. Both read only ``y[:origin]``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -28,13 +29,26 @@ from services.forecaster.baselines import (
     seven_day_template,
     template_plus_level,
 )
-from services.forecaster.features import HourlyGrid, gbm_features, log_ratio, to_grid
+from services.forecaster.features import (
+    HORIZON_COLUMN,
+    HourlyGrid,
+    gbm_features,
+    log_ratio,
+    to_grid,
+)
 from services.forecaster.gbm import BOOSTER_BUCKETS, RatioBooster, fit_ratio_booster
+from services.forecaster.mix import (
+    EmissionFactors,
+    fit_emission_factors,
+    forecast_shares,
+    mix_forecast,
+)
 from services.forecaster.sources import CarbonHistory, EmissionFactor, Signal
 
 __all__ = [
     "BUCKETS",
     "CANDIDATES",
+    "MIX",
     "CarbonForecast",
     "CarbonForecaster",
     "ForecasterConfig",
@@ -51,7 +65,11 @@ BUCKETS: Final = ((1, 3), (4, 6), (7, 12), (13, 24), (25, 36), (37, 48))
 the reported buckets because the candidates' relative skill changes fast in the first
 hours (Holt-Winters) and across the day (the booster)."""
 CANDIDATES: Final = ("same_hour_yesterday", "template_level", "hw", "gbm")
-"""The models blended, in the column order of :attr:`CarbonForecaster.weights`."""
+"""The models blended by default, in the column order of :attr:`CarbonForecaster.weights`."""
+MIX: Final = "mix"
+"""The source-production member (:mod:`services.forecaster.mix`): intensity of the
+per-fuel forecast mix. A blend member only with :attr:`ForecasterConfig.mix_member`, and
+only for regions with generation data."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +102,21 @@ class ForecasterConfig:
     booster_half_life_days: float | None = None
     """If set, a training row's weight halves every this many days its target lies before
     the end of the training rows (recency weighting); ``None``: equal weights."""
+    mix_member: bool = False
+    """Blend the source-production forecast (:data:`MIX`) as a fifth member where the
+    region has generation data. Off: not kept on inner validation (docs/forecaster.md)."""
+    mix_feature: bool = True
+    """Give the booster the source-production forecast's log-ratio to the template as a
+    feature (missing for pooled rows without generation data; off by itself wherever no
+    pooled history has generation data, e.g. Electricity Maps). Kept on inner validation
+    together with the next two settings (docs/forecaster.md, fourth round)."""
+    mix_share_features: bool = True
+    """Give the booster the forecast mix's share of every fuel at the target hour
+    (:func:`services.forecaster.mix.forecast_shares`; missing without generation data)."""
+    mix_features_max_h: int | None = 24
+    """If set, only the boosters of horizons up to this many hours see the two features
+    above (longer horizons get a constant); ``None``: every horizon. 24: with them the
+    day-2 booster lost on inner validation, the day-1 boosters gained."""
 
     def __post_init__(self) -> None:
         if self.horizon_h < 1 or self.horizon_h > BUCKETS[-1][1]:
@@ -133,15 +166,57 @@ def mape_by_horizon(forecast: FloatArray, actual: FloatArray, mask: FloatArray) 
 
 
 def _reference_forecasts(
-    grid: HourlyGrid, origins: IntArray, horizon_h: int, hw: HoltWintersParams
+    grid: HourlyGrid,
+    origins: IntArray,
+    horizon_h: int,
+    hw: HoltWintersParams,
+    mix: EmissionFactors | bool | None = False,
 ) -> tuple[FloatArray, dict[str, FloatArray]]:
+    """The template and the reference models; with ``mix`` (factors, or ``None`` for a
+    region without them) also :data:`MIX`, all NaN where it cannot be computed."""
     y = grid.y
     template = seven_day_template(y, origins, horizon_h)
-    return template, {
+    refs = {
         "same_hour_yesterday": same_hour_yesterday(y, origins, horizon_h),
         "template_level": template_plus_level(y, origins, horizon_h),
         "hw": holt_winters(y, origins, horizon_h, hw),
     }
+    if mix is not False:
+        if isinstance(mix, EmissionFactors) and grid.generation_names == mix.names:
+            refs[MIX] = mix_forecast(grid, origins, horizon_h, mix)
+        else:
+            refs[MIX] = np.full_like(template, np.nan)
+    return template, refs
+
+
+def _booster_matrix(
+    grid: HourlyGrid,
+    origins: IntArray,
+    horizon_h: int,
+    template: FloatArray,
+    refs: dict[str, FloatArray],
+    mix: tuple[bool, bool, int | None],
+) -> FloatArray:
+    """The booster's rows: :func:`gbm_features`, plus the source-production features.
+
+    ``mix`` is (log-ratio feature, share features, longest horizon that sees them). With
+    the log-ratio feature the matrix has ``lr_mix``; with the share features the forecast
+    mix's share of each of the grid's fuel-share columns is appended (rows origin-major).
+    Rows beyond the longest horizon get 0 in those columns, a constant that their bucket's
+    booster cannot split on, so those buckets learn as without them.
+    """
+    log_ratio_feature, share_features, max_h = mix
+    inputs = {name: values for name, values in refs.items() if name != MIX or log_ratio_feature}
+    features, names = gbm_features(grid, origins, horizon_h, template, inputs)
+    columns = [names.index(f"lr_{MIX}")] if log_ratio_feature else []
+    if share_features:
+        shares = forecast_shares(grid, origins, horizon_h, grid.share_names)
+        columns += list(range(features.shape[1], features.shape[1] + shares.shape[2]))
+        features = np.hstack([features, shares.reshape(len(origins) * horizon_h, -1)])
+    if max_h is not None and columns:
+        beyond = features[:, HORIZON_COLUMN] > max_h
+        features[np.ix_(beyond, np.asarray(columns, dtype=np.int64))] = 0.0
+    return features
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,6 +235,21 @@ class CarbonForecaster:
     """``(H, 2)`` p10/p90 of log(actual / forecast) per horizon on validation."""
     validation_mape: dict[str, list[float]] = field(default_factory=dict)
     """Validation MAPE per candidate (and ``"chosen"``) and bucket of :data:`BUCKETS`."""
+    candidates: tuple[str, ...] = CANDIDATES
+    """The blended models, in the column order of :attr:`weights`."""
+    emission_factors: EmissionFactors | None = None
+    """Fitted per-fuel factors of the source-production member (``None``: not used)."""
+    mix_feature: bool = False
+    """Whether the booster reads the source-production forecast (see the config)."""
+    mix_share_features: bool = False
+    """Whether the booster reads the forecast mix's shares (see the config)."""
+    mix_features_max_h: int | None = None
+    """Longest horizon whose booster reads those features (see the config)."""
+
+    @property
+    def uses_mix(self) -> bool:
+        """Whether :data:`MIX` is computed (as a member or the booster's log-ratio feature)."""
+        return MIX in self.candidates or self.mix_feature
 
     def predict(
         self, grid: HourlyGrid, origins: IntArray, horizon_h: int | None = None
@@ -180,10 +270,23 @@ class CarbonForecaster:
         need = min_history_h(self.horizon_h)
         if origins.size and (origins.min() < need or origins.max() > len(grid)):
             raise ValueError(f"each origin needs {need} h of history and must be <= grid end")
-        template, out = _reference_forecasts(grid, origins, self.horizon_h, self.hw_params)
-        features, _ = gbm_features(grid, origins, self.horizon_h, template, out)
+        template, out = _reference_forecasts(
+            grid,
+            origins,
+            self.horizon_h,
+            self.hw_params,
+            self.emission_factors if self.uses_mix else False,
+        )
+        features = _booster_matrix(
+            grid,
+            origins,
+            self.horizon_h,
+            template,
+            out,
+            (self.mix_feature, self.mix_share_features, self.mix_features_max_h),
+        )
         out["gbm"] = template * np.exp(self.booster.predict(features).reshape(template.shape))
-        out["chosen"] = _blend(out, self.weights)
+        out["chosen"] = _blend(out, self.weights, self.candidates)
         out["p10"] = out["chosen"] * np.exp(self.log_quantiles[:, 0])[None, :]
         out["p90"] = out["chosen"] * np.exp(self.log_quantiles[:, 1])[None, :]
         return {name: values[:, :horizon] for name, values in out.items()}
@@ -226,7 +329,9 @@ class CarbonForecaster:
             if lo > self.horizon_h:
                 break
             row = self.weights[lo - 1]
-            terms = [f"{row[k]:.2f}*{CANDIDATES[k]}" for k in np.argsort(-row) if row[k] >= 0.005]
+            terms = [
+                f"{row[k]:.2f}*{self.candidates[k]}" for k in np.argsort(-row) if row[k] >= 0.005
+            ]
             parts.append(f"{lo}-{hi}h:" + "+".join(terms))
         return "|".join(parts)
 
@@ -237,13 +342,31 @@ def _origins(first: int, last: int, stride: int, grid_start: pd.Timestamp) -> In
     return np.arange(first + offset, last + 1, stride, dtype=np.int64)
 
 
-def _blend(predictions: dict[str, FloatArray], weights: FloatArray) -> FloatArray:
-    """Weighted sum of the candidates, per horizon column."""
+def _blend(
+    predictions: dict[str, FloatArray],
+    weights: FloatArray,
+    candidates: Sequence[str] = CANDIDATES,
+) -> FloatArray:
+    """Weighted sum of the candidates, per horizon column.
+
+    A candidate that has no value at a point (NaN: the source-production member where a
+    history has no generation data) is left out there and the other weights renormalised.
+    """
     horizon = weights.shape[0]
-    blended = np.zeros_like(predictions[CANDIDATES[0]][:, :horizon])
-    for k, name in enumerate(CANDIDATES):
-        blended += weights[None, :, k] * predictions[name][:, :horizon]
-    return blended
+    blended = np.zeros_like(predictions[candidates[0]][:, :horizon])
+    total = np.zeros_like(blended)
+    complete = True
+    for k, name in enumerate(candidates):
+        values = predictions[name][:, :horizon]
+        known = np.isfinite(values)
+        complete = complete and bool(known.all())
+        weight = np.where(known, weights[None, :, k], 0.0)
+        blended += weight * np.where(known, values, 0.0)
+        total += weight
+    if complete:
+        return blended  # the weights of every row sum to 1 already
+    result: FloatArray = np.where(total > 0, blended / np.where(total > 0, total, 1.0), np.nan)
+    return result
 
 
 def _blend_weights(
@@ -252,6 +375,7 @@ def _blend_weights(
     mask: FloatArray,
     horizon_h: int,
     power: float,
+    candidates: Sequence[str] = CANDIDATES,
 ) -> tuple[FloatArray, dict[str, list[float]]]:
     """Inverse-error blend weights per bucket, fitted on validation rows only.
 
@@ -261,24 +385,24 @@ def _blend_weights(
     template + level on validation in a bucket, that bucket falls back to template + level
     alone, so no bucket is knowingly worse than the README's baseline.
     """
-    scores = {name: mape_by_horizon(predictions[name], actual, mask) for name in CANDIDATES}
-    weights = np.zeros((horizon_h, len(CANDIDATES)))
-    per_bucket: dict[str, list[float]] = {name: [] for name in (*CANDIDATES, "chosen")}
-    fallback = np.eye(len(CANDIDATES))[CANDIDATES.index("template_level")]
+    scores = {name: mape_by_horizon(predictions[name], actual, mask) for name in candidates}
+    weights = np.zeros((horizon_h, len(candidates)))
+    per_bucket: dict[str, list[float]] = {name: [] for name in (*candidates, "chosen")}
+    fallback = np.eye(len(candidates))[list(candidates).index("template_level")]
     for lo, hi in BUCKETS:
         if lo > horizon_h:
             break
         cols = slice(lo - 1, min(hi, horizon_h))
-        errors = np.array([max(float(scores[name][cols].mean()), 1e-6) for name in CANDIDATES])
+        errors = np.array([max(float(scores[name][cols].mean()), 1e-6) for name in candidates])
         row = errors**-power
         weights[cols] = row / row.sum()
         blended = mape_by_horizon(
-            _blend(predictions, weights)[:, cols], actual[:, cols], mask[:, cols]
+            _blend(predictions, weights, candidates)[:, cols], actual[:, cols], mask[:, cols]
         )
         if float(blended.mean()) >= float(scores["template_level"][cols].mean()):
             weights[cols] = fallback
             blended = scores["template_level"][cols]
-        for name, error in zip(CANDIDATES, errors, strict=True):
+        for name, error in zip(candidates, errors, strict=True):
             per_bucket[name].append(round(float(error), 3))
         per_bucket["chosen"].append(round(float(blended.mean()), 3))
     return weights, per_bucket
@@ -305,7 +429,11 @@ def _training_rows(
     end: pd.Timestamp,
     cfg: ForecasterConfig,
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Rows of every origin whose whole horizon ends by ``end``, over all source grids."""
+    """Rows of every origin whose whole horizon ends by ``end``, over all source grids.
+
+    With :attr:`ForecasterConfig.mix_feature`, each grid's emission factors are fitted on
+    its hours up to ``end`` (the rows' own fitting span), like the booster itself.
+    """
     horizon, need = cfg.horizon_h, min_history_h(cfg.horizon_h)
     spans = [
         (grid, hw, min(grid.index_of(end), len(grid) - 1) - horizon + 1) for grid, hw in sources
@@ -317,8 +445,20 @@ def _training_rows(
         origins = _origins(need, last, stride, grid.start)
         if not origins.size:
             continue
-        template, refs = _reference_forecasts(grid, origins, horizon, hw)
-        features, _ = gbm_features(grid, origins, horizon, template, refs)
+        factors = (
+            fit_emission_factors(grid, min(grid.index_of(end), len(grid) - 1) + 1)
+            if cfg.mix_feature
+            else False
+        )
+        template, refs = _reference_forecasts(grid, origins, horizon, hw, factors)
+        features = _booster_matrix(
+            grid,
+            origins,
+            horizon,
+            template,
+            refs,
+            (cfg.mix_feature, cfg.mix_share_features, cfg.mix_features_max_h),
+        )
         targets = origins[:, None] + np.arange(horizon)[None, :]
         target = log_ratio(grid.y[targets], template).ravel()
         weight = grid.observed[targets].astype(np.float64)
@@ -358,6 +498,7 @@ def _grid_key(history: CarbonHistory, grid: HourlyGrid) -> tuple[object, ...]:
         len(grid),
         float(np.nansum(grid.y)),
         float(np.nansum(grid.shares)),
+        float(np.nansum(grid.generation)),
         int(grid.observed.sum()),
     )
 
@@ -389,14 +530,7 @@ def fit_forecaster(
     cfg = config if config is not None else ForecasterConfig()
     memo = shared if shared is not None else SharedFits()
     if fuel_mix is not None:
-        history = CarbonHistory(
-            region=history.region,
-            intensity=history.intensity,
-            fuel_mix=fuel_mix,
-            signal=history.signal,
-            emission_factor=history.emission_factor,
-            source=history.source,
-        )
+        history = dataclasses.replace(history, fuel_mix=fuel_mix)
     grid = to_grid(history)
     horizon, need = cfg.horizon_h, min_history_h(cfg.horizon_h)
     last_origin = len(grid) - horizon
@@ -429,6 +563,9 @@ def fit_forecaster(
     members.sort(key=lambda member: repr(member[0]))
     sources = [(member_grid, params) for _, member_grid, params in members]
     pool_key = tuple(key for key, _, _ in members)
+    if not any(member_grid.generation_names for member_grid, _ in sources):
+        # No member has generation data: the features would be missing in every row.
+        cfg = dataclasses.replace(cfg, mix_feature=False, mix_share_features=False)
 
     def booster_until(row_end: pd.Timestamp) -> RatioBooster:
         key = (pool_key, str(row_end), cfg)
@@ -441,6 +578,12 @@ def fit_forecaster(
             )
         return memo.boosters[key]
 
+    # Emission factors of the source-production member: for validation from the hours
+    # before the split, for the final model from the whole history.
+    uses_mix = cfg.mix_member or cfg.mix_feature
+    factors_split = fit_emission_factors(grid, split) if uses_mix else None
+    factors_end = fit_emission_factors(grid) if uses_mix else None
+    candidates = (*CANDIDATES, MIX) if cfg.mix_member and factors_split is not None else CANDIDATES
     # Fitting targets end before the split so that none reaches the validation span.
     booster = booster_until(split_time - pd.Timedelta(hours=1))
     provisional = CarbonForecaster(
@@ -450,8 +593,13 @@ def fit_forecaster(
         horizon_h=horizon,
         hw_params=hw_params,
         booster=booster,
-        weights=np.tile(np.eye(len(CANDIDATES))[CANDIDATES.index("gbm")], (horizon, 1)),
+        weights=np.tile(np.eye(len(candidates))[candidates.index("gbm")], (horizon, 1)),
         log_quantiles=np.zeros((horizon, 2)),
+        candidates=candidates,
+        emission_factors=factors_split,
+        mix_feature=cfg.mix_feature,
+        mix_share_features=cfg.mix_share_features,
+        mix_features_max_h=cfg.mix_features_max_h,
     )
     val_origins = _origins(split, last_origin, cfg.validation_stride_h, grid.start)
     predictions = provisional.predict(grid, val_origins)
@@ -459,8 +607,12 @@ def fit_forecaster(
         predictions.pop(derived)
     targets = val_origins[:, None] + np.arange(horizon)[None, :]
     actual, mask = grid.y[targets], grid.observed[targets].astype(np.float64)
-    weights, scores = _blend_weights(predictions, actual, mask, horizon, cfg.blend_power)
-    quantiles = _log_quantiles(_blend(predictions, weights), actual, mask, cfg.quantile_pool_h)
+    weights, scores = _blend_weights(
+        predictions, actual, mask, horizon, cfg.blend_power, candidates
+    )
+    quantiles = _log_quantiles(
+        _blend(predictions, weights, candidates), actual, mask, cfg.quantile_pool_h
+    )
     return CarbonForecaster(
         region=history.region,
         signal=history.signal,
@@ -471,4 +623,9 @@ def fit_forecaster(
         weights=weights,
         log_quantiles=quantiles,
         validation_mape=scores,
+        candidates=candidates,
+        emission_factors=factors_end,
+        mix_feature=cfg.mix_feature,
+        mix_share_features=cfg.mix_share_features,
+        mix_features_max_h=cfg.mix_features_max_h,
     )

@@ -76,22 +76,32 @@ class CarbonHistory:
     """Which emission factors produced the values."""
     source: str
     """Where the data came from (file or API), for provenance in forecasts."""
+    generation: pd.DataFrame | None = None
+    """Generation in MW per fuel on the same index (EIA-930), or ``None`` where the source
+    gives shares only. The source-production member (:mod:`services.forecaster.mix`)
+    forecasts these columns."""
 
     def until(self, end: pd.Timestamp) -> CarbonHistory:
         """Return the history with every point after ``end`` dropped (inclusive bound)."""
-        mix = None if self.fuel_mix is None else self.fuel_mix.loc[:end]
-        return CarbonHistory(
-            region=self.region,
+        return dataclasses.replace(
+            self,
             intensity=self.intensity.loc[:end],
-            fuel_mix=mix,
-            signal=self.signal,
-            emission_factor=self.emission_factor,
-            source=self.source,
+            fuel_mix=None if self.fuel_mix is None else self.fuel_mix.loc[:end],
+            generation=None if self.generation is None else self.generation.loc[:end],
+        )
+
+    def between(self, start: pd.Timestamp, end: pd.Timestamp) -> CarbonHistory:
+        """Return the points in ``[start, end]`` (inclusive bounds)."""
+        return dataclasses.replace(
+            self,
+            intensity=self.intensity.loc[start:end],
+            fuel_mix=None if self.fuel_mix is None else self.fuel_mix.loc[start:end],
+            generation=None if self.generation is None else self.generation.loc[start:end],
         )
 
 
 def with_unknown_shares(history: CarbonHistory, columns: Sequence[str]) -> CarbonHistory:
-    """Return ``history`` with fuel-mix ``columns`` that are all unknown (NaN).
+    """Return ``history`` with fuel-mix ``columns`` that are all unknown (NaN), no generation.
 
     This lets a history from another source (Electricity Maps, whose shares are not the
     EIA fuels) join a pool of EIA regions as extra training rows of the boosted model: its
@@ -100,7 +110,7 @@ def with_unknown_shares(history: CarbonHistory, columns: Sequence[str]) -> Carbo
     models) is computed from its own intensity.
     """
     mix = pd.DataFrame(np.nan, index=history.intensity.index, columns=list(columns))
-    return dataclasses.replace(history, fuel_mix=mix)
+    return dataclasses.replace(history, fuel_mix=mix, generation=None)
 
 
 @runtime_checkable
@@ -139,14 +149,15 @@ def _regular_hourly(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_eia_csv(region: str, path: Path | None = None) -> CarbonHistory:
-    """Load one EIA-930 balancing authority (``carbon/<BA>.csv``): ``avg_CI`` and fuel shares.
+    """Load one EIA-930 balancing authority (``carbon/<BA>.csv``): ``avg_CI``, fuel shares and MW.
 
     Args:
         region: balancing authority, one of :data:`EIA_REGIONS` (or any file's stem).
         path: file to read; defaults to the reference-data file for ``region``.
 
     Returns:
-        Average direct intensity with the generation shares of the EIA fuels.
+        Average intensity with the generation shares of the EIA fuels and their MW
+        (negative MW, net consumption, clipped to 0).
     """
     file = path if path is not None else data_path("carbon", f"{region}.csv")
     raw = pd.read_csv(file, index_col=0)
@@ -163,6 +174,7 @@ def load_eia_csv(region: str, path: Path | None = None) -> CarbonHistory:
         # EIA-930 derived avg_CI uses combustion factors per fuel (dc-rl); no life-cycle terms.
         emission_factor="direct",
         source=str(file),
+        generation=generation,
     )
 
 
@@ -239,12 +251,4 @@ class CsvCarbonSource:
         lo, hi = pd.Timestamp(start), pd.Timestamp(end)
         lo = lo.tz_localize("UTC") if lo.tzinfo is None else lo
         hi = hi.tz_localize("UTC") if hi.tzinfo is None else hi
-        mix = None if full.fuel_mix is None else full.fuel_mix.loc[lo:hi]
-        return CarbonHistory(
-            region=full.region,
-            intensity=full.intensity.loc[lo:hi],
-            fuel_mix=mix,
-            signal=full.signal,
-            emission_factor=full.emission_factor,
-            source=full.source,
-        )
+        return full.between(lo, hi)

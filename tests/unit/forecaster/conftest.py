@@ -19,6 +19,7 @@ def synthetic_history(days: int = 90, seed: int = 7) -> CarbonHistory:
     level = 300 + 40 * np.sin(2 * np.pi * hours / (24 * 17))
     values = level * (1 - 0.4 * solar) * np.exp(rng.normal(0, 0.03, len(index)))
     mix = pd.DataFrame({"SUN": 0.4 * solar, "NG": 1 - 0.4 * solar}, index=index)
+    total_mw = 1000.0 + 150.0 * np.sin(2 * np.pi * hours / (24 * 11))
     return CarbonHistory(
         region="SYN",
         intensity=pd.Series(values, index=index, name="gco2_per_kwh"),
@@ -26,6 +27,7 @@ def synthetic_history(days: int = 90, seed: int = 7) -> CarbonHistory:
         signal="average",
         emission_factor="direct",
         source="synthetic",
+        generation=mix.mul(total_mw, axis=0),
     )
 
 
@@ -39,4 +41,19 @@ def history() -> CarbonHistory:
 def fitted(history: CarbonHistory) -> CarbonForecaster:
     """Forecaster fitted on the first 80 days of the synthetic history."""
     config = ForecasterConfig(max_training_rows=10_000, hw_fit_days=14, booster_max_iter=40)
+    return fit_forecaster(history.until(history.intensity.index[80 * 24 - 1]), config=config)
+
+
+@pytest.fixture(scope="session")
+def fitted_mix(history: CarbonHistory) -> CarbonForecaster:
+    """The same with the source-production member blended and fed to the booster (its
+    log-ratio to the template and the forecast mix's shares)."""
+    config = ForecasterConfig(
+        max_training_rows=10_000,
+        hw_fit_days=14,
+        booster_max_iter=40,
+        mix_member=True,
+        mix_feature=True,
+        mix_share_features=True,
+    )
     return fit_forecaster(history.until(history.intensity.index[80 * 24 - 1]), config=config)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -28,17 +29,14 @@ REFIT_DAYS = 15
 
 
 def _perturbed_after(history: CarbonHistory, cutoff: pd.Timestamp) -> CarbonHistory:
-    """Return the history with every value after ``cutoff`` doubled (a fake future)."""
+    """Return the history with every value after ``cutoff`` doubled and the first fuel's
+    generation tripled there (a fake future)."""
     values = history.intensity.copy()
     values[values.index > cutoff] *= 2.0
-    return CarbonHistory(
-        region=history.region,
-        intensity=values,
-        fuel_mix=history.fuel_mix,
-        signal=history.signal,
-        emission_factor=history.emission_factor,
-        source=history.source,
-    )
+    assert history.generation is not None
+    generation = history.generation.copy()
+    generation.loc[generation.index > cutoff, generation.columns[0]] *= 3.0
+    return dataclasses.replace(history, intensity=values, generation=generation)
 
 
 @pytest.fixture(scope="module")
@@ -136,14 +134,7 @@ def test_a_shared_memo_fits_the_pool_once_and_changes_no_result(
 ) -> None:
     """Test that pooled members share boosters through the memo with identical forecasts."""
     other = synthetic_history(days=DAYS, seed=11)
-    other = CarbonHistory(
-        region="SYN2",
-        intensity=other.intensity,
-        fuel_mix=other.fuel_mix,
-        signal=other.signal,
-        emission_factor=other.emission_factor,
-        source=other.source,
-    )
+    other = dataclasses.replace(other, region="SYN2")
     end = _train_end(long_history)
     one, two = long_history.until(end), other.until(end)
     shared = SharedFits()
@@ -179,6 +170,7 @@ def test_a_history_with_unknown_shares_joins_the_pool_as_extra_rows(
     extra = with_unknown_shares(other, list(long_history.fuel_mix.columns))
     assert extra.fuel_mix is not None
     assert extra.fuel_mix.isna().all().all()
+    assert extra.generation is None
     end = _train_end(long_history)
     own = long_history.until(end)
     pooled = fit_forecaster(own, config=CONFIG, related=[extra.until(end)])

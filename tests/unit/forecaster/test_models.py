@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -10,6 +12,7 @@ from services.forecaster.features import to_grid
 from services.forecaster.models import (
     BUCKETS,
     CANDIDATES,
+    MIX,
     CarbonForecaster,
     ForecasterConfig,
     _blend_weights,
@@ -25,14 +28,10 @@ def _perturbed_after(history: CarbonHistory, cutoff: pd.Timestamp) -> CarbonHist
     mix = history.fuel_mix.copy() if history.fuel_mix is not None else None
     if mix is not None:
         mix[mix.index > cutoff] = 0.5
-    return CarbonHistory(
-        region=history.region,
-        intensity=values,
-        fuel_mix=mix,
-        signal=history.signal,
-        emission_factor=history.emission_factor,
-        source=history.source,
-    )
+    generation = history.generation.copy() if history.generation is not None else None
+    if generation is not None:
+        generation[generation.index > cutoff] *= np.arange(1.0, len(generation.columns) + 1)
+    return dataclasses.replace(history, intensity=values, fuel_mix=mix, generation=generation)
 
 
 def test_forecast_ignores_everything_after_one_hour_before_origin(
@@ -55,21 +54,32 @@ def test_forecast_uses_the_hour_just_before_origin(
     assert fitted.forecast(moved, origin).values != fitted.forecast(history, origin).values
 
 
+@pytest.mark.parametrize("which", ["fitted", "fitted_mix"])
 def test_batch_predict_is_causal_for_every_model(
-    history: CarbonHistory, fitted: CarbonForecaster
+    history: CarbonHistory, which: str, request: pytest.FixtureRequest
 ) -> None:
-    """Test that each model's batch forecast at an origin ignores values from the origin on."""
+    """Test that each model's batch forecast at an origin ignores values from the origin on
+    (with the source-production member and feature too), and that the hour before moves it."""
+    model: CarbonForecaster = request.getfixturevalue(which)
     grid = to_grid(history)
     origins = np.array([82 * 24, 84 * 24 + 7], dtype=np.int64)
-    before = fitted.predict(grid, origins)
+    before = model.predict(grid, origins)
+    if which == "fitted_mix":
+        assert MIX in before
     future = grid.y.copy()
     future[origins[0] :] *= 5.0
     shares = grid.shares.copy()
     shares[origins[0] :] = 0.0
-    leaked = type(grid)(grid.start, future, grid.observed, shares, grid.share_names)
-    after = fitted.predict(leaked, origins[:1])
+    generation = grid.generation.copy()
+    generation[origins[0] :, 0] *= 7.0
+    leaked = dataclasses.replace(grid, y=future, shares=shares, generation=generation)
+    after = model.predict(leaked, origins[:1])
     for name, values in before.items():
         np.testing.assert_array_equal(after[name][0], values[0], err_msg=name)
+    if which == "fitted_mix":
+        generation[origins[0] - 1, 0] += 500.0  # SUN at 23:00 UTC: 0 MW before
+        moved = model.predict(dataclasses.replace(grid, generation=generation), origins[:1])
+        assert not np.array_equal(moved[MIX][0], before[MIX][0])
 
 
 def test_forecast_is_labelled_and_bounded(history: CarbonHistory, fitted: CarbonForecaster) -> None:
@@ -166,3 +176,87 @@ def test_a_short_horizon_fit_has_one_booster_and_one_blend_per_bucket(
     assert short.describe_choice().count("|") == sum(lo <= 6 for lo, _ in BUCKETS) - 1
     forecast = short.forecast(history, history.intensity.index[85 * 24], horizon_h=6)
     assert len(forecast.values) == 6
+
+
+def test_mix_member_joins_the_blend_where_the_region_has_generation(
+    history: CarbonHistory, fitted_mix: CarbonForecaster, fitted: CarbonForecaster
+) -> None:
+    """Test that the source-production member is a fifth blend column with its own validation
+    score and fitted factors, only when asked for, and that the blend still sums to one."""
+    assert fitted.candidates == CANDIDATES  # the member is off by default
+    assert fitted.mix_feature  # the booster features are on by default
+    assert fitted.mix_features_max_h == 24
+    assert fitted.emission_factors is not None
+    assert fitted_mix.candidates == (*CANDIDATES, MIX)
+    assert fitted_mix.emission_factors is not None
+    assert fitted_mix.emission_factors.names == ("SUN", "NG")
+    assert fitted_mix.weights.shape == (fitted_mix.horizon_h, len(CANDIDATES) + 1)
+    np.testing.assert_allclose(fitted_mix.weights.sum(axis=1), 1.0)
+    assert len(fitted_mix.validation_mape[MIX]) == len(BUCKETS)
+    chosen = fitted_mix.validation_mape["chosen"]
+    baseline = fitted_mix.validation_mape["template_level"]
+    assert all(c <= t for c, t in zip(chosen, baseline, strict=True))
+    forecast = fitted_mix.forecast(history, history.intensity.index[85 * 24], horizon_h=24)
+    assert all(np.isfinite(forecast.values))
+
+
+def test_mix_member_is_left_out_for_a_history_without_generation(
+    history: CarbonHistory,
+) -> None:
+    """Test that a region with shares only (Electricity Maps) fits the four usual members."""
+    config = ForecasterConfig(
+        horizon_h=6,
+        max_training_rows=5_000,
+        hw_fit_days=14,
+        booster_max_iter=20,
+        mix_member=True,
+        mix_feature=True,
+        mix_share_features=True,
+    )
+    shares_only = dataclasses.replace(history, generation=None)
+    model = fit_forecaster(shares_only.until(history.intensity.index[80 * 24 - 1]), config=config)
+    assert model.candidates == CANDIDATES
+    assert model.emission_factors is None
+    assert not model.mix_feature
+    assert not model.mix_share_features
+    forecast = model.forecast(shares_only, history.intensity.index[85 * 24], horizon_h=6)
+    assert all(np.isfinite(forecast.values))
+
+
+def test_blend_skips_a_member_without_a_value_and_renormalises() -> None:
+    """Test that a NaN member (no generation at predict time) drops out of the weighted sum."""
+    from services.forecaster.models import _blend
+
+    base = np.full((2, 4), 100.0)
+    predictions = {name: base.copy() for name in (*CANDIDATES, MIX)}
+    predictions["gbm"] = base * 2.0
+    predictions[MIX] = np.full_like(base, np.nan)
+    weights = np.tile(np.array([0.1, 0.1, 0.1, 0.2, 0.5]), (4, 1))
+    blended = _blend(predictions, weights, (*CANDIDATES, MIX))
+    np.testing.assert_allclose(blended, 100.0 * (0.3 + 0.2 * 2.0) / 0.5)
+    predictions[MIX] = base * 3.0
+    np.testing.assert_allclose(
+        _blend(predictions, weights, (*CANDIDATES, MIX)), 100.0 * (0.3 + 0.4 + 1.5)
+    )
+
+
+def test_mix_booster_features_stop_at_their_longest_horizon(history: CarbonHistory) -> None:
+    """Test that ``mix_features_max_h`` leaves a constant in the source-production columns of
+    the longer horizons' rows and the forecast values in the others."""
+    from services.forecaster.baselines import HoltWintersParams
+    from services.forecaster.mix import fit_emission_factors
+    from services.forecaster.models import _booster_matrix, _reference_forecasts
+
+    grid = to_grid(history)
+    origins = np.array([60 * 24, 61 * 24 + 5], dtype=np.int64)
+    params = HoltWintersParams(alpha=0.3, beta=0.01, gamma=0.1, phi=0.9)
+    template, refs = _reference_forecasts(grid, origins, 48, params, fit_emission_factors(grid))
+    every = _booster_matrix(grid, origins, 48, template, refs, (True, True, None))
+    short = _booster_matrix(grid, origins, 48, template, refs, (True, True, 24))
+    plain = _booster_matrix(grid, origins, 48, template, refs, (False, False, None))
+    mix_columns = every.shape[1] - plain.shape[1]
+    assert mix_columns == 1 + len(grid.share_names)
+    beyond = every[:, 0] > 24
+    assert np.array_equal(short[~beyond], every[~beyond])
+    assert np.all(short[beyond][:, -len(grid.share_names) :] == 0.0)
+    assert np.any(every[beyond][:, -len(grid.share_names) :] != 0.0)
