@@ -1,17 +1,14 @@
 """Property tests: the fast BF-IO lookahead (seed 003, Sec. 2.2) equals the code it replaced.
 
-The reference below is ``base_trajectories`` as of c02f3c3 (uncached), written out: one
-weighted bincount of per-sequence KV by finish step, then reversed cumulative sums. The
-new code must return the same array, dtype and bits (``-0.0`` included), with and without
-a snapshot cache, for any snapshot: empty workers, missing predictions, per-sequence KV or
-the mean-KV fallback, negative or huge values, refill on and off.
+The reference is the frozen lookahead of ``bfio_reference`` (the code before the BF-IO
+speed-ups; ``base_trajectories`` as of c02f3c3 returned the same bits): per-sequence KV
+binned by finish step, then reversed cumulative sums. The new code must return the same
+array, dtype and bits (``-0.0`` included), with and without a snapshot cache, for any
+snapshot: empty workers, missing predictions, per-sequence KV or the mean-KV fallback,
+negative or huge values, refill on and off.
 """
 
 from __future__ import annotations
-
-import itertools
-from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 from hypothesis import example, given, settings
@@ -20,68 +17,7 @@ from numpy.typing import NDArray
 
 from services.router.lookahead import SnapshotCache, base_trajectories
 from services.router.placement import WorkerLoad
-
-
-def _reference_per_sequence(
-    workers: Sequence[WorkerLoad],
-    lengths: list[int],
-    total: int,
-    values: Callable[[WorkerLoad], tuple[int, ...]],
-    fallback: Callable[[WorkerLoad], int],
-) -> NDArray[np.int64]:
-    reported = [len(values(w)) == w.running > 0 for w in workers]
-    if not any(reported):
-        return np.repeat(np.array([fallback(w) for w in workers], dtype=np.int64), lengths)
-    return np.fromiter(
-        itertools.chain.from_iterable(
-            values(w) if ok else (fallback(w),) * w.running
-            for w, ok in zip(workers, reported, strict=True)
-        ),
-        dtype=np.int64,
-        count=total,
-    )
-
-
-def reference_base(
-    workers: Sequence[WorkerLoad], horizon: int, refill_tokens: float = 0.0
-) -> NDArray[np.float64]:
-    """Return the (G, H+1) loads exactly as the c02f3c3 lookahead computed them."""
-    count = len(workers)
-    width = horizon + 1
-    if sum(w.running for w in workers) == 0:
-        return np.zeros((count, width), dtype=np.float64)
-    lengths = [w.running for w in workers]
-    total = sum(lengths)
-    remaining = _reference_per_sequence(
-        workers, lengths, total, lambda w: w.predicted_remaining, lambda w: width
-    )
-    kv = _reference_per_sequence(
-        workers, lengths, total, lambda w: w.running_kv, lambda w: w.kv_tokens // max(1, w.running)
-    )
-    owner = np.repeat(np.arange(count), lengths)
-    finish = np.minimum(np.maximum(remaining, 0), width) + owner * (width + 1)
-    bins = count * (width + 1)
-    kv_drop = np.bincount(finish, weights=kv.astype(np.float64), minlength=bins)
-    seq_drop = np.bincount(finish, minlength=bins)
-    shape = (count, width + 1)
-    return _reference_loads(
-        np.asarray(kv_drop, dtype=np.float64).reshape(shape), seq_drop.reshape(shape), refill_tokens
-    )
-
-
-def _reference_loads(
-    kv_drop: NDArray[Any], seq_drop: NDArray[np.int64], refill_tokens: float
-) -> NDArray[np.float64]:
-    width = kv_drop.shape[1] - 1
-    steps = np.arange(width, dtype=np.float64)
-    kv_alive = np.cumsum(kv_drop[:, ::-1], axis=1)[:, ::-1][:, 1:]
-    seq_alive = np.cumsum(seq_drop[:, ::-1], axis=1)[:, ::-1][:, 1:]
-    loads = kv_alive + seq_alive * steps
-    if refill_tokens > 0.0:
-        finished = np.cumsum(seq_drop[:, :width], axis=1)
-        grown = np.cumsum(finished, axis=1) - finished
-        loads = loads + refill_tokens * finished + grown
-    return np.asarray(loads, dtype=np.float64)
+from tests.unit.router.bfio_reference import reference_base_trajectories
 
 
 def _same_bits(got: NDArray[np.float64], want: NDArray[np.float64]) -> bool:
@@ -156,7 +92,7 @@ def test_base_trajectories_equal_the_old_code_bit_for_bit(
     workers: list[WorkerLoad], horizon: int, refill: float
 ) -> None:
     """Test that the fast lookahead returns the old code's array, uncached and cached."""
-    want = reference_base(workers, horizon, refill)
+    want = reference_base_trajectories(workers, horizon, refill)
     assert _same_bits(base_trajectories(workers, horizon, refill), want)
     cache = SnapshotCache()
     assert _same_bits(base_trajectories(workers, horizon, refill, cache=cache), want)
@@ -181,7 +117,7 @@ def test_a_cache_going_dormant_and_probing_never_changes_a_result(
         workers = [
             previous[g] if g < len(previous) and keep >> g & 1 else w for g, w in enumerate(fresh)
         ]
-        want = reference_base(workers, horizon, refill)
+        want = reference_base_trajectories(workers, horizon, refill)
         assert _same_bits(base_trajectories(workers, horizon, refill, cache=cache), want)
         previous = workers
 
@@ -213,4 +149,4 @@ def test_cache_goes_dormant_on_fresh_snapshots_and_wakes_when_they_repeat() -> N
     assert (cache.hits, cache.misses) == (4, 16)
     again = base_trajectories(fixed, 20, cache=cache)
     assert (cache.hits, cache.misses) == (8, 16)
-    assert _same_bits(again, reference_base(fixed, 20))
+    assert _same_bits(again, reference_base_trajectories(fixed, 20))
