@@ -34,9 +34,9 @@ from services.classifier.ingress_consumer import (
     IngressInbox,
     consumer_config,
     ensure_ingress_consumer,
+    subscribe_inbox,
 )
 from shared.bus import ensure_ingress_stream
-from shared.security.nats_acl import CLASSIFIER_CONSUMER
 from shared.servers import start_nats
 
 __all__ = ["main"]
@@ -93,14 +93,7 @@ async def _run(url: str, mode: str, rate: float, seconds: float, prefix: str) ->
             config = consumer_config(subjects, ack_wait_s=30.0, max_deliver=5)
             await ensure_ingress_consumer(cjs, subjects, config)
             inbox = IngressInbox()
-            await cjs.subscribe(
-                subjects.ingress_wildcard,
-                queue=CLASSIFIER_CONSUMER,
-                durable=CLASSIFIER_CONSUMER,
-                stream=subjects.ingress_stream,
-                cb=inbox.on_message,
-                manual_ack=True,
-            )
+            await subscribe_inbox(cjs, subjects, inbox)
 
             async def take_loop() -> None:
                 while not finished.is_set():

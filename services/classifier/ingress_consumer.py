@@ -36,6 +36,7 @@ __all__ = [
     "IngressInbox",
     "consumer_config",
     "ensure_ingress_consumer",
+    "subscribe_inbox",
 ]
 
 MAX_ACK_PENDING = 1024
@@ -105,6 +106,22 @@ async def ensure_ingress_consumer(
         replaced = True
     await js.add_consumer(stream, config=config)
     return replaced
+
+
+async def subscribe_inbox(
+    js: JetStreamContext, subjects: Subjects, inbox: IngressInbox
+) -> JetStreamContext.PushSubscription:
+    """Bind to the (existing) consumer in its deliver group; deliveries go to ``inbox``."""
+    return await js.subscribe(
+        subjects.ingress_wildcard,
+        queue=CLASSIFIER_CONSUMER,
+        durable=CLASSIFIER_CONSUMER,
+        stream=subjects.ingress_stream,
+        cb=inbox.on_message,
+        manual_ack=True,
+        # Above max_ack_pending, so the client never drops a delivery as a slow consumer.
+        pending_msgs_limit=4 * MAX_ACK_PENDING,
+    )
 
 
 class IngressInbox:

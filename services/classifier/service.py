@@ -33,10 +33,10 @@ from proto.messages import (
 )
 from services.classifier.classes import default_slos, make_predictor, scheme_by_name
 from services.classifier.ingress_consumer import (
-    MAX_ACK_PENDING,
     IngressInbox,
     consumer_config,
     ensure_ingress_consumer,
+    subscribe_inbox,
 )
 from services.classifier.ingress_identity import (
     admit_bound_request,
@@ -51,7 +51,6 @@ from shared.lifecycle import ServiceContext
 from shared.loops import sleep_or_stop
 from shared.plan_watch import watch_plan
 from shared.replies import reply_error
-from shared.security.nats_acl import CLASSIFIER_CONSUMER
 from shared.telemetry import inject_headers, request_attributes, span_from_headers
 
 __all__ = [
@@ -177,16 +176,7 @@ async def consume(
     await ensure_ingress_consumer(ctx.js, ctx.subjects, config)
     await _await_first_plan(ctx, core)
     inbox = IngressInbox()
-    sub = await ctx.js.subscribe(
-        ctx.subjects.ingress_wildcard,
-        queue=CLASSIFIER_CONSUMER,
-        durable=CLASSIFIER_CONSUMER,
-        stream=ctx.subjects.ingress_stream,
-        cb=inbox.on_message,
-        manual_ack=True,
-        # Above max_ack_pending, so the client never drops a delivery as a slow consumer.
-        pending_msgs_limit=4 * MAX_ACK_PENDING,
-    )
+    sub = await subscribe_inbox(ctx.js, ctx.subjects, inbox)
     batch = ctx.settings.classifier.fetch_batch
     slots = asyncio.Semaphore(MAX_BATCHES_IN_FLIGHT)
     handling: set[asyncio.Task[None]] = set()

@@ -14,25 +14,13 @@ from services.classifier.ingress_consumer import (
     IngressInbox,
     consumer_config,
     ensure_ingress_consumer,
+    subscribe_inbox,
 )
 from shared.bus import ensure_ingress_stream
 from shared.security.nats_acl import CLASSIFIER_CONSUMER
 from shared.servers import ServerProcess
 
 pytestmark = pytest.mark.connected
-
-
-async def _push_subscribe(
-    js: nats.js.JetStreamContext, subjects: Subjects, inbox: IngressInbox
-) -> object:
-    return await js.subscribe(
-        subjects.ingress_wildcard,
-        queue=CLASSIFIER_CONSUMER,
-        durable=CLASSIFIER_CONSUMER,
-        stream=subjects.ingress_stream,
-        cb=inbox.on_message,
-        manual_ack=True,
-    )
 
 
 async def test_an_old_pull_consumer_is_replaced_and_its_messages_still_arrive(
@@ -71,7 +59,7 @@ async def test_an_old_pull_consumer_is_replaced_and_its_messages_still_arrive(
         assert info.config.filter_subject == subjects.ingress_wildcard
 
         inbox = IngressInbox()
-        await _push_subscribe(js, subjects, inbox)
+        await subscribe_inbox(js, subjects, inbox)
         got: list[Msg] = []
         async with asyncio.timeout(5.0):
             while len(got) < 2:
@@ -95,7 +83,7 @@ async def test_a_missing_consumer_is_created_as_a_push_consumer(
         config = consumer_config(subjects, ack_wait_s=30.0, max_deliver=5)
         assert not await ensure_ingress_consumer(js, subjects, config)
         inbox = IngressInbox()
-        await _push_subscribe(js, subjects, inbox)
+        await subscribe_inbox(js, subjects, inbox)
         await js.publish(subjects.ingress_request, b"one")
         async with asyncio.timeout(5.0):
             (msg,) = await inbox.take(8)
@@ -118,7 +106,7 @@ async def test_two_classifiers_share_the_work_and_an_unacked_message_is_redelive
         await ensure_ingress_consumer(js, subjects, config)
         inboxes = [IngressInbox(), IngressInbox()]
         for nc, inbox in zip((first, second), inboxes, strict=True):
-            await _push_subscribe(nc.jetstream(), subjects, inbox)
+            await subscribe_inbox(nc.jetstream(), subjects, inbox)
         for i in range(40):
             await js.publish(subjects.ingress_request, str(i).encode())
         seen: dict[bytes, int] = {}
