@@ -64,6 +64,17 @@ class HourlyGrid:
         return pd.date_range(self.start, periods=len(self.y), freq="h")
 
 
+def _hourly_columns(
+    frame: pd.DataFrame | None, grid: pd.DatetimeIndex
+) -> tuple[FloatArray, tuple[str, ...]]:
+    """Hourly means of ``frame``'s columns on ``grid``, gaps filled causally, and their names
+    (an empty array and no names without a frame)."""
+    if frame is None or not len(frame.columns):
+        return np.zeros((len(grid), 0)), ()
+    hourly = frame.resample("h").mean().reindex(grid)
+    return _causal_fill(hourly.to_numpy(dtype=np.float64)), tuple(str(c) for c in hourly.columns)
+
+
 def _causal_fill(values: FloatArray) -> FloatArray:
     """Forward-fill NaNs along axis 0; a leading gap takes the first valid value."""
     frame = pd.DataFrame(values).ffill().bfill()
@@ -83,18 +94,8 @@ def to_grid(history: CarbonHistory) -> HourlyGrid:
     grid = pd.date_range(series.index[0].floor("h"), series.index[-1].floor("h"), freq="h")
     hourly = series.resample("h").mean().reindex(grid)
     raw = hourly.to_numpy(dtype=np.float64)
-    if history.fuel_mix is not None and len(history.fuel_mix.columns):
-        mix = history.fuel_mix.resample("h").mean().reindex(grid)
-        shares = _causal_fill(mix.to_numpy(dtype=np.float64))
-        names = tuple(str(c) for c in mix.columns)
-    else:
-        shares, names = np.zeros((len(grid), 0)), ()
-    if history.generation is not None and len(history.generation.columns):
-        megawatts = history.generation.resample("h").mean().reindex(grid)
-        generation = _causal_fill(megawatts.to_numpy(dtype=np.float64))
-        generation_names = tuple(str(c) for c in megawatts.columns)
-    else:
-        generation, generation_names = np.zeros((len(grid), 0)), ()
+    shares, names = _hourly_columns(history.fuel_mix, grid)
+    generation, generation_names = _hourly_columns(history.generation, grid)
     return HourlyGrid(
         start=grid[0],
         y=_causal_fill(raw[:, None])[:, 0],
