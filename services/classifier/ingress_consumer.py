@@ -132,9 +132,10 @@ class IngressInbox:
     """
 
     def __init__(self) -> None:
-        """Start empty."""
+        """Start empty and open."""
         self._waiting: deque[Msg] = deque()
         self._arrived = asyncio.Event()
+        self._closed = False
 
     def __len__(self) -> int:
         """Messages waiting."""
@@ -146,13 +147,23 @@ class IngressInbox:
         self._arrived.set()
 
     async def take(self, limit: int) -> list[Msg]:
-        """Wait for at least one message; return up to ``limit`` in arrival order."""
-        while not self._waiting:
+        """Wait for at least one message; return up to ``limit`` in arrival order.
+
+        Returns an empty list once the inbox is closed (what waits stays for :meth:`drain`).
+        """
+        while not self._waiting or self._closed:
+            if self._closed:
+                return []
             self._arrived.clear()
             await self._arrived.wait()
         waiting = self._waiting
         count = min(limit, len(waiting))
         return [waiting.popleft() for _ in range(count)]
+
+    def close(self) -> None:
+        """Stop handing out messages: a waiting :meth:`take` returns an empty list."""
+        self._closed = True
+        self._arrived.set()
 
     def drain(self) -> list[Msg]:
         """Remove and return every waiting message (at shutdown, to hand back)."""

@@ -191,29 +191,23 @@ async def consume(
         finally:
             slots.release()
 
-    async def take() -> list[Msg]:
-        await slots.acquire()
-        try:
-            return await inbox.take(batch)
-        except BaseException:
-            slots.release()
-            raise
+    async def close_on_stop() -> None:
+        await ctx.stop.wait()
+        inbox.close()
 
-    stopping = asyncio.create_task(ctx.stop.wait())
+    closer = asyncio.create_task(close_on_stop())
     try:
-        while not ctx.stop.is_set():
-            taking = asyncio.create_task(take())
-            await asyncio.wait((taking, stopping), return_when=asyncio.FIRST_COMPLETED)
-            if not taking.done():
-                taking.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await taking
+        while True:
+            await slots.acquire()
+            msgs = await inbox.take(batch)
+            if not msgs:  # closed: stopping
+                slots.release()
                 break
-            task = asyncio.create_task(handle(taking.result(), time.time()))
+            task = asyncio.create_task(handle(msgs, time.time()))
             handling.add(task)
             task.add_done_callback(handling.discard)
     finally:
-        stopping.cancel()
+        closer.cancel()
         with contextlib.suppress(nats.errors.Error):
             await sub.unsubscribe()
         # Delivered but never classified: hand them back now rather than after ack_wait.
@@ -331,8 +325,11 @@ def _stream_seq(msg: Msg) -> int:
     tokens = (msg.reply or "").split(".")
     if tokens[:2] != ["$JS", "ACK"]:
         return 0
-    position = _V1_STREAM_SEQ if len(tokens) == _V1_TOKENS else _V2_STREAM_SEQ
-    if len(tokens) != _V1_TOKENS and len(tokens) < _V2_TOKENS - 1:
+    if len(tokens) == _V1_TOKENS:
+        position = _V1_STREAM_SEQ
+    elif len(tokens) >= _V2_TOKENS - 1:  # the trailing random token is optional
+        position = _V2_STREAM_SEQ
+    else:
         return 0
     try:
         return int(tokens[position])

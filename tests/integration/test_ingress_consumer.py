@@ -149,3 +149,17 @@ async def test_the_inbox_hands_out_batches_in_arrival_order() -> None:
     assert len(inbox) == 1
     assert inbox.drain() == msgs[2:]
     assert len(inbox) == 0
+
+
+async def test_a_closed_inbox_wakes_its_taker_and_keeps_what_waits_for_drain() -> None:
+    """Test that close ends a waiting take with an empty batch (the classifier stops) and
+    that messages still waiting are left for drain (to be nak-ed), not handed out."""
+    inbox = IngressInbox()
+    waiter = asyncio.create_task(inbox.take(8))
+    await asyncio.sleep(0.01)
+    inbox.close()
+    assert await waiter == []
+    msg = Msg(_client=None, subject="s")  # type: ignore[arg-type]
+    await inbox.on_message(msg)
+    assert await inbox.take(8) == []
+    assert inbox.drain() == [msg]
