@@ -1,4 +1,4 @@
-"""Message factories for tests: one place that builds valid protocol messages.
+"""Factories for tests: one place that builds valid protocol messages and service settings.
 
 Every field has a plausible default; tests name only what they are about.
 """
@@ -8,8 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from proto.messages import ClassifiedRequest, Request, WorkerStats
+from shared.config import Settings
+from shared.servers import ServerProcess
 
-__all__ = ["classified_request", "worker_stats"]
+__all__ = ["classified_request", "connected_settings", "no_ready", "worker_stats"]
 
 
 def classified_request(
@@ -75,3 +77,12 @@ def worker_stats(worker_id: str = "w", **fields: Any) -> WorkerStats:
     }
     values.update(fields)
     return WorkerStats(**values)
+
+
+def connected_settings(namespace: str, nats: ServerProcess, redis: ServerProcess) -> Settings:
+    """Settings of a service on the suite's own servers, in the test's namespace."""
+    return Settings(namespace=namespace, nats={"url": nats.url}, redis={"url": redis.url})
+
+
+async def no_ready(_pool_id: str) -> None:
+    """A scheduler ``on_ready`` hook that does nothing (no router listens in the test)."""

@@ -46,7 +46,7 @@ from shared.clock import ModelClock
 from shared.config import NatsSettings, Settings
 from shared.lifecycle import service_context
 from shared.servers import ServerProcess
-from tests.factories import classified_request, worker_stats
+from tests.factories import classified_request, connected_settings, no_ready, worker_stats
 from tests.unit.proto.samples import sample_of
 
 pytestmark = pytest.mark.connected
@@ -93,19 +93,13 @@ async def test_colocated_stack_answers_every_request_exactly_once(
     assert len(ready_events) <= span_s / READY_EVENT_PERIOD_S + 2  # one pool here
 
 
-async def _noop(_pool_id: str) -> None:
-    return None
-
-
 async def test_colocated_hand_offs_keep_redis_a_complete_recovery_log(
     nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
 ) -> None:
     """Test that pulled-but-unplaced requests stay queued, placed ones move, ended ones go."""
-    settings = Settings(
-        namespace=namespace, nats={"url": nats_server.url}, redis={"url": redis_server.url}
-    )
+    settings = connected_settings(namespace, nats_server, redis_server)
     async with service_context("requestpath", settings) as ctx:
-        scheduler = SchedulerShell(ctx, on_ready=_noop)
+        scheduler = SchedulerShell(ctx, on_ready=no_ready)
         requests = [classified_request(f"r{i}") for i in range(3)]
         reply = await scheduler.submit(requests)
         assert sorted(reply.accepted) == ["r0", "r1", "r2"]
@@ -117,7 +111,7 @@ async def test_colocated_hand_offs_keep_redis_a_complete_recovery_log(
         # Pulled, not placed yet: a crash now must not lose them, so they are still queued
         # and a restarted process takes all three back.
         assert set(await ctx.redis.hkeys(ctx.keys.queued)) == {b"r0", b"r1", b"r2"}
-        assert await SchedulerShell(ctx, on_ready=_noop).restore() == 3
+        assert await SchedulerShell(ctx, on_ready=no_ready).restore() == 3
 
         first, second = (r.request.request_id for r in pulled)
         router = RouterShell(ctx, link)
@@ -142,9 +136,7 @@ async def test_a_worker_reports_requests_ending_together_in_one_done_event(
 ) -> None:
     """Test that three requests finishing in one iteration give each client its Completion
     and the bookkeeping subscribers one CompletionBatch; a lone ending stays a Completion."""
-    settings = Settings(
-        namespace=namespace, nats={"url": nats_server.url}, redis={"url": redis_server.url}
-    )
+    settings = connected_settings(namespace, nats_server, redis_server)
     done_events: list[bytes] = []
     to_clients: dict[str, object] = {}
     got = asyncio.Event()
@@ -192,9 +184,7 @@ async def test_router_batches_per_worker_and_falls_back_for_workers_without_batc
 ) -> None:
     """Test that three requests for one worker go as one batch, and an older worker (no
     batch subject) still gets its requests one by one."""
-    settings = Settings(
-        namespace=namespace, nats={"url": nats_server.url}, redis={"url": redis_server.url}
-    )
+    settings = connected_settings(namespace, nats_server, redis_server)
     batches: list[int] = []
     singles: list[str] = []
 
@@ -223,7 +213,7 @@ async def test_router_batches_per_worker_and_falls_back_for_workers_without_batc
                 ctx.nc, subjects.worker_dispatch("old"), ClassifiedRequest, on_single, service="t"
             ),
         ]
-        router = RouterShell(ctx, InMemoryScheduler(SchedulerShell(ctx, on_ready=_noop)))
+        router = RouterShell(ctx, InMemoryScheduler(SchedulerShell(ctx, on_ready=no_ready)))
         requests = [classified_request(f"q{i}") for i in range(5)]
         workers = ["new", "new", "new", "old", "old"]
         for req, worker_id in zip(requests, workers, strict=True):

@@ -23,27 +23,21 @@ from proto.messages import ClassifiedRequest, Completion, DispatchReply
 from proto.subjects import Subjects
 from services.scheduler.service import SchedulerShell
 from shared.bus import connect_nats, request
-from shared.config import NatsSettings, Settings
+from shared.config import NatsSettings
 from shared.lifecycle import service_context
 from shared.servers import ServerProcess
-from tests.factories import classified_request
+from tests.factories import classified_request, connected_settings, no_ready
 
 pytestmark = pytest.mark.connected
-
-
-async def _noop(_pool_id: str) -> None:
-    return None
 
 
 async def test_a_late_requeue_of_an_ended_request_is_dropped(
     nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
 ) -> None:
     """Test that the scheduler does not queue again a request whose end it has heard."""
-    settings = Settings(
-        namespace=namespace, nats={"url": nats_server.url}, redis={"url": redis_server.url}
-    )
+    settings = connected_settings(namespace, nats_server, redis_server)
     async with service_context("scheduler", settings) as ctx:
-        scheduler = SchedulerShell(ctx, on_ready=_noop)
+        scheduler = SchedulerShell(ctx, on_ready=no_ready)
         ran, other = classified_request("c.ran"), classified_request("c.other")
         await scheduler.submit([ran, other])
         pulled, _ = await scheduler.pull("p", 2)

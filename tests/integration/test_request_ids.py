@@ -25,28 +25,22 @@ from proto.subjects import Subjects
 from services.classifier.ingress_identity import DUPLICATE_REQUEST_ID
 from services.scheduler.service import SchedulerShell
 from shared.bus import connect_nats, ensure_ingress_stream
-from shared.config import NatsSettings, Settings
+from shared.config import NatsSettings
 from shared.counters import ERRORS
 from shared.lifecycle import service_context
 from shared.servers import ServerProcess
-from tests.factories import classified_request
+from tests.factories import classified_request, connected_settings, no_ready
 
 pytestmark = pytest.mark.connected
-
-
-async def _noop(_pool_id: str) -> None:
-    return None
 
 
 async def test_the_seen_mark_tells_a_redelivery_from_a_reused_id(
     nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
 ) -> None:
     """Test submit: same ingress message or same request = duplicate; another = reused."""
-    settings = Settings(
-        namespace=namespace, nats={"url": nats_server.url}, redis={"url": redis_server.url}
-    )
+    settings = connected_settings(namespace, nats_server, redis_server)
     async with service_context("scheduler", settings) as ctx:
-        scheduler = SchedulerShell(ctx, on_ready=_noop)
+        scheduler = SchedulerShell(ctx, on_ready=no_ready)
         first = classified_request("a.r1", ingress_seq=7)
         assert (await scheduler.submit([first])).accepted == ["a.r1"]
         redelivered = await scheduler.submit([first])
