@@ -42,7 +42,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
     modules = _command_modules()
     for name in sorted(modules):
         module = modules[name]
-        cmd_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        cmd_parser = sub.add_parser(
+            # argparse %-formats help strings; a HELP may quote "-13 %".
+            name,
+            help=module.HELP.replace("%", "%%"),
+            description=module.HELP,
+        )
         module.add_arguments(cmd_parser)
     return parser, modules
 
