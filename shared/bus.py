@@ -92,7 +92,13 @@ async def connect_nats(settings: NatsSettings, name: str) -> Client:
     async def on_error(exc: Exception) -> None:
         logger.warning("nats error: %s", exc)
 
+    connected: list[Client] = []
+
     async def on_disconnect() -> None:
+        # nats-py calls this on our own close() too; only a lost connection is news.
+        if connected and connected[0].is_closed:
+            logger.debug("nats connection closed")
+            return
         logger.warning("nats disconnected")
 
     async def on_reconnect() -> None:
@@ -119,7 +125,9 @@ async def connect_nats(settings: NatsSettings, name: str) -> Client:
         options["inbox_prefix"] = f"_INBOX.{user}"
     if settings.tls_ca_file is not None:
         options["tls"] = ssl.create_default_context(cafile=str(settings.tls_ca_file))
-    return await nats.connect(**options)
+    client = await nats.connect(**options)
+    connected.append(client)
+    return client
 
 
 async def ensure_ingress_stream(

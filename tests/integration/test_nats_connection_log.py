@@ -1,0 +1,48 @@
+"""The NATS connection's log: our own close is not news, a lost server is."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+
+from shared.bus import connect_nats
+from shared.config import NatsSettings
+from shared.servers import ServerProcess, start_nats
+
+pytestmark = pytest.mark.connected
+
+
+async def test_closing_our_own_connection_logs_no_warning(
+    nats_server: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Test that close() does not log the disconnect warning (``make demo`` printed it)."""
+    nc = await connect_nats(NatsSettings(url=nats_server.url), "closing-client")
+    with caplog.at_level(logging.DEBUG, logger="shared.bus"):
+        await nc.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "nats connection closed" in caplog.text
+
+
+async def test_losing_the_server_logs_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Test that a server going away is still a warning."""
+    server = start_nats(tmp_path)
+    try:
+        nc = await connect_nats(
+            NatsSettings(url=server.url, max_reconnect_attempts=1, reconnect_wait_s=0.1),
+            "orphaned-client",
+        )
+        with caplog.at_level(logging.WARNING, logger="shared.bus"):
+            server.kill()
+            for _ in range(50):
+                if "nats disconnected" in caplog.text:
+                    break
+                await asyncio.sleep(0.05)
+        assert "nats disconnected" in caplog.text
+        await nc.close()
+    finally:
+        server.stop()
