@@ -19,6 +19,9 @@ template as a booster feature, ``+S`` the forecast mix's fuel shares at the targ
 booster features, ``+H<hours>`` those features only for the boosters up to that horizon
 (``B2+M``, ``B2+F``, ``B2+M+F``, ``B2+S``, ``B2+F+S``, ``B2+F+S+H24``: kept, the default
 since the fourth round). Every variant starts from the pre-fourth-round config.
+Fifth round, on top of ``B2+F+S+H24``: ``+R`` the booster learns the log-ratio to template +
+level instead of the template (``booster_base``); ``+G`` three bagged boosters per bucket
+(``booster_bag``; ``+G<k>``: k of them).
 """
 
 from __future__ import annotations
@@ -65,8 +68,15 @@ def main(spec: str) -> dict[str, object]:
     """Run one variant and return its scores."""
     variant, *options = spec.split("+")
     # The variants start from the config before the fourth round (no source-production
-    # features); the kept fourth-round default is ``B2+F+S+H24``.
-    cfg = ForecasterConfig(mix_feature=False, mix_share_features=False, mix_features_max_h=None)
+    # features); the kept fourth-round default is ``B2+F+S+H24``. The fifth-round options
+    # are pinned off, so the variants do not depend on the current default.
+    cfg = ForecasterConfig(
+        mix_feature=False,
+        mix_share_features=False,
+        mix_features_max_h=None,
+        booster_base="template",
+        booster_bag=1,
+    )
     for option in ([variant] if variant.startswith("A") else []) + options:
         if option == "M":
             cfg = replace(cfg, mix_member=True)
@@ -76,6 +86,10 @@ def main(spec: str) -> dict[str, object]:
             cfg = replace(cfg, mix_share_features=True)
         elif option.startswith("H"):
             cfg = replace(cfg, mix_features_max_h=int(option[1:]))
+        elif option == "R":
+            cfg = replace(cfg, booster_base="template_level")
+        elif option.startswith("G"):
+            cfg = replace(cfg, booster_bag=int(option[1:] or 3))
         else:
             cfg = replace(cfg, booster_half_life_days=float(option[1:]))
     hist = {r: load_eia_csv(r).until(CUT) for r in EIA_REGIONS}

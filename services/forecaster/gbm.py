@@ -7,7 +7,9 @@ seasons and makes its error scale-free, which is what MAPE scores. The rows come
 
 The model is *direct multi-horizon*: one booster per horizon bucket (rows routed by their
 horizon column), so the short horizons, where the last hours' level carries most of the
-signal, do not share trees with day 2, where the weekly template and calendar do.
+signal, do not share trees with day 2, where the weekly template and calendar do. With
+``bag`` > 1 each bucket's model is a :class:`BoosterBag`: that many boosters with their own
+seed and a random share of the features at every split, their predictions averaged.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ import numpy.typing as npt
 
 from services.forecaster.features import HORIZON_COLUMN
 
-__all__ = ["BOOSTER_BUCKETS", "BOOSTER_PARAMS", "RatioBooster", "fit_ratio_booster"]
+__all__ = [
+    "BAG_MAX_FEATURES",
+    "BOOSTER_BUCKETS",
+    "BOOSTER_PARAMS",
+    "BoosterBag",
+    "RatioBooster",
+    "fit_ratio_booster",
+]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -42,6 +51,23 @@ BOOSTER_PARAMS: Final[dict[str, Any]] = {
 the rest fixed a priori); ``max_iter`` may be overridden (tests use fewer rounds)."""
 BOOSTER_BUCKETS: Final = ((1, 6), (7, 24), (25, 48))
 """Horizon buckets (hours, inclusive) with a booster each."""
+BAG_MAX_FEATURES: Final = 0.7
+"""Share of the features each split of a bagged booster draws from (fixed a priori): with
+all features and no early stopping, boosters that differ only in ``random_state`` are
+identical, so the bag needs this randomness to average anything."""
+
+
+@dataclass(frozen=True, slots=True)
+class BoosterBag:
+    """Boosters of one horizon bucket fitted with different seeds; ``predict`` averages them."""
+
+    members: tuple[Any, ...]
+    """The fitted ``HistGradientBoostingRegressor`` of each seed."""
+
+    def predict(self, features: FloatArray) -> FloatArray:
+        """Mean of the members' predictions (log-ratios) per row."""
+        result: FloatArray = np.mean([member.predict(features) for member in self.members], axis=0)
+        return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +75,7 @@ class RatioBooster:
     """Fitted boosters, one per horizon bucket; ``predict`` returns the log-ratio per row."""
 
     models: tuple[Any, ...]
-    """The fitted ``HistGradientBoostingRegressor`` of each bucket."""
+    """The fitted ``HistGradientBoostingRegressor`` (or :class:`BoosterBag`) of each bucket."""
     buckets: tuple[tuple[int, int], ...]
     """Horizon range (hours, inclusive) of each model."""
 
@@ -74,40 +100,52 @@ def fit_ratio_booster(
     seed: int = 0,
     max_iter: int | None = None,
     buckets: tuple[tuple[int, int], ...] = BOOSTER_BUCKETS,
+    bag: int = 1,
 ) -> RatioBooster:
     """Fit one booster per horizon bucket; rows whose target hour was gap-filled get weight 0.
 
-    Positive weights other than 1 are passed to the booster as sample weights.
+    Positive weights other than 1 are passed to the booster as sample weights. With
+    ``bag`` > 1 each bucket gets a :class:`BoosterBag` of ``bag`` boosters, the k-th with
+    ``random_state = seed + k`` and ``max_features =`` :data:`BAG_MAX_FEATURES`; ``bag`` = 1
+    fits the single booster on all features, exactly as without bagging.
 
     Buckets that start beyond the longest horizon in ``features`` are left out.
 
     Raises:
-        ValueError: when a bucket within the horizon range has no training row.
+        ValueError: when a bucket within the horizon range has no training row, or
+            ``bag`` < 1.
     """
     from sklearn.ensemble import HistGradientBoostingRegressor
     from threadpoolctl import threadpool_limits
 
+    if bag < 1:
+        raise ValueError("bag must be at least 1")
     params = dict(BOOSTER_PARAMS)
     if max_iter is not None:
         params["max_iter"] = max_iter
+    if bag > 1:
+        params["max_features"] = BAG_MAX_FEATURES
     horizon = features[:, HORIZON_COLUMN]
     used = tuple((lo, hi) for lo, hi in buckets if lo <= horizon.max())
-    models = []
+    models: list[Any] = []
     for lo, hi in used:
         keep = (weight > 0) & (horizon >= lo) & (horizon <= hi)
         if not keep.any():
             raise ValueError(f"no training rows for horizons {lo}-{hi} h")
-        model = HistGradientBoostingRegressor(random_state=seed, **params)
-        # One OpenMP thread: on a shared, busy host the default (all cores) spin-waits and
-        # runs ~10x slower; the backtest parallelises over regions instead, if at all.
         # Weights other than 0/1 (recency weighting) are sample weights; plain 0/1 masks fit
         # without them, exactly as before such weights existed.
         sample_weight = weight[keep]
-        with threadpool_limits(limits=1):
-            model.fit(
-                features[keep],
-                target[keep],
-                sample_weight=None if np.all(sample_weight == 1.0) else sample_weight,
-            )
-        models.append(model)
+        members = []
+        for k in range(bag):
+            model = HistGradientBoostingRegressor(random_state=seed + k, **params)
+            # One OpenMP thread: on a shared, busy host the default (all cores) spin-waits
+            # and runs ~10x slower; the backtest parallelises over regions instead, if at all.
+            with threadpool_limits(limits=1):
+                model.fit(
+                    features[keep],
+                    target[keep],
+                    sample_weight=None if np.all(sample_weight == 1.0) else sample_weight,
+                )
+            members.append(model)
+        models.append(members[0] if bag == 1 else BoosterBag(tuple(members)))
     return RatioBooster(tuple(models), used)

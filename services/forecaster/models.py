@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +30,7 @@ from services.forecaster.baselines import (
     template_plus_level,
 )
 from services.forecaster.features import (
+    FLOOR_G,
     HORIZON_COLUMN,
     HourlyGrid,
     gbm_features,
@@ -70,6 +71,9 @@ MIX: Final = "mix"
 """The source-production member (:mod:`services.forecaster.mix`): intensity of the
 per-fuel forecast mix. A blend member only with :attr:`ForecasterConfig.mix_member`, and
 only for regions with generation data."""
+BoosterBase = Literal["template", "template_level"]
+"""The forecast the booster's log-ratio is taken against (see
+:attr:`ForecasterConfig.booster_base`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,6 +121,16 @@ class ForecasterConfig:
     """If set, only the boosters of horizons up to this many hours see the two features
     above (longer horizons get a constant); ``None``: every horizon. 24: with them the
     day-2 booster lost on inner validation, the day-1 boosters gained."""
+    booster_base: BoosterBase = "template"
+    """What the booster's target is the log-ratio to, and its forecast multiplies:
+    ``"template"`` (the 7-day template) or ``"template_level"`` (template + level, floored
+    at :data:`~services.forecaster.features.FLOOR_G`), so the trees learn only the
+    correction to the better baseline instead of rebuilding its level shift. The features
+    are the same either way (fifth round, docs/forecaster.md)."""
+    booster_bag: int = 1
+    """Boosters averaged per horizon bucket (log-ratio space), each with its own seed and a
+    random 70 % of the features at every split (:func:`fit_ratio_booster`'s ``bag``); 1:
+    the single booster."""
 
     def __post_init__(self) -> None:
         if self.horizon_h < 1 or self.horizon_h > BUCKETS[-1][1]:
@@ -130,6 +144,10 @@ class ForecasterConfig:
             or any(nxt != prev + 1 for prev, nxt in zip(edges[1:-1:2], edges[2::2], strict=True))
         ):
             raise ValueError("booster_buckets must tile 1..horizon_h without gaps")
+        if self.booster_base not in ("template", "template_level"):
+            raise ValueError("booster_base must be 'template' or 'template_level'")
+        if self.booster_bag < 1:
+            raise ValueError("booster_bag must be at least 1")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,6 +207,21 @@ def _reference_forecasts(
     return template, refs
 
 
+def _booster_base(
+    template: FloatArray, refs: dict[str, FloatArray], base: BoosterBase
+) -> FloatArray:
+    """The forecast the booster's log-ratio is relative to.
+
+    The template is used as it is (as before the option existed); template + level is
+    floored at :data:`FLOOR_G`, the floor :func:`log_ratio` applies to the target, because a
+    falling level shift can take it below the floor where the template is near zero.
+    """
+    if base == "template":
+        return template
+    floored: FloatArray = np.maximum(refs["template_level"], FLOOR_G)
+    return floored
+
+
 def _booster_matrix(
     grid: HourlyGrid,
     origins: IntArray,
@@ -245,6 +278,8 @@ class CarbonForecaster:
     """Whether the booster reads the forecast mix's shares (see the config)."""
     mix_features_max_h: int | None = None
     """Longest horizon whose booster reads those features (see the config)."""
+    booster_base: BoosterBase = "template"
+    """What the booster's log-ratio multiplies (see the config)."""
 
     @property
     def uses_mix(self) -> bool:
@@ -285,7 +320,8 @@ class CarbonForecaster:
             out,
             (self.mix_feature, self.mix_share_features, self.mix_features_max_h),
         )
-        out["gbm"] = template * np.exp(self.booster.predict(features).reshape(template.shape))
+        base = _booster_base(template, out, self.booster_base)
+        out["gbm"] = base * np.exp(self.booster.predict(features).reshape(template.shape))
         out["chosen"] = _blend(out, self.weights, self.candidates)
         out["p10"] = out["chosen"] * np.exp(self.log_quantiles[:, 0])[None, :]
         out["p90"] = out["chosen"] * np.exp(self.log_quantiles[:, 1])[None, :]
@@ -460,7 +496,7 @@ def _training_rows(
             (cfg.mix_feature, cfg.mix_share_features, cfg.mix_features_max_h),
         )
         targets = origins[:, None] + np.arange(horizon)[None, :]
-        target = log_ratio(grid.y[targets], template).ravel()
+        target = log_ratio(grid.y[targets], _booster_base(template, refs, cfg.booster_base)).ravel()
         weight = grid.observed[targets].astype(np.float64)
         if cfg.booster_half_life_days is not None:
             age_days = (grid.index_of(end) - targets) / 24.0
@@ -575,6 +611,7 @@ def fit_forecaster(
                 seed=cfg.seed,
                 max_iter=cfg.booster_max_iter,
                 buckets=cfg.booster_buckets,
+                bag=cfg.booster_bag,
             )
         return memo.boosters[key]
 
@@ -600,6 +637,7 @@ def fit_forecaster(
         mix_feature=cfg.mix_feature,
         mix_share_features=cfg.mix_share_features,
         mix_features_max_h=cfg.mix_features_max_h,
+        booster_base=cfg.booster_base,
     )
     val_origins = _origins(split, last_origin, cfg.validation_stride_h, grid.start)
     predictions = provisional.predict(grid, val_origins)
@@ -628,4 +666,5 @@ def fit_forecaster(
         mix_feature=cfg.mix_feature,
         mix_share_features=cfg.mix_share_features,
         mix_features_max_h=cfg.mix_features_max_h,
+        booster_base=cfg.booster_base,
     )

@@ -57,3 +57,17 @@ def fitted_mix(history: CarbonHistory) -> CarbonForecaster:
         mix_share_features=True,
     )
     return fit_forecaster(history.until(history.intensity.index[80 * 24 - 1]), config=config)
+
+
+@pytest.fixture(scope="session")
+def fitted_rg(history: CarbonHistory) -> CarbonForecaster:
+    """The default forecaster with the fifth-round options on: the booster learns the ratio
+    to template + level, and two bagged boosters per bucket."""
+    config = ForecasterConfig(
+        max_training_rows=10_000,
+        hw_fit_days=14,
+        booster_max_iter=40,
+        booster_base="template_level",
+        booster_bag=2,
+    )
+    return fit_forecaster(history.until(history.intensity.index[80 * 24 - 1]), config=config)

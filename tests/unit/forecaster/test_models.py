@@ -34,10 +34,13 @@ def _perturbed_after(history: CarbonHistory, cutoff: pd.Timestamp) -> CarbonHist
     return dataclasses.replace(history, intensity=values, fuel_mix=mix, generation=generation)
 
 
+@pytest.mark.parametrize("which", ["fitted", "fitted_rg"])
 def test_forecast_ignores_everything_after_one_hour_before_origin(
-    history: CarbonHistory, fitted: CarbonForecaster
+    history: CarbonHistory, which: str, request: pytest.FixtureRequest
 ) -> None:
-    """Test that changing data at or after the origin leaves the forecast unchanged."""
+    """Test that changing data at or after the origin leaves the forecast unchanged (also
+    with the booster on template + level, bagged)."""
+    fitted: CarbonForecaster = request.getfixturevalue(which)
     origin = history.intensity.index[85 * 24]
     leaked = _perturbed_after(history, origin - pd.Timedelta(hours=1))
     clean = fitted.forecast(history, origin, horizon_h=24)
@@ -45,21 +48,24 @@ def test_forecast_ignores_everything_after_one_hour_before_origin(
     assert fitted.forecast(history.until(origin - pd.Timedelta(hours=1)), origin) == clean
 
 
+@pytest.mark.parametrize("which", ["fitted", "fitted_rg"])
 def test_forecast_uses_the_hour_just_before_origin(
-    history: CarbonHistory, fitted: CarbonForecaster
+    history: CarbonHistory, which: str, request: pytest.FixtureRequest
 ) -> None:
     """Test that the newest allowed input (origin - 1 h) does move the forecast."""
+    fitted: CarbonForecaster = request.getfixturevalue(which)
     origin = history.intensity.index[85 * 24]
     moved = _perturbed_after(history, origin - pd.Timedelta(hours=2))
     assert fitted.forecast(moved, origin).values != fitted.forecast(history, origin).values
 
 
-@pytest.mark.parametrize("which", ["fitted", "fitted_mix"])
+@pytest.mark.parametrize("which", ["fitted", "fitted_mix", "fitted_rg"])
 def test_batch_predict_is_causal_for_every_model(
     history: CarbonHistory, which: str, request: pytest.FixtureRequest
 ) -> None:
     """Test that each model's batch forecast at an origin ignores values from the origin on
-    (with the source-production member and feature too), and that the hour before moves it."""
+    (with the source-production member and feature too, and with the booster on template +
+    level, bagged), and that the hour before moves it."""
     model: CarbonForecaster = request.getfixturevalue(which)
     grid = to_grid(history)
     origins = np.array([82 * 24, 84 * 24 + 7], dtype=np.int64)
@@ -260,3 +266,67 @@ def test_mix_booster_features_stop_at_their_longest_horizon(history: CarbonHisto
     assert np.array_equal(short[~beyond], every[~beyond])
     assert np.all(short[beyond][:, -len(grid.share_names) :] == 0.0)
     assert np.any(every[beyond][:, -len(grid.share_names) :] != 0.0)
+
+
+class _Zero:
+    """A stand-in booster that predicts a log-ratio of 0 for every row."""
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        return np.zeros(len(features))
+
+
+def _with_zero_booster(model: CarbonForecaster) -> CarbonForecaster:
+    from services.forecaster.gbm import RatioBooster
+
+    buckets = model.booster.buckets
+    return dataclasses.replace(
+        model, booster=RatioBooster(tuple(_Zero() for _ in buckets), buckets)
+    )
+
+
+def test_booster_forecast_multiplies_its_base(
+    history: CarbonHistory, fitted: CarbonForecaster, fitted_rg: CarbonForecaster
+) -> None:
+    """Test that a booster predicting 0 gives back template + level with ``booster_base =
+    "template_level"`` and the 7-day template by default."""
+    from services.forecaster.baselines import seven_day_template
+
+    assert (fitted.booster_base, fitted_rg.booster_base) == ("template", "template_level")
+    grid = to_grid(history)
+    origins = np.array([82 * 24, 84 * 24 + 7, 86 * 24 + 13], dtype=np.int64)
+    on_level = _with_zero_booster(fitted_rg).predict(grid, origins)
+    np.testing.assert_allclose(on_level["gbm"], np.maximum(on_level["template_level"], 1.0))
+    on_template = _with_zero_booster(fitted).predict(grid, origins)
+    np.testing.assert_allclose(on_template["gbm"], seven_day_template(grid.y, origins, 48))
+    assert not np.allclose(on_template["gbm"], on_template["template_level"])
+
+
+def test_booster_on_template_level_learns_the_ratio_to_it(history: CarbonHistory) -> None:
+    """Test that the training target is log(actual / template + level) with the option, the
+    features are unchanged, and the two targets differ by the ``lr_template_level`` feature."""
+    from services.forecaster.baselines import HoltWintersParams
+    from services.forecaster.features import gbm_features
+    from services.forecaster.models import _reference_forecasts, _training_rows
+
+    grid = to_grid(history)
+    params = HoltWintersParams(alpha=0.3, beta=0.01, gamma=0.1, phi=0.9)
+    end = history.intensity.index[70 * 24]
+    plain = ForecasterConfig(max_training_rows=5_000)
+    on_level = dataclasses.replace(plain, booster_base="template_level")
+    features, target, weight = _training_rows([(grid, params)], end, plain)
+    features_l, target_l, weight_l = _training_rows([(grid, params)], end, on_level)
+    np.testing.assert_array_equal(features_l, features)
+    np.testing.assert_array_equal(weight_l, weight)
+    template, refs = _reference_forecasts(grid, np.array([30 * 24]), 48, params, False)
+    _, names = gbm_features(grid, np.array([30 * 24]), 48, template, refs)
+    level_column = features[:, names.index("lr_template_level")]
+    assert np.abs(level_column).max() > 0.01
+    np.testing.assert_allclose(target - target_l, level_column, atol=1e-12)
+
+
+def test_forecaster_config_refuses_unknown_booster_options() -> None:
+    """Test the checks on the fifth-round settings."""
+    with pytest.raises(ValueError, match="booster_base"):
+        ForecasterConfig(booster_base="hw")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="booster_bag"):
+        ForecasterConfig(booster_bag=0)
