@@ -159,10 +159,31 @@ class Subjects:
         """All workers' instance states."""
         return f"{self._base}.state.worker.*"
 
+    def request_done_worker(self, node_id: str, worker_id: str) -> str:
+        """Event: requests a worker ended (Completion, ErrorReply or CompletionBatch).
+
+        The node and worker in the subject let each node's dvfs agent hear only its own
+        workers (it decoded the whole fleet's completions before), and let the NATS ACL
+        bind a worker to its own subject, so no worker can end another's requests.
+        """
+        return (
+            f"{self._base}.request.done.worker."
+            f"{_check(node_id, 'node id')}.{_check(worker_id, 'worker id')}"
+        )
+
+    def request_done_node_wildcard(self, node_id: str) -> str:
+        """The ended requests of one node's workers (what its dvfs agent hears)."""
+        return f"{self._base}.request.done.worker.{_check(node_id, 'node id')}.*"
+
     @property
-    def request_done(self) -> str:
-        """Event: a request ended (Completion, ErrorReply or CompletionBatch), for bookkeeping."""
-        return f"{self._base}.request.done"
+    def request_done_control(self) -> str:
+        """Event: requests the control plane ended with an error (refused, shed, invalid)."""
+        return f"{self._base}.request.done.control"
+
+    @property
+    def request_done_wildcard(self) -> str:
+        """Every ended request, from workers and the control plane, for bookkeeping."""
+        return f"{self._base}.request.done.>"
 
     def client_reply(self, client_id: str, request_id: str) -> str:
         """Where a client receives the stream of one request."""

@@ -27,8 +27,12 @@ async def reply_error(
     reason: str,
     request: Request | None = None,
     reply_subject: str | None = None,
+    done_subject: str | None = None,
 ) -> None:
-    """Send an ErrorReply to the client and to the ``request.done`` bookkeeping subject.
+    """Send an ErrorReply to the client and to a ``request.done`` bookkeeping subject.
+
+    ``done_subject`` is the sender's own (a worker's
+    :meth:`~proto.subjects.Subjects.request_done_worker`); by default the control plane's.
 
     The client's copy carries the client's own request id, ``request.done``'s the
     stack-wide (scoped) one. Without a request (undecodable payload) and no reply subject,
@@ -55,5 +59,5 @@ async def reply_error(
     else:
         await nc.publish(subjects.errors, payload)
     if request is not None:
-        await nc.publish(subjects.request_done, payload)
+        await nc.publish(done_subject or subjects.request_done_control, payload)
     logger.info("request %s ended with %s: %s", error.request_id, code, reason)

@@ -155,7 +155,7 @@ async def serve(ctx: ServiceContext) -> None:
                 if isinstance(done, Completion):
                     core.observe(done.input_tokens, done.output_tokens)
 
-    subs.append(await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done))
+    subs.append(await ctx.nc.subscribe(ctx.subjects.request_done_wildcard, cb=on_done))
     try:
         await consume(ctx, core, nats_submit(ctx), ctx.tracer)
     finally:

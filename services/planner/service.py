@@ -91,7 +91,7 @@ async def _serve_milp(ctx: ServiceContext, live: LivePlanner) -> None:
     cfg = ctx.settings.planner
     epoch_wall_s = ctx.clock.wall_period(cfg.epoch_s)
     subs = [
-        await ctx.nc.subscribe(ctx.subjects.request_done, cb=live.on_done),
+        await ctx.nc.subscribe(ctx.subjects.request_done_wildcard, cb=live.on_done),
         await ctx.nc.subscribe(ctx.subjects.scheduler_ready_wildcard, cb=live.on_ready),
     ]
 

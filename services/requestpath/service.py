@@ -128,7 +128,7 @@ async def serve(ctx: ServiceContext) -> None:
 
     subs: list[Subscription] = [
         await watch_plan(ctx, classifier.plan_follower(core)),
-        await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done),
+        await ctx.nc.subscribe(ctx.subjects.request_done_wildcard, cb=on_done),
         *await scheduler.serve_subjects(requeue_only=True),
         *await router.subscribe(done=False, ready=False),
     ]

@@ -162,7 +162,7 @@ class RouterShell:
         if ready:
             subs.append(await ctx.nc.subscribe(ctx.subjects.scheduler_ready_wildcard, cb=on_ready))
         if done:
-            subs.append(await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done))
+            subs.append(await ctx.nc.subscribe(ctx.subjects.request_done_wildcard, cb=on_done))
         return subs
 
     async def place_round(self) -> None:

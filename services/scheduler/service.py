@@ -426,7 +426,7 @@ async def serve(ctx: ServiceContext) -> None:
                     shell.ended(rid)
 
     subs = await shell.serve_subjects()
-    subs.append(await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done))
+    subs.append(await ctx.nc.subscribe(ctx.subjects.request_done_wildcard, cb=on_done))
     try:
         await shell.run(subs)
     finally:

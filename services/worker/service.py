@@ -76,6 +76,9 @@ class WorkerShim:
     def __init__(self, ctx: ServiceContext, backend: WorkerBackend) -> None:
         self._ctx = ctx
         self._cfg = ctx.settings.worker
+        self._done_subject = ctx.subjects.request_done_worker(
+            self._cfg.node_id, self._cfg.worker_id
+        )
         self._backend = backend
         self._book = StreamBook(self._cfg.worker_id, self._cfg.stream_flush_ms / 1000.0)
         self._emptied = asyncio.Event()
@@ -123,7 +126,7 @@ class WorkerShim:
             # client drops the repeat; request.done frees the router's slot).
             subject, to_client, payload = finished
             await self._ctx.nc.publish(subject, to_client)
-            await self._ctx.nc.publish(self._ctx.subjects.request_done, payload)
+            await self._ctx.nc.publish(self._done_subject, payload)
             return reply
         if self._draining or self._parked or len(self._book) >= self._cfg.max_num_seqs:
             return DispatchReply(
@@ -155,6 +158,7 @@ class WorkerShim:
                 code=exc.code,
                 reason=exc.reason,
                 request=req.request,
+                done_subject=self._done_subject,
             )
             return reply
         self._book.open(req, now)
@@ -243,14 +247,14 @@ class WorkerShim:
             while len(self._finished) > FINISHED_MEMORY:
                 self._finished.popitem(last=False)
         if len(completions) == 1:
-            await nc.publish(self._ctx.subjects.request_done, self._finished[done.request_id][2])
+            await nc.publish(self._done_subject, self._finished[done.request_id][2])
         elif completions:
             # One event for the iteration: the bookkeeping subscribers (request path, dvfs
             # agent, planner) decode one message instead of one per finished request.
             for start in range(0, len(completions), DONE_BATCH_MAX):
                 part = completions[start : start + DONE_BATCH_MAX]
                 event = CompletionBatch(completions=[done for _, done in part])
-                await nc.publish(self._ctx.subjects.request_done, encode(event))
+                await nc.publish(self._done_subject, encode(event))
         if not len(self._book):
             self._emptied.set()
 
@@ -268,6 +272,7 @@ class WorkerShim:
                 code=code,
                 reason=reason,
                 request=stream.request.request,
+                done_subject=self._done_subject,
             )
         if not len(self._book):
             self._emptied.set()

@@ -185,20 +185,20 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
         pub = (
             s.scheduler_submit,
             clients,  # rejection errors go to the client's reply subject
-            s.request_done,
+            s.request_done_control,
             s.errors,
             *_stream_admin(stream),
             *_consumer(stream, CLASSIFIER_CONSUMER),
         )
-        sub = (s.classifier_deliver, s.request_done, s.plan)
+        sub = (s.classifier_deliver, s.request_done_wildcard, s.plan)
     elif role == "scheduler":
         # Ready events, emergency clock overrides, and shed errors (client + request.done).
-        pub = (s.scheduler_ready_wildcard, *overrides, clients, s.request_done, s.errors)
+        pub = (s.scheduler_ready_wildcard, *overrides, clients, s.request_done_control, s.errors)
         sub = (
             s.scheduler_submit,
             s.scheduler_pull,
             s.scheduler_requeue,
-            s.request_done,
+            s.request_done_wildcard,
             s.worker_stats_wildcard,  # the emergency ladder watches pools' load
             s.plan,  # ... and re-steers only to pools the plan gives the request's class
         )
@@ -210,9 +210,16 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
             _any(s.worker_dispatch),
             _any(s.worker_dispatch_batch),
         )
-        sub = (s.worker_stats_wildcard, s.scheduler_ready_wildcard, s.request_done)
+        sub = (s.worker_stats_wildcard, s.scheduler_ready_wildcard, s.request_done_wildcard)
     elif role == "worker":
-        pub = (s.worker_stats(scope), clients, s.request_done, s.errors, s.scheduler_requeue)
+        # Its own request.done subject only: no worker can end (free the slot of) another's
+        # requests. Bound to its node when the identity names one, like its clock subject.
+        done = (
+            s.request_done_worker(identity.node, scope)
+            if identity.node is not None
+            else _any(lambda node: s.request_done_worker(node, scope))
+        )
+        pub = (s.worker_stats(scope), clients, done, s.errors, s.scheduler_requeue)
         # Its own clock subject: v2 on its node (any node when the identity names none),
         # and the deprecated v1 subject, which only admin may still publish.
         clock = (
@@ -232,10 +239,10 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
         responds = True
     elif role == "dvfs":
         pub = (s.worker_clock_v2_node_wildcard(scope), s.dvfs_report(scope))
-        sub = (s.worker_stats_wildcard, s.request_done, s.plan, *overrides)
+        sub = (s.worker_stats_wildcard, s.request_done_node_wildcard(scope), s.plan, *overrides)
     elif role == "planner":
         pub = (s.plan, _any(s.worker_clock_v2_node_wildcard))
-        sub = (s.request_done, s.scheduler_ready_wildcard)  # observed demand
+        sub = (s.request_done_wildcard, s.scheduler_ready_wildcard)  # observed demand
     elif role == "forecaster":
         pub = (s.forecast_wildcard,)
         sub = ()

@@ -153,7 +153,7 @@ async def test_a_worker_reports_requests_ending_together_in_one_done_event(
 
     async with service_context("worker", settings) as ctx:
         subs = [
-            await ctx.nc.subscribe(ctx.subjects.request_done, cb=on_done),
+            await ctx.nc.subscribe(ctx.subjects.request_done_wildcard, cb=on_done),
             await ctx.nc.subscribe("gs.v1.client.c.*", cb=on_client),  # the factory's
         ]
         shim = WorkerShim(ctx, InstantBackend(gpu="A100-80GB", model="llama-3-8b", tp=1))

@@ -87,7 +87,7 @@ async def test_a_finished_request_dispatched_again_is_answered_without_a_second_
     nc = await connect_nats(NatsSettings(url=nats_server.url), "test-router")
     try:
         await nc.subscribe(reply_subject, cb=on_client)
-        await nc.subscribe(subjects.request_done, cb=on_done)
+        await nc.subscribe(subjects.request_done_wildcard, cb=on_done)
         async with run_in_process([worker]):
             first = await _dispatch(nc, subjects.worker_dispatch("worker-0"), req)
             assert first.accepted

@@ -138,6 +138,7 @@ def test_subjects_of_one_stack_are_distinct_and_wildcards_stay_in_their_family(
         "dvfs_override_wildcard": {"dvfs_override"},
         "instance_state_wildcard": {"instance_state"},
         "client_wildcard": {"client_reply"},
+        "request_done_wildcard": {"request_done_worker", "request_done_control"},
     }
     assert set(families) == set(WILDCARDS) | {"client_wildcard"}
     client_id = concrete["client_reply"].split(".")[3]
@@ -153,6 +154,10 @@ def test_subjects_of_one_stack_are_distinct_and_wildcards_stay_in_their_family(
     pattern = subjects.worker_clock_v2_node_wildcard(node)
     hits = {name for name, subject in concrete.items() if matches(pattern, subject)}
     assert hits == {"worker_clock_v2"}
+    node = concrete["request_done_worker"].split(".")[5]
+    pattern = subjects.request_done_node_wildcard(node)
+    hits = {name for name, subject in concrete.items() if matches(pattern, subject)}
+    assert hits == {"request_done_worker"}
 
 
 @FAST

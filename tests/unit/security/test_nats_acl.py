@@ -69,6 +69,25 @@ def test_clock_commands_are_bound_to_the_node_of_the_dvfs_agent() -> None:
     assert not _can_subscribe("worker", S.worker_clock("w2"))
 
 
+def test_request_done_events_are_bound_to_their_worker_and_heard_by_its_node_only() -> None:
+    """Test that a worker ends only its own requests and a dvfs agent hears only its node.
+
+    Before the subjects were scoped every node's dvfs agent decoded the whole fleet's
+    completions, and any worker could publish another's (freeing its router slots).
+    """
+    assert not _can_publish("worker", S.request_done_worker("n1", "w2"))
+    assert not _can_publish("worker", S.request_done_control)
+    assert _can_subscribe("dvfs", S.request_done_worker("n1", "w7"))
+    assert not _can_subscribe("dvfs", S.request_done_worker("n2", "w1"))
+    assert not _can_subscribe("dvfs", S.request_done_control)
+    everything = (S.request_done_worker("n2", "w9"), S.request_done_control)
+    for role in ("requestpath", "classifier", "scheduler", "router", "planner"):
+        assert all(_can_subscribe(role, subject) for subject in everything), role
+    bound = permissions_for(S, Identity("w", "worker", "w1", node="n1"))
+    assert any(_matches(p, S.request_done_worker("n1", "w1")) for p in bound.publish)
+    assert not any(_matches(p, S.request_done_worker("n2", "w1")) for p in bound.publish)
+
+
 def test_a_worker_identity_with_a_node_reads_only_that_node_s_clock_subject() -> None:
     """Test that naming the node binds the worker's clock subscription to it."""
     bound = permissions_for(S, Identity("w", "worker", "w1", node="n1"))
@@ -104,7 +123,13 @@ def test_clients_publish_ingress_and_read_only_their_own_replies() -> None:
     assert _can_publish("client", S.ingress_client("c1"))
     assert _can_subscribe("client", S.client_reply("c1", "r1"))
     assert not _can_subscribe("client", S.client_reply("c2", "r1"))
-    for subject in (S.plan, S.worker_clock("w1"), S.scheduler_submit, S.request_done):
+    for subject in (
+        S.plan,
+        S.worker_clock("w1"),
+        S.scheduler_submit,
+        S.request_done_control,
+        S.request_done_worker("n1", "w1"),
+    ):
         assert not _can_publish("client", subject), subject
 
 
@@ -145,13 +170,14 @@ def test_the_publishers_of_each_event_are_those_of_the_protocol_table() -> None:
     assert _roles_that(_can_publish, S.worker_stats("w1")) == {"worker"}
     assert not _can_publish("worker", S.worker_stats("w2"))
     assert _roles_that(_can_publish, S.scheduler_ready("p")) == {"scheduler", "requestpath"}
-    # Errors end requests from the classifier, workers and the scheduler's emergency ladder.
-    assert _roles_that(_can_publish, S.request_done) == {
-        "worker",
+    # Errors end requests from the classifier and the scheduler's emergency ladder; workers
+    # end theirs on their own subject.
+    assert _roles_that(_can_publish, S.request_done_control) == {
         "classifier",
         "scheduler",
         "requestpath",
     }
+    assert _roles_that(_can_publish, S.request_done_worker("n1", "w1")) == {"worker"}
     assert _roles_that(_can_publish, S.forecast("PJM")) == {"forecaster"}
     assert _roles_that(_can_publish, S.worker_dispatch("w1")) == {"router", "requestpath"}
     assert _roles_that(_can_publish, S.dvfs_report("n1")) == {"dvfs"}
@@ -259,7 +285,8 @@ def test_the_request_path_keeps_what_other_roles_exchange_with_its_parts() -> No
     assert _can_publish("requestpath", S.worker_dispatch("w1"))
     assert _can_publish("requestpath", S.worker_dispatch_batch("w1"))
     assert _can_publish("requestpath", S.client_reply("c1", "r1"))
-    assert _can_subscribe("requestpath", S.request_done)
+    assert _can_subscribe("requestpath", S.request_done_worker("n1", "w1"))
+    assert _can_publish("requestpath", S.request_done_control)
     assert _can_subscribe("requestpath", S.worker_stats("w1"))
     assert _can_subscribe("requestpath", S.plan)
 
