@@ -121,16 +121,17 @@ class ForecasterConfig:
     """If set, only the boosters of horizons up to this many hours see the two features
     above (longer horizons get a constant); ``None``: every horizon. 24: with them the
     day-2 booster lost on inner validation, the day-1 boosters gained."""
-    booster_base: BoosterBase = "template"
+    booster_base: BoosterBase = "template_level"
     """What the booster's target is the log-ratio to, and its forecast multiplies:
     ``"template"`` (the 7-day template) or ``"template_level"`` (template + level, floored
     at :data:`~services.forecaster.features.FLOOR_G`), so the trees learn only the
     correction to the better baseline instead of rebuilding its level shift. The features
-    are the same either way (fifth round, docs/forecaster.md)."""
-    booster_bag: int = 1
+    are the same either way. ``"template_level"`` since the fifth round, kept on inner
+    validation together with the bag below (docs/forecaster.md)."""
+    booster_bag: int = 3
     """Boosters averaged per horizon bucket (log-ratio space), each with its own seed and a
     random 70 % of the features at every split (:func:`fit_ratio_booster`'s ``bag``); 1:
-    the single booster."""
+    the single booster. 3 since the fifth round (three times the booster fit cost)."""
 
     def __post_init__(self) -> None:
         if self.horizon_h < 1 or self.horizon_h > BUCKETS[-1][1]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -37,37 +39,37 @@ def history() -> CarbonHistory:
     return synthetic_history()
 
 
+def _fit_80_days(history: CarbonHistory, **options: Any) -> CarbonForecaster:
+    """A small, fast fit on the first 80 days of the synthetic history."""
+    config = ForecasterConfig(
+        max_training_rows=10_000, hw_fit_days=14, booster_max_iter=40, **options
+    )
+    return fit_forecaster(history.until(history.intensity.index[80 * 24 - 1]), config=config)
+
+
 @pytest.fixture(scope="session")
 def fitted(history: CarbonHistory) -> CarbonForecaster:
-    """Forecaster fitted on the first 80 days of the synthetic history."""
-    config = ForecasterConfig(max_training_rows=10_000, hw_fit_days=14, booster_max_iter=40)
-    return fit_forecaster(history.until(history.intensity.index[80 * 24 - 1]), config=config)
+    """Forecaster fitted on the first 80 days of the synthetic history, with the single
+    booster on the ratio to the template (the model before the fifth round)."""
+    return _fit_80_days(history, booster_base="template", booster_bag=1)
 
 
 @pytest.fixture(scope="session")
 def fitted_mix(history: CarbonHistory) -> CarbonForecaster:
     """The same with the source-production member blended and fed to the booster (its
     log-ratio to the template and the forecast mix's shares)."""
-    config = ForecasterConfig(
-        max_training_rows=10_000,
-        hw_fit_days=14,
-        booster_max_iter=40,
+    return _fit_80_days(
+        history,
+        booster_base="template",
+        booster_bag=1,
         mix_member=True,
         mix_feature=True,
         mix_share_features=True,
     )
-    return fit_forecaster(history.until(history.intensity.index[80 * 24 - 1]), config=config)
 
 
 @pytest.fixture(scope="session")
 def fitted_rg(history: CarbonHistory) -> CarbonForecaster:
-    """The default forecaster with the fifth-round options on: the booster learns the ratio
-    to template + level, and two bagged boosters per bucket."""
-    config = ForecasterConfig(
-        max_training_rows=10_000,
-        hw_fit_days=14,
-        booster_max_iter=40,
-        booster_base="template_level",
-        booster_bag=2,
-    )
-    return fit_forecaster(history.until(history.intensity.index[80 * 24 - 1]), config=config)
+    """The fifth-round options (the default since): the booster learns the ratio to
+    template + level; two bagged boosters per bucket (three by default) keep the test fast."""
+    return _fit_80_days(history, booster_base="template_level", booster_bag=2)

@@ -288,7 +288,7 @@ def test_booster_forecast_multiplies_its_base(
     history: CarbonHistory, fitted: CarbonForecaster, fitted_rg: CarbonForecaster
 ) -> None:
     """Test that a booster predicting 0 gives back template + level with ``booster_base =
-    "template_level"`` and the 7-day template by default."""
+    "template_level"`` (the default) and the 7-day template with ``"template"``."""
     from services.forecaster.baselines import seven_day_template
 
     assert (fitted.booster_base, fitted_rg.booster_base) == ("template", "template_level")
@@ -311,7 +311,7 @@ def test_booster_on_template_level_learns_the_ratio_to_it(history: CarbonHistory
     grid = to_grid(history)
     params = HoltWintersParams(alpha=0.3, beta=0.01, gamma=0.1, phi=0.9)
     end = history.intensity.index[70 * 24]
-    plain = ForecasterConfig(max_training_rows=5_000)
+    plain = ForecasterConfig(max_training_rows=5_000, booster_base="template")
     on_level = dataclasses.replace(plain, booster_base="template_level")
     features, target, weight = _training_rows([(grid, params)], end, plain)
     features_l, target_l, weight_l = _training_rows([(grid, params)], end, on_level)
