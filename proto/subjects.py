@@ -150,14 +150,24 @@ class Subjects:
         """All workers' statistics."""
         return f"{self._base}.stats.worker.*"
 
-    def instance_state(self, worker_id: str) -> str:
-        """Event: a worker's per-request state for predictive clock control (dvfs period)."""
-        return f"{self._base}.state.worker.{_check(worker_id, 'worker id')}"
+    def instance_state(self, node_id: str, worker_id: str) -> str:
+        """Event: a worker's per-request state for predictive clock control (dvfs period).
+
+        Node-bound like :meth:`request_done_worker`: only that node's dvfs agent hears it.
+        """
+        return (
+            f"{self._base}.state.worker."
+            f"{_check(node_id, 'node id')}.{_check(worker_id, 'worker id')}"
+        )
+
+    def instance_state_node_wildcard(self, node_id: str) -> str:
+        """The instance states of one node's workers (what its dvfs agent hears)."""
+        return f"{self._base}.state.worker.{_check(node_id, 'node id')}.*"
 
     @property
     def instance_state_wildcard(self) -> str:
-        """All workers' instance states."""
-        return f"{self._base}.state.worker.*"
+        """All workers' instance states (tools and tests)."""
+        return f"{self._base}.state.worker.*.*"
 
     def request_done_worker(self, node_id: str, worker_id: str) -> str:
         """Event: requests a worker ended (Completion, ErrorReply or CompletionBatch).

@@ -199,7 +199,11 @@ async def serve(ctx: ServiceContext) -> None:
         await watch_plan(ctx, on_plan),
     ]
     if predictive:
-        subs.append(await ctx.nc.subscribe(ctx.subjects.instance_state_wildcard, cb=on_state))
+        subs.append(
+            await ctx.nc.subscribe(
+                ctx.subjects.instance_state_node_wildcard(cfg.node_id), cb=on_state
+            )
+        )
     stale_wall_s = STALE_STATE_PERIODS * ctx.clock.wall_period(cfg.period_s)
 
     async def control() -> None:

@@ -69,7 +69,7 @@ async def publish_states(
 ) -> None:
     """Publish the instance state every dvfs period until ``ctx.stop`` is set."""
     cfg = ctx.settings.worker
-    subject = ctx.subjects.instance_state(cfg.worker_id)
+    subject = ctx.subjects.instance_state(cfg.node_id, cfg.worker_id)
 
     async def publish() -> None:
         state = build_state(cfg, streams(), snapshot(), ctx.clock.now(), time.time())

@@ -219,7 +219,13 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
             if identity.node is not None
             else _any(lambda node: s.request_done_worker(node, scope))
         )
-        pub = (s.worker_stats(scope), clients, done, s.errors, s.scheduler_requeue)
+        # Its own instance state (predictive clock control), bound the same way.
+        state = (
+            s.instance_state(identity.node, scope)
+            if identity.node is not None
+            else _any(lambda node: s.instance_state(node, scope))
+        )
+        pub = (s.worker_stats(scope), clients, done, state, s.errors, s.scheduler_requeue)
         # Its own clock subject: v2 on its node (any node when the identity names none),
         # and the deprecated v1 subject, which only admin may still publish.
         clock = (
@@ -239,7 +245,13 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
         responds = True
     elif role == "dvfs":
         pub = (s.worker_clock_v2_node_wildcard(scope), s.dvfs_report(scope))
-        sub = (s.worker_stats_wildcard, s.request_done_node_wildcard(scope), s.plan, *overrides)
+        sub = (
+            s.worker_stats_wildcard,
+            s.request_done_node_wildcard(scope),
+            s.instance_state_node_wildcard(scope),  # predictive mode
+            s.plan,
+            *overrides,
+        )
     elif role == "planner":
         pub = (s.plan, _any(s.worker_clock_v2_node_wildcard))
         sub = (s.request_done_wildcard, s.scheduler_ready_wildcard)  # observed demand

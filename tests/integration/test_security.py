@@ -176,6 +176,58 @@ async def test_clock_subjects_are_bound_to_the_node(stack: SecureStack) -> None:
         await agent.close()
 
 
+async def test_completions_and_instance_states_reach_their_node_s_dvfs_agent_only(
+    stack: SecureStack,
+) -> None:
+    """Test the node-bound ``request.done`` and instance-state subjects on the real server.
+
+    A worker publishes both on its own node and id; its dvfs agent receives them; the
+    server refuses a worker publishing as another worker and an agent listening to another
+    node. Before the subjects were node-bound no role could publish instance states at all,
+    so predictive clock control had no input in a secured stack.
+    """
+    subjects = Subjects(stack.namespace)
+    dvfs = next(la for la in stack.launches if la.module == "services.dvfs")
+    node = dvfs.settings.dvfs.node_id
+    worker, worker_violations = await connect_watched(stack.nats_settings("worker-0"))
+    agent, agent_violations = await connect_watched(stack.nats_settings(dvfs.name))
+    heard: list[str] = []
+    try:
+
+        async def on_message(msg: Msg) -> None:
+            heard.append(msg.subject)
+
+        await agent.subscribe(subjects.request_done_node_wildcard(node), cb=on_message)
+        await agent.subscribe(subjects.instance_state_node_wildcard(node), cb=on_message)
+        await agent.flush()
+        own = (
+            subjects.request_done_worker(node, "worker-0"),
+            subjects.instance_state(node, "worker-0"),
+        )
+        for subject in own:
+            await worker.publish(subject, b"x")
+        await worker.flush()
+        for _ in range(50):
+            if len(heard) == len(own):
+                break
+            await asyncio.sleep(0.02)
+        assert sorted(heard) == sorted(own)
+        assert not worker_violations.messages
+        assert not agent_violations.messages
+        # A worker cannot end or describe another worker's requests ...
+        await worker.publish(subjects.request_done_worker(node, "worker-1"), b"x")
+        assert await worker_violations.wait_for("permissions violation for publish")
+        worker_violations.messages.clear()
+        await worker.publish(subjects.instance_state(node, "worker-1"), b"x")
+        assert await worker_violations.wait_for("permissions violation for publish")
+        # ... and an agent hears no other node's completions.
+        await agent.subscribe(subjects.request_done_node_wildcard("node-other"))
+        assert await agent_violations.wait_for("permissions violation for subscription")
+    finally:
+        await worker.close()
+        await agent.close()
+
+
 async def _clock_request(nc: Client, subject: str, command: ClockCommand) -> ClockReply:
     """Send ``command`` until the worker (starting up) answers; at most 5 s."""
     deadline = time.monotonic() + 5.0

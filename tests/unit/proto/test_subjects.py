@@ -158,6 +158,10 @@ def test_subjects_of_one_stack_are_distinct_and_wildcards_stay_in_their_family(
     pattern = subjects.request_done_node_wildcard(node)
     hits = {name for name, subject in concrete.items() if matches(pattern, subject)}
     assert hits == {"request_done_worker"}
+    node = concrete["instance_state"].split(".")[4]
+    pattern = subjects.instance_state_node_wildcard(node)
+    hits = {name for name, subject in concrete.items() if matches(pattern, subject)}
+    assert hits == {"instance_state"}
 
 
 @FAST

@@ -88,6 +88,18 @@ def test_request_done_events_are_bound_to_their_worker_and_heard_by_its_node_onl
     assert not any(_matches(p, S.request_done_worker("n2", "w1")) for p in bound.publish)
 
 
+def test_instance_states_flow_from_a_worker_to_its_node_s_dvfs_agent_only() -> None:
+    """Test the predictive controller's input under the ACL (before, no role had it: a
+    secured stack in ``dvfs.mode = "predictive"`` had its states refused by the server)."""
+    assert _roles_that(_can_publish, S.instance_state("n1", "w1")) == {"worker"}
+    assert not _can_publish("worker", S.instance_state("n1", "w2"))
+    assert _roles_that(_can_subscribe, S.instance_state("n1", "w1")) == {"dvfs"}
+    assert not _can_subscribe("dvfs", S.instance_state("n2", "w1"))
+    bound = permissions_for(S, Identity("w", "worker", "w1", node="n1"))
+    assert any(_matches(p, S.instance_state("n1", "w1")) for p in bound.publish)
+    assert not any(_matches(p, S.instance_state("n2", "w1")) for p in bound.publish)
+
+
 def test_a_worker_identity_with_a_node_reads_only_that_node_s_clock_subject() -> None:
     """Test that naming the node binds the worker's clock subscription to it."""
     bound = permissions_for(S, Identity("w", "worker", "w1", node="n1"))
