@@ -155,14 +155,11 @@ class Subjects:
 
         Node-bound like :meth:`request_done_worker`: only that node's dvfs agent hears it.
         """
-        return (
-            f"{self._base}.state.worker."
-            f"{_check(node_id, 'node id')}.{_check(worker_id, 'worker id')}"
-        )
+        return self._node_bound("state.worker", node_id, worker_id)
 
     def instance_state_node_wildcard(self, node_id: str) -> str:
         """The instance states of one node's workers (what its dvfs agent hears)."""
-        return f"{self._base}.state.worker.{_check(node_id, 'node id')}.*"
+        return self._node_bound("state.worker", node_id, None)
 
     @property
     def instance_state_wildcard(self) -> str:
@@ -176,14 +173,16 @@ class Subjects:
         workers (it decoded the whole fleet's completions before), and let the NATS ACL
         bind a worker to its own subject, so no worker can end another's requests.
         """
-        return (
-            f"{self._base}.request.done.worker."
-            f"{_check(node_id, 'node id')}.{_check(worker_id, 'worker id')}"
-        )
+        return self._node_bound("request.done.worker", node_id, worker_id)
 
     def request_done_node_wildcard(self, node_id: str) -> str:
         """The ended requests of one node's workers (what its dvfs agent hears)."""
-        return f"{self._base}.request.done.worker.{_check(node_id, 'node id')}.*"
+        return self._node_bound("request.done.worker", node_id, None)
+
+    def _node_bound(self, family: str, node_id: str, worker_id: str | None) -> str:
+        """``<family>.<node>.<worker>``, or ``.*`` for every worker of the node."""
+        worker = "*" if worker_id is None else _check(worker_id, "worker id")
+        return f"{self._base}.{family}.{_check(node_id, 'node id')}.{worker}"
 
     @property
     def request_done_control(self) -> str:
