@@ -212,27 +212,21 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
         )
         sub = (s.worker_stats_wildcard, s.scheduler_ready_wildcard, s.request_done_wildcard)
     elif role == "worker":
-        # Its own request.done subject only: no worker can end (free the slot of) another's
-        # requests. Bound to its node when the identity names one, like its clock subject.
-        done = (
-            s.request_done_worker(identity.node, scope)
-            if identity.node is not None
-            else _any(lambda node: s.request_done_worker(node, scope))
-        )
-        # Its own instance state (predictive clock control), bound the same way.
-        state = (
-            s.instance_state(identity.node, scope)
-            if identity.node is not None
-            else _any(lambda node: s.instance_state(node, scope))
-        )
+        node = identity.node
+
+        def own(subject_of: Callable[[str, str], str]) -> str:
+            """This worker's subject on its node (on any node when the identity names none)."""
+            if node is not None:
+                return subject_of(node, scope)
+            return _any(lambda any_node: subject_of(any_node, scope))
+
+        # Its own request.done subject only (no worker can end, and so free the slots of,
+        # another's requests) and its own instance state (predictive clock control).
+        done, state = own(s.request_done_worker), own(s.instance_state)
         pub = (s.worker_stats(scope), clients, done, state, s.errors, s.scheduler_requeue)
-        # Its own clock subject: v2 on its node (any node when the identity names none),
-        # and the deprecated v1 subject, which only admin may still publish.
-        clock = (
-            s.worker_clock_v2(identity.node, scope)
-            if identity.node is not None
-            else _any(lambda node: s.worker_clock_v2(node, scope))
-        )
+        # Its own clock subject (v2), and the deprecated v1 subject, which only admin may
+        # still publish.
+        clock = own(s.worker_clock_v2)
         # Peers' stats and the plan: a worker parks when its pool is planned smaller.
         sub = (
             s.worker_dispatch(scope),
