@@ -7,7 +7,7 @@ daily origins May 1 - July 30, the seven balancing authorities pooled. No test-s
 the booster and template + level, the blend's mean MAPE relative to template + level over
 regions x buckets, the buckets that lose to template + level, and day 1 per region.
 
-    PYTHONPATH=. GREENSERVE_DATA_DIR=... python tools/forecaster_inner_validation.py VARIANT
+    PYTHONPATH=. GREENSERVE_DATA_DIR=... python tools/forecaster_inner_validation.py VARIANT...
 
 Variants (docs/forecaster.md, third issue-6 round): ``base``; ``A<days>`` recency half-life;
 ``B0`` derived low-carbon/renewable share columns; ``B1`` those plus EM 2021-22 rows of the
@@ -22,6 +22,8 @@ since the fourth round). Every variant starts from the pre-fourth-round config.
 Fifth round, on top of ``B2+F+S+H24``: ``+R`` the booster learns the log-ratio to template +
 level instead of the template (``booster_base``); ``+G`` three bagged boosters per bucket
 (``booster_bag``; ``+G<k>``: k of them).
+Sixth round, on top of ``B2+F+S+H24+R+G``: ``+C`` the blend scaled per bucket by its
+validation MAPE-optimal factor (``mape_scale``).
 """
 
 from __future__ import annotations
@@ -64,8 +66,8 @@ def _derived(history: CarbonHistory) -> CarbonHistory:
     return _with_mix(history, mix)
 
 
-def main(spec: str) -> dict[str, object]:
-    """Run one variant and return its scores."""
+def main(spec: str, shared: SharedFits | None = None) -> dict[str, object]:
+    """Run one variant and return its scores (``shared``: fits reused across variants)."""
     variant, *options = spec.split("+")
     # The variants start from the config before the fourth round (no source-production
     # features); the kept fourth-round default is ``B2+F+S+H24``. The fifth-round options
@@ -76,6 +78,7 @@ def main(spec: str) -> dict[str, object]:
         mix_features_max_h=None,
         booster_base="template",
         booster_bag=1,
+        mape_scale=False,
     )
     for option in ([variant] if variant.startswith("A") else []) + options:
         if option == "M":
@@ -90,6 +93,8 @@ def main(spec: str) -> dict[str, object]:
             cfg = replace(cfg, booster_base="template_level")
         elif option.startswith("G"):
             cfg = replace(cfg, booster_bag=int(option[1:] or 3))
+        elif option == "C":
+            cfg = replace(cfg, mape_scale=True)
         else:
             cfg = replace(cfg, booster_half_life_days=float(option[1:]))
     hist = {r: load_eia_csv(r).until(CUT) for r in EIA_REGIONS}
@@ -109,7 +114,7 @@ def main(spec: str) -> dict[str, object]:
             extra.append(_with_mix(em, mix))
         else:
             extra.append(with_unknown_shares(em, columns))
-    shared = SharedFits()
+    shared = shared if shared is not None else SharedFits()
     started = time.perf_counter()
     scores: dict[str, dict[str, dict[str, float]]] = {}
     for region in EIA_REGIONS:
@@ -152,4 +157,8 @@ def main(spec: str) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1] if len(sys.argv) > 1 else "base")))
+    # Several variants in one run share their fits (e.g. ``B2+F+S+H24+R+G`` and its ``+C``,
+    # whose boosters are the same); each prints its own line.
+    memo = SharedFits()
+    for name in sys.argv[1:] or ["base"]:
+        print(json.dumps(main(name, memo)), flush=True)

@@ -23,7 +23,7 @@ import sklearn
 
 __all__ = ["MODEL_CACHE_VERSION", "cache_key", "load_or_fit"]
 
-MODEL_CACHE_VERSION: Final = 6
+MODEL_CACHE_VERSION: Final = 7
 """Bump when the forecasting code changes what a fit produces (2: per-bucket boosters and
 inverse-error blend weights replace one booster and the per-bucket pick; 3: 150 boosting
 rounds instead of 300; 4: pooled training rows in a fixed member order, so every member of

@@ -73,3 +73,9 @@ def fitted_rg(history: CarbonHistory) -> CarbonForecaster:
     """The fifth-round options (the default since): the booster learns the ratio to
     template + level; two bagged boosters per bucket (three by default) keep the test fast."""
     return _fit_80_days(history, booster_base="template_level", booster_bag=2)
+
+
+@pytest.fixture(scope="session")
+def fitted_rgc(history: CarbonHistory) -> CarbonForecaster:
+    """The fifth-round fit with the blend aimed at MAPE (sixth round's ``mape_scale``)."""
+    return _fit_80_days(history, booster_base="template_level", booster_bag=2, mape_scale=True)
