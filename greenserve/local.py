@@ -25,6 +25,9 @@ from shared.security.local_servers import SecureServers, start_secure_servers
 from shared.security.secrets import write_secret
 from shared.servers import ServerProcess, free_port, start_nats, start_redis
 
+FORECASTER_CACHE_ENV = "GREENSERVE_FORECASTER__MODEL_CACHE_DIR"
+"""Environment setting of ``forecaster.model_cache_dir`` (pydantic-settings' nesting)."""
+
 __all__ = [
     "DEFAULT_STATE_DIR",
     "LocalStack",
@@ -161,10 +164,12 @@ def start_local_stack(
             redis_url = servers[-1].url
         origin = time.time()
         gateway_port = spec.gateway_port or free_port()
-        # Fitted forecasters outlive a stack (unlike its queues): a restart skips the fit.
+        # Fitted forecasters outlive a stack (unlike its queues): a restart skips the fit. A
+        # cache named in the environment (shared by many stacks, as in the test suite) wins.
         extra = dict(spec.extra)
         forecaster = dict(extra.get("forecaster", {}))
-        forecaster.setdefault("model_cache_dir", str(state_dir / "cache" / "forecaster"))
+        if not os.environ.get(FORECASTER_CACHE_ENV):
+            forecaster.setdefault("model_cache_dir", str(state_dir / "cache" / "forecaster"))
         extra["forecaster"] = forecaster
         spec = _replace(
             spec,

@@ -7,13 +7,52 @@ other.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from greenserve.local import FORECASTER_CACHE_ENV
+from services.forecaster.service import fit_cut, load_or_fit_regions
+from services.forecaster.sources import CsvCarbonSource
+from shared.config import ClockSettings
 from shared.servers import ServerProcess, start_nats, start_redis
+
+STACK_REGION_SETS = (("PJM",), ("PJM", "CISO"))
+"""The region sets the suite's stacks forecast (``StackSpec.regions`` in the stack tests)."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_forecaster_cache(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
+    """One fitted-forecaster cache for every stack the suite starts.
+
+    Every stack's forecaster fits its regions at start-up on the history before the fixed
+    model-time origin, so the fits of one region set are the same in every test. A stack
+    that stops before its fit ends caches nothing, and the fit (25-40 CPU seconds for the
+    sets above) ran beside the test on a 2-core runner; so when stack tests are selected the
+    sets are fitted here once, with the service's own code, and every stack loads them.
+    Set in the environment, so in-process settings and child processes both read it.
+    """
+    folder = Path(tmp_path_factory.mktemp("forecaster-cache"))
+    if any(item.get_closest_marker("connected") for item in request.session.items):
+        cut = fit_cut(ClockSettings().origin_model_s)
+        for regions in STACK_REGION_SETS:
+            histories = {region: CsvCarbonSource(region=region).load() for region in regions}
+            for region, fitted in load_or_fit_regions(histories, "eia", cut, folder):
+                assert not isinstance(fitted, ValueError), f"{region}: {fitted}"
+    before = os.environ.get(FORECASTER_CACHE_ENV)
+    os.environ[FORECASTER_CACHE_ENV] = str(folder)
+    try:
+        yield folder
+    finally:
+        if before is None:
+            os.environ.pop(FORECASTER_CACHE_ENV, None)
+        else:
+            os.environ[FORECASTER_CACHE_ENV] = before
 
 
 @pytest.fixture(scope="session")

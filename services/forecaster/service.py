@@ -14,6 +14,8 @@ import contextlib
 import functools
 import logging
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -31,7 +33,15 @@ from services.forecaster.sources import CarbonHistory, CsvCarbonSource
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
 
-__all__ = ["NAME", "fit_region", "same_hour_yesterday", "serve", "to_message"]
+__all__ = [
+    "NAME",
+    "fit_cut",
+    "fit_region",
+    "load_or_fit_regions",
+    "same_hour_yesterday",
+    "serve",
+    "to_message",
+]
 
 NAME = "forecaster"
 HOUR_S = 3600
@@ -104,6 +114,30 @@ def fit_region(
         return fit_forecaster(own)  # fuel-mix columns differ across sources: fit alone
 
 
+def fit_cut(now_s: float) -> pd.Timestamp:
+    """Last hour of history a start-up fit at model time ``now_s`` may use (no look-ahead)."""
+    return pd.Timestamp(now_s, unit="s", tz="UTC").floor("h") - pd.Timedelta(hours=1)
+
+
+def load_or_fit_regions(
+    histories: dict[str, CarbonHistory],
+    source: str,
+    cut: pd.Timestamp,
+    cache_dir: Path | None,
+    shared: SharedFits | None = None,
+) -> Iterator[tuple[str, CarbonForecaster | ValueError]]:
+    """Each region's forecaster fitted up to ``cut`` (from ``cache_dir`` if stored there),
+    one region at a time, or the ``ValueError`` that says why it cannot be fitted."""
+    shared = shared if shared is not None else SharedFits()
+    for region in histories:
+        key = cache_key(region, source, list(histories), cut)
+        fit = functools.partial(fit_region, region, histories, cut, shared)
+        try:
+            yield region, load_or_fit(cache_dir, key, fit, CarbonForecaster)
+        except ValueError as exc:
+            yield region, exc
+
+
 async def serve(ctx: ServiceContext) -> None:
     """Run until ``ctx.stop`` is set.
 
@@ -119,23 +153,19 @@ async def serve(ctx: ServiceContext) -> None:
     models: dict[str, CarbonForecaster] = {}
 
     async def fit_all() -> None:
-        cut = pd.Timestamp(ctx.clock.now(), unit="s", tz="UTC").floor("h") - pd.Timedelta(hours=1)
-        shared = SharedFits()
-        for region in histories:
-            key = cache_key(region, cfg.source, list(histories), cut)
-            try:
-                models[region] = await asyncio.to_thread(
-                    load_or_fit,
-                    cfg.model_cache_dir,
-                    key,
-                    functools.partial(fit_region, region, histories, cut, shared),
-                    CarbonForecaster,
-                )
-                logger.info("forecaster for %s fitted", region)
-            except ValueError as exc:
+        fits = load_or_fit_regions(
+            histories, cfg.source, fit_cut(ctx.clock.now()), cfg.model_cache_dir
+        )
+        # One region per thread hop, so a stop cancels between regions.
+        while (item := await asyncio.to_thread(next, fits, None)) is not None:
+            region, fitted = item
+            if isinstance(fitted, ValueError):
                 logger.warning(
-                    "no fitted forecaster for %s (%s); using same-hour-yesterday", region, exc
+                    "no fitted forecaster for %s (%s); using same-hour-yesterday", region, fitted
                 )
+            else:
+                models[region] = fitted
+                logger.info("forecaster for %s fitted", region)
 
     async def refresh() -> None:
         origin = pd.Timestamp(ctx.clock.now(), unit="s", tz="UTC").floor("h")

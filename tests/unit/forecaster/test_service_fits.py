@@ -1,0 +1,48 @@
+"""Tests of the forecaster service's start-up fits: cut, cache reuse, and a region that
+cannot be fitted."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from services.forecaster import service
+from services.forecaster.models import CarbonForecaster
+from services.forecaster.service import fit_cut, load_or_fit_regions
+from tests.unit.forecaster.conftest import synthetic_history
+
+
+def test_fit_cut_ends_an_hour_before_the_current_hour() -> None:
+    """Test that a fit at 10:59:59 may use history up to 09:00, not the running hour."""
+    now = pd.Timestamp("2022-07-01 10:59:59", tz="UTC").timestamp()
+    assert fit_cut(now) == pd.Timestamp("2022-07-01 09:00", tz="UTC")
+
+
+def test_fits_are_stored_and_a_second_start_loads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Test that each region is fitted once into the cache, that a later start with the same
+    regions and cut loads every model without fitting, and that a region whose history is
+    too short is reported as such while the others are still fitted."""
+    histories = {
+        "SYN": synthetic_history(days=90),
+        "SHORT": dataclasses.replace(synthetic_history(days=20, seed=3), region="SHORT"),
+    }
+    cut = histories["SYN"].intensity.index[-1]
+    first = dict(load_or_fit_regions(histories, "synthetic", cut, tmp_path))
+    assert isinstance(first["SYN"], CarbonForecaster)
+    assert isinstance(first["SHORT"], ValueError)
+    assert len(list(tmp_path.glob("SYN-*.pkl"))) == 1
+
+    def refuse(*_: object, **__: object) -> CarbonForecaster:
+        raise ValueError("fitted again instead of loading the cached model")
+
+    monkeypatch.setattr(service, "fit_region", refuse)
+    # The key names the pooled regions, so the second start asks for the same set.
+    again = dict(load_or_fit_regions(histories, "synthetic", cut, tmp_path))
+    assert isinstance(again["SYN"], CarbonForecaster), again["SYN"]
+    assert isinstance(again["SHORT"], ValueError)
+    assert again["SYN"].weights.tolist() == first["SYN"].weights.tolist()
