@@ -38,7 +38,8 @@ import numpy as np
 import pandas as pd
 
 from services.forecaster.backtest import run_backtest
-from services.forecaster.models import ForecasterConfig, SharedFits
+from services.forecaster.config import ForecasterConfig
+from services.forecaster.models import SharedFits
 from services.forecaster.sources import (
     EIA_REGIONS,
     EM_ZONES,

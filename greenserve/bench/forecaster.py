@@ -22,13 +22,14 @@ import numpy as np
 import pandas as pd
 
 from services.forecaster.backtest import REPORT_BUCKETS, as_dict, run_backtest
+from services.forecaster.config import ForecasterConfig
 from services.forecaster.load_forecast import (
     LOAD_METHODS,
     LoadForecastConfig,
     backtest_load,
     load_azure_trace,
 )
-from services.forecaster.models import ForecasterConfig, SharedFits
+from services.forecaster.models import SharedFits
 from services.forecaster.sources import (
     EIA_FUELS,
     EIA_REGIONS,

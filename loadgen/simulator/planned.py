@@ -123,7 +123,8 @@ def _history(code: str) -> CarbonHistory:
 @functools.lru_cache(maxsize=16)
 def fitted_forecaster(code: str, start_utc: pd.Timestamp) -> CarbonForecaster:
     """The carbon forecaster of one EIA region, fitted on history ending before ``start_utc``."""
-    from services.forecaster.models import ForecasterConfig, fit_forecaster
+    from services.forecaster.config import ForecasterConfig
+    from services.forecaster.models import fit_forecaster
 
     history = _history(code).until(start_utc.floor("h") - pd.Timedelta(hours=1))
     return fit_forecaster(history, config=ForecasterConfig(horizon_h=FORECAST_HORIZON_H))

@@ -26,16 +26,10 @@ import numpy.typing as npt
 import pandas as pd
 
 from services.forecaster.best_window import window_means
+from services.forecaster.blend import mape_by_horizon
+from services.forecaster.config import BUCKETS, MIX, ForecasterConfig
 from services.forecaster.features import HourlyGrid, to_grid
-from services.forecaster.models import (
-    BUCKETS,
-    MIX,
-    CarbonForecaster,
-    ForecasterConfig,
-    SharedFits,
-    fit_forecaster,
-    mape_by_horizon,
-)
+from services.forecaster.models import CarbonForecaster, SharedFits, fit_forecaster
 from services.forecaster.sources import CarbonHistory
 
 __all__ = [
@@ -82,7 +76,7 @@ class BacktestResult:
     """The blend weights per horizon bucket, per fit (keyed by its refit origin)."""
     validation_mape: dict[str, dict[str, list[float]]]
     """MAPE (%) on each fit's own validation span (inside its training data) per candidate
-    and ``"chosen"``, per bucket of :data:`services.forecaster.models.BUCKETS`, per fit."""
+    and ``"chosen"``, per bucket of :data:`services.forecaster.config.BUCKETS`, per fit."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +28,13 @@ from services.forecaster.baselines import (
     seven_day_template,
     template_plus_level,
 )
+from services.forecaster.blend import (
+    blend,
+    blend_weights,
+    log_quantiles,
+    mape_scale,
+)
+from services.forecaster.config import BUCKETS, CANDIDATES, MIX, BoosterBase, ForecasterConfig
 from services.forecaster.features import (
     FLOOR_G,
     HORIZON_COLUMN,
@@ -37,7 +43,7 @@ from services.forecaster.features import (
     log_ratio,
     to_grid,
 )
-from services.forecaster.gbm import BOOSTER_BUCKETS, RatioBooster, fit_ratio_booster
+from services.forecaster.gbm import RatioBooster, fit_ratio_booster
 from services.forecaster.mix import (
     EmissionFactors,
     fit_emission_factors,
@@ -46,113 +52,10 @@ from services.forecaster.mix import (
 )
 from services.forecaster.sources import CarbonHistory, EmissionFactor, Signal
 
-__all__ = [
-    "BUCKETS",
-    "CANDIDATES",
-    "MIX",
-    "CarbonForecast",
-    "CarbonForecaster",
-    "ForecasterConfig",
-    "SharedFits",
-    "fit_forecaster",
-    "mape_by_horizon",
-]
+__all__ = ["CarbonForecast", "CarbonForecaster", "SharedFits", "fit_forecaster"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-
-BUCKETS: Final = ((1, 3), (4, 6), (7, 12), (13, 24), (25, 36), (37, 48))
-"""Disjoint horizon buckets (hours, inclusive), each with its own blend weights. Finer than
-the reported buckets because the candidates' relative skill changes fast in the first
-hours (Holt-Winters) and across the day (the booster)."""
-CANDIDATES: Final = ("same_hour_yesterday", "template_level", "hw", "gbm")
-"""The models blended by default, in the column order of :attr:`CarbonForecaster.weights`."""
-MIX: Final = "mix"
-"""The source-production member (:mod:`services.forecaster.mix`): intensity of the
-per-fuel forecast mix. A blend member only with :attr:`ForecasterConfig.mix_member`, and
-only for regions with generation data."""
-BoosterBase = Literal["template", "template_level"]
-"""The forecast the booster's log-ratio is taken against (see
-:attr:`ForecasterConfig.booster_base`)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ForecasterConfig:
-    """Settings of :func:`fit_forecaster`."""
-
-    horizon_h: int = 48
-    """Longest horizon the forecaster is fitted and validated for."""
-    validation_fraction: float = 0.3
-    """Share of the usable history (the latest part) held out to choose and calibrate."""
-    train_stride_h: int = 2
-    """Spacing of training origins for the boosted model (every hour is redundant)."""
-    max_training_rows: int = 300_000
-    """Cap on boosted-model rows; the origin stride widens on long histories to respect it."""
-    validation_stride_h: int = 6
-    """Spacing of validation origins."""
-    hw_fit_days: int = 60
-    """Days of the fitting part used to estimate the Holt-Winters parameters."""
-    quantile_pool_h: int = 2
-    """Horizons either side pooled when estimating residual quantiles."""
-    booster_max_iter: int = 150
-    """Boosting rounds of the ratio model (per horizon bucket)."""
-    booster_buckets: tuple[tuple[int, int], ...] = BOOSTER_BUCKETS
-    """Horizon buckets with a booster each (``((1, 48),)``: one booster for all horizons)."""
-    blend_power: float = 4.0
-    """Blend weight of a candidate in a bucket is proportional to validation MAPE ** -power
-    (0: equal weights; large: pick the best)."""
-    seed: int = 0
-    """Random seed of the boosted model."""
-    booster_half_life_days: float | None = None
-    """If set, a training row's weight halves every this many days its target lies before
-    the end of the training rows (recency weighting); ``None``: equal weights."""
-    mix_member: bool = False
-    """Blend the source-production forecast (:data:`MIX`) as a fifth member where the
-    region has generation data. Off: not kept on inner validation (docs/forecaster.md)."""
-    mix_feature: bool = True
-    """Give the booster the source-production forecast's log-ratio to the template as a
-    feature (missing for pooled rows without generation data; off by itself wherever no
-    pooled history has generation data, e.g. Electricity Maps). Kept on inner validation
-    together with the next two settings (docs/forecaster.md, fourth round)."""
-    mix_share_features: bool = True
-    """Give the booster the forecast mix's share of every fuel at the target hour
-    (:func:`services.forecaster.mix.forecast_shares`; missing without generation data)."""
-    mix_features_max_h: int | None = 24
-    """If set, only the boosters of horizons up to this many hours see the two features
-    above (longer horizons get a constant); ``None``: every horizon. 24: with them the
-    day-2 booster lost on inner validation, the day-1 boosters gained."""
-    booster_base: BoosterBase = "template_level"
-    """What the booster's target is the log-ratio to, and its forecast multiplies:
-    ``"template"`` (the 7-day template) or ``"template_level"`` (template + level, floored
-    at :data:`~services.forecaster.features.FLOOR_G`), so the trees learn only the
-    correction to the better baseline instead of rebuilding its level shift. The features
-    are the same either way. ``"template_level"`` since the fifth round, kept on inner
-    validation together with the bag below (docs/forecaster.md)."""
-    booster_bag: int = 3
-    """Boosters averaged per horizon bucket (log-ratio space), each with its own seed and a
-    random 70 % of the features at every split (:func:`fit_ratio_booster`'s ``bag``); 1:
-    the single booster. 3 since the fifth round (three times the booster fit cost)."""
-    mape_scale: bool = False
-    """Scale the blend per bucket of :data:`BUCKETS` by the factor that minimises its
-    validation MAPE (:func:`_mape_scale`): the MAPE-optimal point forecast of a positive
-    quantity lies below its median. Sixth round (docs/forecaster.md)."""
-
-    def __post_init__(self) -> None:
-        if self.horizon_h < 1 or self.horizon_h > BUCKETS[-1][1]:
-            raise ValueError(f"horizon_h must be in 1..{BUCKETS[-1][1]}")
-        if not 0.05 <= self.validation_fraction <= 0.5:
-            raise ValueError("validation_fraction must be in [0.05, 0.5]")
-        edges = [h for lo, hi in self.booster_buckets for h in (lo, hi)]
-        if (
-            edges[0] != 1
-            or edges[-1] < self.horizon_h
-            or any(nxt != prev + 1 for prev, nxt in zip(edges[1:-1:2], edges[2::2], strict=True))
-        ):
-            raise ValueError("booster_buckets must tile 1..horizon_h without gaps")
-        if self.booster_base not in ("template", "template_level"):
-            raise ValueError("booster_base must be 'template' or 'template_level'")
-        if self.booster_bag < 1:
-            raise ValueError("booster_bag must be at least 1")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,14 +81,6 @@ class CarbonForecast:
     def times(self) -> pd.DatetimeIndex:
         """Return the timestamp of every value."""
         return pd.date_range(self.issued_at, periods=len(self.values), freq=f"{self.step_s}s")
-
-
-def mape_by_horizon(forecast: FloatArray, actual: FloatArray, mask: FloatArray) -> FloatArray:
-    """Return MAPE (%) per horizon column over rows where ``mask`` is 1; floor 1 g/kWh."""
-    errors = np.abs(forecast - actual) / np.maximum(np.abs(actual), 1.0) * mask
-    counts = np.maximum(mask.sum(axis=0), 1.0)
-    result: FloatArray = 100.0 * errors.sum(axis=0) / counts
-    return result
 
 
 def _reference_forecasts(
@@ -330,7 +225,7 @@ class CarbonForecaster:
         )
         base = _booster_base(template, out, self.booster_base)
         out["gbm"] = base * np.exp(self.booster.predict(features).reshape(template.shape))
-        out["chosen"] = _blend(out, self.weights, self.candidates)
+        out["chosen"] = blend(out, self.weights, self.candidates)
         if self.point_scale is not None:
             out["chosen"] = out["chosen"] * self.point_scale[None, : out["chosen"].shape[1]]
         out["p10"] = out["chosen"] * np.exp(self.log_quantiles[:, 0])[None, :]
@@ -386,113 +281,6 @@ def _origins(first: int, last: int, stride: int, grid_start: pd.Timestamp) -> In
     """Origins in ``[first, last]`` aligned to UTC hours that are multiples of ``stride``."""
     offset = (-(grid_start.hour + first)) % stride
     return np.arange(first + offset, last + 1, stride, dtype=np.int64)
-
-
-def _blend(
-    predictions: dict[str, FloatArray],
-    weights: FloatArray,
-    candidates: Sequence[str] = CANDIDATES,
-) -> FloatArray:
-    """Weighted sum of the candidates, per horizon column.
-
-    A candidate that has no value at a point (NaN: the source-production member where a
-    history has no generation data) is left out there and the other weights renormalised.
-    """
-    horizon = weights.shape[0]
-    blended = np.zeros_like(predictions[candidates[0]][:, :horizon])
-    total = np.zeros_like(blended)
-    complete = True
-    for k, name in enumerate(candidates):
-        values = predictions[name][:, :horizon]
-        known = np.isfinite(values)
-        complete = complete and bool(known.all())
-        weight = np.where(known, weights[None, :, k], 0.0)
-        blended += weight * np.where(known, values, 0.0)
-        total += weight
-    if complete:
-        return blended  # the weights of every row sum to 1 already
-    result: FloatArray = np.where(total > 0, blended / np.where(total > 0, total, 1.0), np.nan)
-    return result
-
-
-def _blend_weights(
-    predictions: dict[str, FloatArray],
-    actual: FloatArray,
-    mask: FloatArray,
-    horizon_h: int,
-    power: float,
-    candidates: Sequence[str] = CANDIDATES,
-) -> tuple[FloatArray, dict[str, list[float]]]:
-    """Inverse-error blend weights per bucket, fitted on validation rows only.
-
-    A bucket's weights are ``MAPE_k ** -power`` normalised over the candidates, a forecast
-    combination that is far less noisy than picking the single best candidate on a short
-    validation span (the choice then flips with the season). If the blend does not beat
-    template + level on validation in a bucket, that bucket falls back to template + level
-    alone, so no bucket is knowingly worse than the README's baseline.
-    """
-    scores = {name: mape_by_horizon(predictions[name], actual, mask) for name in candidates}
-    weights = np.zeros((horizon_h, len(candidates)))
-    per_bucket: dict[str, list[float]] = {name: [] for name in (*candidates, "chosen")}
-    fallback = np.eye(len(candidates))[list(candidates).index("template_level")]
-    for lo, hi in BUCKETS:
-        if lo > horizon_h:
-            break
-        cols = slice(lo - 1, min(hi, horizon_h))
-        errors = np.array([max(float(scores[name][cols].mean()), 1e-6) for name in candidates])
-        row = errors**-power
-        weights[cols] = row / row.sum()
-        blended = mape_by_horizon(
-            _blend(predictions, weights, candidates)[:, cols], actual[:, cols], mask[:, cols]
-        )
-        if float(blended.mean()) >= float(scores["template_level"][cols].mean()):
-            weights[cols] = fallback
-            blended = scores["template_level"][cols]
-        for name, error in zip(candidates, errors, strict=True):
-            per_bucket[name].append(round(float(error), 3))
-        per_bucket["chosen"].append(round(float(blended.mean()), 3))
-    return weights, per_bucket
-
-
-def _mape_scale(blended: FloatArray, actual: FloatArray, mask: FloatArray) -> FloatArray:
-    """Per-horizon factor ``c`` minimising the bucket's validation MAPE of ``c * blended``.
-
-    ``sum |y - c f| / y = sum (f / y) |y / f - c|``, so ``c`` is the weighted median of
-    ``y / f`` with weights ``f / y``, one value per bucket of :data:`BUCKETS`. For a positive
-    quantity it lies below the median ratio (about ``exp(-sigma**2)`` for log-normal
-    errors): MAPE penalises a forecast above the actual value more, relative to the actual.
-    """
-    horizon = blended.shape[1]
-    scale = np.ones(horizon)
-    for lo, hi in BUCKETS:
-        if lo > horizon:
-            break
-        cols = slice(lo - 1, min(hi, horizon))
-        f, y = blended[:, cols], actual[:, cols]
-        keep = (mask[:, cols] > 0) & np.isfinite(f) & (f > 0) & (y > 0)
-        if not keep.any():
-            continue
-        ratio, weight = y[keep] / f[keep], f[keep] / y[keep]
-        order = np.argsort(ratio)
-        cumulative = np.cumsum(weight[order])
-        scale[cols] = ratio[order][np.searchsorted(cumulative, 0.5 * cumulative[-1])]
-    return scale
-
-
-def _log_quantiles(
-    blended: FloatArray,
-    actual: FloatArray,
-    mask: FloatArray,
-    pool: int,
-) -> FloatArray:
-    horizon = blended.shape[1]
-    residual = log_ratio(actual[:, :horizon], blended)
-    quantiles = np.zeros((horizon, 2))
-    for h in range(horizon):
-        cols = slice(max(0, h - pool), min(horizon, h + pool + 1))
-        sample = residual[:, cols][mask[:, cols] > 0]
-        quantiles[h] = np.quantile(sample, [0.1, 0.9]) if sample.size else (0.0, 0.0)
-    return quantiles
 
 
 def _training_rows(
@@ -681,14 +469,12 @@ def fit_forecaster(
         predictions.pop(derived)
     targets = val_origins[:, None] + np.arange(horizon)[None, :]
     actual, mask = grid.y[targets], grid.observed[targets].astype(np.float64)
-    weights, scores = _blend_weights(
-        predictions, actual, mask, horizon, cfg.blend_power, candidates
-    )
-    blended = _blend(predictions, weights, candidates)
-    point_scale = _mape_scale(blended, actual, mask) if cfg.mape_scale else None
+    weights, scores = blend_weights(predictions, actual, mask, horizon, cfg.blend_power, candidates)
+    blended = blend(predictions, weights, candidates)
+    point_scale = mape_scale(blended, actual, mask) if cfg.mape_scale else None
     if point_scale is not None:
         blended = blended * point_scale[None, :]
-    quantiles = _log_quantiles(blended, actual, mask, cfg.quantile_pool_h)
+    quantiles = log_quantiles(blended, actual, mask, cfg.quantile_pool_h)
     return CarbonForecaster(
         region=history.region,
         signal=history.signal,

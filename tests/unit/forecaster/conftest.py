@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from services.forecaster.models import CarbonForecaster, ForecasterConfig, fit_forecaster
+from services.forecaster.config import ForecasterConfig
+from services.forecaster.models import CarbonForecaster, fit_forecaster
 from services.forecaster.sources import CarbonHistory
 
 

@@ -15,8 +15,9 @@ from services.forecaster.backtest import (
     rolling_forecasts,
     run_backtest,
 )
+from services.forecaster.config import ForecasterConfig
 from services.forecaster.features import to_grid
-from services.forecaster.models import ForecasterConfig, SharedFits, fit_forecaster
+from services.forecaster.models import SharedFits, fit_forecaster
 from services.forecaster.sources import CarbonHistory, with_unknown_shares
 from tests.unit.forecaster.conftest import synthetic_history
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from services.forecaster.blend import mape_scale
+from services.forecaster.config import BUCKETS
 from services.forecaster.features import to_grid
-from services.forecaster.models import BUCKETS, CarbonForecaster, _mape_scale
+from services.forecaster.models import CarbonForecaster
 from services.forecaster.sources import CarbonHistory
 
 
@@ -25,7 +27,7 @@ def _sample(
 def test_scale_minimises_each_bucket_s_mape() -> None:
     """Test that no factor on a fine grid gives a bucket a lower MAPE than the fitted one."""
     forecast, actual = _sample(0.2)
-    scale = _mape_scale(forecast, actual, np.ones_like(forecast))
+    scale = mape_scale(forecast, actual, np.ones_like(forecast))
     for lo, hi in BUCKETS:
         if lo > forecast.shape[1]:
             break
@@ -41,7 +43,7 @@ def test_scale_sits_below_the_median_for_log_normal_errors() -> None:
     penalises a forecast above the actual more than one below)."""
     sigma = 0.15
     forecast, actual = _sample(sigma, rows=20_000, horizon=3)
-    scale = _mape_scale(forecast, actual, np.ones_like(forecast))
+    scale = mape_scale(forecast, actual, np.ones_like(forecast))
     assert scale[0] == pytest.approx(np.exp(-(sigma**2)), abs=0.006)
     assert scale[0] < np.exp(-(sigma**2) / 2)
 
@@ -53,7 +55,7 @@ def test_unobserved_hours_do_not_move_the_scale() -> None:
     mask[::3] = 0.0
     garbage = actual.copy()
     garbage[::3] *= 50.0
-    assert np.array_equal(_mape_scale(forecast, actual, mask), _mape_scale(forecast, garbage, mask))
+    assert np.array_equal(mape_scale(forecast, actual, mask), mape_scale(forecast, garbage, mask))
 
 
 def test_scaled_fit_multiplies_the_blend_and_keeps_the_bounds(

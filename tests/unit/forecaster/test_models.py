@@ -8,16 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from services.forecaster.blend import blend, blend_weights
+from services.forecaster.config import BUCKETS, CANDIDATES, MIX, ForecasterConfig
 from services.forecaster.features import to_grid
-from services.forecaster.models import (
-    BUCKETS,
-    CANDIDATES,
-    MIX,
-    CarbonForecaster,
-    ForecasterConfig,
-    _blend_weights,
-    fit_forecaster,
-)
+from services.forecaster.models import CarbonForecaster, fit_forecaster
 from services.forecaster.sources import CarbonHistory
 
 
@@ -138,7 +132,7 @@ def test_blend_weights_favour_the_more_accurate_candidate() -> None:
     predictions = {
         name: actual * (1.0 + rng.normal(0.0, scale, actual.shape)) for name, scale in noise.items()
     }
-    weights, scores = _blend_weights(predictions, actual, np.ones_like(actual), 48, power=2.0)
+    weights, scores = blend_weights(predictions, actual, np.ones_like(actual), 48, power=2.0)
     np.testing.assert_allclose(weights.sum(axis=1), 1.0)
     order = [
         CANDIDATES.index(name) for name in ("gbm", "hw", "template_level", "same_hour_yesterday")
@@ -153,7 +147,7 @@ def test_blend_falls_back_to_template_level_where_it_loses_on_validation() -> No
     predictions = dict.fromkeys(CANDIDATES, actual * 1.5)
     predictions["template_level"] = actual.copy()
     # template + level is exact, so any blend with positive weight elsewhere loses to it.
-    weights, scores = _blend_weights(predictions, actual, np.ones_like(actual), 48, power=1.0)
+    weights, scores = blend_weights(predictions, actual, np.ones_like(actual), 48, power=1.0)
     np.testing.assert_array_equal(weights[:, CANDIDATES.index("template_level")], 1.0)
     assert scores["chosen"] == scores["template_level"]
 
@@ -231,18 +225,17 @@ def test_mix_member_is_left_out_for_a_history_without_generation(
 
 def test_blend_skips_a_member_without_a_value_and_renormalises() -> None:
     """Test that a NaN member (no generation at predict time) drops out of the weighted sum."""
-    from services.forecaster.models import _blend
 
     base = np.full((2, 4), 100.0)
     predictions = {name: base.copy() for name in (*CANDIDATES, MIX)}
     predictions["gbm"] = base * 2.0
     predictions[MIX] = np.full_like(base, np.nan)
     weights = np.tile(np.array([0.1, 0.1, 0.1, 0.2, 0.5]), (4, 1))
-    blended = _blend(predictions, weights, (*CANDIDATES, MIX))
+    blended = blend(predictions, weights, (*CANDIDATES, MIX))
     np.testing.assert_allclose(blended, 100.0 * (0.3 + 0.2 * 2.0) / 0.5)
     predictions[MIX] = base * 3.0
     np.testing.assert_allclose(
-        _blend(predictions, weights, (*CANDIDATES, MIX)), 100.0 * (0.3 + 0.4 + 1.5)
+        blend(predictions, weights, (*CANDIDATES, MIX)), 100.0 * (0.3 + 0.4 + 1.5)
     )
 
 
