@@ -227,7 +227,7 @@ class CarbonForecaster:
         out["gbm"] = base * np.exp(self.booster.predict(features).reshape(template.shape))
         out["chosen"] = blend(out, self.weights, self.candidates)
         if self.point_scale is not None:
-            out["chosen"] = out["chosen"] * self.point_scale[None, : out["chosen"].shape[1]]
+            out["chosen"] = out["chosen"] * self.point_scale[None, :]
         out["p10"] = out["chosen"] * np.exp(self.log_quantiles[:, 0])[None, :]
         out["p90"] = out["chosen"] * np.exp(self.log_quantiles[:, 1])[None, :]
         return {name: values[:, :horizon] for name, values in out.items()}

@@ -124,11 +124,11 @@ def load_or_fit_regions(
     source: str,
     cut: pd.Timestamp,
     cache_dir: Path | None,
-    shared: SharedFits | None = None,
 ) -> Iterator[tuple[str, CarbonForecaster | ValueError]]:
     """Each region's forecaster fitted up to ``cut`` (from ``cache_dir`` if stored there),
-    one region at a time, or the ``ValueError`` that says why it cannot be fitted."""
-    shared = shared if shared is not None else SharedFits()
+    one region at a time, or the ``ValueError`` that says why it cannot be fitted. The
+    regions share one :class:`SharedFits`, so the pool's boosters are fitted once."""
+    shared = SharedFits()
     for region in histories:
         key = cache_key(region, source, list(histories), cut)
         fit = functools.partial(fit_region, region, histories, cut, shared)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.forecaster.blend import mape_scale
+from services.forecaster.blend import mape_by_horizon, mape_scale
 from services.forecaster.config import BUCKETS
 from services.forecaster.features import to_grid
 from services.forecaster.models import CarbonForecaster
@@ -13,7 +13,7 @@ from services.forecaster.sources import CarbonHistory
 
 
 def _mape(forecast: np.ndarray, actual: np.ndarray) -> float:
-    return float(np.mean(np.abs(actual - forecast) / actual))
+    return float(mape_by_horizon(forecast, actual, np.ones_like(actual)).mean())
 
 
 def _sample(
