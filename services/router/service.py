@@ -120,8 +120,9 @@ class RouterShell:
         """Workers that do not serve dispatch batches (older versions)."""
         self._outbox: dict[str, list[ClassifiedRequest]] = {}
         """Placed requests waiting for their worker's batch in flight to be answered."""
-        self._senders: dict[str, asyncio.Task[None]] = {}
-        """One dispatch loop per worker with requests to send."""
+        self._senders: dict[str, set[asyncio.Task[None]]] = {}
+        """Dispatch loops per worker with requests to send (up to ``batches_in_flight``)."""
+        self._in_flight = ctx.settings.router.batches_in_flight
 
     def mark_ready(self, pool_id: str) -> None:
         """The scheduler holds work for a pool."""
@@ -172,7 +173,10 @@ class RouterShell:
             logger.warning("%d requests orphaned by silent workers; re-queueing", len(orphans))
             await self._scheduler.requeue([o.request for o in orphans])
         for pool_id in self.registry.pools() & self._ready:
-            if all(w in self._senders for w in self.registry.workers_of(pool_id)):
+            if all(
+                len(self._senders.get(w, ())) >= self._in_flight
+                for w in self.registry.workers_of(pool_id)
+            ):
                 # Every worker of the pool still awaits its last batch's reply: what this
                 # round placed would wait in the outboxes anyway. Placing when a worker is
                 # free decides on more requests at once (fewer, larger rounds under load);
@@ -196,7 +200,9 @@ class RouterShell:
             tg.create_task(self._record_loop())
             await self._place_loop()
             if self._senders:  # their accepted placements must still be recorded
-                await asyncio.gather(*self._senders.values(), return_exceptions=True)
+                await asyncio.gather(
+                    *(t for ts in self._senders.values() for t in ts), return_exceptions=True
+                )
             self._record_wake.set()
 
     async def _record_loop(self) -> None:
@@ -277,9 +283,10 @@ class RouterShell:
         for rid, wid in pairs:
             registry.placed(by_id[rid], wid, now_model)
             self._outbox.setdefault(wid, []).append(by_id[rid])
-            if wid not in self._senders:
+            senders = self._senders.setdefault(wid, set())
+            if len(senders) < self._in_flight:
                 task = asyncio.create_task(self._send_loop(wid))
-                self._senders[wid] = task
+                senders.add(task)
         unplaced = [r for rid, r in by_id.items() if rid not in placed_ids]
         if unplaced:
             await self._scheduler.requeue(unplaced)
@@ -315,7 +322,11 @@ class RouterShell:
                     results = [None] * len(placed)
                 await self._settle_round(placed, results)
         finally:
-            del self._senders[worker_id]
+            senders = self._senders.get(worker_id)
+            if senders is not None:
+                senders.discard(asyncio.current_task())
+                if not senders:
+                    del self._senders[worker_id]
             self._wake.set()  # a pool whose workers were all sending may be placed now
 
     async def _settle_round(

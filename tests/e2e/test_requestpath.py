@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 
 import pytest
@@ -349,6 +350,81 @@ async def test_a_slow_worker_does_not_hold_up_dispatch_to_another_pool(
                 await sub.unsubscribe()
     far, near = dispatched[f"far-{namespace}"], dispatched[f"near-{namespace}"]
     assert near - far < slow_reply_s / 2
+
+
+@pytest.mark.parametrize("in_flight", [1, 2])
+async def test_a_worker_gets_a_second_batch_while_its_first_is_unanswered_only_if_allowed(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str, in_flight: int
+) -> None:
+    """Test ``router.batches_in_flight``: with 2, a request placed while the worker has not
+    answered its first dispatch goes out at once; with 1 it waits for that answer.
+
+    One batch in flight per worker made a request readied during the dispatch round trip
+    wait for it (the ``wake`` and ``place`` tails of ``docs/performance.md``, round 6).
+    """
+    settings = Settings(
+        namespace=namespace,
+        nats={"url": nats_server.url},
+        redis={"url": redis_server.url},
+        router={"tick_ms": 3_600_000.0, "batches_in_flight": in_flight},
+    )
+    held_s = 0.5
+    received: dict[str, float] = {}
+    answered: dict[str, float] = {}
+    both = asyncio.Event()
+    router: RouterShell | None = None
+
+    async def on_ready(pool_id: str) -> None:
+        if router is not None:
+            router.mark_ready(pool_id)
+
+    async with service_context("requestpath", settings) as ctx:
+        scheduler = SchedulerShell(ctx, on_ready=on_ready)
+        router = RouterShell(ctx, InMemoryScheduler(scheduler))
+        router.registry.update(worker_stats("w", free_slots=64, max_num_seqs=64), time.time())
+
+        replying: set[asyncio.Task[None]] = set()
+
+        async def answer(rid: str, msg: Msg, first: bool) -> None:
+            if first:
+                await scheduler.submit([classified_request(f"second-{namespace}")])
+                await asyncio.sleep(held_s)  # the first dispatch stays unanswered meanwhile
+            else:
+                both.set()
+            answered[rid] = time.monotonic()
+            reply = DispatchReply(request_id=rid, worker_id="w", accepted=True, accepted_at=1.0)
+            await msg.respond(encode(reply))
+
+        async def on_dispatch(msg: Msg) -> None:
+            # Answer in a task: a callback that slept would hold back the next dispatch's
+            # delivery in this test, not in the router.
+            req = decode_any(msg.data)
+            assert isinstance(req, ClassifiedRequest)
+            rid = req.request.request_id
+            first = not received
+            received[rid] = time.monotonic()
+            task = asyncio.create_task(answer(rid, msg, first))
+            replying.add(task)
+            task.add_done_callback(replying.discard)
+
+        # A round's only request for a worker goes alone (``dispatch_all``), on this subject.
+        sub = await ctx.nc.subscribe(ctx.subjects.worker_dispatch("w"), cb=on_dispatch)
+        placing = asyncio.create_task(router.run())
+        try:
+            await scheduler.submit([classified_request(f"first-{namespace}")])
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(both.wait(), 4 * held_s)
+        finally:
+            placing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await placing
+            await sub.unsubscribe()
+    second_at = received[f"second-{namespace}"]
+    first_answered = answered.get(f"first-{namespace}", math.inf)  # unanswered when the test ended
+    if in_flight == 1:
+        assert second_at >= first_answered
+    else:
+        assert second_at < first_answered
 
 
 async def test_hops_stamp_every_hop_on_the_colocated_path(
