@@ -171,8 +171,10 @@ def load_eia_csv(region: str, path: Path | None = None) -> CarbonHistory:
         intensity=frame["avg_CI"].astype(float).rename("gco2_per_kwh"),
         fuel_mix=shares,
         signal="average",
-        # EIA-930 derived avg_CI uses combustion factors per fuel (dc-rl); no life-cycle terms.
-        emission_factor="direct",
+        # avg_CI is the generation-weighted mean of fixed per-fuel factors, and those factors
+        # are the IPCC AR5 life-cycle medians (fitted exactly, docs/forecaster.md
+        # "Source-production tier"): a life-cycle intensity, not a combustion-only one.
+        emission_factor="lifecycle",
         source=str(file),
         generation=generation,
     )
@@ -227,23 +229,24 @@ class CsvCarbonSource:
     Attributes:
         region: EIA balancing authority or Electricity Maps zone.
         kind: ``"eia"`` for ``carbon/`` or ``"em"`` for ``carbon_em/``.
-        emission_factor: for ``"em"``, which column to read (EIA is always direct).
+        emission_factor: for ``"em"``, which column to read (default direct); the EIA
+            files carry one intensity, life-cycle, so for ``"eia"`` only that (or None).
     """
 
     region: str
     kind: Literal["eia", "em"] = "eia"
-    emission_factor: EmissionFactor = "direct"
+    emission_factor: EmissionFactor | None = None
     signal: Signal = "average"
 
     def __post_init__(self) -> None:
-        if self.kind == "eia" and self.emission_factor != "direct":
-            raise ValueError("the EIA-930 files carry direct intensity only")
+        if self.kind == "eia" and self.emission_factor not in (None, "lifecycle"):
+            raise ValueError("the EIA-930 files carry a life-cycle intensity only")
 
     def load(self) -> CarbonHistory:
         """Read the whole file(s) synchronously."""
         if self.kind == "eia":
             return load_eia_csv(self.region)
-        return load_em_csv(self.region, emission_factor=self.emission_factor)
+        return load_em_csv(self.region, emission_factor=self.emission_factor or "direct")
 
     async def history(self, start: datetime, end: datetime) -> CarbonHistory:
         """Return ``[start, end]`` of the file's history, reading it off the event loop."""

@@ -23,7 +23,8 @@ def test_eia_loader_returns_a_full_hourly_year_with_fuel_shares() -> None:
     totals = history.fuel_mix.sum(axis=1, min_count=1).dropna()
     np.testing.assert_allclose(totals, 1.0, atol=1e-9)
     assert 50 < history.intensity.mean() < 500
-    assert (history.signal, history.emission_factor) == ("average", "direct")
+    # The fixed per-fuel factors behind avg_CI are life-cycle medians (test_mix pins them).
+    assert (history.signal, history.emission_factor) == ("average", "lifecycle")
 
 
 def test_em_loader_concatenates_years_across_a_leap_year() -> None:
