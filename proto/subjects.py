@@ -141,14 +141,31 @@ class Subjects:
         """Every worker clock subject of one node (what that node's dvfs agent may publish)."""
         return f"{self._base}.clock.v2.{_check(node_id, 'node id')}.*"
 
-    def worker_stats(self, worker_id: str) -> str:
-        """Event: a worker's periodic statistics."""
-        return f"{self._base}.stats.worker.{_check(worker_id, 'worker id')}"
+    def worker_stats(self, pool_id: str, node_id: str, worker_id: str) -> str:
+        """Event: a worker's periodic statistics, ``stats.worker.<pool>.<node>.<worker>``.
+
+        Pool and node in the subject let the subscribers that need a part of the fleet
+        subscribe to that part: a worker to its pool's peers (it ranks them to park), a
+        dvfs agent to its node's workers. Both heard every worker of the fleet before,
+        O(workers) messages per stats period each, O(workers²) over a fleet of workers.
+        """
+        return (
+            f"{self._base}.stats.worker.{_check(pool_id, 'pool id')}"
+            f".{_check(node_id, 'node id')}.{_check(worker_id, 'worker id')}"
+        )
 
     @property
     def worker_stats_wildcard(self) -> str:
-        """All workers' statistics."""
-        return f"{self._base}.stats.worker.*"
+        """All workers' statistics (router, emergency ladder, load generator, monitors)."""
+        return f"{self._base}.stats.worker.*.*.*"
+
+    def worker_stats_pool_wildcard(self, pool_id: str) -> str:
+        """The statistics of one pool's workers (what its workers hear of their peers)."""
+        return f"{self._base}.stats.worker.{_check(pool_id, 'pool id')}.*.*"
+
+    def worker_stats_node_wildcard(self, node_id: str) -> str:
+        """The statistics of one node's workers (what its dvfs agent hears)."""
+        return f"{self._base}.stats.worker.*.{_check(node_id, 'node id')}.*"
 
     def instance_state(self, node_id: str, worker_id: str) -> str:
         """Event: a worker's per-request state for predictive clock control (dvfs period).

@@ -191,7 +191,7 @@ async def serve(ctx: ServiceContext) -> None:
                 states[state.worker_id] = state
 
     subs = [
-        await ctx.nc.subscribe(ctx.subjects.worker_stats_wildcard, cb=on_stats),
+        await ctx.nc.subscribe(ctx.subjects.worker_stats_node_wildcard(cfg.node_id), cb=on_stats),
         await ctx.nc.subscribe(ctx.subjects.request_done_node_wildcard(cfg.node_id), cb=on_done),
         await subscribe_overrides(
             ctx, overrides, latest, lambda w, mhz: _set_clock(ctx, w, mhz, "emergency")

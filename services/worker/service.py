@@ -79,6 +79,9 @@ class WorkerShim:
         self._done_subject = ctx.subjects.request_done_worker(
             self._cfg.node_id, self._cfg.worker_id
         )
+        self._stats_subject = ctx.subjects.worker_stats(
+            self._cfg.pool_id, self._cfg.node_id, self._cfg.worker_id
+        )
         self._backend = backend
         self._book = StreamBook(self._cfg.worker_id, self._cfg.stream_flush_ms / 1000.0)
         self._emptied = asyncio.Event()
@@ -299,7 +302,7 @@ class WorkerShim:
     async def _announce_room(self) -> None:
         """Publish stats now: the router hears at once that the admission gate closed or opened."""
         stats = encode(self.stats())
-        await self._ctx.nc.publish(self._ctx.subjects.worker_stats(self._cfg.worker_id), stats)
+        await self._ctx.nc.publish(self._stats_subject, stats)
 
     async def flush_loop(self) -> None:
         """Send coalesced tokens whose window closed while their request produced no more."""
@@ -381,7 +384,7 @@ class WorkerShim:
         GPU_POWER_W.labels(stats.worker_id).set(stats.power_w)
         GPU_ENERGY_J.labels(stats.worker_id).set(stats.energy_j)
         payload = encode(stats)
-        await self._ctx.nc.publish(self._ctx.subjects.worker_stats(self._cfg.worker_id), payload)
+        await self._ctx.nc.publish(self._stats_subject, payload)
         ttl_ms = int(self._cfg.heartbeat_ttl_s * 1000)
         await self._ctx.redis.set(self._ctx.keys.worker(self._cfg.worker_id), payload, px=ttl_ms)
 
@@ -462,7 +465,11 @@ async def _serve_with(ctx: ServiceContext, shim: WorkerShim) -> None:
         await serve_subject(
             ctx.nc, ctx.subjects.worker_clock(wid), ClockCommand, shim.on_clock, service=NAME
         ),
-        await ctx.nc.subscribe(ctx.subjects.worker_stats_wildcard, cb=shim.on_peer_stats),
+        # Its pool's peers only: they are whom it ranks against to park.
+        await ctx.nc.subscribe(
+            ctx.subjects.worker_stats_pool_wildcard(ctx.settings.worker.pool_id),
+            cb=shim.on_peer_stats,
+        ),
         await watch_plan(ctx, shim.on_plan),
     ]
     async with asyncio.TaskGroup() as tg:

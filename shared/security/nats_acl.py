@@ -223,11 +223,14 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
         # Its own request.done subject only (no worker can end, and so free the slots of,
         # another's requests) and its own instance state (predictive clock control).
         done, state = own(s.request_done_worker), own(s.instance_state)
-        pub = (s.worker_stats(scope), clients, done, state, s.errors, s.scheduler_requeue)
+        # Its own stats subject, in any pool (the plan may move it) and on its node.
+        stats = own(lambda node, worker: s.worker_stats(_ANY, node, worker).replace(_ANY, "*"))
+        pub = (stats, clients, done, state, s.errors, s.scheduler_requeue)
         # Its own clock subject (v2), and the deprecated v1 subject, which only admin may
         # still publish.
         clock = own(s.worker_clock_v2)
-        # Peers' stats and the plan: a worker parks when its pool is planned smaller.
+        # Peers' stats and the plan: a worker parks when its pool is planned smaller. (It
+        # subscribes to its pool's stats only; which pool is its settings', not its identity.)
         sub = (
             s.worker_dispatch(scope),
             s.worker_dispatch_batch(scope),
@@ -240,7 +243,7 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
     elif role == "dvfs":
         pub = (s.worker_clock_v2_node_wildcard(scope), s.dvfs_report(scope))
         sub = (
-            s.worker_stats_wildcard,
+            s.worker_stats_node_wildcard(scope),
             s.request_done_node_wildcard(scope),
             s.instance_state_node_wildcard(scope),  # predictive mode
             s.plan,

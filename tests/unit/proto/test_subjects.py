@@ -162,6 +162,13 @@ def test_subjects_of_one_stack_are_distinct_and_wildcards_stay_in_their_family(
     pattern = subjects.instance_state_node_wildcard(node)
     hits = {name for name, subject in concrete.items() if matches(pattern, subject)}
     assert hits == {"instance_state"}
+    pool, node = concrete["worker_stats"].split(".")[4:6]
+    for pattern in (
+        subjects.worker_stats_pool_wildcard(pool),
+        subjects.worker_stats_node_wildcard(node),
+    ):
+        hits = {name for name, subject in concrete.items() if matches(pattern, subject)}
+        assert hits == {"worker_stats"}, pattern
 
 
 @FAST

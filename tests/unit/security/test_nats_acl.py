@@ -179,8 +179,8 @@ def test_only_client_roles_have_a_client_id_and_only_admin_publishes_unbound() -
 def test_the_publishers_of_each_event_are_those_of_the_protocol_table() -> None:
     """Test the publisher set of the plan, stats, ready, done, forecast and dispatch subjects."""
     assert _roles_that(_can_publish, S.plan) == {"planner"}
-    assert _roles_that(_can_publish, S.worker_stats("w1")) == {"worker"}
-    assert not _can_publish("worker", S.worker_stats("w2"))
+    assert _roles_that(_can_publish, S.worker_stats("p", "n1", "w1")) == {"worker"}
+    assert not _can_publish("worker", S.worker_stats("p", "n1", "w2"))
     assert _roles_that(_can_publish, S.scheduler_ready("p")) == {"scheduler", "requestpath"}
     # Errors end requests from the classifier and the scheduler's emergency ladder; workers
     # end theirs on their own subject.
@@ -299,7 +299,7 @@ def test_the_request_path_keeps_what_other_roles_exchange_with_its_parts() -> No
     assert _can_publish("requestpath", S.client_reply("c1", "r1"))
     assert _can_subscribe("requestpath", S.request_done_worker("n1", "w1"))
     assert _can_publish("requestpath", S.request_done_control)
-    assert _can_subscribe("requestpath", S.worker_stats("w1"))
+    assert _can_subscribe("requestpath", S.worker_stats("p", "n1", "w1"))
     assert _can_subscribe("requestpath", S.plan)
 
 
@@ -311,7 +311,7 @@ def test_the_request_path_cannot_touch_clocks_plans_ingress_or_worker_replies() 
         S.plan,
         S.ingress_client("c1"),
         S.ingress_request,
-        S.worker_stats("w1"),
+        S.worker_stats("p", "n1", "w1"),
         S.forecast("PJM"),
         S.scheduler_submit,
         S.scheduler_pull,
@@ -344,3 +344,17 @@ def test_composite_roles_take_no_scope() -> None:
     with pytest.raises(ValueError, match="takes no scope"):
         Identity("rp", "requestpath", "x")
     assert Identity("rp", "requestpath").client_id is None
+
+
+def test_stats_are_bound_to_their_worker_and_a_dvfs_agent_hears_its_node_only() -> None:
+    """Test the pool- and node-bound stats subject: a worker publishes its own stats in any
+    pool, on its own node when its identity names one; a dvfs agent reads its node's."""
+    bound = Identity("worker-x", "worker", "w1", node="n1")
+    pub = permissions_for(S, bound).publish
+    assert any(_matches(p, S.worker_stats("any-pool", "n1", "w1")) for p in pub)
+    assert not any(_matches(p, S.worker_stats("any-pool", "n2", "w1")) for p in pub)
+    assert not any(_matches(p, S.worker_stats("any-pool", "n1", "w2")) for p in pub)
+    assert _can_subscribe("dvfs", S.worker_stats("p", "n1", "w1"))
+    assert not _can_subscribe("dvfs", S.worker_stats("p", "n2", "w1"))
+    for role in ("router", "scheduler", "requestpath", "loadgen", "monitor", "worker"):
+        assert _can_subscribe(role, S.worker_stats("p", "n2", "w9")), role
