@@ -24,6 +24,8 @@ level instead of the template (``booster_base``); ``+G`` three bagged boosters p
 (``booster_bag``; ``+G<k>``: k of them).
 Sixth round, on top of ``B2+F+S+H24+R+G``: ``+C`` the blend scaled per bucket by its
 validation MAPE-optimal factor (``mape_scale``).
+Seventh round, on top of ``B2+F+S+H24+R+G``: ``+X`` the booster reads the seven regions'
+recent level ratios (``context_features``, :func:`~services.forecaster.sources.with_context`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from services.forecaster.sources import (
     CarbonHistory,
     load_eia_csv,
     load_em_csv,
+    with_context,
+    with_unknown_context,
     with_unknown_shares,
 )
 
@@ -96,6 +100,8 @@ def main(spec: str, shared: SharedFits | None = None) -> dict[str, object]:
             cfg = replace(cfg, booster_bag=int(option[1:] or 3))
         elif option == "C":
             cfg = replace(cfg, mape_scale=True)
+        elif option == "X":
+            cfg = replace(cfg, context_features=True)
         else:
             cfg = replace(cfg, booster_half_life_days=float(option[1:]))
     hist = {r: load_eia_csv(r).until(CUT) for r in EIA_REGIONS}
@@ -115,6 +121,11 @@ def main(spec: str, shared: SharedFits | None = None) -> dict[str, object]:
             extra.append(_with_mix(em, mix))
         else:
             extra.append(with_unknown_shares(em, columns))
+    if cfg.context_features:
+        # Every member carries the same context: the seven regions' intensity (its own
+        # included); the Electricity Maps rows have it unknown.
+        hist = {r: with_context(h, hist) for r, h in hist.items()}
+        extra = [with_unknown_context(h, sorted(hist)) for h in extra]
     shared = shared if shared is not None else SharedFits()
     started = time.perf_counter()
     scores: dict[str, dict[str, dict[str, float]]] = {}

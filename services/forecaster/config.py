@@ -89,6 +89,10 @@ class ForecasterConfig:
     validation MAPE (:func:`~services.forecaster.blend.mape_scale`): the MAPE-optimal point
     forecast of a positive quantity lies below its median. Sixth round (docs/forecaster.md);
     not kept on inner validation, so off."""
+    context_features: bool = False
+    """Give the booster the recent level ratios of the regions in the histories' context
+    (:func:`~services.forecaster.sources.with_context`; seventh round, docs/forecaster.md).
+    Without a context in the histories it does nothing."""
 
     def __post_init__(self) -> None:
         if self.horizon_h < 1 or self.horizon_h > BUCKETS[-1][1]:

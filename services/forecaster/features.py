@@ -9,7 +9,7 @@ value back in time. :func:`gbm_features` builds, for many origins at once, one r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 import numpy as np
@@ -51,6 +51,11 @@ class HourlyGrid:
     gives shares only."""
     generation_names: tuple[str, ...]
     """Column names of ``generation``."""
+    context: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
+    """``(T, C)`` other regions' intensity, forward-filled (a region never seen stays
+    NaN); ``C`` is 0 without a context."""
+    context_names: tuple[str, ...] = ()
+    """Column names (regions) of ``context``."""
 
     def __len__(self) -> int:
         return len(self.y)
@@ -96,6 +101,7 @@ def to_grid(history: CarbonHistory) -> HourlyGrid:
     raw = hourly.to_numpy(dtype=np.float64)
     shares, names = _hourly_columns(history.fuel_mix, grid)
     generation, generation_names = _hourly_columns(history.generation, grid)
+    context, context_names = _hourly_columns(history.context, grid)
     return HourlyGrid(
         start=grid[0],
         y=_causal_fill(raw[:, None])[:, 0],
@@ -104,6 +110,8 @@ def to_grid(history: CarbonHistory) -> HourlyGrid:
         share_names=names,
         generation=generation,
         generation_names=generation_names,
+        context=context,
+        context_names=context_names,
     )
 
 
@@ -125,6 +133,7 @@ def gbm_features(
     horizon_h: int,
     template: FloatArray,
     candidates: dict[str, FloatArray],
+    context: bool = False,
 ) -> tuple[FloatArray, list[str]]:
     """Build the GBM design matrix: one row per (origin, horizon), origin-major.
 
@@ -135,6 +144,9 @@ def gbm_features(
         template: ``(n, H)`` 7-day template, the ratio's denominator.
         candidates: ``(n, H)`` forecasts of the reference models (seasonal naive, template +
             level, Holt-Winters), fed as log-ratios to the template.
+        context: add the level ratios of every context region (:attr:`HourlyGrid.context`,
+            read up to ``o - 1`` like ``y``): the last hour against its 7-day same-hour
+            mean, the last day against the last week and the last 3 h against the last day.
 
     Returns:
         The ``(n * H, F)`` matrix and its column names; column :data:`HORIZON_COLUMN` is
@@ -166,8 +178,35 @@ def gbm_features(
         week = grid.shares[origins[:, None] - np.arange(1, TEMPLATE_DAYS * DAY + 1)[None, :], j]
         per_origin[f"share_{share}"] = now
         per_origin[f"share_{share}_vs_week"] = now - week.mean(axis=1)
+    if context:
+        per_origin.update(_context_levels(grid, origins))
     for name, values in per_origin.items():
         columns[name] = np.broadcast_to(values[:, None], (n, horizon_h))
     names = list(columns)
     matrix = np.stack([np.asarray(columns[c], dtype=np.float64).ravel() for c in names], axis=1)
     return matrix, names
+
+
+def _context_levels(grid: HourlyGrid, origins: IntArray) -> dict[str, FloatArray]:
+    """Level ratios of each context region at each origin, from its hours before the origin.
+
+    The other regions' recent changes carry what the region's own past does not: a weather
+    system or a hydro or import swing seen next door first. A region missing at an origin
+    (not in the source, or not yet begun) gives NaN, which the booster treats as missing.
+    """
+    out: dict[str, FloatArray] = {}
+    days = DAY * np.arange(1, TEMPLATE_DAYS + 1)
+    for j, name in enumerate(grid.context_names):
+        c = grid.context[:, j]
+        last = c[origins - 1]
+        recent = c[origins[:, None] - np.arange(1, TEMPLATE_DAYS * DAY + 1)[None, :]]
+        same_hour = c[(origins - 1)[:, None] - days[None, :]]
+        with np.errstate(invalid="ignore"):
+            out[f"ctx_{name}_last_vs_template"] = log_ratio(last, same_hour.mean(axis=1))
+            out[f"ctx_{name}_day_vs_week"] = log_ratio(
+                recent[:, :DAY].mean(axis=1), recent.mean(axis=1)
+            )
+            out[f"ctx_{name}_3h_vs_day"] = log_ratio(
+                recent[:, :3].mean(axis=1), recent[:, :DAY].mean(axis=1)
+            )
+    return out

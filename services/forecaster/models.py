@@ -129,6 +129,7 @@ def _booster_matrix(
     template: FloatArray,
     refs: dict[str, FloatArray],
     mix: tuple[bool, bool, int | None],
+    context: bool = False,
 ) -> FloatArray:
     """The booster's rows: :func:`gbm_features`, plus the source-production features.
 
@@ -140,7 +141,7 @@ def _booster_matrix(
     """
     log_ratio_feature, share_features, max_h = mix
     inputs = {name: values for name, values in refs.items() if name != MIX or log_ratio_feature}
-    features, names = gbm_features(grid, origins, horizon_h, template, inputs)
+    features, names = gbm_features(grid, origins, horizon_h, template, inputs, context)
     columns = [names.index(f"lr_{MIX}")] if log_ratio_feature else []
     if share_features:
         shares = forecast_shares(grid, origins, horizon_h, grid.share_names)
@@ -183,6 +184,9 @@ class CarbonForecaster:
     point_scale: FloatArray | None = None
     """``(H,)`` factor the blend is multiplied by per horizon (``None``: 1; see
     :attr:`ForecasterConfig.mape_scale`)."""
+    context_names: tuple[str, ...] = ()
+    """Context regions the booster reads (empty: none; see
+    :attr:`ForecasterConfig.context_features`); a grid to forecast must carry them."""
 
     @property
     def uses_mix(self) -> bool:
@@ -208,6 +212,11 @@ class CarbonForecaster:
         need = min_history_h(self.horizon_h)
         if origins.size and (origins.min() < need or origins.max() > len(grid)):
             raise ValueError(f"each origin needs {need} h of history and must be <= grid end")
+        if grid.context_names != self.context_names and self.context_names:
+            raise ValueError(
+                f"the {self.region} forecaster reads the context {self.context_names}, "
+                f"the history carries {grid.context_names}"
+            )
         template, out = _reference_forecasts(
             grid,
             origins,
@@ -222,6 +231,7 @@ class CarbonForecaster:
             template,
             out,
             (self.mix_feature, self.mix_share_features, self.mix_features_max_h),
+            bool(self.context_names),
         )
         base = _booster_base(template, out, self.booster_base)
         out["gbm"] = base * np.exp(self.booster.predict(features).reshape(template.shape))
@@ -317,6 +327,7 @@ def _training_rows(
             template,
             refs,
             (cfg.mix_feature, cfg.mix_share_features, cfg.mix_features_max_h),
+            cfg.context_features,
         )
         targets = origins[:, None] + np.arange(horizon)[None, :]
         target = log_ratio(grid.y[targets], _booster_base(template, refs, cfg.booster_base)).ravel()
@@ -359,6 +370,8 @@ def _grid_key(history: CarbonHistory, grid: HourlyGrid) -> tuple[object, ...]:
         float(np.nansum(grid.shares)),
         float(np.nansum(grid.generation)),
         int(grid.observed.sum()),
+        grid.context_names,
+        float(np.nansum(grid.context)),
     )
 
 
@@ -416,6 +429,8 @@ def fit_forecaster(
         other_grid = to_grid(other.until(end_time))
         if other_grid.share_names != grid.share_names:
             raise ValueError(f"{other.region} has other fuel-mix columns than {history.region}")
+        if cfg.context_features and other_grid.context_names != grid.context_names:
+            raise ValueError(f"{other.region} has another context than {history.region}")
         if other_grid.index_of(split_time) > need + horizon:
             members.append(with_hw(other, other_grid))
     # A fixed order (by fingerprint), so every member of a pool trains the same booster.
@@ -425,6 +440,9 @@ def fit_forecaster(
     if not any(member_grid.generation_names for member_grid, _ in sources):
         # No member has generation data: the features would be missing in every row.
         cfg = dataclasses.replace(cfg, mix_feature=False, mix_share_features=False)
+    if not grid.context_names:
+        cfg = dataclasses.replace(cfg, context_features=False)
+    context_names = grid.context_names if cfg.context_features else ()
 
     def booster_until(row_end: pd.Timestamp) -> RatioBooster:
         # Settings that act after the booster do not split the memo.
@@ -462,6 +480,7 @@ def fit_forecaster(
         mix_share_features=cfg.mix_share_features,
         mix_features_max_h=cfg.mix_features_max_h,
         booster_base=cfg.booster_base,
+        context_names=context_names,
     )
     val_origins = _origins(split, last_origin, cfg.validation_stride_h, grid.start)
     predictions = provisional.predict(grid, val_origins)
@@ -492,4 +511,5 @@ def fit_forecaster(
         mix_features_max_h=cfg.mix_features_max_h,
         booster_base=cfg.booster_base,
         point_scale=point_scale,
+        context_names=context_names,
     )

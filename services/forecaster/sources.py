@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -36,6 +36,8 @@ __all__ = [
     "Signal",
     "load_eia_csv",
     "load_em_csv",
+    "with_context",
+    "with_unknown_context",
     "with_unknown_shares",
 ]
 
@@ -80,23 +82,28 @@ class CarbonHistory:
     """Generation in MW per fuel on the same index (EIA-930), or ``None`` where the source
     gives shares only. The source-production member (:mod:`services.forecaster.mix`)
     forecasts these columns."""
+    context: pd.DataFrame | None = None
+    """Other regions' intensity on the same index, one column per region (cross-region
+    booster features, :attr:`ForecasterConfig.context_features`), or ``None``."""
 
     def until(self, end: pd.Timestamp) -> CarbonHistory:
         """Return the history with every point after ``end`` dropped (inclusive bound)."""
-        return dataclasses.replace(
-            self,
-            intensity=self.intensity.loc[:end],
-            fuel_mix=None if self.fuel_mix is None else self.fuel_mix.loc[:end],
-            generation=None if self.generation is None else self.generation.loc[:end],
-        )
+        return self._sliced(slice(None, end))
 
     def between(self, start: pd.Timestamp, end: pd.Timestamp) -> CarbonHistory:
         """Return the points in ``[start, end]`` (inclusive bounds)."""
+        return self._sliced(slice(start, end))
+
+    def _sliced(self, span: slice) -> CarbonHistory:
+        def cut(frame: pd.DataFrame | None) -> pd.DataFrame | None:
+            return None if frame is None else frame.loc[span]
+
         return dataclasses.replace(
             self,
-            intensity=self.intensity.loc[start:end],
-            fuel_mix=None if self.fuel_mix is None else self.fuel_mix.loc[start:end],
-            generation=None if self.generation is None else self.generation.loc[start:end],
+            intensity=self.intensity.loc[span],
+            fuel_mix=cut(self.fuel_mix),
+            generation=cut(self.generation),
+            context=cut(self.context),
         )
 
 
@@ -111,6 +118,28 @@ def with_unknown_shares(history: CarbonHistory, columns: Sequence[str]) -> Carbo
     """
     mix = pd.DataFrame(np.nan, index=history.intensity.index, columns=list(columns))
     return dataclasses.replace(history, fuel_mix=mix, generation=None)
+
+
+def with_context(history: CarbonHistory, others: Mapping[str, CarbonHistory]) -> CarbonHistory:
+    """Return ``history`` with ``others``' intensity as its context, one column per region.
+
+    Every member of a pooled fit needs the same context columns, so a pool passes all its
+    regions (its own included) to each member; hours another region lacks are missing.
+    """
+    index = history.intensity.index
+    context = pd.DataFrame(
+        {name: other.intensity.reindex(index) for name, other in sorted(others.items())},
+        index=index,
+    )
+    return dataclasses.replace(history, context=context)
+
+
+def with_unknown_context(history: CarbonHistory, columns: Sequence[str]) -> CarbonHistory:
+    """Return ``history`` with context ``columns`` that are all unknown (NaN), for extra
+    training rows of another source that join a pool with context (see
+    :func:`with_unknown_shares`)."""
+    context = pd.DataFrame(np.nan, index=history.intensity.index, columns=list(columns))
+    return dataclasses.replace(history, context=context)
 
 
 @runtime_checkable
