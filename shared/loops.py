@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from shared.counters import ERRORS
 
-__all__ = ["run_periodic", "sleep_or_stop"]
+__all__ = ["raise_if_cancelled", "run_periodic", "sleep_or_stop", "wait_event"]
 
 logger = logging.getLogger(__name__)
 
@@ -22,11 +22,36 @@ MAX_BACKOFF_S = 2.0
 """Longest wait between failing iterations: recovery within a few seconds of an outage."""
 
 
+async def wait_event(event: asyncio.Event, seconds: float) -> bool:
+    """Wait until ``event`` is set or ``seconds`` pass; return whether it is set.
+
+    Not ``asyncio.wait_for``: on Python 3.11 it loses a cancellation that arrives just as
+    the event is set (cpython gh-86296, fixed in 3.12), and a loop around it then goes on
+    instead of ending; a router cancelled as a sender's wake-up fired slept out its hour-long
+    test tick that way. ``asyncio.timeout`` keeps the cancellation.
+    """
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(max(0.0, seconds)):
+            await event.wait()
+    return event.is_set()
+
+
+def raise_if_cancelled() -> None:
+    """Raise ``CancelledError`` if this task was asked to cancel and is still running.
+
+    A library that catches the cancellation somewhere below a loop (seen with the router's
+    Redis record loop under a cancelling ``TaskGroup``: the group then waits for it forever)
+    leaves the request pending on the task (``Task.cancelling``); a loop that checks here
+    once per iteration ends as asked anyway.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
     """Sleep ``seconds`` or until ``stop`` is set; return whether it was set."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), max(0.0, seconds))
-    return stop.is_set()
+    return await wait_event(stop, seconds)
 
 
 async def run_periodic(

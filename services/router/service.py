@@ -39,7 +39,7 @@ from services.router.registry import WorkerRegistry
 from shared.bus import HOPS_KEY, add_hops, request, tracing_active
 from shared.counters import DECISIONS, ERRORS
 from shared.lifecycle import ServiceContext
-from shared.loops import MAX_BACKOFF_S, sleep_or_stop
+from shared.loops import MAX_BACKOFF_S, raise_if_cancelled, sleep_or_stop, wait_event
 from shared.telemetry import extract_context, request_attributes
 
 __all__ = ["NAME", "NatsSchedulerLink", "RouterShell", "SchedulerLink", "serve"]
@@ -213,8 +213,8 @@ class RouterShell:
         """
         ctx = self._ctx
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._record_wake.wait(), 1.0)
+            await wait_event(self._record_wake, 1.0)
+            raise_if_cancelled()
             self._record_wake.clear()
             if self._unrecorded:
                 batch, self._unrecorded = self._unrecorded, {}
@@ -232,8 +232,8 @@ class RouterShell:
         tick = ctx.settings.router.tick_ms / 1000.0
         failures = 0
         while not ctx.stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), tick)
+            await wait_event(self._wake, tick)
+            raise_if_cancelled()
             self._wake.clear()
             try:
                 await self.place_round()

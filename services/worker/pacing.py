@@ -8,12 +8,12 @@ at 0 when the pacer is built; while the engine has no work its time follows the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
 from shared.engine import Engine, EngineRequest, IterationResult
+from shared.loops import wait_event
 
 __all__ = ["IDLE_POLL_S", "PacedEngine"]
 
@@ -85,8 +85,7 @@ class PacedEngine:
         while True:
             if not engine.has_work:
                 self._work.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._work.wait(), IDLE_POLL_S)
+                await wait_event(self._work, IDLE_POLL_S)
                 self.catch_up()
                 continue
             result = engine.step()
