@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import math
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 from nats.aio.client import Client
@@ -45,7 +46,7 @@ from services.worker.service import WorkerShim
 from shared.bus import connect_nats, ensure_ingress_stream, serve
 from shared.clock import ModelClock
 from shared.config import NatsSettings, Settings
-from shared.lifecycle import service_context
+from shared.lifecycle import ServiceContext, service_context
 from shared.servers import ServerProcess
 from tests.factories import classified_request, connected_settings, no_ready, worker_stats
 from tests.unit.proto.samples import sample_of
@@ -227,6 +228,42 @@ async def test_router_batches_per_worker_and_falls_back_for_workers_without_batc
     assert sorted(singles) == ["q3", "q4"]
 
 
+@contextlib.asynccontextmanager
+async def _colocated_router(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str, **router: object
+) -> AsyncIterator[tuple[ServiceContext, SchedulerShell, RouterShell]]:
+    """A scheduler and a router on one loop, the scheduler's ready marks reaching the router
+    directly, with an hour-long tick: only events place requests."""
+    settings = Settings(
+        namespace=namespace,
+        nats={"url": nats_server.url},
+        redis={"url": redis_server.url},
+        router={"tick_ms": 3_600_000.0, **router},
+    )
+    routers: list[RouterShell] = []
+
+    async def on_ready(pool_id: str) -> None:
+        for one in routers:
+            one.mark_ready(pool_id)
+
+    async with service_context("requestpath", settings) as ctx:
+        scheduler = SchedulerShell(ctx, on_ready=on_ready)
+        routers.append(RouterShell(ctx, InMemoryScheduler(scheduler)))
+        yield ctx, scheduler, routers[0]
+
+
+@contextlib.asynccontextmanager
+async def _placing(router: RouterShell) -> AsyncIterator[None]:
+    """The router's placement loop while the block runs."""
+    placing = asyncio.create_task(router.run())
+    try:
+        yield
+    finally:
+        placing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await placing
+
+
 async def test_router_keeps_a_ready_mark_set_while_its_round_dispatches(
     nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
 ) -> None:
@@ -237,23 +274,10 @@ async def test_router_keeps_a_ready_mark_set_while_its_round_dispatches(
     the tick (20-50 ms by default: the p99 tail of ``docs/performance.md``). The tick is an
     hour here, so only the kept mark can place the second request.
     """
-    settings = Settings(
-        namespace=namespace,
-        nats={"url": nats_server.url},
-        redis={"url": redis_server.url},
-        router={"tick_ms": 3_600_000.0},
-    )
     dispatched: dict[str, float] = {}
     both = asyncio.Event()
-    router: RouterShell | None = None
-
-    async def on_ready(pool_id: str) -> None:
-        if router is not None:
-            router.mark_ready(pool_id)
-
-    async with service_context("requestpath", settings) as ctx:
-        scheduler = SchedulerShell(ctx, on_ready=on_ready)
-        router = RouterShell(ctx, InMemoryScheduler(scheduler))
+    wired = _colocated_router(nats_server, redis_server, namespace)
+    async with wired as (ctx, scheduler, router):
         router.registry.update(worker_stats("w", free_slots=64, max_num_seqs=64), time.time())
         second = classified_request(f"late-{namespace}")
 
@@ -269,16 +293,11 @@ async def test_router_keeps_a_ready_mark_set_while_its_round_dispatches(
         sub = await serve(
             ctx.nc, ctx.subjects.worker_dispatch("w"), ClassifiedRequest, on_dispatch, service="t"
         )
-        placing = asyncio.create_task(router.run())
-        try:
+        async with _placing(router):
             await scheduler.submit([classified_request(f"first-{namespace}")])
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(both.wait(), 2.0)
-        finally:
-            placing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await placing
-            await sub.unsubscribe()
+        await sub.unsubscribe()
     assert sorted(dispatched) == sorted([f"first-{namespace}", f"late-{namespace}"])
 
 
@@ -290,24 +309,11 @@ async def test_a_slow_worker_does_not_hold_up_dispatch_to_another_pool(
 
     The router used to await every dispatch reply of a round before its next round.
     """
-    settings = Settings(
-        namespace=namespace,
-        nats={"url": nats_server.url},
-        redis={"url": redis_server.url},
-        router={"tick_ms": 3_600_000.0},
-    )
     slow_reply_s = 1.0
     dispatched: dict[str, float] = {}
     fast_done = asyncio.Event()
-    router: RouterShell | None = None
-
-    async def on_ready(pool_id: str) -> None:
-        if router is not None:
-            router.mark_ready(pool_id)
-
-    async with service_context("requestpath", settings) as ctx:
-        scheduler = SchedulerShell(ctx, on_ready=on_ready)
-        router = RouterShell(ctx, InMemoryScheduler(scheduler))
+    wired = _colocated_router(nats_server, redis_server, namespace)
+    async with wired as (ctx, scheduler, router):
         now = time.time()
         router.registry.update(worker_stats("far", pool_id="far-pool", region="CISO"), now)
         router.registry.update(worker_stats("near", pool_id="near-pool"), now)
@@ -337,17 +343,12 @@ async def test_a_slow_worker_does_not_hold_up_dispatch_to_another_pool(
                 service="t",
             ),
         ]
-        placing = asyncio.create_task(router.run())
-        try:
+        async with _placing(router):
             await scheduler.submit([classified_request(f"far-{namespace}", pool_id="far-pool")])
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(fast_done.wait(), 3 * slow_reply_s)
-        finally:
-            placing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await placing
-            for sub in subs:
-                await sub.unsubscribe()
+        for sub in subs:
+            await sub.unsubscribe()
     far, near = dispatched[f"far-{namespace}"], dispatched[f"near-{namespace}"]
     assert near - far < slow_reply_s / 2
 
@@ -362,25 +363,12 @@ async def test_a_worker_gets_a_second_batch_while_its_first_is_unanswered_only_i
     One batch in flight per worker made a request readied during the dispatch round trip
     wait for it (the ``wake`` and ``place`` tails of ``docs/performance.md``, round 6).
     """
-    settings = Settings(
-        namespace=namespace,
-        nats={"url": nats_server.url},
-        redis={"url": redis_server.url},
-        router={"tick_ms": 3_600_000.0, "batches_in_flight": in_flight},
-    )
     held_s = 0.5
     received: dict[str, float] = {}
     answered: dict[str, float] = {}
     both = asyncio.Event()
-    router: RouterShell | None = None
-
-    async def on_ready(pool_id: str) -> None:
-        if router is not None:
-            router.mark_ready(pool_id)
-
-    async with service_context("requestpath", settings) as ctx:
-        scheduler = SchedulerShell(ctx, on_ready=on_ready)
-        router = RouterShell(ctx, InMemoryScheduler(scheduler))
+    wired = _colocated_router(nats_server, redis_server, namespace, batches_in_flight=in_flight)
+    async with wired as (ctx, scheduler, router):
         router.registry.update(worker_stats("w", free_slots=64, max_num_seqs=64), time.time())
 
         replying: set[asyncio.Task[None]] = set()
@@ -409,16 +397,11 @@ async def test_a_worker_gets_a_second_batch_while_its_first_is_unanswered_only_i
 
         # A round's only request for a worker goes alone (``dispatch_all``), on this subject.
         sub = await ctx.nc.subscribe(ctx.subjects.worker_dispatch("w"), cb=on_dispatch)
-        placing = asyncio.create_task(router.run())
-        try:
+        async with _placing(router):
             await scheduler.submit([classified_request(f"first-{namespace}")])
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(both.wait(), 4 * held_s)
-        finally:
-            placing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await placing
-            await sub.unsubscribe()
+        await sub.unsubscribe()
     second_at = received[f"second-{namespace}"]
     first_answered = answered.get(f"first-{namespace}", math.inf)  # unanswered when the test ended
     if in_flight == 1:

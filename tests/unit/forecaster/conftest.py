@@ -40,7 +40,7 @@ def history() -> CarbonHistory:
     return synthetic_history()
 
 
-def _fit_80_days(history: CarbonHistory, **options: Any) -> CarbonForecaster:
+def fit_80_days(history: CarbonHistory, **options: Any) -> CarbonForecaster:
     """A small, fast fit on the first 80 days of the synthetic history."""
     config = ForecasterConfig(
         max_training_rows=10_000, hw_fit_days=14, booster_max_iter=40, **options
@@ -52,14 +52,14 @@ def _fit_80_days(history: CarbonHistory, **options: Any) -> CarbonForecaster:
 def fitted(history: CarbonHistory) -> CarbonForecaster:
     """Forecaster fitted on the first 80 days of the synthetic history, with the single
     booster on the ratio to the template (the model before the fifth round)."""
-    return _fit_80_days(history, booster_base="template", booster_bag=1)
+    return fit_80_days(history, booster_base="template", booster_bag=1)
 
 
 @pytest.fixture(scope="session")
 def fitted_mix(history: CarbonHistory) -> CarbonForecaster:
     """The same with the source-production member blended and fed to the booster (its
     log-ratio to the template and the forecast mix's shares)."""
-    return _fit_80_days(
+    return fit_80_days(
         history,
         booster_base="template",
         booster_bag=1,
@@ -73,10 +73,10 @@ def fitted_mix(history: CarbonHistory) -> CarbonForecaster:
 def fitted_rg(history: CarbonHistory) -> CarbonForecaster:
     """The fifth-round options (the default since): the booster learns the ratio to
     template + level; two bagged boosters per bucket (three by default) keep the test fast."""
-    return _fit_80_days(history, booster_base="template_level", booster_bag=2)
+    return fit_80_days(history, booster_base="template_level", booster_bag=2)
 
 
 @pytest.fixture(scope="session")
 def fitted_rgc(history: CarbonHistory) -> CarbonForecaster:
     """The fifth-round fit with the blend aimed at MAPE (sixth round's ``mape_scale``)."""
-    return _fit_80_days(history, booster_base="template_level", booster_bag=2, mape_scale=True)
+    return fit_80_days(history, booster_base="template_level", booster_bag=2, mape_scale=True)

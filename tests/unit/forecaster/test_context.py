@@ -8,11 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from services.forecaster.config import ForecasterConfig
 from services.forecaster.features import to_grid
-from services.forecaster.models import CarbonForecaster, fit_forecaster
+from services.forecaster.models import CarbonForecaster
 from services.forecaster.sources import CarbonHistory, with_context, with_unknown_context
-from tests.unit.forecaster.conftest import synthetic_history
+from tests.unit.forecaster.conftest import fit_80_days, synthetic_history
 
 
 @pytest.fixture(scope="module")
@@ -30,14 +29,7 @@ def with_ctx(history: CarbonHistory, neighbour: CarbonHistory) -> CarbonHistory:
 @pytest.fixture(scope="module")
 def fitted_ctx(with_ctx: CarbonHistory) -> CarbonForecaster:
     """A small fit with the context features on."""
-    config = ForecasterConfig(
-        max_training_rows=10_000,
-        hw_fit_days=14,
-        booster_max_iter=40,
-        booster_bag=1,
-        context_features=True,
-    )
-    return fit_forecaster(with_ctx.until(with_ctx.intensity.index[80 * 24 - 1]), config=config)
+    return fit_80_days(with_ctx, booster_bag=1, context_features=True)
 
 
 def test_the_context_is_every_region_by_name_and_is_cut_with_the_history(
