@@ -42,13 +42,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
     modules = _command_modules()
     for name in sorted(modules):
         module = modules[name]
-        cmd_parser = sub.add_parser(
-            # argparse %-formats help strings; a HELP may quote "-13 %".
-            name,
-            help=module.HELP.replace("%", "%%"),
-            description=module.HELP,
-        )
-        module.add_arguments(cmd_parser)
+        module.add_arguments(commands.add_subcommand(sub, name, module.HELP))
     return parser, modules
 
 

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from greenserve.bench import discover
+from greenserve.commands import add_subcommand
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
@@ -20,12 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one sub-parser per benchmark module."""
     sub = parser.add_subparsers(dest="bench", required=True, metavar="BENCH")
     for name, module in sorted(discover().items()):
-        bench_parser = sub.add_parser(
-            # argparse %-formats help strings; a HELP may quote "-13 %".
-            name,
-            help=module.HELP.replace("%", "%%"),
-            description=module.HELP,
-        )
+        bench_parser = add_subcommand(sub, name, module.HELP)
         bench_parser.add_argument(
             "--json", action="store_true", help="print the result as JSON on the last line"
         )
