@@ -24,6 +24,10 @@ level instead of the template (``booster_base``); ``+G`` three bagged boosters p
 (``booster_bag``; ``+G<k>``: k of them).
 Sixth round, on top of ``B2+F+S+H24+R+G``: ``+C`` the blend scaled per bucket by its
 validation MAPE-optimal factor (``mape_scale``).
+``EM:<variant>`` runs a variant on the Electricity Maps inner protocol instead (each zone
+cut at 2023-12-31, one fit on 2021-2022, daily origins through 2023; the options that need
+EIA generation data do nothing there): ``EM:B2+F+S+H24`` against ``EM:B2+F+S+H24+R+G``
+checks the fifth-round levers on the zones they were not chosen on.
 Seventh round, on top of ``B2+F+S+H24+R+G``: ``+X`` the booster reads the seven regions'
 recent level ratios (``context_features``, :func:`~services.forecaster.sources.with_context`).
 """
@@ -54,6 +58,8 @@ from services.forecaster.sources import (
 )
 
 CUT = pd.Timestamp("2022-07-31 23:00", tz="UTC")
+EM_CUT = pd.Timestamp("2023-12-31 23:00", tz="UTC")
+EM_TRAIN_END = pd.Timestamp("2022-12-31 23:00", tz="UTC")
 TRAIN_END = pd.Timestamp("2022-04-30 23:00", tz="UTC")
 US_ZONES = ("US-CAL-CISO", "US-MIDA-PJM", "US-NY-NYIS")
 BUCKETS = ("1-6h", "day1", "day2")
@@ -73,7 +79,8 @@ def _derived(history: CarbonHistory) -> CarbonHistory:
 
 def main(spec: str, shared: SharedFits | None = None) -> dict[str, object]:
     """Run one variant and return its scores (``shared``: fits reused across variants)."""
-    variant, *options = spec.split("+")
+    on_em = spec.startswith("EM:")
+    variant, *options = spec.removeprefix("EM:").split("+")
     # The variants start from the config before the fourth round (no source-production
     # features); the kept fourth-round default is ``B2+F+S+H24``. The fifth-round options
     # are pinned off, so the variants do not depend on the current default.
@@ -104,6 +111,8 @@ def main(spec: str, shared: SharedFits | None = None) -> dict[str, object]:
             cfg = replace(cfg, context_features=True)
         else:
             cfg = replace(cfg, booster_half_life_days=float(option[1:]))
+    if on_em:
+        return _em(spec, cfg)
     hist = {r: load_eia_csv(r).until(CUT) for r in EIA_REGIONS}
     if variant in ("B0", "B1"):
         hist = {r: _derived(h) for r, h in hist.items()}
@@ -136,6 +145,13 @@ def main(spec: str, shared: SharedFits | None = None) -> dict[str, object]:
         )
         scores[region] = result.mape
         print(region, result.mape["chosen"], file=sys.stderr, flush=True)
+    return _summary(spec, scores, started)
+
+
+def _summary(
+    spec: str, scores: dict[str, dict[str, dict[str, float]]], started: float
+) -> dict[str, object]:
+    """Mean MAPE per model and bucket, the score relative to t+l, misses, day 1 by region."""
     models = ("chosen", "gbm", "template_level") + (
         ("mix",) if all("mix" in scores[r] for r in scores) else ()
     )
@@ -166,6 +182,19 @@ def main(spec: str, shared: SharedFits | None = None) -> dict[str, object]:
         "day1": {r: scores[r]["chosen"]["day1"] for r in scores},
         "wall_s": round(time.perf_counter() - started),
     }
+
+
+def _em(spec: str, cfg: ForecasterConfig) -> dict[str, object]:
+    """The Electricity Maps inner protocol: each zone's history cut at the end of its
+    training years (2023), fitted once on 2021-2022, daily origins through 2023 (the bench
+    fits once on 2021-2023 and tests 2024). Zones are not pooled, as in the bench."""
+    started = time.perf_counter()
+    scores: dict[str, dict[str, dict[str, float]]] = {}
+    for zone in EM_ZONES:
+        history = load_em_csv(zone, years=(2021, 2022, 2023)).until(EM_CUT)
+        scores[zone] = run_backtest(history, EM_TRAIN_END, config=cfg).mape
+        print(zone, scores[zone]["chosen"], file=sys.stderr, flush=True)
+    return _summary(spec, scores, started)
 
 
 if __name__ == "__main__":
