@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from services.forecaster.backtest import REPORT_BUCKETS, as_dict, run_backtest
-from services.forecaster.config import ForecasterConfig
+from services.forecaster.config import ForecasterConfig, config_for
 from services.forecaster.load_forecast import (
     LOAD_METHODS,
     LoadForecastConfig,
@@ -208,11 +208,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for zone in EIA_EXTRA_ZONES
         ]
     )
-    config = (
+    base = (
         ForecasterConfig(mix_feature=False, mix_share_features=False)
         if args.no_mix_features
         else ForecasterConfig()
     )
+    configs = {kind: config_for(kind, base) for kind in ("eia", "em")}
     # The pooled EIA regions train the same boosters at each refit: fit them once.
     shared = SharedFits()
     refit = {"eia": args.refit_days or None, "em": args.em_refit_days or None}
@@ -231,7 +232,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result = run_backtest(
             history,
             train_end,
-            config=config,
+            config=configs[name.split(":", 1)[0]],
             refit_days=refit[name.split(":", 1)[0]],
             max_origins=args.max_origins,
             cache_dir=cache,

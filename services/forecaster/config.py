@@ -6,12 +6,13 @@ tools can read them without the fitting code.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from services.forecaster.gbm import BOOSTER_BUCKETS
 
-__all__ = ["BUCKETS", "CANDIDATES", "MIX", "BoosterBase", "ForecasterConfig"]
+__all__ = ["BUCKETS", "CANDIDATES", "MIX", "BoosterBase", "ForecasterConfig", "config_for"]
 
 BUCKETS: Final = ((1, 3), (4, 6), (7, 12), (13, 24), (25, 36), (37, 48))
 """Disjoint horizon buckets (hours, inclusive), each with its own blend weights. Finer than
@@ -110,3 +111,18 @@ class ForecasterConfig:
             raise ValueError("booster_base must be 'template' or 'template_level'")
         if self.booster_bag < 1:
             raise ValueError("booster_bag must be at least 1")
+
+
+def config_for(source: str, base: ForecasterConfig | None = None) -> ForecasterConfig:
+    """The settings for one source's histories (``"eia"`` or ``"em"``), from ``base``.
+
+    Electricity Maps histories get the booster without the fifth round's levers (the ratio
+    to the template, one booster): R and G were chosen on the EIA inner validation, and on
+    Electricity Maps' own (2021-2022 fit, 2023 origins) they did not improve both the
+    relative score and the day-1 mean (docs/forecaster.md, "The fifth-round levers on
+    Electricity Maps"). Other sources keep ``base`` as it is.
+    """
+    cfg = base if base is not None else ForecasterConfig()
+    if source == "em":
+        return dataclasses.replace(cfg, booster_base="template", booster_bag=1)
+    return cfg

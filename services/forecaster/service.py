@@ -22,6 +22,7 @@ import pandas as pd
 
 from proto.codec import encode
 from proto.messages import Forecast
+from services.forecaster.config import config_for
 from services.forecaster.model_cache import cache_key, load_or_fit
 from services.forecaster.models import (
     CarbonForecast,
@@ -99,6 +100,7 @@ def fit_region(
     histories: dict[str, CarbonHistory],
     cut: pd.Timestamp,
     shared: SharedFits | None = None,
+    source: str = "eia",
 ) -> CarbonForecaster:
     """Fit the chosen model on everything before ``cut``, pooling the other regions' rows.
 
@@ -108,10 +110,12 @@ def fit_region(
     """
     own = histories[region].until(cut)
     related = [h.until(cut) for name, h in histories.items() if name != region]
+    config = config_for(source)
     try:
-        return fit_forecaster(own, related=related, shared=shared)
+        return fit_forecaster(own, config=config, related=related, shared=shared)
     except ValueError:
-        return fit_forecaster(own)  # fuel-mix columns differ across sources: fit alone
+        # Fuel-mix columns differ across sources: fit alone.
+        return fit_forecaster(own, config=config)
 
 
 def fit_cut(now_s: float) -> pd.Timestamp:
@@ -131,7 +135,7 @@ def load_or_fit_regions(
     shared = SharedFits()
     for region in histories:
         key = cache_key(region, source, list(histories), cut)
-        fit = functools.partial(fit_region, region, histories, cut, shared)
+        fit = functools.partial(fit_region, region, histories, cut, shared, source)
         try:
             yield region, load_or_fit(cache_dir, key, fit, CarbonForecaster)
         except ValueError as exc:

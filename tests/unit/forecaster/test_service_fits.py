@@ -10,8 +10,10 @@ import pandas as pd
 import pytest
 
 from services.forecaster import service
+from services.forecaster.config import ForecasterConfig, config_for
 from services.forecaster.models import CarbonForecaster
 from services.forecaster.service import fit_cut, load_or_fit_regions
+from services.forecaster.sources import CarbonHistory
 from tests.unit.forecaster.conftest import synthetic_history
 
 
@@ -46,3 +48,27 @@ def test_fits_are_stored_and_a_second_start_loads_them(
     assert isinstance(again["SYN"], CarbonForecaster), again["SYN"]
     assert isinstance(again["SHORT"], ValueError)
     assert again["SYN"].weights.tolist() == first["SYN"].weights.tolist()
+
+
+def test_electricity_maps_fits_use_the_booster_without_the_fifth_round_levers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Test that the service fits an Electricity Maps region with ``config_for("em")`` (the
+    template ratio, one booster) and an EIA region with the default settings."""
+    seen: dict[str, ForecasterConfig] = {}
+
+    def record(history: CarbonHistory, **kwargs: object) -> CarbonForecaster:
+        config = kwargs["config"]
+        assert isinstance(config, ForecasterConfig)
+        seen[history.region] = config
+        raise ValueError("recorded")
+
+    monkeypatch.setattr(service, "fit_forecaster", record)
+    histories = {"SYN": synthetic_history(days=90)}
+    cut = histories["SYN"].intensity.index[-1]
+    for source in ("em", "eia"):
+        list(load_or_fit_regions(histories, source, cut, None))
+        assert seen["SYN"] == config_for(source)
+    assert config_for("em").booster_base == "template"
+    assert config_for("em").booster_bag == 1
+    assert config_for("eia") == ForecasterConfig()
