@@ -39,6 +39,7 @@ from proto.messages import (
 )
 from proto.subjects import Subjects
 from shared.bus import HOPS_HEADER, parse_hops
+from shared.loops import wait_event
 from shared.security.client_ids import instance_token, pick_client_id
 from shared.telemetry import inject_headers
 
@@ -280,9 +281,7 @@ async def replay(
             await asyncio.gather(*pending)
         while ended < len(records):
             progress.clear()
-            try:
-                await asyncio.wait_for(progress.wait(), settle_timeout_s)
-            except TimeoutError:
+            if not await wait_event(progress, settle_timeout_s):
                 break
         await asyncio.sleep(0.2)  # late chunks and a last stats sample
     finally:

@@ -37,6 +37,7 @@ from greenserve.bench._fuzz_cases import collect, fill, http_cases, ingress_case
 from proto import messages
 from proto.codec import DecodeError, decode, decode_any
 from shared.config import Settings
+from shared.loops import wait_event
 
 __all__ = ["HELP", "NAME", "add_arguments", "fuzz_decoders", "run"]
 
@@ -136,8 +137,7 @@ async def _fuzz_ingress(nc: Any, prefix: str, cases: list[Any], timeout_s: float
         if all(any(endings[s] for s in wanted) for wanted, _ in expected):
             break
         progress.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(progress.wait(), 0.5)
+        await wait_event(progress, 0.5)
     await sub.unsubscribe()
     missing = [
         (wanted, payload) for wanted, payload in expected if not any(endings[s] for s in wanted)

@@ -53,7 +53,7 @@ from shared.bus import HOPS_HEADER, HOPS_KEY, request, tracing_active
 from shared.bus import serve as serve_subject
 from shared.counters import GPU_CLOCK_MHZ, GPU_ENERGY_J, GPU_POWER_W, REQUEST_LATENCY_S
 from shared.lifecycle import ServiceContext
-from shared.loops import run_periodic
+from shared.loops import run_periodic, wait_event
 from shared.plan_watch import watch_plan
 from shared.replies import reply_error
 from shared.telemetry import request_attributes
@@ -404,8 +404,7 @@ class WorkerShim:
         await self.publish_stats()
         if len(self._book):
             self._emptied.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._emptied.wait(), timeout_s)
+            await wait_event(self._emptied, timeout_s)
         leftovers = self._book.requests()
         for req in leftovers:
             self._backend.abort(req.request.request_id)
