@@ -283,10 +283,12 @@ class RouterShell:
         for rid, wid in pairs:
             registry.placed(by_id[rid], wid, now_model)
             self._outbox.setdefault(wid, []).append(by_id[rid])
+        # One new sender per worker and round at most: the first to run takes the whole
+        # outbox, so a second one started for the same round would find it empty.
+        for wid in {wid for _, wid in pairs}:
             senders = self._senders.setdefault(wid, set())
             if len(senders) < self._in_flight:
-                task = asyncio.create_task(self._send_loop(wid))
-                senders.add(task)
+                senders.add(asyncio.create_task(self._send_loop(wid)))
         unplaced = [r for rid, r in by_id.items() if rid not in placed_ids]
         if unplaced:
             await self._scheduler.requeue(unplaced)
