@@ -161,15 +161,14 @@ def gbm_features(
     for name, forecast in candidates.items():
         columns[f"lr_{name}"] = log_ratio(forecast, template)
 
-    last = y[origins - 1]
-    same_hour_days = y[(origins - 1)[:, None] - DAY * np.arange(1, TEMPLATE_DAYS + 1)[None, :]]
-    recent = y[origins[:, None] - np.arange(1, TEMPLATE_DAYS * DAY + 1)[None, :]]
+    last_vs_template, day_vs_week, three_h_vs_day = _level_ratios(y, origins)
+    last_day = y[origins[:, None] - np.arange(1, DAY + 1)[None, :]]
     per_origin: dict[str, FloatArray] = {
-        "lr_last_vs_template": log_ratio(last, same_hour_days.mean(axis=1)),
-        "lr_last_vs_day_ago": log_ratio(last, y[origins - 1 - DAY]),
-        "lr_day_vs_week": log_ratio(recent[:, :DAY].mean(axis=1), recent.mean(axis=1)),
-        "lr_3h_vs_day": log_ratio(recent[:, :3].mean(axis=1), recent[:, :DAY].mean(axis=1)),
-        "day_volatility": np.std(np.diff(np.log(np.maximum(recent[:, :DAY], 1.0))), axis=1),
+        "lr_last_vs_template": last_vs_template,
+        "lr_last_vs_day_ago": log_ratio(y[origins - 1], y[origins - 1 - DAY]),
+        "lr_day_vs_week": day_vs_week,
+        "lr_3h_vs_day": three_h_vs_day,
+        "day_volatility": np.std(np.diff(np.log(np.maximum(last_day, 1.0))), axis=1),
     }
     same_hour = targets - DAY * (-(-steps // DAY))[None, :]
     for j, share in enumerate(grid.share_names):
@@ -187,26 +186,36 @@ def gbm_features(
     return matrix, names
 
 
+def _level_ratios(
+    values: FloatArray, origins: IntArray
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """A series' level at each origin, from its hours before the origin: the last hour
+    against its 7-day same-hour mean, the last day against the last week, and the last 3 h
+    against the last day (log-ratios)."""
+    last = values[origins - 1]
+    same_hour = values[(origins - 1)[:, None] - DAY * np.arange(1, TEMPLATE_DAYS + 1)[None, :]]
+    recent = values[origins[:, None] - np.arange(1, TEMPLATE_DAYS * DAY + 1)[None, :]]
+    day = recent[:, :DAY].mean(axis=1)
+    return (
+        log_ratio(last, same_hour.mean(axis=1)),
+        log_ratio(day, recent.mean(axis=1)),
+        log_ratio(recent[:, :3].mean(axis=1), day),
+    )
+
+
 def _context_levels(grid: HourlyGrid, origins: IntArray) -> dict[str, FloatArray]:
-    """Level ratios of each context region at each origin, from its hours before the origin.
+    """:func:`_level_ratios` of each context region, the region's own level features.
 
     The other regions' recent changes carry what the region's own past does not: a weather
     system or a hydro or import swing seen next door first. A region missing at an origin
     (not in the source, or not yet begun) gives NaN, which the booster treats as missing.
     """
     out: dict[str, FloatArray] = {}
-    days = DAY * np.arange(1, TEMPLATE_DAYS + 1)
     for j, name in enumerate(grid.context_names):
-        c = grid.context[:, j]
-        last = c[origins - 1]
-        recent = c[origins[:, None] - np.arange(1, TEMPLATE_DAYS * DAY + 1)[None, :]]
-        same_hour = c[(origins - 1)[:, None] - days[None, :]]
         with np.errstate(invalid="ignore"):
-            out[f"ctx_{name}_last_vs_template"] = log_ratio(last, same_hour.mean(axis=1))
-            out[f"ctx_{name}_day_vs_week"] = log_ratio(
-                recent[:, :DAY].mean(axis=1), recent.mean(axis=1)
-            )
-            out[f"ctx_{name}_3h_vs_day"] = log_ratio(
-                recent[:, :3].mean(axis=1), recent[:, :DAY].mean(axis=1)
-            )
+            ratios = _level_ratios(grid.context[:, j], origins)
+        for kind, values in zip(
+            ("last_vs_template", "day_vs_week", "3h_vs_day"), ratios, strict=True
+        ):
+            out[f"ctx_{name}_{kind}"] = values
     return out
