@@ -223,8 +223,8 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
         # Its own request.done subject only (no worker can end, and so free the slots of,
         # another's requests) and its own instance state (predictive clock control).
         done, state = own(s.request_done_worker), own(s.instance_state)
-        # Its own stats subject, in any pool (the plan may move it) and on its node.
-        stats = own(lambda node, worker: s.worker_stats(_ANY, node, worker).replace(_ANY, "*"))
+        # Its own stats subject on its node, in any pool: the identity names no pool.
+        stats = own(lambda node, worker: _any(lambda pool: s.worker_stats(pool, node, worker)))
         pub = (stats, clients, done, state, s.errors, s.scheduler_requeue)
         # Its own clock subject (v2), and the deprecated v1 subject, which only admin may
         # still publish.
