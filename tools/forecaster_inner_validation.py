@@ -30,6 +30,9 @@ EIA generation data do nothing there): ``EM:B2+F+S+H24`` against ``EM:B2+F+S+H24
 checks the fifth-round levers on the zones they were not chosen on.
 Seventh round, on top of ``B2+F+S+H24+R+G``: ``+X`` the booster reads the seven regions'
 recent level ratios (``context_features``, :func:`~services.forecaster.sources.with_context`).
+Eighth round, on top of ``B2+F+S+H24+R+G``: ``+W`` blend weights fitted to the validation
+MAPE (``blend_stack_share`` = 1); ``+W<percent>`` that share of them, the rest
+inverse-error weights (``+W50``).
 """
 
 from __future__ import annotations
@@ -109,6 +112,8 @@ def main(spec: str, shared: SharedFits | None = None) -> dict[str, object]:
             cfg = replace(cfg, mape_scale=True)
         elif option == "X":
             cfg = replace(cfg, context_features=True)
+        elif option.startswith("W"):
+            cfg = replace(cfg, blend_stack_share=int(option[1:] or 100) / 100)
         else:
             cfg = replace(cfg, booster_half_life_days=float(option[1:]))
     if on_em:

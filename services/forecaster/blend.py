@@ -1,5 +1,6 @@
-"""The forecaster's blender: inverse-error weights per horizon bucket, the MAPE-optimal
-point scale and the residual quantiles behind p10/p90, all fitted on validation rows.
+"""The forecaster's blender: inverse-error or MAPE-fitted weights per horizon bucket, the
+MAPE-optimal point scale and the residual quantiles behind p10/p90, all fitted on
+validation rows.
 
 Pure numpy on ``(origins, horizons)`` arrays; :func:`services.forecaster.models.fit_forecaster`
 feeds it the candidates' validation forecasts.
@@ -15,7 +16,14 @@ import numpy.typing as npt
 from services.forecaster.config import BUCKETS, CANDIDATES
 from services.forecaster.features import log_ratio
 
-__all__ = ["blend", "blend_weights", "log_quantiles", "mape_by_horizon", "mape_scale"]
+__all__ = [
+    "blend",
+    "blend_weights",
+    "log_quantiles",
+    "mape_by_horizon",
+    "mape_scale",
+    "stacked_weights",
+]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -62,15 +70,20 @@ def blend_weights(
     horizon_h: int,
     power: float,
     candidates: Sequence[str] = CANDIDATES,
+    stack_share: float = 0.0,
 ) -> tuple[FloatArray, dict[str, list[float]]]:
-    """Inverse-error blend weights per bucket, fitted on validation rows only.
+    """Blend weights per bucket, fitted on validation rows only.
 
     A bucket's weights are ``MAPE_k ** -power`` normalised over the candidates, a forecast
     combination that is far less noisy than picking the single best candidate on a short
-    validation span (the choice then flips with the season). If the blend does not beat
-    template + level on validation in a bucket, that bucket falls back to template + level
-    alone, so no bucket is knowingly worse than the README's baseline.
+    validation span (the choice then flips with the season). With ``stack_share`` > 0 they
+    move that far toward :func:`stacked_weights` (1: the convex weights that minimise the
+    bucket's validation MAPE jointly). If the blend does not beat template + level on
+    validation in a bucket, that bucket falls back to template + level alone, so no bucket
+    is knowingly worse than the README's baseline.
     """
+    if not 0.0 <= stack_share <= 1.0:
+        raise ValueError("stack_share must be in [0, 1]")
     scores = {name: mape_by_horizon(predictions[name], actual, mask) for name in candidates}
     weights = np.zeros((horizon_h, len(candidates)))
     per_bucket: dict[str, list[float]] = {name: [] for name in (*candidates, "chosen")}
@@ -81,7 +94,14 @@ def blend_weights(
         cols = slice(lo - 1, min(hi, horizon_h))
         errors = np.array([max(float(scores[name][cols].mean()), 1e-6) for name in candidates])
         row = errors**-power
-        weights[cols] = row / row.sum()
+        row = row / row.sum()
+        if stack_share > 0.0:
+            fitted = stacked_weights(
+                [predictions[name][:, cols] for name in candidates], actual[:, cols], mask[:, cols]
+            )
+            if fitted is not None:
+                row = (1.0 - stack_share) * row + stack_share * fitted
+        weights[cols] = row
         blended = mape_by_horizon(
             blend(predictions, weights, candidates)[:, cols], actual[:, cols], mask[:, cols]
         )
@@ -92,6 +112,46 @@ def blend_weights(
             per_bucket[name].append(round(float(error), 3))
         per_bucket["chosen"].append(round(float(blended.mean()), 3))
     return weights, per_bucket
+
+
+def stacked_weights(
+    members: Sequence[FloatArray], actual: FloatArray, mask: FloatArray
+) -> FloatArray | None:
+    """Convex weights (``w >= 0``, ``sum w = 1``) minimising the blend's MAPE on these rows.
+
+    The score is :func:`mape_by_horizon`'s averaged over the columns, so a row counts
+    ``1 / (|y| n_col)`` with ``n_col`` the observed rows of its column. ``|y - F w|`` is
+    split into two non-negative parts ``u - v = y - F w``, which makes the problem a linear
+    programme, solved exactly by HiGHS. Rows where a member has no value (NaN) are left
+    out. Returns ``None`` when no row is left or the solver fails, so the caller keeps its
+    other weights.
+    """
+    from scipy.optimize import linprog
+    from scipy.sparse import csr_matrix, hstack, identity, vstack
+
+    stacked = np.stack([m[: actual.shape[0], : actual.shape[1]] for m in members], axis=-1)
+    keep = (mask > 0) & np.all(np.isfinite(stacked), axis=-1) & np.isfinite(actual)
+    if not keep.any():
+        return None
+    per_column = np.maximum(keep.sum(axis=0), 1)
+    row_cost = (1.0 / (np.maximum(np.abs(actual), 1.0) * per_column[None, :]))[keep]
+    f, y = stacked[keep], actual[keep]
+    n, k = f.shape
+    # Variables: w (k), u (n), v (n). Rows: F w + u - v = y; then sum w = 1.
+    upper = hstack([csr_matrix(f), identity(n, format="csr"), -identity(n, format="csr")])
+    total = csr_matrix(np.concatenate([np.ones(k), np.zeros(2 * n)])[None, :])
+    result = linprog(
+        c=np.concatenate([np.zeros(k), row_cost, row_cost]),
+        A_eq=vstack([upper, total], format="csr"),
+        b_eq=np.concatenate([y, [1.0]]),
+        bounds=(0.0, None),
+        method="highs",
+    )
+    if result.status != 0:
+        return None
+    weights: FloatArray = np.clip(result.x[:k], 0.0, None)
+    normalised: FloatArray = weights / weights.sum()
+    return normalised
 
 
 def mape_scale(blended: FloatArray, actual: FloatArray, mask: FloatArray) -> FloatArray:

@@ -54,6 +54,11 @@ class ForecasterConfig:
     blend_power: float = 4.0
     """Blend weight of a candidate in a bucket is proportional to validation MAPE ** -power
     (0: equal weights; large: pick the best)."""
+    blend_stack_share: float = 0.0
+    """How far the blend weights move from the inverse-error weights above toward the
+    convex weights that minimise the bucket's validation MAPE jointly
+    (:func:`~services.forecaster.blend.stacked_weights`): 0 keeps the inverse-error
+    weights, 1 takes the fitted ones. Eighth round (docs/forecaster.md)."""
     seed: int = 0
     """Random seed of the boosted model."""
     booster_half_life_days: float | None = None
@@ -109,6 +114,8 @@ class ForecasterConfig:
             raise ValueError("booster_buckets must tile 1..horizon_h without gaps")
         if self.booster_base not in ("template", "template_level"):
             raise ValueError("booster_base must be 'template' or 'template_level'")
+        if not 0.0 <= self.blend_stack_share <= 1.0:
+            raise ValueError("blend_stack_share must be in [0, 1]")
         if self.booster_bag < 1:
             raise ValueError("booster_bag must be at least 1")
 

@@ -446,7 +446,11 @@ def fit_forecaster(
 
     def booster_until(row_end: pd.Timestamp) -> RatioBooster:
         # Settings that act after the booster do not split the memo.
-        key = (pool_key, str(row_end), dataclasses.replace(cfg, mape_scale=False))
+        key = (
+            pool_key,
+            str(row_end),
+            dataclasses.replace(cfg, mape_scale=False, blend_stack_share=0.0),
+        )
         if key not in memo.boosters:
             memo.boosters[key] = fit_ratio_booster(
                 *_training_rows(sources, row_end, cfg),
@@ -488,7 +492,9 @@ def fit_forecaster(
         predictions.pop(derived)
     targets = val_origins[:, None] + np.arange(horizon)[None, :]
     actual, mask = grid.y[targets], grid.observed[targets].astype(np.float64)
-    weights, scores = blend_weights(predictions, actual, mask, horizon, cfg.blend_power, candidates)
+    weights, scores = blend_weights(
+        predictions, actual, mask, horizon, cfg.blend_power, candidates, cfg.blend_stack_share
+    )
     blended = blend(predictions, weights, candidates)
     point_scale = mape_scale(blended, actual, mask) if cfg.mape_scale else None
     if point_scale is not None:

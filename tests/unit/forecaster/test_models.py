@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from services.forecaster.blend import blend, blend_weights
+from services.forecaster.blend import blend, blend_weights, stacked_weights
 from services.forecaster.config import BUCKETS, CANDIDATES, MIX, ForecasterConfig
 from services.forecaster.features import to_grid
 from services.forecaster.models import CarbonForecaster, fit_forecaster
@@ -150,6 +150,45 @@ def test_blend_falls_back_to_template_level_where_it_loses_on_validation() -> No
     weights, scores = blend_weights(predictions, actual, np.ones_like(actual), 48, power=1.0)
     np.testing.assert_array_equal(weights[:, CANDIDATES.index("template_level")], 1.0)
     assert scores["chosen"] == scores["template_level"]
+
+
+def test_stacked_weights_credit_members_whose_errors_cancel() -> None:
+    """Test that the MAPE-fitted weights find the pair whose errors cancel exactly.
+
+    ``a`` and ``b`` are each 10 % off in opposite directions, so ``(a + b) / 2`` is exact;
+    ``c`` is 5 % off, so inverse-error weights favour it, and the fitted weights give it none.
+    """
+    rng = np.random.default_rng(5)
+    actual = 150.0 + rng.uniform(0.0, 100.0, (30, 6))
+    sign = np.where(rng.uniform(size=actual.shape) < 0.5, -1.0, 1.0)
+    members = [actual * (1 + 0.1 * sign), actual * (1 - 0.1 * sign), actual * 1.05]
+    weights = stacked_weights(members, actual, np.ones_like(actual))
+    assert weights is not None
+    np.testing.assert_allclose(weights, [0.5, 0.5, 0.0], atol=1e-6)
+    masked = np.zeros_like(actual)
+    assert stacked_weights(members, actual, masked) is None
+
+
+def test_blend_stack_share_moves_the_weights_toward_the_fitted_ones() -> None:
+    """Test share 0 (inverse-error), 1 (fitted) and 0.5 (their mean), per bucket."""
+    rng = np.random.default_rng(6)
+    actual = 150.0 + rng.uniform(0.0, 100.0, (30, 48))
+    sign = np.where(rng.uniform(size=actual.shape) < 0.5, -1.0, 1.0)
+    predictions = {
+        "same_hour_yesterday": actual * (1 + 0.1 * sign),
+        "template_level": actual * 1.05,
+        "hw": actual * (1 - 0.1 * sign),
+        "gbm": actual * 1.2,
+    }
+    ones = np.ones_like(actual)
+    inverse, _ = blend_weights(predictions, actual, ones, 48, power=2.0)
+    fitted, scores = blend_weights(predictions, actual, ones, 48, power=2.0, stack_share=1.0)
+    half, _ = blend_weights(predictions, actual, ones, 48, power=2.0, stack_share=0.5)
+    np.testing.assert_allclose(fitted[:, [0, 2]], 0.5, atol=1e-6)
+    np.testing.assert_allclose(half, (inverse + fitted) / 2, atol=1e-9)
+    assert max(scores["chosen"]) < 1e-6
+    with pytest.raises(ValueError, match="stack_share"):
+        blend_weights(predictions, actual, ones, 48, power=2.0, stack_share=1.5)
 
 
 def test_fitted_blend_is_no_worse_than_template_level_on_validation(
