@@ -158,7 +158,8 @@ def main() -> int:
             spies: dict[str, subprocess.Popen[bytes]] = {}
             if args.py_spy is not None and Path(spy).exists():
                 args.py_spy.mkdir(parents=True, exist_ok=True)
-                for name, pid in stack.state.pids.items():
+                # The load generator runs in this process; ptrace scope 0 lets a child sample it.
+                for name, pid in {**stack.state.pids, "loadgen": os.getpid()}.items():
                     if args.py_spy_only and name not in args.py_spy_only.split(","):
                         continue
                     spies[name] = subprocess.Popen(
