@@ -9,11 +9,10 @@ from loadgen.simulator.carbon import CarbonClock
 from loadgen.simulator.cluster import ClusterSimulator
 from loadgen.simulator.gate import instance_idle_w
 from loadgen.simulator.policies import policy_by_name
-from loadgen.simulator.scaleshard import (
+from loadgen.simulator.scaleshard import ShardManager, ShardSettings
+from loadgen.simulator.shard_layout import (
     LoadCurve,
     NodeOption,
-    ShardManager,
-    ShardSettings,
     choose_layout,
     measured_curve,
     reshard_delay_s,
