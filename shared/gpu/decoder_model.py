@@ -49,6 +49,10 @@ def import_torch() -> Any:
     return torch
 
 
+LAYER_WEIGHTS = ("norm1", "wqkv", "wo", "norm2", "w_gate_up", "w_down")
+"""A layer's tensors, in the order the layer functions take them."""
+
+
 class Decoder:
     """A Llama-shaped decoder with random bf16 weights; forward passes only.
 
@@ -123,6 +127,18 @@ class Decoder:
         gate, up = (x @ w_gate_up).chunk(2, dim=-1)
         return (f.silu(gate) * up) @ w_down
 
+    def _qkv(
+        self, x: Any, positions: Any, norm1: Any, wqkv: Any, rows: int, tokens: int
+    ) -> tuple[Any, Any, Any]:
+        """Queries (with RoPE), keys (with RoPE) and values as (rows, heads, tokens, head_dim)."""
+        s = self.shape
+        q, k, v = (self._norm(x, norm1) @ wqkv).split(
+            [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], dim=-1
+        )
+        q = self._rope(q.view(rows, tokens, s.heads, s.head_dim).transpose(1, 2), positions)
+        k = self._rope(k.view(rows, tokens, s.kv_heads, s.head_dim).transpose(1, 2), positions)
+        return q, k, v.view(rows, tokens, s.kv_heads, s.head_dim).transpose(1, 2)
+
     def _prefill_layer_eager(
         self, x: Any, positions: Any, norm1: Any, wqkv: Any, wo: Any, norm2: Any, wgu: Any, wd: Any
     ) -> Any:
@@ -130,13 +146,7 @@ class Decoder:
         f = self.t.nn.functional
         n = x.shape[1]
         group = s.heads // s.kv_heads
-        h = self._norm(x, norm1)
-        q, k, v = (h @ wqkv).split(
-            [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], dim=-1
-        )
-        q = self._rope(q.view(1, n, s.heads, s.head_dim).transpose(1, 2), positions)
-        k = self._rope(k.view(1, n, s.kv_heads, s.head_dim).transpose(1, 2), positions)
-        v = v.view(1, n, s.kv_heads, s.head_dim).transpose(1, 2)
+        q, k, v = self._qkv(x, positions, norm1, wqkv, 1, n)
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
         a = f.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -148,16 +158,7 @@ class Decoder:
         positions = self.t.arange(ids.shape[0], device=self.device)
         x = self.embed[ids].unsqueeze(0)  # (1, n, hidden)
         for layer in self.layers:
-            x = self._prefill_layer(
-                x,
-                positions,
-                layer["norm1"],
-                layer["wqkv"],
-                layer["wo"],
-                layer["norm2"],
-                layer["w_gate_up"],
-                layer["w_down"],
-            )
+            x = self._prefill_layer(x, positions, *(layer[name] for name in LAYER_WEIGHTS))
         last = self._norm(x[:, -1, :], self.final_norm)
         return last @ self.lm_head
 
@@ -180,13 +181,7 @@ class Decoder:
         f = self.t.nn.functional
         b = x.shape[0]
         group = s.heads // s.kv_heads
-        h = self._norm(x, norm1)
-        q, k, v = (h @ wqkv).split(
-            [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], dim=-1
-        )
-        q = self._rope(q.view(b, 1, s.heads, s.head_dim).transpose(1, 2), positions)
-        k = self._rope(k.view(b, 1, s.kv_heads, s.head_dim).transpose(1, 2), positions)
-        v = v.view(b, 1, s.kv_heads, s.head_dim).transpose(1, 2)
+        q, k, v = self._qkv(x, positions, norm1, wqkv, b, 1)
         k_cache[:, :, pos : pos + 1, :] = k
         v_cache[:, :, pos : pos + 1, :] = v
         # GQA without copying the cache: the `group` query heads of one KV head become
@@ -218,12 +213,7 @@ class Decoder:
                 v_cache,
                 pos,
                 context,
-                layer["norm1"],
-                layer["wqkv"],
-                layer["wo"],
-                layer["norm2"],
-                layer["w_gate_up"],
-                layer["w_down"],
+                *(layer[name] for name in LAYER_WEIGHTS),
             )
         out = self._norm(x[:, 0, :], self.final_norm)
         return out @ self.lm_head
