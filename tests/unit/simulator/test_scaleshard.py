@@ -10,6 +10,7 @@ from loadgen.simulator.cluster import ClusterSimulator
 from loadgen.simulator.gate import instance_idle_w
 from loadgen.simulator.policies import policy_by_name
 from loadgen.simulator.scaleshard import ShardManager, ShardSettings
+from loadgen.simulator.scenario import Scenario
 from loadgen.simulator.shard_layout import (
     LoadCurve,
     NodeOption,
@@ -18,7 +19,6 @@ from loadgen.simulator.shard_layout import (
     reshard_delay_s,
     tau_s,
 )
-from loadgen.simulator.scenario import Scenario
 from loadgen.traces import TraceRequest
 from shared.engine import EngineConfig
 from shared.engine.coefficients import load_coefficients
