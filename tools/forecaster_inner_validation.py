@@ -33,6 +33,8 @@ recent level ratios (``context_features``, :func:`~services.forecaster.sources.w
 Eighth round, on top of ``B2+F+S+H24+R+G``: ``+W`` blend weights fitted to the validation
 MAPE (``blend_stack_share`` = 1); ``+W<percent>`` that share of them, the rest
 inverse-error weights (``+W50``).
+Ninth round, on top of ``B2+F+S+H24+R+G``: ``+D`` the booster reads NERC's public holidays
+(``holiday_features``, :mod:`services.forecaster.holidays`).
 """
 
 from __future__ import annotations
@@ -112,6 +114,8 @@ def main(spec: str, shared: SharedFits | None = None) -> dict[str, object]:
             cfg = replace(cfg, mape_scale=True)
         elif option == "X":
             cfg = replace(cfg, context_features=True)
+        elif option == "D":
+            cfg = replace(cfg, holiday_features=True)
         elif option.startswith("W"):
             cfg = replace(cfg, blend_stack_share=int(option[1:] or 100) / 100)
         else:

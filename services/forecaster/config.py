@@ -100,6 +100,11 @@ class ForecasterConfig:
     (:func:`~services.forecaster.sources.with_context`; seventh round, docs/forecaster.md).
     Without a context in the histories it does nothing."""
 
+    holiday_features: bool = False
+    """Give the booster the region's public-holiday calendar (NERC's six holidays for US
+    regions, :mod:`~services.forecaster.holidays`): the target hour's flag and those of the
+    hours its template and same-hour-yesterday read. Ninth round (docs/forecaster.md)."""
+
     def __post_init__(self) -> None:
         if self.horizon_h < 1 or self.horizon_h > BUCKETS[-1][1]:
             raise ValueError(f"horizon_h must be in 1..{BUCKETS[-1][1]}")

@@ -17,6 +17,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from services.forecaster.baselines import DAY, TEMPLATE_DAYS
+from services.forecaster.holidays import holiday_hours
 from services.forecaster.sources import CarbonHistory
 
 __all__ = ["FLOOR_G", "HORIZON_COLUMN", "HourlyGrid", "gbm_features", "log_ratio", "to_grid"]
@@ -56,6 +57,8 @@ class HourlyGrid:
     NaN); ``C`` is 0 without a context."""
     context_names: tuple[str, ...] = ()
     """Column names (regions) of ``context``."""
+    region: str = ""
+    """The history's region, for its local holiday calendar."""
 
     def __len__(self) -> int:
         return len(self.y)
@@ -112,6 +115,7 @@ def to_grid(history: CarbonHistory) -> HourlyGrid:
         generation_names=generation_names,
         context=context,
         context_names=context_names,
+        region=history.region,
     )
 
 
@@ -134,6 +138,7 @@ def gbm_features(
     template: FloatArray,
     candidates: dict[str, FloatArray],
     context: bool = False,
+    holidays: bool = False,
 ) -> tuple[FloatArray, list[str]]:
     """Build the GBM design matrix: one row per (origin, horizon), origin-major.
 
@@ -147,6 +152,9 @@ def gbm_features(
         context: add the level ratios of every context region (:attr:`HourlyGrid.context`,
             read up to ``o - 1`` like ``y``): the last hour against its 7-day same-hour
             mean, the last day against the last week and the last 3 h against the last day.
+        holidays: add the region's holiday calendar (:mod:`services.forecaster.holidays`):
+            whether the target hour is a holiday, how many of the seven hours the template
+            averages for it are, and whether the same-hour-yesterday hour is.
 
     Returns:
         The ``(n * H, F)`` matrix and its column names; column :data:`HORIZON_COLUMN` is
@@ -160,6 +168,8 @@ def gbm_features(
         columns[name] = values
     for name, forecast in candidates.items():
         columns[f"lr_{name}"] = log_ratio(forecast, template)
+    if holidays:
+        columns.update(_holiday_columns(grid, targets, steps))
 
     last_vs_template, day_vs_week, three_h_vs_day = _level_ratios(y, origins)
     last_day = y[origins[:, None] - np.arange(1, DAY + 1)[None, :]]
@@ -184,6 +194,23 @@ def gbm_features(
     names = list(columns)
     matrix = np.stack([np.asarray(columns[c], dtype=np.float64).ravel() for c in names], axis=1)
     return matrix, names
+
+
+def _holiday_columns(grid: HourlyGrid, targets: IntArray, steps: IntArray) -> dict[str, FloatArray]:
+    """The target hour's holiday flag and those of the hours its baselines read.
+
+    The template averages ``y[t - 24 (k + j)]``, j = 0..6, and same-hour-yesterday reads
+    ``y[t - 24 k]``, with ``k = ceil(h / 24)`` (:mod:`services.forecaster.baselines`).
+    Targets may lie past the grid's end (a live forecast): the calendar covers them.
+    """
+    flags = holiday_hours(grid.region, grid.start, int(targets.max()) + 1).astype(np.float64)
+    yesterday = targets - DAY * (-(-steps // DAY))[None, :]
+    lags = DAY * np.arange(TEMPLATE_DAYS)[None, None, :]
+    return {
+        "holiday_target": flags[targets],
+        "holiday_in_template": flags[yesterday[:, :, None] - lags].sum(axis=2),
+        "holiday_same_hour_yesterday": flags[yesterday],
+    }
 
 
 def _level_ratios(

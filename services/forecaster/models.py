@@ -130,6 +130,7 @@ def _booster_matrix(
     refs: dict[str, FloatArray],
     mix: tuple[bool, bool, int | None],
     context: bool = False,
+    holidays: bool = False,
 ) -> FloatArray:
     """The booster's rows: :func:`gbm_features`, plus the source-production features.
 
@@ -141,7 +142,7 @@ def _booster_matrix(
     """
     log_ratio_feature, share_features, max_h = mix
     inputs = {name: values for name, values in refs.items() if name != MIX or log_ratio_feature}
-    features, names = gbm_features(grid, origins, horizon_h, template, inputs, context)
+    features, names = gbm_features(grid, origins, horizon_h, template, inputs, context, holidays)
     columns = [names.index(f"lr_{MIX}")] if log_ratio_feature else []
     if share_features:
         shares = forecast_shares(grid, origins, horizon_h, grid.share_names)
@@ -187,6 +188,8 @@ class CarbonForecaster:
     context_names: tuple[str, ...] = ()
     """Context regions the booster reads (empty: none; see
     :attr:`ForecasterConfig.context_features`); a grid to forecast must carry them."""
+    holiday_features: bool = False
+    """Whether the booster reads the holiday calendar (see the config)."""
 
     @property
     def uses_mix(self) -> bool:
@@ -232,6 +235,7 @@ class CarbonForecaster:
             out,
             (self.mix_feature, self.mix_share_features, self.mix_features_max_h),
             bool(self.context_names),
+            self.holiday_features,
         )
         base = _booster_base(template, out, self.booster_base)
         out["gbm"] = base * np.exp(self.booster.predict(features).reshape(template.shape))
@@ -328,6 +332,7 @@ def _training_rows(
             refs,
             (cfg.mix_feature, cfg.mix_share_features, cfg.mix_features_max_h),
             cfg.context_features,
+            cfg.holiday_features,
         )
         targets = origins[:, None] + np.arange(horizon)[None, :]
         target = log_ratio(grid.y[targets], _booster_base(template, refs, cfg.booster_base)).ravel()
@@ -485,6 +490,7 @@ def fit_forecaster(
         mix_features_max_h=cfg.mix_features_max_h,
         booster_base=cfg.booster_base,
         context_names=context_names,
+        holiday_features=cfg.holiday_features,
     )
     val_origins = _origins(split, last_origin, cfg.validation_stride_h, grid.start)
     predictions = provisional.predict(grid, val_origins)
@@ -518,4 +524,5 @@ def fit_forecaster(
         booster_base=cfg.booster_base,
         point_scale=point_scale,
         context_names=context_names,
+        holiday_features=cfg.holiday_features,
     )
