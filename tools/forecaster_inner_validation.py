@@ -87,7 +87,7 @@ def main(spec: str, shared: SharedFits | None = None) -> dict[str, object]:
     on_em = spec.startswith("EM:")
     variant, *options = spec.removeprefix("EM:").split("+")
     # The variants start from the config before the fourth round (no source-production
-    # features); the kept fourth-round default is ``B2+F+S+H24``. The fifth-round options
+    # features); the kept fourth-round default is ``B2+F+S+H24``. The later rounds' options
     # are pinned off, so the variants do not depend on the current default.
     cfg = ForecasterConfig(
         mix_feature=False,
@@ -96,6 +96,7 @@ def main(spec: str, shared: SharedFits | None = None) -> dict[str, object]:
         booster_base="template",
         booster_bag=1,
         mape_scale=False,
+        holiday_features=False,
     )
     for option in ([variant] if variant.startswith("A") else []) + options:
         if option == "M":

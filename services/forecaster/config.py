@@ -100,10 +100,12 @@ class ForecasterConfig:
     (:func:`~services.forecaster.sources.with_context`; seventh round, docs/forecaster.md).
     Without a context in the histories it does nothing."""
 
-    holiday_features: bool = False
+    holiday_features: bool = True
     """Give the booster the region's public-holiday calendar (NERC's six holidays for US
     regions, :mod:`~services.forecaster.holidays`): the target hour's flag and those of the
-    hours its template and same-hour-yesterday read. Ninth round (docs/forecaster.md)."""
+    hours its template and same-hour-yesterday read. On since the ninth round, kept on the
+    EIA inner validation (docs/forecaster.md); Electricity Maps histories go without it
+    (:func:`config_for`)."""
 
     def __post_init__(self) -> None:
         if self.horizon_h < 1 or self.horizon_h > BUCKETS[-1][1]:
@@ -132,9 +134,13 @@ def config_for(source: str, base: ForecasterConfig | None = None) -> ForecasterC
     to the template, one booster): R and G were chosen on the EIA inner validation, and on
     Electricity Maps' own (2021-2022 fit, 2023 origins) they did not improve both the
     relative score and the day-1 mean (docs/forecaster.md, "The fifth-round levers on
-    Electricity Maps"). Other sources keep ``base`` as it is.
+    Electricity Maps"). Nor do they read the holiday calendar (ninth round): it was
+    validated on EIA only, and four of the seven zones have none. Other sources keep
+    ``base`` as it is.
     """
     cfg = base if base is not None else ForecasterConfig()
     if source == "em":
-        return dataclasses.replace(cfg, booster_base="template", booster_bag=1)
+        return dataclasses.replace(
+            cfg, booster_base="template", booster_bag=1, holiday_features=False
+        )
     return cfg

@@ -71,4 +71,6 @@ def test_electricity_maps_fits_use_the_booster_without_the_fifth_round_levers(
         assert seen["SYN"] == config_for(source)
     assert config_for("em").booster_base == "template"
     assert config_for("em").booster_bag == 1
+    assert not config_for("em").holiday_features
     assert config_for("eia") == ForecasterConfig()
+    assert config_for("eia").holiday_features
