@@ -12,6 +12,7 @@ on 2024 with one fit (``--em-refit-days`` refits it too). Reference points
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -191,6 +192,18 @@ def _summary(per_region: dict[str, dict[str, Any]], prefix: str) -> dict[str, An
     }
 
 
+def _report_fit(
+    region: str, number: int, total: int, data_end: pd.Timestamp, seconds: float, cached: bool
+) -> None:
+    """One line on stderr per fit: a cold run spends minutes in the first pooled region."""
+    how = "loaded from the cache" if cached else f"fitted in {seconds:.1f} s"
+    print(
+        f"  {region} fit {number}/{total} (data to {data_end:%Y-%m-%d %H:%M}): {how}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Backtest every requested region and summarise."""
     bench_started = time.perf_counter()
@@ -238,6 +251,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             cache_dir=cache,
             related=related,
             shared=shared if related else None,
+            on_fit=functools.partial(_report_fit, name),
         )
         per_region[name] = as_dict(result)
         per_region[name]["wall_s"] = round(time.perf_counter() - started, 1)

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import pickle
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -218,6 +219,11 @@ def refit_origins(
     return result
 
 
+FitProgress = Callable[[int, int, pd.Timestamp, float, bool], None]
+"""Called after each fit of a backtest with (fit number from 1, fits, the fit's data end,
+seconds it took, whether it came from the cache): a cold EIA run fits for minutes."""
+
+
 def rolling_forecasts(
     history: CarbonHistory,
     train_end: pd.Timestamp,
@@ -228,6 +234,7 @@ def rolling_forecasts(
     cache_dir: Path | None = None,
     related: Sequence[CarbonHistory] = (),
     shared: SharedFits | None = None,
+    on_fit: FitProgress | None = None,
 ) -> RollingForecasts:
     """Forecast every daily origin after ``train_end``, re-estimating every ``refit_days``.
 
@@ -247,6 +254,7 @@ def rolling_forecasts(
         related: other regions pooled into the boosted model's training rows; cut at each
             fit's end like the region itself.
         shared: memo shared by the fits of one pool's members (saves time only).
+        on_fit: progress callback after each fit (see :data:`FitProgress`).
     """
     cfg = config if config is not None else ForecasterConfig()
     grid = to_grid(history)
@@ -263,9 +271,10 @@ def rolling_forecasts(
     # Fit the first block (the fixed fit, reported too) and every block with an origin.
     used = sorted({0, *(int(b) for b in block)})
     fits: list[tuple[pd.Timestamp, CarbonForecaster]] = []
-    for k in used:
+    for number, k in enumerate(used, start=1):
         cut = starts[k] - pd.Timedelta(hours=1)
-        forecaster, _ = fit_cached(
+        began = time.perf_counter()
+        forecaster, cached = fit_cached(
             history.until(cut),
             cfg,
             cache_dir,
@@ -273,6 +282,8 @@ def rolling_forecasts(
             shared=shared,
         )
         fits.append((starts[k], forecaster))
+        if on_fit is not None:
+            on_fit(number, len(used), cut, time.perf_counter() - began, cached)
     fit_of_origin = np.searchsorted(np.array(used), block).astype(np.int64)
     predictions: dict[str, FloatArray] = {}
     for k, (_, forecaster) in enumerate(fits):
@@ -315,6 +326,7 @@ def run_backtest(
     cache_dir: Path | None = None,
     related: Sequence[CarbonHistory] = (),
     shared: SharedFits | None = None,
+    on_fit: FitProgress | None = None,
 ) -> BacktestResult:
     """Fit on ``history`` up to ``train_end`` (and refit every ``refit_days``), score daily origins.
 
@@ -330,6 +342,7 @@ def run_backtest(
         related: other regions pooled into the boosted model's training rows; cut at each
             fit's end like the region itself.
         shared: memo shared by the fits of one pool's members (saves time only).
+        on_fit: progress callback after each fit (see :data:`FitProgress`).
     """
     cfg = config if config is not None else ForecasterConfig()
     rolling = rolling_forecasts(
@@ -341,6 +354,7 @@ def run_backtest(
         cache_dir=cache_dir,
         related=related,
         shared=shared,
+        on_fit=on_fit,
     )
     grid = to_grid(history)
     origins, predictions = rolling.origins, rolling.predictions

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -116,11 +117,27 @@ def test_refits_never_read_data_from_their_origin_on(
     assert not np.array_equal(moved.fits[2][1].weights, clean.fits[2][1].weights)
 
 
-def test_backtest_reports_the_fixed_fit_beside_the_refits(long_history: CarbonHistory) -> None:
-    """Test that the result carries both protocols and one blend description per fit."""
+def test_backtest_reports_the_fixed_fit_beside_the_refits(
+    long_history: CarbonHistory, tmp_path: Path
+) -> None:
+    """Test that the result carries both protocols and one blend description per fit, and
+    that each fit is reported as it ends (fitted, then from the cache on a second run)."""
     train_end = _train_end(long_history)
-    refit = run_backtest(long_history, train_end, config=CONFIG, refit_days=REFIT_DAYS)
-    fixed = run_backtest(long_history, train_end, config=CONFIG)
+    seen: list[tuple[int, int, pd.Timestamp, bool]] = []
+
+    def on_fit(number: int, total: int, end: pd.Timestamp, seconds: float, cached: bool) -> None:
+        assert seconds >= 0.0
+        seen.append((number, total, end, cached))
+
+    refit = run_backtest(
+        long_history, train_end, config=CONFIG, refit_days=REFIT_DAYS, cache_dir=tmp_path,
+        on_fit=on_fit,
+    )  # fmt: skip
+    assert [(n, t, c) for n, t, _, c in seen] == [(1, 3, False), (2, 3, False), (3, 3, False)]
+    assert seen[0][2] == train_end
+    assert [str((end + pd.Timedelta(hours=1)).date()) for *_, end, _ in seen] == list(refit.choice)
+    fixed = run_backtest(long_history, train_end, config=CONFIG, cache_dir=tmp_path, on_fit=on_fit)
+    assert seen[3] == (1, 1, train_end, True)
     assert refit.refit_days == REFIT_DAYS
     assert fixed.refit_days is None
     assert refit.mape_fixed_fit == fixed.mape == fixed.mape_fixed_fit
