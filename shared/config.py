@@ -231,6 +231,10 @@ class ForecasterSettings(_Section):
     horizon_h: int = 24
     model_cache_dir: Path | None = None
     """Keep fitted models here (operator-owned) so a restart reuses them; ``None``: refit."""
+    refit_days: float = Field(default=30.0, ge=0.0)
+    """Re-estimate every region's model on all history before model time ``now`` this often
+    (model days; 0: only at start-up). 30, the cadence ``greenserve bench forecaster``
+    measures (docs/forecaster.md); the old models serve until the new ones are fitted."""
 
 
 class PlannerSettings(_Section):

@@ -39,6 +39,7 @@ __all__ = [
     "fit_cut",
     "fit_region",
     "load_or_fit_regions",
+    "refit_cut",
     "same_hour_yesterday",
     "serve",
     "to_message",
@@ -123,6 +124,21 @@ def fit_cut(now_s: float) -> pd.Timestamp:
     return pd.Timestamp(now_s, unit="s", tz="UTC").floor("h") - pd.Timedelta(hours=1)
 
 
+def refit_cut(
+    fitted_cut: pd.Timestamp | None, now_s: float, refit_days: float
+) -> pd.Timestamp | None:
+    """The data end of the next re-estimation, if one is due at model time ``now_s``.
+
+    Due when ``refit_days`` (> 0) have passed since the data end of the models in use (as
+    the bench's rolling protocol refits, ``services.forecaster.backtest.refit_origins``);
+    ``None`` otherwise, and always with no fit yet (the start-up fit runs on its own).
+    """
+    if fitted_cut is None or refit_days <= 0:
+        return None
+    cut = fit_cut(now_s)
+    return cut if cut - fitted_cut >= pd.Timedelta(days=refit_days) else None
+
+
 def load_or_fit_regions(
     histories: dict[str, CarbonHistory],
     source: str,
@@ -147,7 +163,9 @@ async def serve(ctx: ServiceContext) -> None:
 
     Models are fitted in a worker thread at start-up on the history before the model-time
     origin (no look-ahead); until a region's model is ready, its forecast is
-    same-hour-yesterday, labelled so.
+    same-hour-yesterday, labelled so. Every ``forecaster.refit_days`` of model time they are
+    fitted again on all history before the new origin, in the background; each region keeps
+    its old model until its new one is ready.
     """
     cfg = ctx.settings.forecaster
     histories = {
@@ -155,23 +173,37 @@ async def serve(ctx: ServiceContext) -> None:
         for region in cfg.regions
     }
     models: dict[str, CarbonForecaster] = {}
+    fitted_cut: pd.Timestamp | None = None
 
-    async def fit_all() -> None:
-        fits = load_or_fit_regions(
-            histories, cfg.source, fit_cut(ctx.clock.now()), cfg.model_cache_dir
-        )
+    async def fit_all(cut: pd.Timestamp) -> None:
+        fits = load_or_fit_regions(histories, cfg.source, cut, cfg.model_cache_dir)
         # One region per thread hop, so a stop cancels between regions.
         while (item := await asyncio.to_thread(next, fits, None)) is not None:
             region, fitted = item
             if isinstance(fitted, ValueError):
                 logger.warning(
-                    "no fitted forecaster for %s (%s); using same-hour-yesterday", region, fitted
+                    "no fitted forecaster for %s (%s); keeping %s",
+                    region,
+                    fitted,
+                    "its last model" if region in models else "same-hour-yesterday",
                 )
             else:
                 models[region] = fitted
-                logger.info("forecaster for %s fitted", region)
+                logger.info("forecaster for %s fitted on data to %s", region, cut)
+
+    def start_fit(cut: pd.Timestamp) -> asyncio.Task[None]:
+        nonlocal fitted_cut
+        fitted_cut = cut
+        return asyncio.create_task(fit_all(cut))
+
+    fitting = start_fit(fit_cut(ctx.clock.now()))
 
     async def refresh() -> None:
+        nonlocal fitting
+        due = refit_cut(fitted_cut, ctx.clock.now(), cfg.refit_days)
+        if due is not None and fitting.done():
+            logger.info("re-estimating the forecasters on data to %s", due)
+            fitting = start_fit(due)
         origin = pd.Timestamp(ctx.clock.now(), unit="s", tz="UTC").floor("h")
         for region, history in histories.items():
             model = models.get(region)
@@ -188,7 +220,6 @@ async def serve(ctx: ServiceContext) -> None:
             await ctx.nc.publish(ctx.subjects.forecast(region), payload)
             await ctx.redis.set(ctx.keys.forecast(region), payload)
 
-    fitting = asyncio.create_task(fit_all())
     try:
         await run_periodic(
             ctx.stop, ctx.clock.wall_period(cfg.refresh_s), refresh, service=NAME, name="forecast"

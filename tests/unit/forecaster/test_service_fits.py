@@ -12,7 +12,7 @@ import pytest
 from services.forecaster import service
 from services.forecaster.config import ForecasterConfig, config_for
 from services.forecaster.models import CarbonForecaster
-from services.forecaster.service import fit_cut, load_or_fit_regions
+from services.forecaster.service import fit_cut, load_or_fit_regions, refit_cut
 from services.forecaster.sources import CarbonHistory
 from tests.unit.forecaster.conftest import synthetic_history
 
@@ -21,6 +21,19 @@ def test_fit_cut_ends_an_hour_before_the_current_hour() -> None:
     """Test that a fit at 10:59:59 may use history up to 09:00, not the running hour."""
     now = pd.Timestamp("2022-07-01 10:59:59", tz="UTC").timestamp()
     assert fit_cut(now) == pd.Timestamp("2022-07-01 09:00", tz="UTC")
+
+
+def test_a_refit_is_due_every_refit_days_of_model_time_after_the_models_data_end() -> None:
+    """Test the cadence: not before 30 days past the models' data end, then the new cut;
+    never without a first fit or with the cadence off."""
+    fitted = pd.Timestamp("2022-07-01 09:00", tz="UTC")
+    day = 86_400.0
+    start = pd.Timestamp("2022-07-01 10:30", tz="UTC").timestamp()
+    assert refit_cut(fitted, start, 30.0) is None
+    assert refit_cut(fitted, start + 29.9 * day, 30.0) is None
+    assert refit_cut(fitted, start + 30 * day, 30.0) == fitted + pd.Timedelta(days=30)
+    assert refit_cut(None, start + 90 * day, 30.0) is None
+    assert refit_cut(fitted, start + 90 * day, 0.0) is None
 
 
 def test_fits_are_stored_and_a_second_start_loads_them(
