@@ -282,16 +282,16 @@ def test_mix_booster_features_stop_at_their_longest_horizon(history: CarbonHisto
     """Test that ``mix_features_max_h`` leaves a constant in the source-production columns of
     the longer horizons' rows and the forecast values in the others."""
     from services.forecaster.baselines import HoltWintersParams
+    from services.forecaster.booster_rows import booster_matrix, reference_forecasts
     from services.forecaster.mix import fit_emission_factors
-    from services.forecaster.models import _booster_matrix, _reference_forecasts
 
     grid = to_grid(history)
     origins = np.array([60 * 24, 61 * 24 + 5], dtype=np.int64)
     params = HoltWintersParams(alpha=0.3, beta=0.01, gamma=0.1, phi=0.9)
-    template, refs = _reference_forecasts(grid, origins, 48, params, fit_emission_factors(grid))
-    every = _booster_matrix(grid, origins, 48, template, refs, (True, True, None))
-    short = _booster_matrix(grid, origins, 48, template, refs, (True, True, 24))
-    plain = _booster_matrix(grid, origins, 48, template, refs, (False, False, None))
+    template, refs = reference_forecasts(grid, origins, 48, params, fit_emission_factors(grid))
+    every = booster_matrix(grid, origins, 48, template, refs, (True, True, None))
+    short = booster_matrix(grid, origins, 48, template, refs, (True, True, 24))
+    plain = booster_matrix(grid, origins, 48, template, refs, (False, False, None))
     mix_columns = every.shape[1] - plain.shape[1]
     assert mix_columns == 1 + len(grid.share_names)
     beyond = every[:, 0] > 24
@@ -337,19 +337,19 @@ def test_booster_on_template_level_learns_the_ratio_to_it(history: CarbonHistory
     """Test that the training target is log(actual / template + level) with the option, the
     features are unchanged, and the two targets differ by the ``lr_template_level`` feature."""
     from services.forecaster.baselines import HoltWintersParams
+    from services.forecaster.booster_rows import reference_forecasts, training_rows
     from services.forecaster.features import gbm_features
-    from services.forecaster.models import _reference_forecasts, _training_rows
 
     grid = to_grid(history)
     params = HoltWintersParams(alpha=0.3, beta=0.01, gamma=0.1, phi=0.9)
     end = history.intensity.index[70 * 24]
     plain = ForecasterConfig(max_training_rows=5_000, booster_base="template")
     on_level = dataclasses.replace(plain, booster_base="template_level")
-    features, target, weight = _training_rows([(grid, params)], end, plain)
-    features_l, target_l, weight_l = _training_rows([(grid, params)], end, on_level)
+    features, target, weight = training_rows([(grid, params)], end, plain)
+    features_l, target_l, weight_l = training_rows([(grid, params)], end, on_level)
     np.testing.assert_array_equal(features_l, features)
     np.testing.assert_array_equal(weight_l, weight)
-    template, refs = _reference_forecasts(grid, np.array([30 * 24]), 48, params, False)
+    template, refs = reference_forecasts(grid, np.array([30 * 24]), 48, params, False)
     _, names = gbm_features(grid, np.array([30 * 24]), 48, template, refs)
     level_column = features[:, names.index("lr_template_level")]
     assert np.abs(level_column).max() > 0.01
