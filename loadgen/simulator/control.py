@@ -261,9 +261,9 @@ class ControlLoops:
         return False
 
     def _dvfs_tick(self, t_s: float) -> bool:
-        from services.dvfs.controller import LatencyWindow, Observation, SloThresholds
+        from services.dvfs.controller import LatencyWindow
+        from services.dvfs.instance_sim import engine_observation
 
-        del SloThresholds
         sim = self.sim
         stall = sim.scenario.delays.clock_change_s
         for instance in self._all_instances():
@@ -277,17 +277,7 @@ class ControlLoops:
                 )
                 for name, s in instance.take_samples().items()
             }
-            observation = Observation(
-                now_s=t_s,
-                clock_mhz=engine.clock_mhz,
-                supported_clocks_mhz=engine.supported_clocks_mhz,
-                num_running=engine.num_running,
-                num_waiting=engine.num_waiting,
-                kv_blocks_used=engine.kv_blocks_used,
-                kv_blocks_total=engine.kv_blocks_total,
-                block_size=engine.config.block_size,
-                latencies=windows,
-            )
+            observation = engine_observation(engine, now_s=t_s, latencies=windows)
             target = instance.controller.decide(observation)  # type: ignore[attr-defined]
             if self.planner is not None and instance.pool_id in self.planner.clock_caps:
                 # The plan's clock caps MIAD (the live dvfs agent's pool_clock_caps), but never

@@ -18,7 +18,7 @@ import itertools
 import math
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,7 +28,7 @@ from services.dvfs.controller import ClockController, LatencyWindow, Observation
 from shared.engine.api import Engine, EngineRequest, IterationResult
 from shared.metrics.records import RecordColumns
 
-__all__ = ["Admission", "Arrival", "InstanceRun", "run_instance"]
+__all__ = ["Admission", "Arrival", "InstanceRun", "engine_observation", "run_instance"]
 
 Admission = Callable[[Observation, RequestState], bool]
 """May this request (the second argument) join the instance observed now?"""
@@ -236,10 +236,19 @@ def _candidate(arrival: Arrival) -> RequestState:
     return _request_state(_Live(-1, arrival))
 
 
-def _snapshot(engine: Engine, live: dict[str, _Live]) -> Observation:
-    """The instance's requests and KV, for an admission check (no latency windows)."""
+def engine_observation(
+    engine: Engine,
+    *,
+    now_s: float | None = None,
+    latencies: Mapping[str, LatencyWindow] | None = None,
+    arrival_rate_rps: float = 0.0,
+    prompt_tokens_per_s: float = 0.0,
+    requests: Sequence[RequestState] = (),
+) -> Observation:
+    """What a clock controller sees of a simulated engine: its clock, queue and KV now
+    (at ``now_s`` if given, else the engine's time), plus what the caller measured."""
     return Observation(
-        now_s=engine.now_s,
+        now_s=engine.now_s if now_s is None else now_s,
         clock_mhz=engine.clock_mhz,
         supported_clocks_mhz=engine.supported_clocks_mhz,
         num_running=engine.num_running,
@@ -247,7 +256,17 @@ def _snapshot(engine: Engine, live: dict[str, _Live]) -> Observation:
         kv_blocks_used=engine.kv_blocks_used,
         kv_blocks_total=engine.kv_blocks_total,
         block_size=engine.config.block_size,
-        requests=tuple(_request_state(state) for state in live.values()),
+        latencies=latencies if latencies is not None else {},
+        arrival_rate_rps=arrival_rate_rps,
+        prompt_tokens_per_s=prompt_tokens_per_s,
+        requests=requests,
+    )
+
+
+def _snapshot(engine: Engine, live: dict[str, _Live]) -> Observation:
+    """The instance's requests and KV, for an admission check (no latency windows)."""
+    return engine_observation(
+        engine, requests=tuple(_request_state(state) for state in live.values())
     )
 
 
@@ -268,15 +287,8 @@ def _observe(engine: Engine, live: dict[str, _Live], window: _Window, period: fl
         )
         for t in types
     }
-    return Observation(
-        now_s=engine.now_s,
-        clock_mhz=engine.clock_mhz,
-        supported_clocks_mhz=engine.supported_clocks_mhz,
-        num_running=engine.num_running,
-        num_waiting=engine.num_waiting,
-        kv_blocks_used=engine.kv_blocks_used,
-        kv_blocks_total=engine.kv_blocks_total,
-        block_size=engine.config.block_size,
+    return engine_observation(
+        engine,
         latencies=latencies,
         arrival_rate_rps=window.arrivals / period,
         prompt_tokens_per_s=window.prompt_tokens / period,
