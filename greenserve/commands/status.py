@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from redis.exceptions import RedisError
 from rich.console import Console
 from rich.table import Table
 
@@ -81,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     processes = {name: alive(pid) for name, pid in {**state.pids, **state.server_pids}.items()}
     try:
         live = asyncio.run(_read(state))
-    except OSError as exc:
+    except (OSError, RedisError) as exc:
+        # A stack whose Redis died is what an operator runs status for: say so, no traceback.
         live = {"workers": [], "plan": None, "error": f"redis unreachable: {exc}"}
     report = {"namespace": state.namespace, "processes": processes, **live}
     if args.json:
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(name, "running" if up else "[red]exited[/red]")
     console.print(table)
     workers = Table(title="workers")
-    for col in (
+    columns = (
         "worker_id",
         "pool",
         "region",
@@ -104,24 +106,13 @@ def run(args: argparse.Namespace) -> int:
         "clock_mhz",
         "power_w",
         "energy_wh",
-    ):
+    )
+    for col in columns:
         workers.add_column(col)
     for w in live["workers"]:
-        workers.add_row(
-            *(
-                str(w[c])
-                for c in (
-                    "worker_id",
-                    "pool",
-                    "region",
-                    "running",
-                    "waiting",
-                    "clock_mhz",
-                    "power_w",
-                    "energy_wh",
-                )
-            )
-        )
+        workers.add_row(*(str(w[c]) for c in columns))
     console.print(workers)
     console.print(f"plan: {live['plan']}")
+    if "error" in live:
+        console.print(f"[red]{live['error']}[/red]")
     return 0 if all(processes.values()) else 1
