@@ -14,9 +14,23 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
+import pydantic
+import yaml
+
 from greenserve import commands
 
-__all__ = ["build_parser", "main"]
+__all__ = ["USER_ERRORS", "build_parser", "main"]
+
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    FileNotFoundError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+    yaml.YAMLError,
+    pydantic.ValidationError,
+)
+"""Errors in what the user asked for (missing files, unknown traces, a scenario that does
+not parse or validate): one line on stderr and exit status 2; ``-v`` shows the traceback."""
 
 
 def _command_modules() -> dict[str, ModuleType]:
@@ -55,7 +69,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    result: int = modules[args.command].run(args)
+    try:
+        result: int = modules[args.command].run(args)
+    except USER_ERRORS as exc:
+        # A path, trace or scenario the user gave is wrong: say which, not where it was read.
+        if args.verbose:
+            raise
+        print(f"greenserve {args.command}: {exc}", file=sys.stderr)
+        return 2
     return result
 
 
