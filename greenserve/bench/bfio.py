@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from greenserve.argtypes import positive_floats
 from services.router.bfio import BalanceFuturePlacer
 from services.router.bfio_milp import allocation_objective, solve_io_milp
 from services.router.decode_sim import DecodeSimConfig, DecodeSimResult, simulate
@@ -69,7 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--object-trials", type=int, default=200)
     parser.add_argument("--gap-instances", type=int, default=12)
     parser.add_argument(
-        "--wait-caps", default="40,60", help="waiting budgets (s) for the LLF closure study"
+        "--wait-caps",
+        type=positive_floats,
+        default="40,60",
+        help="waiting budgets (s) for the LLF closure study",
     )
     parser.add_argument(
         "--sweep-horizons", default="10,20,40", help="extra H values, one seed, with refill"
@@ -144,7 +148,7 @@ def _fairness(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     picks = np.random.default_rng(0).choice(
         prompts.shape[0], size=(args.steps + args.warmup_steps) * args.workers * args.batch // 40
     )
-    caps = [float(c) for c in args.wait_caps.split(",") if c.strip()]
+    caps = list(args.wait_caps)
     cases = [("fcfs", "fcfs-fill", np.inf), ("bfio_h0", "bfio", np.inf)]
     cases += [(f"bfio_h0_wait_cap_{c:g}s", "bfio", c) for c in caps]
     out: dict[str, dict[str, float]] = {}

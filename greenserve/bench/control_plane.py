@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from greenserve.argtypes import positive_float, positive_floats, positive_int
 from greenserve.local import LocalStack, start_local_stack
 from greenserve.stack import StackSpec
 from loadgen.replay import ClientRecord, replay
@@ -57,9 +58,14 @@ forecaster fits its models at start-up, which would otherwise be charged to the 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Load steps."""
-    parser.add_argument("--rates", default="100,200,400,800,1200,1600,2000", help="req/s steps")
-    parser.add_argument("--step-s", type=float, default=5.0, help="seconds per step")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--rates",
+        type=positive_floats,
+        default="100,200,400,800,1200,1600,2000",
+        help="req/s steps, comma-separated",
+    )
+    parser.add_argument("--step-s", type=positive_float, default=5.0, help="seconds per step")
+    parser.add_argument("--workers", type=positive_int, default=2)
     parser.add_argument(
         "--request-path",
         choices=(*REQUEST_PATHS, "both"),
@@ -67,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="classifier+scheduler+router in one process (colocated), three (separate), "
         "or both alternately for an A/B comparison",
     )
-    parser.add_argument("--repeat", type=int, default=1, help="runs per request path")
+    parser.add_argument("--repeat", type=positive_int, default=1, help="runs per request path")
     parser.add_argument(
         "--hops",
         action="store_true",
@@ -251,7 +257,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     colocated, … ``--repeat`` times each), so an A/B comparison sees the same machine load;
     the top-level numbers are those of the first deployment named, from its median run.
     """
-    rates = [float(r) for r in args.rates.split(",")]
+    rates = list(args.rates)
     paths = list(REQUEST_PATHS) if args.request_path == "both" else [args.request_path]
     runs: dict[str, list[dict[str, Any]]] = {path: [] for path in paths}
     for repeat in range(args.repeat):

@@ -20,6 +20,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from greenserve.argtypes import positive_floats
 from shared.engine.hardware import gpu_spec
 from shared.engine.profile_sim import SimulatedProfileBackend, SimWindow
 from shared.engine.profiler import (
@@ -55,9 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="llama-3-70b")
     parser.add_argument("--modes", default=_FREESH_MODES, help="GPU:TP pairs, comma-separated")
     clocks = parser.add_mutually_exclusive_group()
-    clocks.add_argument("--clocks-mhz", default=None, help="SM clocks, comma-separated")
+    clocks.add_argument(
+        "--clocks-mhz", type=positive_floats, default=None, help="SM clocks, comma-separated"
+    )
     clocks.add_argument(
         "--clock-fractions",
+        type=positive_floats,
         default="1.0",
         help="clocks as fractions of each GPU's maximum (snapped to a step)",
     )
@@ -83,11 +87,9 @@ def _targets(args: argparse.Namespace) -> list[ProfileTarget]:
         gpu = gpu_spec(gpu_name)
         short = gpu.name.split("-")[0]
         if args.clocks_mhz:
-            clocks = sorted(
-                {gpu.snap_clock(float(c)) for c in args.clocks_mhz.split(",")}, reverse=True
-            )
+            clocks = sorted({gpu.snap_clock(c) for c in args.clocks_mhz}, reverse=True)
         else:
-            fractions = (float(f) for f in args.clock_fractions.split(","))
+            fractions = args.clock_fractions
             clocks = sorted(
                 {gpu.snap_clock(f * gpu.max_clock_mhz) for f in fractions}, reverse=True
             )

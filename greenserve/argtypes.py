@@ -1,0 +1,42 @@
+"""argparse ``type=`` converters for numbers a command cannot use when zero or negative.
+
+argparse turns the ``ArgumentTypeError`` they raise into a usage error naming the option
+(exit status 2), where a bare ``float()`` deep in a command would end in a traceback or, for
+a zero rate, a division by zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["positive_float", "positive_floats", "positive_int"]
+
+
+def positive_float(text: str) -> float:
+    """A number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0.0:  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return value
+
+
+def positive_floats(text: str) -> tuple[float, ...]:
+    """A comma-separated list of numbers > 0 (at least one)."""
+    values = tuple(positive_float(part.strip()) for part in text.split(",") if part.strip())
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one number")
+    return values
