@@ -69,6 +69,18 @@ class StackSpec:
             raise ValueError("a stack needs at least one worker")
         if not self.regions:
             raise ValueError("a stack needs at least one region")
+        # The forecaster reads each region's history at start-up; a region without one
+        # would end it after the stack reported ready.
+        from services.forecaster.sources import EIA_REGIONS, EM_ZONES
+
+        source = self.extra.get("forecaster", {}).get("source", "eia")
+        known = EM_ZONES if source == "em" else EIA_REGIONS
+        unknown = [region for region in self.regions if region not in known]
+        if unknown:
+            raise ValueError(
+                f"no {source} carbon data for region {', '.join(unknown)}; "
+                f"choose from {', '.join(known)}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

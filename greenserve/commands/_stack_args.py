@@ -5,17 +5,35 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from greenserve.argtypes import positive_float, positive_int
 from greenserve.local import DEFAULT_STATE_DIR
 from greenserve.stack import StackSpec
 
 __all__ = ["add_replay_arguments", "add_stack_arguments", "spec_from_args"]
 
 
+def _regions(text: str) -> tuple[str, ...]:
+    """Comma-separated EIA balancing authorities, each with carbon data (the stack's
+    forecaster reads their history at start-up)."""
+    from services.forecaster.sources import EIA_REGIONS
+
+    regions = tuple(r.strip() for r in text.split(",") if r.strip())
+    unknown = [r for r in regions if r not in EIA_REGIONS]
+    if not regions or unknown:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(unknown) or 'no region'}: choose from {', '.join(EIA_REGIONS)}"
+        )
+    return regions
+
+
 def add_stack_arguments(parser: argparse.ArgumentParser, *, speedup: float = 1.0) -> None:
     """Options describing the stack to start."""
-    parser.add_argument("--workers", type=int, default=4, help="simulated workers (default 4)")
+    parser.add_argument(
+        "--workers", type=positive_int, default=4, help="simulated workers (default 4)"
+    )
     parser.add_argument(
         "--regions",
+        type=_regions,
         default="PJM,CISO,BPAT",
         help="comma-separated regions (EIA codes), one pool each",
     )
@@ -23,7 +41,7 @@ def add_stack_arguments(parser: argparse.ArgumentParser, *, speedup: float = 1.0
     parser.add_argument("--model", default="llama-3-8b", help="model served")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel degree per worker")
     parser.add_argument(
-        "--speedup", type=float, default=speedup, help="model seconds per wall second"
+        "--speedup", type=positive_float, default=speedup, help="model seconds per wall second"
     )
     parser.add_argument("--namespace", default="gs", help="subject/key prefix of this stack")
     parser.add_argument(
@@ -51,7 +69,7 @@ def spec_from_args(args: argparse.Namespace) -> StackSpec:
     return StackSpec(
         namespace=args.namespace,
         workers=args.workers,
-        regions=tuple(r.strip() for r in args.regions.split(",") if r.strip()),
+        regions=args.regions,
         gpu=args.gpu,
         model=args.model,
         tp=args.tp,

@@ -8,6 +8,7 @@ import pytest
 
 from greenserve.argtypes import positive_float, positive_floats, positive_int
 from greenserve.cli import build_parser
+from greenserve.stack import StackSpec
 
 
 def test_positive_numbers_are_parsed_and_the_rest_refused() -> None:
@@ -45,3 +46,28 @@ def test_the_control_plane_bench_defaults_parse() -> None:
     parser, _ = build_parser()
     args = parser.parse_args(["bench", "control-plane"])
     assert args.rates == (100.0, 200.0, 400.0, 800.0, 1200.0, 1600.0, 2000.0)
+
+
+@pytest.mark.parametrize("command", ["up", "demo"])
+def test_a_stack_refuses_regions_without_carbon_data_before_starting(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Test ``--regions`` (an unknown one used to start a stack whose forecaster then died)
+    and ``--workers 0`` as usage errors, and the parsed default."""
+    parser, _ = build_parser()
+    assert parser.parse_args([command]).regions == ("PJM", "CISO", "BPAT")
+    assert parser.parse_args([command, "--regions", " MISO,PJM "]).regions == ("MISO", "PJM")
+    for option in (["--regions", "PJM,NOSUCH"], ["--regions", ","], ["--workers", "0"]):
+        with pytest.raises(SystemExit) as ended:
+            parser.parse_args([command, *option])
+        assert ended.value.code == 2
+        assert option[0] in capsys.readouterr().err
+
+
+def test_a_stack_spec_names_the_regions_it_has_no_data_for() -> None:
+    """Test the same check for stacks built in code, per carbon source."""
+    with pytest.raises(ValueError, match="no eia carbon data for region GB"):
+        StackSpec(regions=("PJM", "GB"))
+    assert StackSpec(regions=("GB",), extra={"forecaster": {"source": "em"}}).regions == ("GB",)
+    with pytest.raises(ValueError, match="no em carbon data for region PJM"):
+        StackSpec(regions=("PJM",), extra={"forecaster": {"source": "em"}})
