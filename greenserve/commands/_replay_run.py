@@ -19,8 +19,17 @@ from proto.subjects import Subjects
 from shared.bus import connect_nats
 from shared.clock import ModelClock
 from shared.config import ClockSettings, NatsSettings
+from shared.security.secrets import redact_url
 
-__all__ = ["replay_on_stack", "trace_from_args"]
+__all__ = ["CONNECT_TIMEOUT_S", "StackUnreachableError", "replay_on_stack", "trace_from_args"]
+
+CONNECT_TIMEOUT_S = 10.0
+"""How long a replay waits for the stack's NATS at the start (the services themselves retry
+forever; a client started against a stopped stack should say so instead)."""
+
+
+class StackUnreachableError(RuntimeError):
+    """The stack's NATS did not answer when the replay started."""
 
 
 def trace_from_args(args: argparse.Namespace) -> list[TraceRequest]:
@@ -46,7 +55,14 @@ def replay_on_stack(
     """Replay ``trace`` at the stack's speed-up; return the report (and plot it if asked)."""
 
     async def run() -> dict[str, Any]:
-        nc = await connect_nats(NatsSettings(url=state.nats_url), "greenserve-replay")
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                nc = await connect_nats(NatsSettings(url=state.nats_url), "greenserve-replay")
+        except TimeoutError:
+            raise StackUnreachableError(
+                f"the stack's NATS ({redact_url(state.nats_url)}) did not answer within "
+                f"{CONNECT_TIMEOUT_S:g} s; is the stack up? (greenserve status)"
+            ) from None
         try:
             with Progress(
                 TextColumn("replay"),

@@ -7,7 +7,12 @@ import json
 import sys
 from pathlib import Path
 
-from greenserve.commands._replay_run import replay_on_stack, trace_from_args, write_json
+from greenserve.commands._replay_run import (
+    StackUnreachableError,
+    replay_on_stack,
+    trace_from_args,
+    write_json,
+)
 from greenserve.commands._stack_args import add_replay_arguments
 from greenserve.local import DEFAULT_STATE_DIR, load_state
 from loadgen.report import print_report
@@ -39,7 +44,11 @@ def run(args: argparse.Namespace) -> int:
         print("the chosen trace window holds no requests", file=sys.stderr)
         return 1
     print(f"replaying {len(trace)} requests at speed-up {state.speedup:g}", file=sys.stderr)
-    report = replay_on_stack(state, trace, plots=args.plots)
+    try:
+        report = replay_on_stack(state, trace, plots=args.plots)
+    except StackUnreachableError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
     print_report(report)
     write_json(report, args.out)
     if args.json:
