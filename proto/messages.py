@@ -386,6 +386,14 @@ class Forecast(_Message, tag="gs.v1.forecast", frozen=True, kw_only=True):
     emission_factor: str = "direct"
     model: str = "history"
 
+    def value_at(self, t_s: float) -> float | None:
+        """The value in force at model time ``t_s``: the first before the forecast starts,
+        the last after it ends; ``None`` without values."""
+        if not self.values:
+            return None
+        index = int((t_s - self.start_s) // self.step_s)
+        return float(self.values[min(max(index, 0), len(self.values) - 1)])
+
 
 class ClockCommand(_Message, tag="gs.v1.clock", frozen=True, kw_only=True):
     """Set a worker's GPU clock (all GPUs of the instance)."""

@@ -10,9 +10,11 @@ __all__ = [
     "DECISIONS",
     "ERRORS",
     "GPU_CLOCK_MHZ",
+    "GPU_CO2_G",
     "GPU_ENERGY_J",
     "GPU_POWER_W",
     "MESSAGES",
+    "PLANNER_SOLVE_S",
     "QUEUE_DEPTH",
     "REQUESTS",
     "REQUEST_LATENCY_S",
@@ -50,4 +52,16 @@ GPU_CLOCK_MHZ: Final = Gauge("greenserve_gpu_clock_mhz", "SM clock per instance"
 GPU_POWER_W: Final = Gauge("greenserve_gpu_power_watts", "Power per instance", ["worker"])
 GPU_ENERGY_J: Final = Gauge(
     "greenserve_gpu_energy_joules", "Cumulative energy per instance (like NVML)", ["worker"]
+)
+GPU_CO2_G: Final = Gauge(
+    "greenserve_gpu_co2_grams",
+    "Cumulative CO2 per instance: each energy increment times its region's carbon intensity "
+    "for that hour (the forecaster's current-hour value, from Redis)",
+    ["worker", "region"],
+)
+PLANNER_SOLVE_S: Final = Histogram(
+    "greenserve_planner_solve_seconds",
+    "Wall time of one epoch's plan solve (MILP and any fallback), by outcome",
+    ["status"],
+    buckets=(0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0),
 )

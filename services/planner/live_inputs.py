@@ -166,8 +166,4 @@ def intensity_steps(
     """
     if forecast is None or not forecast.values:
         return None if last_value is None else (last_value,) * steps
-    out = []
-    for k in range(steps):
-        index = int((start_s + k * step_s - forecast.start_s) // forecast.step_s)
-        out.append(float(forecast.values[min(max(index, 0), len(forecast.values) - 1)]))
-    return tuple(out)
+    return tuple(forecast.value_at(start_s + k * step_s) or 0.0 for k in range(steps))

@@ -65,6 +65,7 @@ from services.planner.problem import (
     ServingConfig,
     Solver,
 )
+from shared.counters import PLANNER_SOLVE_S
 from shared.lifecycle import ServiceContext
 from shared.store import as_bytes
 
@@ -271,7 +272,14 @@ class LivePlanner:
             objective=Objective(cfg.objective), solver=Solver(cfg.solver),
             time_limit_s=cfg.time_limit_s, mip_rel_gap=cfg.mip_rel_gap,
         )  # fmt: skip
-        core = await asyncio.to_thread(solve_plan, problem, settings)
+        with self._ctx.tracer.start_as_current_span(
+            "plan_epoch",
+            attributes={"planner.epoch": epoch, "planner.pools": len(pools)},
+        ) as span:
+            core = await asyncio.to_thread(solve_plan, problem, settings)
+            span.set_attribute("planner.status", core.status.value)
+            span.set_attribute("planner.solve_s", core.solve_s)
+        PLANNER_SOLVE_S.labels(core.status.value).observe(core.solve_s)
         decisions = pool_decisions(core, problem, pools, cfg.time_share_slices)
         order = tuple(sorted(pools, key=lambda pid: (sum(intensity[pools[pid].region]), pid)))
         candidate = _Running(core, decisions, pools, order, groups)

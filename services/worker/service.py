@@ -36,6 +36,7 @@ from proto.messages import (
     DispatchBatch,
     DispatchBatchReply,
     DispatchReply,
+    Forecast,
     Plan,
     RequeueRequest,
     SubmitReply,
@@ -51,11 +52,19 @@ from services.worker.state_publisher import PREDICTIVE_MODE, publish_states
 from services.worker.streams import StreamBook
 from shared.bus import HOPS_HEADER, HOPS_KEY, request, tracing_active
 from shared.bus import serve as serve_subject
-from shared.counters import GPU_CLOCK_MHZ, GPU_ENERGY_J, GPU_POWER_W, REQUEST_LATENCY_S
+from shared.counters import (
+    GPU_CLOCK_MHZ,
+    GPU_CO2_G,
+    GPU_ENERGY_J,
+    GPU_POWER_W,
+    REQUEST_LATENCY_S,
+)
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic, wait_event
+from shared.metrics.energy import CarbonMeter
 from shared.plan_watch import watch_plan
 from shared.replies import reply_error
+from shared.store import as_bytes
 from shared.telemetry import request_attributes
 
 __all__ = ["NAME", "WorkerShim", "serve"]
@@ -84,6 +93,8 @@ class WorkerShim:
         )
         self._backend = backend
         self._book = StreamBook(self._cfg.worker_id, self._cfg.stream_flush_ms / 1000.0)
+        self._carbon = CarbonMeter()
+        """The energy counter's CO2, exported as ``greenserve_gpu_co2_grams``."""
         self._emptied = asyncio.Event()
         """Set whenever the last in-flight request ends (drain waits on it)."""
         self._draining = False
@@ -387,6 +398,21 @@ class WorkerShim:
         await self._ctx.nc.publish(self._stats_subject, payload)
         ttl_ms = int(self._cfg.heartbeat_ttl_s * 1000)
         await self._ctx.redis.set(self._ctx.keys.worker(self._cfg.worker_id), payload, px=ttl_ms)
+        intensity = await self._intensity_now()
+        GPU_CO2_G.labels(stats.worker_id, stats.region).set(
+            self._carbon.add(stats.energy_j, intensity)
+        )
+
+    async def _intensity_now(self) -> float | None:
+        """The region's carbon intensity for the current model hour, from the forecaster's
+        latest forecast in Redis (``None`` before the first one or if it does not decode)."""
+        raw = await self._ctx.redis.get(self._ctx.keys.forecast(self._cfg.region))
+        if raw is None:
+            return None
+        try:
+            return decode(as_bytes(raw), Forecast).value_at(self._ctx.clock.now())
+        except DecodeError:
+            return None
 
     async def heartbeat(self) -> None:
         """Stats loop; a Redis or NATS outage delays heartbeats but never ends the worker."""

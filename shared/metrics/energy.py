@@ -8,6 +8,7 @@ marginal emissions in FREESH), so both conversions are here and nowhere else.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
@@ -16,6 +17,7 @@ from numpy.typing import NDArray
 __all__ = [
     "JOULES_PER_WH",
     "KG_PER_LB",
+    "CarbonMeter",
     "co2_kg",
     "energy_j_from_power",
     "lb_per_mwh_to_g_per_kwh",
@@ -63,3 +65,29 @@ def lb_per_mwh_to_g_per_kwh(rate_lb_per_mwh: FloatArray) -> FloatArray:
 def tokens_per_joule(tokens: int | float, energy_j: float) -> float:
     """Return output tokens per joule (NaN when no energy was measured)."""
     return float(tokens) / energy_j if energy_j > 0 else float("nan")
+
+
+@dataclass(slots=True)
+class CarbonMeter:
+    """Running gCO2 of one cumulative energy counter (a worker's, like NVML's).
+
+    Each increment of the counter is multiplied by the intensity in force when it is read,
+    so with reads every few seconds an hour's energy meets that hour's intensity. An
+    increment read while the intensity is unknown is not counted (``unknown_j`` keeps it); a
+    counter that goes down (a restarted backend) starts a new baseline.
+    """
+
+    grams: float = 0.0
+    unknown_j: float = 0.0
+    last_j: float | None = None
+
+    def add(self, energy_j: float, intensity_g_per_kwh: float | None) -> float:
+        """Read the counter (J) with the intensity now (gCO2/kWh); return the total grams."""
+        if self.last_j is not None and energy_j >= self.last_j:
+            step_j = energy_j - self.last_j
+            if intensity_g_per_kwh is None:
+                self.unknown_j += step_j
+            else:
+                self.grams += step_j / (JOULES_PER_WH * 1000.0) * intensity_g_per_kwh
+        self.last_j = energy_j
+        return self.grams

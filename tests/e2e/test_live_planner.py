@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from prometheus_client import REGISTRY
 
 from greenserve.runner import run_in_process
 from greenserve.stack import StackSpec, pool_id_for, stack_launches
@@ -34,6 +35,16 @@ MAX_REPLAYS = 4
 """The first MILP plan waits for start-up profiling and a step of completions: ≈ 6 s wall
 on a quiet machine, 10-12 s on a loaded one (measured), longer than one replay. The tests
 replay their trace again, on the same stack, until it has run under MILP plans."""
+
+
+def _samples(name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Every sample of one metric in this process's registry (the stack runs in process)."""
+    return {
+        tuple(sorted(sample.labels.items())): sample.value
+        for family in REGISTRY.collect()
+        for sample in family.samples
+        if sample.name == name
+    }
 
 
 async def _replay_until(
@@ -85,6 +96,7 @@ async def test_milp_plan_routes_to_the_cleaner_region_and_parks_spare_workers(
         if stats.draining:
             parked.add(stats.worker_id)
 
+    solves_before = sum(_samples("greenserve_planner_solve_seconds_count").values())
     nc: Client = await connect_nats(NatsSettings(url=nats_server.url), "test-client")
     try:
         await nc.subscribe(subjects.plan, cb=on_plan)
@@ -122,6 +134,15 @@ async def test_milp_plan_routes_to_the_cleaner_region_and_parks_spare_workers(
     assert later
     in_ciso = sum(1 for done in later if done.region == "CISO")
     assert in_ciso > len(later) / 2
+    # Operators see the solves and the emissions (issue 7's metrics): one histogram count per
+    # MILP solve, and CO2 per worker from its energy and its region's forecast intensity.
+    solves = sum(_samples("greenserve_planner_solve_seconds_count").values()) - solves_before
+    assert solves >= len({plan.epoch for plan in milp})
+    co2 = _samples("greenserve_gpu_co2_grams")
+    assert {dict(labels)["region"] for labels, grams in co2.items() if grams > 0} == {
+        "CISO",
+        "PJM",
+    }
 
 
 def _sent_after_first_milp(plans: list[Plan], records: list[ClientRecord]) -> list[Completion]:
