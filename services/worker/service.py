@@ -67,7 +67,10 @@ from shared.replies import reply_error
 from shared.store import as_bytes
 from shared.telemetry import request_attributes
 
-__all__ = ["NAME", "WorkerShim", "serve"]
+__all__ = ["FORECAST_READ_WALL_S", "NAME", "WorkerShim", "serve"]
+
+FORECAST_READ_WALL_S = 10.0
+"""How often (wall s) a worker re-reads its region's carbon forecast for the CO2 metric."""
 
 NAME = "worker"
 
@@ -95,6 +98,8 @@ class WorkerShim:
         self._book = StreamBook(self._cfg.worker_id, self._cfg.stream_flush_ms / 1000.0)
         self._carbon = CarbonMeter()
         """The energy counter's CO2, exported as ``greenserve_gpu_co2_grams``."""
+        self._forecast: Forecast | None = None
+        self._forecast_read_at = 0.0
         self._emptied = asyncio.Event()
         """Set whenever the last in-flight request ends (drain waits on it)."""
         self._draining = False
@@ -405,14 +410,20 @@ class WorkerShim:
 
     async def _intensity_now(self) -> float | None:
         """The region's carbon intensity for the current model hour, from the forecaster's
-        latest forecast in Redis (``None`` before the first one or if it does not decode)."""
-        raw = await self._ctx.redis.get(self._ctx.keys.forecast(self._cfg.region))
-        if raw is None:
-            return None
-        try:
-            return decode(as_bytes(raw), Forecast).value_at(self._ctx.clock.now())
-        except DecodeError:
-            return None
+        latest forecast in Redis (``None`` before the first one or if it does not decode).
+
+        The forecast is read again every :data:`FORECAST_READ_WALL_S` only: it changes once
+        per ``forecaster.refresh_s``, and a fleet's workers need not each read it twice a
+        second."""
+        now = time.monotonic()
+        if self._forecast is None or now - self._forecast_read_at >= FORECAST_READ_WALL_S:
+            raw = await self._ctx.redis.get(self._ctx.keys.forecast(self._cfg.region))
+            self._forecast_read_at = now
+            try:
+                self._forecast = None if raw is None else decode(as_bytes(raw), Forecast)
+            except DecodeError:
+                self._forecast = None
+        return None if self._forecast is None else self._forecast.value_at(self._ctx.clock.now())
 
     async def heartbeat(self) -> None:
         """Stats loop; a Redis or NATS outage delays heartbeats but never ends the worker."""
