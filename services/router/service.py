@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Protocol
 
 import msgspec
 import nats.errors
@@ -28,71 +27,22 @@ from proto.messages import (
     DispatchBatch,
     DispatchBatchReply,
     DispatchReply,
-    PullReply,
-    PullRequest,
-    RequeueRequest,
-    SubmitReply,
     WorkerStats,
 )
 from services.router.placement import Candidate, make_placer
 from services.router.registry import WorkerRegistry
+from services.router.scheduler_link import NatsSchedulerLink, SchedulerLink
 from shared.bus import HOPS_KEY, add_hops, request, tracing_active
 from shared.counters import DECISIONS, ERRORS
 from shared.lifecycle import ServiceContext
 from shared.loops import MAX_BACKOFF_S, raise_if_cancelled, sleep_or_stop, wait_event
 from shared.telemetry import extract_context, request_attributes
 
-__all__ = ["NAME", "NatsSchedulerLink", "RouterShell", "SchedulerLink", "serve"]
+__all__ = ["NAME", "RouterShell", "serve"]
 
 NAME = "router"
 
 logger = logging.getLogger(__name__)
-
-
-class SchedulerLink(Protocol):
-    """How the router reaches the scheduler: over NATS, or in memory when co-located."""
-
-    records_pull: bool
-    """Whether :meth:`pull` already moved the requests to ``dispatched`` in Redis; if not,
-    the router's assignment record also removes them from ``queued``."""
-
-    async def pull(self, pool_id: str, slots: int) -> tuple[list[ClassifiedRequest], int]:
-        """Up to ``slots`` requests of the pool and the depth left; ``([], 1)`` on failure."""
-        ...
-
-    async def requeue(self, requests: list[ClassifiedRequest]) -> None:
-        """Hand requests back to the scheduler."""
-        ...
-
-
-class NatsSchedulerLink:
-    """The scheduler of a separate process, by request/reply."""
-
-    records_pull = True
-
-    def __init__(self, ctx: ServiceContext) -> None:
-        """Pull and requeue over ``ctx.nc``."""
-        self._ctx = ctx
-
-    async def pull(self, pool_id: str, slots: int) -> tuple[list[ClassifiedRequest], int]:
-        """Ask the scheduler for up to ``slots`` requests of one pool."""
-        ctx = self._ctx
-        try:
-            reply = await request(
-                ctx.nc,
-                ctx.subjects.scheduler_pull,
-                PullRequest(pool_id=pool_id, slots=slots, router_id=ctx.settings.router.router_id),
-                PullReply,
-                ctx.settings.nats.request_timeout_s,
-            )
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError) as exc:
-            logger.warning("pull from scheduler failed: %s", exc)
-            return [], 1
-        return reply.requests, reply.queued
-
-    async def requeue(self, requests: list[ClassifiedRequest]) -> None:
-        """Return requests by ``scheduler.requeue``."""
-        await _requeue(self._ctx, requests)
 
 
 class RouterShell:
@@ -493,17 +443,3 @@ async def serve(ctx: ServiceContext) -> None:
         for sub in subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
-
-
-async def _requeue(ctx: ServiceContext, requests: list[ClassifiedRequest]) -> None:
-    try:
-        await request(
-            ctx.nc,
-            ctx.subjects.scheduler_requeue,
-            RequeueRequest(requests=requests),
-            SubmitReply,
-            ctx.settings.nats.request_timeout_s,
-        )
-    except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError) as exc:
-        # The scheduler's reaper re-queues these from Redis once they go stale.
-        logger.warning("requeue of %d requests failed: %s", len(requests), exc)
