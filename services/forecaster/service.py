@@ -177,19 +177,26 @@ async def serve(ctx: ServiceContext) -> None:
 
     async def fit_all(cut: pd.Timestamp) -> None:
         fits = load_or_fit_regions(histories, cfg.source, cut, cfg.model_cache_dir)
-        # One region per thread hop, so a stop cancels between regions.
-        while (item := await asyncio.to_thread(next, fits, None)) is not None:
-            region, fitted = item
-            if isinstance(fitted, ValueError):
-                logger.warning(
-                    "no fitted forecaster for %s (%s); keeping %s",
-                    region,
-                    fitted,
-                    "its last model" if region in models else "same-hour-yesterday",
-                )
-            else:
-                models[region] = fitted
-                logger.info("forecaster for %s fitted on data to %s", region, cut)
+        try:
+            # One region per thread hop, so a stop cancels between regions.
+            while (item := await asyncio.to_thread(next, fits, None)) is not None:
+                region, fitted = item
+                if isinstance(fitted, ValueError):
+                    logger.warning(
+                        "no fitted forecaster for %s (%s); keeping %s",
+                        region,
+                        fitted,
+                        "its last model" if region in models else "same-hour-yesterday",
+                    )
+                else:
+                    models[region] = fitted
+                    logger.info("forecaster for %s fitted on data to %s", region, cut)
+        except Exception:
+            # A failed fit (an unreadable model cache, say) must not end the service: the
+            # regions keep the models they have and the next refit tries again.
+            logger.exception(
+                "forecaster fits on data to %s failed; keeping the current models", cut
+            )
 
     def start_fit(cut: pd.Timestamp) -> asyncio.Task[None]:
         nonlocal fitted_cut

@@ -30,16 +30,20 @@ async def test_the_service_refits_on_schedule_and_keeps_forecasting(
     redis_server: ServerProcess,
     namespace: str,
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Test, with model time running 10 days per wall second, that fits start at start-up
     and then about every 30 model days on data up to the new origin, and that the forecast
-    keeps being published while they run (here every fit fails, so same-hour-yesterday)."""
+    keeps being published while they run (here every fit fails, so same-hour-yesterday),
+    even past a fit that raises."""
     cuts: list[pd.Timestamp] = []
 
     def record(
         histories: dict[str, CarbonHistory], source: str, cut: pd.Timestamp, _: Path | None
     ) -> Iterator[tuple[str, CarbonForecaster | ValueError]]:
         cuts.append(cut)
+        if len(cuts) == 2:
+            raise RuntimeError("model cache unreadable")  # the service must outlive it
         for region in histories:
             yield region, ValueError("not fitted in this test")
 
@@ -69,3 +73,6 @@ async def test_the_service_refits_on_schedule_and_keeps_forecasting(
     assert all(pd.Timedelta(days=30) <= gap < pd.Timedelta(days=33) for gap in gaps)
     assert published
     assert {f.model for f in published} == {"same-hour-yesterday"}
+    failed = [r for r in caplog.records if "failed; keeping the current models" in r.message]
+    assert len(failed) == 1
+    assert failed[0].exc_info is not None
