@@ -109,6 +109,11 @@ async def test_each_request_is_one_trace_from_http_ingress_to_generate(
     assert len({s.trace_id for s in roots}) == REQUESTS
     for root in roots:
         _check_tree(root, [s for s in spans if s.trace_id == root.trace_id])
+    # Clock changes are traced too, each its own trace, by the node's dvfs agent.
+    clocks = [s for s in spans if s.name == "set_clock"]
+    assert clocks, sorted({s.name for s in spans})
+    assert all(s.scope.startswith("greenserve.dvfs") and not s.parent_id for s in clocks)
+    assert {s.attributes["worker.id"] for s in clocks} == {"worker-0"}
 
 
 def _check_tree(root: ReceivedSpan, in_trace: list[ReceivedSpan]) -> None:
@@ -167,7 +172,12 @@ async def _child(
         regions=("PJM",),
         speedup=50.0,
         origin_wall_s=time.time(),
-        extra={"telemetry": {"otlp_endpoint": endpoint}, "shutdown_timeout_s": 1.0},
+        extra={
+            "telemetry": {"otlp_endpoint": endpoint},
+            "shutdown_timeout_s": 1.0,
+            # A fixed clock below the maximum: the dvfs agent sets it once, a clock-change span.
+            "dvfs": {"mode": "fixed", "clock_mhz": 1200.0},
+        },
         colocate_request_path=colocate,
     )
     launches = stack_launches(spec)
@@ -191,9 +201,32 @@ async def _child(
                     return str((await response.json())["id"]).removeprefix("cmpl-")
 
             ids = list(await asyncio.gather(*(one() for _ in range(REQUESTS))))
+        await _clock_reaches(redis_url, namespace, "worker-0", 1200.0)
         provider = trace.get_tracer_provider()
         assert provider.force_flush(10_000)  # type: ignore[attr-defined]
     return ids
+
+
+async def _clock_reaches(redis_url: str, namespace: str, worker_id: str, mhz: float) -> None:
+    """Wait (at most 20 s) until the worker's registered stats show the dvfs agent's clock."""
+    from redis.asyncio import Redis
+
+    from proto.codec import decode
+    from proto.keys import Keys
+    from proto.messages import WorkerStats
+    from shared.store import as_bytes
+
+    redis = Redis.from_url(redis_url)
+    try:
+        deadline = time.monotonic() + 20.0
+        while time.monotonic() < deadline:
+            raw = await redis.get(Keys(namespace).worker(worker_id))
+            if raw is not None and abs(decode(as_bytes(raw), WorkerStats).clock_mhz - mhz) < 1.0:
+                return
+            await asyncio.sleep(0.1)
+    finally:
+        await redis.aclose()
+    raise TimeoutError(f"{worker_id} never ran at {mhz} MHz")
 
 
 if __name__ == "__main__":
