@@ -25,6 +25,7 @@ import nats.errors
 from nats.aio.msg import Msg
 from opentelemetry import context as otel_context
 from prometheus_client import Histogram
+from redis.exceptions import RedisError
 
 from proto.codec import DecodeError, decode, encode
 from proto.messages import (
@@ -100,6 +101,7 @@ class WorkerShim:
         """The energy counter's CO2, exported as ``greenserve_gpu_co2_grams``."""
         self._forecast: Forecast | None = None
         self._forecast_read_at = 0.0
+        self._forecast_failed = False
         self._emptied = asyncio.Event()
         """Set whenever the last in-flight request ends (drain waits on it)."""
         self._draining = False
@@ -416,13 +418,19 @@ class WorkerShim:
         per ``forecaster.refresh_s``, and a fleet's workers need not each read it twice a
         second."""
         now = time.monotonic()
-        if self._forecast is None or now - self._forecast_read_at >= FORECAST_READ_WALL_S:
-            raw = await self._ctx.redis.get(self._ctx.keys.forecast(self._cfg.region))
+        waiting = self._forecast is None and not self._forecast_failed  # none published yet
+        if waiting or now - self._forecast_read_at >= FORECAST_READ_WALL_S:
             self._forecast_read_at = now
             try:
+                raw = await self._ctx.redis.get(self._ctx.keys.forecast(self._cfg.region))
                 self._forecast = None if raw is None else decode(as_bytes(raw), Forecast)
-            except DecodeError:
-                self._forecast = None
+            except (RedisError, DecodeError) as exc:
+                # A metric must not stop the heartbeat (or a drain): count no CO2 meanwhile.
+                if not self._forecast_failed:
+                    logger.warning("cannot read the %s forecast: %s", self._cfg.region, exc)
+                self._forecast_failed, self._forecast = True, None
+            else:
+                self._forecast_failed = False
         return None if self._forecast is None else self._forecast.value_at(self._ctx.clock.now())
 
     async def heartbeat(self) -> None:

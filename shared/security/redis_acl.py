@@ -6,7 +6,7 @@ Derived from the key table of ``docs/protocol.md`` and the services' calls:
 |---|---|---|
 | scheduler | ``queued``, ``dispatched``, ``seen:*`` | HGETALL HSET HDEL, MULTI/EXEC, script * |
 | router | ``dispatched`` | HSET |
-| worker | its own ``worker:<id>``; ``plan`` read only | SET (with PX), DEL, GET |
+| worker | its own ``worker:<id>``; ``plan``, ``forecast:*`` read only | SET (with PX), DEL, GET |
 | planner | ``plan``; ``worker:*``, ``forecast:*`` read only | SET, GET, MGET, SCAN |
 | forecaster | ``forecast:*`` | SET |
 | classifier, dvfs | ``plan`` (read only) | GET |
@@ -86,6 +86,9 @@ def _role_grants(keys: Keys, identity: Identity) -> tuple[list[str], list[str]]:
     elif role == "worker":
         key_rules, commands = _grant([keys.worker(identity.scope or "")], ["set", "del", "get"])
         key_rules.append(f"%R~{keys.plan}")  # reads the plan to know whether to park
+        # Reads its region's carbon forecast for the CO2 metric; the identity names no region,
+        # and forecasts are no secret, so every region's is readable.
+        key_rules.append(f"%R~{keys.forecast('*')}")
     elif role == "planner":
         key_rules, commands = _grant([keys.plan], ["set", "get", "mget", "scan"])
         key_rules += [f"%R~{keys.worker_pattern}", f"%R~{keys.forecast('*')}"]

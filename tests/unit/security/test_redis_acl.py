@@ -38,8 +38,8 @@ def test_only_the_planner_writes_the_plan_and_the_classifier_reads_it() -> None:
 
 
 def test_a_worker_writes_only_its_own_heartbeat() -> None:
-    """Test that worker w1 may SET/DEL gs:worker:w1 and only read the plan."""
-    assert _keys("worker") == {f"~{K.worker('w1')}", f"%R~{K.plan}"}
+    """Test that worker w1 may SET/DEL gs:worker:w1 and only read the plan and forecasts."""
+    assert _keys("worker") == {f"~{K.worker('w1')}", f"%R~{K.plan}", f"%R~{K.forecast('*')}"}
     assert _commands("worker") == {"ping", "hello", "set", "del", "get"}
 
 
