@@ -4,7 +4,6 @@ read costs the CO2 metric, never the heartbeat."""
 from __future__ import annotations
 
 import logging
-import socket
 
 import pytest
 from redis.asyncio import Redis
@@ -14,17 +13,10 @@ from proto.messages import Forecast
 from services.worker.instant_backend import InstantBackend
 from services.worker.service import WorkerShim
 from shared.lifecycle import service_context
-from shared.servers import ServerProcess
+from shared.servers import ServerProcess, free_port
 from tests.factories import connected_settings
 
 pytestmark = pytest.mark.connected
-
-
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 async def test_the_worker_reads_its_regions_forecast_and_survives_a_bad_one(
@@ -58,7 +50,7 @@ async def test_the_worker_reads_its_regions_forecast_and_survives_a_bad_one(
         assert await garbled._intensity_now() is None
         await garbled.publish_stats()  # the heartbeat still goes out
 
-        ctx.redis = Redis.from_url(f"redis://127.0.0.1:{_closed_port()}/0")
+        ctx.redis = Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
         try:
             unreachable = WorkerShim(ctx, InstantBackend(gpu="A100-80GB", model="llama-3-8b", tp=1))
             with caplog.at_level(logging.WARNING, logger="services.worker.service"):

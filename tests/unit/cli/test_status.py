@@ -5,27 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 from pathlib import Path
 
 import pytest
 
 from greenserve.commands import _replay_run, replay, status
 from greenserve.local import STATE_FILE
-
-
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
+from shared.servers import free_port
 
 
 def _write_state(folder: Path) -> None:
     state = {
         "namespace": "t",
-        "nats_url": f"nats://127.0.0.1:{_closed_port()}",
-        "redis_url": f"redis://127.0.0.1:{_closed_port()}/0",
+        "nats_url": f"nats://127.0.0.1:{free_port()}",
+        "redis_url": f"redis://127.0.0.1:{free_port()}/0",
         "speedup": 1.0,
         "origin_wall_s": 0.0,
         "model": "llama-3-8b",
