@@ -20,12 +20,11 @@ from rich.table import Table
 
 from loadgen.replay import ReplayResult
 from shared.clock import ModelClock
+from shared.metrics.energy import JOULES_PER_KWH
 from shared.metrics.records import RequestRecord, RequestStatus
 from shared.metrics.summary import EnergyAccount, summarize
 
 __all__ = ["build_report", "print_report", "replay_records"]
-
-J_PER_KWH = 3.6e6
 
 
 @cache
@@ -55,7 +54,7 @@ def _energy(result: ReplayResult, clock: ModelClock) -> EnergyAccount:
         for (t0, e0), (_, e1) in itertools.pairwise(samples):
             stamp = pd.Timestamp(clock.model_at(t0), unit="s", tz="UTC").floor("h")
             position = min(int(series.index.searchsorted(stamp)), len(series) - 1)
-            co2_g += (e1 - e0) / J_PER_KWH * float(series.iloc[position])
+            co2_g += (e1 - e0) / JOULES_PER_KWH * float(series.iloc[position])
     return EnergyAccount(energy_j=total_j, co2_kg=co2_g / 1000.0 if co2_known else None)
 
 

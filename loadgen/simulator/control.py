@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from loadgen.simulator.instance import RequestState, SimInstance
 from loadgen.simulator.policies import instances_needed, miad_available
+from shared.metrics.energy import JOULES_PER_KWH
 from shared.metrics.latency import SLO_WINDOW_FACTOR
 
 if TYPE_CHECKING:
     from loadgen.simulator.cluster import ClusterSimulator
 
 __all__ = ["ControlLoops", "Series"]
-
-J_PER_KWH = 3.6e6
 
 
 @dataclass(slots=True)
@@ -207,7 +206,7 @@ class ControlLoops:
             self._charge(instance.region, delta, t_s, dt)
             power += delta / dt
             by_region[instance.region] += delta / dt
-            co2 += delta / J_PER_KWH * sim.carbon.intensity(instance.region, t_s - dt / 2)
+            co2 += delta / JOULES_PER_KWH * sim.carbon.intensity(instance.region, t_s - dt / 2)
             clock_sum += instance.engine.clock_mhz * instance.gpus
             gpus += instance.gpus
         self.gpu_seconds += gpus * dt
@@ -231,7 +230,7 @@ class ControlLoops:
         return delta
 
     def _charge(self, region: str, joules: float, t_s: float, dt: float) -> None:
-        grams = joules / J_PER_KWH * self.sim.carbon.intensity(region, t_s - dt / 2)
+        grams = joules / JOULES_PER_KWH * self.sim.carbon.intensity(region, t_s - dt / 2)
         self.energy_j += joules
         self.co2_g += grams
         self.energy_by_region[region] += joules

@@ -15,6 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 __all__ = [
+    "JOULES_PER_KWH",
     "JOULES_PER_WH",
     "KG_PER_LB",
     "CarbonMeter",
@@ -28,6 +29,9 @@ FloatArray = NDArray[np.float64]
 
 JOULES_PER_WH: Final = 3600.0
 """Joules in one watt-hour."""
+
+JOULES_PER_KWH: Final = JOULES_PER_WH * 1000.0
+"""Joules in one kilowatt-hour, the unit grid intensities (gCO2/kWh) are given per."""
 
 KG_PER_LB: Final = 0.45359237
 """Kilograms in one pound."""
@@ -53,7 +57,7 @@ def co2_kg(energy_j: FloatArray, intensity_g_per_kwh: FloatArray) -> float:
         intensity_g_per_kwh: carbon intensity in force for each slice, gCO2/kWh. Marginal
             rates may be negative (FREESH); the sum then shrinks accordingly.
     """
-    kwh = energy_j / (JOULES_PER_WH * 1000.0)
+    kwh = energy_j / JOULES_PER_KWH
     return float(np.sum(kwh * intensity_g_per_kwh) / 1000.0)
 
 
@@ -88,6 +92,6 @@ class CarbonMeter:
             if intensity_g_per_kwh is None:
                 self.unknown_j += step_j
             else:
-                self.grams += step_j / (JOULES_PER_WH * 1000.0) * intensity_g_per_kwh
+                self.grams += step_j / JOULES_PER_KWH * intensity_g_per_kwh
         self.last_j = energy_j
         return self.grams
