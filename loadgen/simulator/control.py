@@ -203,10 +203,9 @@ class ControlLoops:
         for instance in self._all_instances():
             instance.advance(t_s)
             delta = self._take_energy(instance)
-            self._charge(instance.region, delta, t_s, dt)
+            co2 += self._charge(instance.region, delta, t_s, dt)
             power += delta / dt
             by_region[instance.region] += delta / dt
-            co2 += delta / JOULES_PER_KWH * sim.carbon.intensity(instance.region, t_s - dt / 2)
             clock_sum += instance.engine.clock_mhz * instance.gpus
             gpus += instance.gpus
         self.gpu_seconds += gpus * dt
@@ -229,12 +228,14 @@ class ControlLoops:
         self._seen_j[key] = total
         return delta
 
-    def _charge(self, region: str, joules: float, t_s: float, dt: float) -> None:
+    def _charge(self, region: str, joules: float, t_s: float, dt: float) -> float:
+        """Book ``joules`` used over ``(t_s - dt, t_s]`` in ``region``; return their grams CO2."""
         grams = joules / JOULES_PER_KWH * self.sim.carbon.intensity(region, t_s - dt / 2)
         self.energy_j += joules
         self.co2_g += grams
         self.energy_by_region[region] += joules
         self.co2_by_region[region] += grams
+        return grams
 
     def _retire_drained(self, t_s: float) -> None:
         for pool in self.sim.pools:
