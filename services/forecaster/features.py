@@ -168,8 +168,10 @@ def gbm_features(
         columns[name] = values
     for name, forecast in candidates.items():
         columns[f"lr_{name}"] = log_ratio(forecast, template)
+    # The hour same-hour-yesterday reads: the target's hour on the latest day before the origin.
+    same_hour = targets - DAY * (-(-steps // DAY))[None, :]
     if holidays:
-        columns.update(_holiday_columns(grid, targets, steps))
+        columns.update(_holiday_columns(grid, targets, same_hour))
 
     last_vs_template, day_vs_week, three_h_vs_day = _level_ratios(y, origins)
     last_day = y[origins[:, None] - np.arange(1, DAY + 1)[None, :]]
@@ -180,7 +182,6 @@ def gbm_features(
         "lr_3h_vs_day": three_h_vs_day,
         "day_volatility": np.std(np.diff(np.log(np.maximum(last_day, 1.0))), axis=1),
     }
-    same_hour = targets - DAY * (-(-steps // DAY))[None, :]
     for j, share in enumerate(grid.share_names):
         columns[f"share_{share}_same_hour"] = grid.shares[same_hour, j]
         now = grid.shares[origins - 1, j]
@@ -196,15 +197,17 @@ def gbm_features(
     return matrix, names
 
 
-def _holiday_columns(grid: HourlyGrid, targets: IntArray, steps: IntArray) -> dict[str, FloatArray]:
+def _holiday_columns(
+    grid: HourlyGrid, targets: IntArray, yesterday: IntArray
+) -> dict[str, FloatArray]:
     """The target hour's holiday flag and those of the hours its baselines read.
 
-    The template averages ``y[t - 24 (k + j)]``, j = 0..6, and same-hour-yesterday reads
-    ``y[t - 24 k]``, with ``k = ceil(h / 24)`` (:mod:`services.forecaster.baselines`).
-    Targets may lie past the grid's end (a live forecast): the calendar covers them.
+    Same-hour-yesterday reads ``yesterday`` = ``t - 24 k`` and the template averages
+    ``y[t - 24 (k + j)]``, j = 0..6, with ``k = ceil(h / 24)``
+    (:mod:`services.forecaster.baselines`). Targets may lie past the grid's end (a live
+    forecast): the calendar covers them.
     """
     flags = holiday_hours(grid.region, grid.start, int(targets.max()) + 1).astype(np.float64)
-    yesterday = targets - DAY * (-(-steps // DAY))[None, :]
     lags = DAY * np.arange(TEMPLATE_DAYS)[None, None, :]
     return {
         "holiday_target": flags[targets],
