@@ -10,6 +10,7 @@ the same services in one event loop.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ __all__ = [
     "REQUEST_PATH_SERVICES",
     "ServiceLaunch",
     "StackSpec",
+    "check_regions",
     "identity_for",
     "pool_id_for",
     "stack_launches",
@@ -69,18 +71,27 @@ class StackSpec:
             raise ValueError("a stack needs at least one worker")
         if not self.regions:
             raise ValueError("a stack needs at least one region")
-        # The forecaster reads each region's history at start-up; a region without one
-        # would end it after the stack reported ready.
-        from services.forecaster.sources import EIA_REGIONS, EM_ZONES
+        check_regions(self.regions, self.extra.get("forecaster", {}).get("source", "eia"))
 
-        source = self.extra.get("forecaster", {}).get("source", "eia")
-        known = EM_ZONES if source == "em" else EIA_REGIONS
-        unknown = [region for region in self.regions if region not in known]
-        if unknown:
-            raise ValueError(
-                f"no {source} carbon data for region {', '.join(unknown)}; "
-                f"choose from {', '.join(known)}"
-            )
+
+def check_regions(regions: Sequence[str], source: str = "eia") -> None:
+    """Refuse regions the forecaster has no ``source`` carbon data for.
+
+    The forecaster reads each region's history at start-up; a region without one would end
+    it after the stack reported ready.
+
+    Raises:
+        ValueError: naming the unknown regions and the known ones.
+    """
+    from services.forecaster.sources import EIA_REGIONS, EM_ZONES
+
+    known = EM_ZONES if source == "em" else EIA_REGIONS
+    unknown = [region for region in regions if region not in known]
+    if unknown:
+        raise ValueError(
+            f"no {source} carbon data for region {', '.join(unknown)}; "
+            f"choose from {', '.join(known)}"
+        )
 
 
 @dataclass(frozen=True, slots=True)

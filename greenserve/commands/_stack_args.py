@@ -7,22 +7,21 @@ from pathlib import Path
 
 from greenserve.argtypes import positive_float, positive_int
 from greenserve.local import DEFAULT_STATE_DIR
-from greenserve.stack import StackSpec
+from greenserve.stack import StackSpec, check_regions
 
 __all__ = ["add_replay_arguments", "add_stack_arguments", "spec_from_args"]
 
 
 def _regions(text: str) -> tuple[str, ...]:
-    """Comma-separated EIA balancing authorities, each with carbon data (the stack's
-    forecaster reads their history at start-up)."""
-    from services.forecaster.sources import EIA_REGIONS
-
+    """Comma-separated EIA balancing authorities, each with carbon data
+    (:func:`~greenserve.stack.check_regions`), refused at parse time."""
     regions = tuple(r.strip() for r in text.split(",") if r.strip())
-    unknown = [r for r in regions if r not in EIA_REGIONS]
-    if not regions or unknown:
-        raise argparse.ArgumentTypeError(
-            f"{', '.join(unknown) or 'no region'}: choose from {', '.join(EIA_REGIONS)}"
-        )
+    if not regions:
+        raise argparse.ArgumentTypeError("give at least one region")
+    try:
+        check_regions(regions)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return regions
 
 
