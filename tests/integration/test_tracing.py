@@ -16,6 +16,7 @@ import gzip
 import json
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from services.planner.plan_model import PlanStatus
 from shared.servers import ServerProcess
 
 trace_service_pb2 = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
@@ -114,6 +116,14 @@ async def test_each_request_is_one_trace_from_http_ingress_to_generate(
     assert clocks, sorted({s.name for s in spans})
     assert all(s.scope.startswith("greenserve.dvfs") and not s.parent_id for s in clocks)
     assert {s.attributes["worker.id"] for s in clocks} == {"worker-0"}
+    # The co-located child runs the MILP planner: each solve is a root span of its own.
+    solves = [s for s in spans if s.name == "plan_epoch"]
+    if colocate:
+        assert solves, sorted({s.name for s in spans})
+        assert all(s.scope == "greenserve.planner" and not s.parent_id for s in solves)
+        assert {s.attributes["planner.status"] for s in solves} <= {str(v) for v in PlanStatus}
+    else:
+        assert not solves  # the static planner solves nothing
 
 
 def _check_tree(root: ReceivedSpan, in_trace: list[ReceivedSpan]) -> None:
@@ -177,6 +187,12 @@ async def _child(
             "shutdown_timeout_s": 1.0,
             # A fixed clock below the maximum: the dvfs agent sets it once, a clock-change span.
             "dvfs": {"mode": "fixed", "clock_mhz": 1200.0},
+            # Co-located, the planner solves the MILP (epochs of 1.2 s wall): a solver span.
+            **(
+                {"planner": {"mode": "milp", "epoch_s": 60.0, "republish_wall_s": 0.25}}
+                if colocate
+                else {}
+            ),
         },
         colocate_request_path=colocate,
     )
@@ -201,10 +217,38 @@ async def _child(
                     return str((await response.json())["id"]).removeprefix("cmpl-")
 
             ids = list(await asyncio.gather(*(one() for _ in range(REQUESTS))))
+            if colocate:
+                # The first MILP solve needs start-up profiles and a step of demand.
+                await _milp_plan_reaches(redis_url, namespace, one)
         await _clock_reaches(redis_url, namespace, "worker-0", 1200.0)
         provider = trace.get_tracer_provider()
         assert provider.force_flush(10_000)  # type: ignore[attr-defined]
     return ids
+
+
+async def _milp_plan_reaches(
+    redis_url: str, namespace: str, request: Callable[[], Awaitable[str]]
+) -> None:
+    """Send a request every 0.2 s until the stored plan is a solved one (at most 60 s)."""
+    from redis.asyncio import Redis
+
+    from proto.codec import decode
+    from proto.keys import Keys
+    from proto.messages import Plan
+    from shared.store import as_bytes
+
+    redis = Redis.from_url(redis_url)
+    try:
+        deadline = time.monotonic() + 60.0
+        while time.monotonic() < deadline:
+            raw = await redis.get(Keys(namespace).plan)
+            if raw is not None and decode(as_bytes(raw), Plan).objective == "carbon":
+                return
+            await request()
+            await asyncio.sleep(0.2)
+    finally:
+        await redis.aclose()
+    raise TimeoutError("the planner never published a MILP plan")
 
 
 async def _clock_reaches(redis_url: str, namespace: str, worker_id: str, mhz: float) -> None:
