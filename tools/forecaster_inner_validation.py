@@ -35,6 +35,8 @@ MAPE (``blend_stack_share`` = 1); ``+W<percent>`` that share of them, the rest
 inverse-error weights (``+W50``).
 Ninth round, on top of ``B2+F+S+H24+R+G``: ``+D`` the booster reads NERC's public holidays
 (``holiday_features``, :mod:`services.forecaster.holidays`).
+Tenth round, on top of ``B2+F+S+H24+R+G+D``: ``+Z`` the booster reads the sun's path
+against the template's (``solar_features``, :mod:`services.forecaster.sun`).
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ def main(spec: str, shared: SharedFits | None = None) -> dict[str, object]:
         booster_bag=1,
         mape_scale=False,
         holiday_features=False,
+        solar_features=False,
     )
     for option in ([variant] if variant.startswith("A") else []) + options:
         if option == "M":
@@ -117,6 +120,8 @@ def main(spec: str, shared: SharedFits | None = None) -> dict[str, object]:
             cfg = replace(cfg, context_features=True)
         elif option == "D":
             cfg = replace(cfg, holiday_features=True)
+        elif option == "Z":
+            cfg = replace(cfg, solar_features=True)
         elif option.startswith("W"):
             cfg = replace(cfg, blend_stack_share=int(option[1:] or 100) / 100)
         else:

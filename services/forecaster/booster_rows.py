@@ -97,6 +97,7 @@ def booster_matrix(
     mix: tuple[bool, bool, int | None],
     context: bool = False,
     holidays: bool = False,
+    solar: bool = False,
 ) -> FloatArray:
     """The booster's rows: :func:`gbm_features`, plus the source-production features.
 
@@ -108,7 +109,9 @@ def booster_matrix(
     """
     log_ratio_feature, share_features, max_h = mix
     inputs = {name: values for name, values in refs.items() if name != MIX or log_ratio_feature}
-    features, names = gbm_features(grid, origins, horizon_h, template, inputs, context, holidays)
+    features, names = gbm_features(
+        grid, origins, horizon_h, template, inputs, context, holidays, solar
+    )
     columns = [names.index(f"lr_{MIX}")] if log_ratio_feature else []
     if share_features:
         shares = forecast_shares(grid, origins, horizon_h, grid.share_names)
@@ -162,6 +165,7 @@ def training_rows(
             (cfg.mix_feature, cfg.mix_share_features, cfg.mix_features_max_h),
             cfg.context_features,
             cfg.holiday_features,
+            cfg.solar_features,
         )
         targets = origins[:, None] + np.arange(horizon)[None, :]
         target = log_ratio(

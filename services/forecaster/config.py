@@ -107,6 +107,11 @@ class ForecasterConfig:
     EIA inner validation (docs/forecaster.md); Electricity Maps histories go without it
     (:func:`config_for`)."""
 
+    solar_features: bool = False
+    """Give the booster the sun's path (:mod:`~services.forecaster.sun`): how far the
+    clear-sky proxy at the target hour is from its mean over the template's hours and from
+    the same-hour-yesterday hour's (tenth round, docs/forecaster.md)."""
+
     def __post_init__(self) -> None:
         if self.horizon_h < 1 or self.horizon_h > BUCKETS[-1][1]:
             raise ValueError(f"horizon_h must be in 1..{BUCKETS[-1][1]}")

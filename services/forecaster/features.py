@@ -19,6 +19,7 @@ import pandas as pd
 from services.forecaster.baselines import DAY, TEMPLATE_DAYS
 from services.forecaster.holidays import holiday_hours
 from services.forecaster.sources import CarbonHistory
+from services.forecaster.sun import clear_sky_hours
 
 __all__ = ["FLOOR_G", "HORIZON_COLUMN", "HourlyGrid", "gbm_features", "log_ratio", "to_grid"]
 
@@ -139,6 +140,7 @@ def gbm_features(
     candidates: dict[str, FloatArray],
     context: bool = False,
     holidays: bool = False,
+    solar: bool = False,
 ) -> tuple[FloatArray, list[str]]:
     """Build the GBM design matrix: one row per (origin, horizon), origin-major.
 
@@ -155,6 +157,9 @@ def gbm_features(
         holidays: add the region's holiday calendar (:mod:`services.forecaster.holidays`):
             whether the target hour is a holiday, how many of the seven hours the template
             averages for it are, and whether the same-hour-yesterday hour is.
+        solar: add the sun's path (:mod:`services.forecaster.sun`): the target hour's
+            clear-sky proxy minus its mean over the template's seven hours and minus its
+            value at the same-hour-yesterday hour.
 
     Returns:
         The ``(n * H, F)`` matrix and its column names; column :data:`HORIZON_COLUMN` is
@@ -172,6 +177,8 @@ def gbm_features(
     same_hour = targets - DAY * (-(-steps // DAY))[None, :]
     if holidays:
         columns.update(_holiday_columns(grid, targets, same_hour))
+    if solar:
+        columns.update(_solar_columns(grid, targets, same_hour))
 
     last_vs_template, day_vs_week, three_h_vs_day = _level_ratios(y, origins)
     last_day = y[origins[:, None] - np.arange(1, DAY + 1)[None, :]]
@@ -213,6 +220,23 @@ def _holiday_columns(
         "holiday_target": flags[targets],
         "holiday_in_template": flags[yesterday[:, :, None] - lags].sum(axis=2),
         "holiday_same_hour_yesterday": flags[yesterday],
+    }
+
+
+def _solar_columns(
+    grid: HourlyGrid, targets: IntArray, yesterday: IntArray
+) -> dict[str, FloatArray]:
+    """How far the sun at the target hour is from the sun of the hours the baselines read.
+
+    Differences only (tenth round, docs/forecaster.md): the clear-sky level itself would
+    tell the booster the date, as the removed day-of-year features did. The hours read are
+    those of :func:`_holiday_columns`; targets past the grid's end are covered.
+    """
+    sun = clear_sky_hours(grid.region, grid.start, int(targets.max()) + 1)
+    lags = DAY * np.arange(TEMPLATE_DAYS)[None, None, :]
+    return {
+        "sun_vs_template": sun[targets] - sun[yesterday[:, :, None] - lags].mean(axis=2),
+        "sun_vs_same_hour": sun[targets] - sun[yesterday],
     }
 
 

@@ -116,6 +116,8 @@ class CarbonForecaster:
     :attr:`ForecasterConfig.context_features`); a grid to forecast must carry them."""
     holiday_features: bool = False
     """Whether the booster reads the holiday calendar (see the config)."""
+    solar_features: bool = False
+    """Whether the booster reads the sun's path (see the config)."""
 
     @property
     def uses_mix(self) -> bool:
@@ -162,6 +164,7 @@ class CarbonForecaster:
             (self.mix_feature, self.mix_share_features, self.mix_features_max_h),
             bool(self.context_names),
             self.holiday_features,
+            self.solar_features,
         )
         base = booster_base_forecast(template, out, self.booster_base)
         out["gbm"] = base * np.exp(self.booster.predict(features).reshape(template.shape))
@@ -360,6 +363,7 @@ def fit_forecaster(
         booster_base=cfg.booster_base,
         context_names=context_names,
         holiday_features=cfg.holiday_features,
+        solar_features=cfg.solar_features,
     )
     val_origins = aligned_origins(split, last_origin, cfg.validation_stride_h, grid.start)
     predictions = provisional.predict(grid, val_origins)
@@ -394,4 +398,5 @@ def fit_forecaster(
         point_scale=point_scale,
         context_names=context_names,
         holiday_features=cfg.holiday_features,
+        solar_features=cfg.solar_features,
     )
