@@ -25,7 +25,6 @@ import nats.errors
 from nats.aio.msg import Msg
 from opentelemetry import context as otel_context
 from prometheus_client import Histogram
-from redis.exceptions import RedisError
 
 from proto.codec import DecodeError, decode, encode
 from proto.messages import (
@@ -37,7 +36,6 @@ from proto.messages import (
     DispatchBatch,
     DispatchBatchReply,
     DispatchReply,
-    Forecast,
     Plan,
     RequeueRequest,
     SubmitReply,
@@ -47,6 +45,7 @@ from proto.messages import (
 from services.planner.parking import PlanFollower
 from services.worker.admission_gate import REFUSAL_REASON, AdmissionGate, limits_of
 from services.worker.backend import BackendRefusalError, OutputBatch, WorkerBackend
+from services.worker.co2 import RegionCarbon
 from services.worker.factory import build_backend
 from services.worker.outbox import ReplyOutbox
 from services.worker.state_publisher import PREDICTIVE_MODE, publish_states
@@ -62,16 +61,11 @@ from shared.counters import (
 )
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic, wait_event
-from shared.metrics.energy import CarbonMeter
 from shared.plan_watch import watch_plan
 from shared.replies import reply_error
-from shared.store import as_bytes
 from shared.telemetry import request_attributes
 
-__all__ = ["FORECAST_READ_WALL_S", "NAME", "WorkerShim", "serve"]
-
-FORECAST_READ_WALL_S = 10.0
-"""How often (wall s) a worker re-reads its region's carbon forecast for the CO2 metric."""
+__all__ = ["NAME", "WorkerShim", "serve"]
 
 NAME = "worker"
 
@@ -97,11 +91,8 @@ class WorkerShim:
         )
         self._backend = backend
         self._book = StreamBook(self._cfg.worker_id, self._cfg.stream_flush_ms / 1000.0)
-        self._carbon = CarbonMeter()
+        self._co2 = RegionCarbon(ctx, self._cfg.region)
         """The energy counter's CO2, exported as ``greenserve_gpu_co2_grams``."""
-        self._forecast: Forecast | None = None
-        self._forecast_read_at = 0.0
-        self._forecast_failed = False
         self._emptied = asyncio.Event()
         """Set whenever the last in-flight request ends (drain waits on it)."""
         self._draining = False
@@ -126,6 +117,11 @@ class WorkerShim:
     def backend(self) -> WorkerBackend:
         """The engine backend."""
         return self._backend
+
+    @property
+    def co2(self) -> RegionCarbon:
+        """The CO2 counter of this worker's energy."""
+        return self._co2
 
     @property
     def book(self) -> StreamBook:
@@ -405,33 +401,7 @@ class WorkerShim:
         await self._ctx.nc.publish(self._stats_subject, payload)
         ttl_ms = int(self._cfg.heartbeat_ttl_s * 1000)
         await self._ctx.redis.set(self._ctx.keys.worker(self._cfg.worker_id), payload, px=ttl_ms)
-        intensity = await self._intensity_now()
-        GPU_CO2_G.labels(stats.worker_id, stats.region).set(
-            self._carbon.add(stats.energy_j, intensity)
-        )
-
-    async def _intensity_now(self) -> float | None:
-        """The region's carbon intensity for the current model hour, from the forecaster's
-        latest forecast in Redis (``None`` before the first one or if it does not decode).
-
-        The forecast is read again every :data:`FORECAST_READ_WALL_S` only: it changes once
-        per ``forecaster.refresh_s``, and a fleet's workers need not each read it twice a
-        second."""
-        now = time.monotonic()
-        waiting = self._forecast is None and not self._forecast_failed  # none published yet
-        if waiting or now - self._forecast_read_at >= FORECAST_READ_WALL_S:
-            self._forecast_read_at = now
-            try:
-                raw = await self._ctx.redis.get(self._ctx.keys.forecast(self._cfg.region))
-                self._forecast = None if raw is None else decode(as_bytes(raw), Forecast)
-            except (RedisError, DecodeError) as exc:
-                # A metric must not stop the heartbeat (or a drain): count no CO2 meanwhile.
-                if not self._forecast_failed:
-                    logger.warning("cannot read the %s forecast: %s", self._cfg.region, exc)
-                self._forecast_failed, self._forecast = True, None
-            else:
-                self._forecast_failed = False
-        return None if self._forecast is None else self._forecast.value_at(self._ctx.clock.now())
+        GPU_CO2_G.labels(stats.worker_id, stats.region).set(await self._co2.grams(stats.energy_j))
 
     async def heartbeat(self) -> None:
         """Stats loop; a Redis or NATS outage delays heartbeats but never ends the worker."""

@@ -43,19 +43,19 @@ async def test_the_worker_reads_its_regions_forecast_and_survives_a_bad_one(
         key = ctx.keys.forecast(settings.worker.region)
         await ctx.redis.set(key, encode(forecast))
         shim = WorkerShim(ctx, InstantBackend(gpu="A100-80GB", model="llama-3-8b", tp=1))
-        assert await shim._intensity_now() == 321.0
+        assert await shim.co2.intensity_now() == 321.0
 
         await ctx.redis.set(key, b"\x93not a forecast")
         garbled = WorkerShim(ctx, InstantBackend(gpu="A100-80GB", model="llama-3-8b", tp=1))
-        assert await garbled._intensity_now() is None
+        assert await garbled.co2.intensity_now() is None
         await garbled.publish_stats()  # the heartbeat still goes out
 
         ctx.redis = Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
         try:
             unreachable = WorkerShim(ctx, InstantBackend(gpu="A100-80GB", model="llama-3-8b", tp=1))
-            with caplog.at_level(logging.WARNING, logger="services.worker.service"):
-                assert await unreachable._intensity_now() is None
-                assert await unreachable._intensity_now() is None
+            with caplog.at_level(logging.WARNING, logger="services.worker.co2"):
+                assert await unreachable.co2.intensity_now() is None
+                assert await unreachable.co2.intensity_now() is None
         finally:
             await ctx.redis.aclose()
     warnings = [r for r in caplog.records if "cannot read the" in r.message]
