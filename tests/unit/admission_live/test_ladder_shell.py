@@ -13,7 +13,7 @@ from services.scheduler.emergency import (
     ResteerRequest,
 )
 from services.scheduler.ladder_shell import LadderBook, SchedulerQueues
-from services.scheduler.service import SchedulerState
+from services.scheduler.pool_queues import SchedulerState
 from tests.factories import classified_request, worker_stats
 
 CONFIG = EmergencyConfig(

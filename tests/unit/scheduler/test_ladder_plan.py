@@ -5,7 +5,7 @@ from __future__ import annotations
 from proto.messages import ClassifiedRequest, Plan, PoolPlan, RouteWeight
 from services.scheduler.emergency import EmergencyAction, EmergencyConfig, ResteerRequest
 from services.scheduler.ladder_shell import LadderBook, SchedulerQueues
-from services.scheduler.service import SchedulerState
+from services.scheduler.pool_queues import SchedulerState
 from tests.factories import classified_request, worker_stats
 
 CONFIG = EmergencyConfig(imminent_laxity_s=0.5, escalate_after_s=0.05, shed_wait_s=99.0)

@@ -14,7 +14,7 @@ from services.scheduler.ladder_shell import (
     apply_actions,
     ladder_config,
 )
-from services.scheduler.service import SchedulerState
+from services.scheduler.pool_queues import SchedulerState
 from shared.config import SchedulerSettings
 from tests.factories import classified_request
 

@@ -1,0 +1,79 @@
+"""The scheduler's queues, one per pool, ranked by the configured discipline (pure).
+
+The shell (:mod:`services.scheduler.service`) persists every change to Redis; this state
+is what it rebuilds from there after a restart. The disciplines (FCFS, least laxity first,
+speculative shortest job first) are :mod:`services.scheduler.queueing`'s; the emergency
+ladder's REORDER rung re-ranks one pool's queue by another
+(:meth:`SchedulerState.switch_discipline`).
+"""
+
+from __future__ import annotations
+
+from proto.messages import ClassifiedRequest
+from services.scheduler.queueing import QueueDiscipline, QueuedRequest, make_discipline
+
+__all__ = ["SchedulerState"]
+
+
+class SchedulerState:
+    """Queues per pool (pure; the shell persists every change to Redis)."""
+
+    def __init__(self, discipline: str) -> None:
+        self._discipline = discipline
+        self._queues: dict[str, QueueDiscipline] = {}
+
+    def queue(self, pool_id: str) -> QueueDiscipline:
+        """The queue of one pool, created on first use."""
+        q = self._queues.get(pool_id)
+        if q is None:
+            q = self._queues[pool_id] = make_discipline(self._discipline)
+        return q
+
+    def push(self, request: ClassifiedRequest) -> None:
+        """Queue a request in its pool."""
+        self.queue(request.pool_id).push(
+            QueuedRequest(
+                request_id=request.request.request_id,
+                arrival_s=request.arrival_s,
+                prompt_tokens=request.input_tokens,
+                predicted_output_tokens=request.predicted_output_tokens,
+                ttft_s=request.profile_ttft_ms / 1000.0,
+                tbt_s=request.profile_tbt_ms / 1000.0,
+                payload=request,
+            )
+        )
+
+    def pop(self, pool_id: str, slots: int, now_s: float) -> list[ClassifiedRequest]:
+        """Remove up to ``slots`` requests, best first by the discipline."""
+        q = self.queue(pool_id)
+        out: list[ClassifiedRequest] = []
+        while len(out) < slots:
+            item = q.pop(now_s)
+            if item is None:
+                break
+            assert isinstance(item.payload, ClassifiedRequest)
+            out.append(item.payload)
+        return out
+
+    def switch_discipline(self, pool_id: str, name: str | None, now_s: float) -> bool:
+        """Re-rank one pool's queue by ``name`` (None: the configured discipline).
+
+        Used by the emergency ladder's REORDER rung; returns False when nothing changed.
+        """
+        wanted = name or self._discipline
+        current = self.queue(pool_id)
+        if current.name == wanted:
+            return False
+        fresh = make_discipline(wanted)
+        for item in current.ordered(now_s):
+            fresh.push(item)
+        self._queues[pool_id] = fresh
+        return True
+
+    def remove(self, request_id: str) -> bool:
+        """Drop a queued request from whichever pool holds it."""
+        return any(q.remove(request_id) is not None for q in self._queues.values())
+
+    def backlog(self) -> dict[str, int]:
+        """Queued requests per pool (non-empty pools only)."""
+        return {pool: len(q) for pool, q in self._queues.items() if len(q)}
