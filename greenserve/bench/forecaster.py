@@ -22,7 +22,8 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
-from services.forecaster.backtest import REPORT_BUCKETS, as_dict, run_backtest
+from greenserve.bench.forecaster_plots import plot_backtest
+from services.forecaster.backtest import REPORT_BUCKETS, BacktestResult, as_dict, run_backtest
 from services.forecaster.config import ForecasterConfig, config_for
 from services.forecaster.load_forecast import (
     LOAD_METHODS,
@@ -120,6 +121,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "30 costs 13 fits a zone, about 20 min more on a busy 2-core host)",
     )
     parser.add_argument("--skip-load", action="store_true", help="skip the load-forecast part")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write PNG plots there: MAPE per horizon against the baselines, and each "
+        "region's day-ahead forecast over the test span's last three weeks",
+    )
 
 
 def _load_backtest() -> dict[str, Any]:
@@ -210,6 +219,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     names = _regions(args.regions)
     cache = None if args.no_cache else args.cache_dir
     per_region: dict[str, dict[str, Any]] = {}
+    results: dict[str, BacktestResult] = {}
     pooled = {} if args.no_pooling else {f"eia:{r}": load_eia_csv(r) for r in EIA_REGIONS}
     extra = (
         []
@@ -253,6 +263,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             shared=shared if related else None,
             on_fit=functools.partial(_report_fit, name),
         )
+        results[name] = result
         per_region[name] = as_dict(result)
         per_region[name]["wall_s"] = round(time.perf_counter() - started, 1)
         day1 = result.mape["chosen"]["day1"]
@@ -290,5 +301,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "eia_day1_goal_met": None if day1_mean is None else bool(day1_mean <= 5.5),
         "load_forecast": None if args.skip_load else _load_backtest(),
         "paper": PAPER,
+        "plots": [] if args.plot is None else [str(p) for p in plot_backtest(results, args.plot)],
         "wall_s": round(time.perf_counter() - bench_started, 1),
     }

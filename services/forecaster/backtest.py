@@ -29,11 +29,13 @@ import pandas as pd
 from services.forecaster.best_window import window_means
 from services.forecaster.blend import mape_by_horizon
 from services.forecaster.config import BUCKETS, MIX, ForecasterConfig
+from services.forecaster.day_ahead import DayAheadSeries, day_ahead_series
 from services.forecaster.features import HourlyGrid, to_grid
 from services.forecaster.models import CarbonForecaster, SharedFits, fit_forecaster
 from services.forecaster.sources import CarbonHistory
 
 __all__ = [
+    "CURVE_MODELS",
     "REPORTED_MODELS",
     "REPORT_BUCKETS",
     "BacktestResult",
@@ -54,6 +56,8 @@ REPORT_BUCKETS: Final = {"1-6h": (1, 6), "day1": (1, 24), "day2": (25, 48)}
 """Reported horizon buckets (hours, inclusive); day 1 is CarbonCast's day-ahead MAPE."""
 REPORTED_MODELS: Final = ("chosen", "template_level", "same_hour_yesterday", "hw", "gbm")
 """Models scored in the report, the chosen one first."""
+CURVE_MODELS: Final = ("chosen", "template_level", "same_hour_yesterday")
+"""Models whose MAPE is reported at every horizon (the per-horizon curve)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +82,12 @@ class BacktestResult:
     validation_mape: dict[str, dict[str, list[float]]]
     """MAPE (%) on each fit's own validation span (inside its training data) per candidate
     and ``"chosen"``, per bucket of :data:`services.forecaster.config.BUCKETS`, per fit."""
+    mape_by_horizon: dict[str, list[float]]
+    """MAPE (%) at each horizon 1..H for the chosen model and the two baselines, under the
+    backtest's protocol (the buckets of ``mape`` are means of it)."""
+    day_ahead: DayAheadSeries
+    """The first day of every origin's forecast with the actuals (for plots; not in
+    :func:`as_dict`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -361,6 +371,10 @@ def run_backtest(
     targets = origins[:, None] + np.arange(cfg.horizon_h)[None, :]
     actual, mask = grid.y[targets], grid.observed[targets].astype(np.float64)
     mape = _mape_table(predictions, actual, mask, cfg.horizon_h)
+    by_horizon = {
+        model: [round(float(v), 3) for v in mape_by_horizon(predictions[model], actual, mask)]
+        for model in CURVE_MODELS
+    }
     if len(rolling.fits) > 1:
         fixed = rolling.fits[0][1].predict(grid, origins)
         mape_fixed = _mape_table(fixed, actual, mask, cfg.horizon_h)
@@ -384,6 +398,8 @@ def run_backtest(
         window_regret=regret,
         choice={str(start.date()): fit.describe_choice() for start, fit in rolling.fits},
         validation_mape={str(start.date()): fit.validation_mape for start, fit in rolling.fits},
+        mape_by_horizon=by_horizon,
+        day_ahead=day_ahead_series(grid, origins, predictions),
     )
 
 
@@ -394,6 +410,7 @@ def as_dict(result: BacktestResult) -> dict[str, Any]:
         "refit_days": result.refit_days,
         "mape_pct": result.mape,
         "mape_pct_fixed_fit": result.mape_fixed_fit,
+        "mape_pct_by_horizon": result.mape_by_horizon,
         "coverage_p10_p90": result.coverage_p10_p90,
         "best_window_4h": result.window_regret,
         "choice": result.choice,

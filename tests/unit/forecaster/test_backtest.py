@@ -12,6 +12,7 @@ import pytest
 
 from services.forecaster.backtest import (
     RollingForecasts,
+    as_dict,
     refit_origins,
     rolling_forecasts,
     run_backtest,
@@ -198,3 +199,24 @@ def test_a_history_with_unknown_shares_joins_the_pool_as_extra_rows(
     with_rows = pooled.predict(grid, origins)["gbm"]
     assert np.isfinite(with_rows).all()
     assert not np.array_equal(with_rows, alone.predict(grid, origins)["gbm"])
+
+
+def test_the_horizon_curve_and_the_day_ahead_series_agree_with_the_scores(
+    long_history: CarbonHistory,
+) -> None:
+    """Test that the bucket MAPEs are means of the per-horizon curve, and that the day-ahead
+    series tiles the test span hour by hour with the history's actuals and a forecast
+    inside its own band."""
+    result = run_backtest(long_history, _train_end(long_history), config=CONFIG)
+    for model, curve in result.mape_by_horizon.items():
+        assert len(curve) == CONFIG.horizon_h
+        assert np.mean(curve[:6]) == pytest.approx(result.mape[model]["1-6h"], abs=2e-3)
+        assert np.mean(curve[:24]) == pytest.approx(result.mape[model]["day1"], abs=2e-3)
+    series = result.day_ahead
+    assert len(series.times) == result.n_origins * 24
+    assert (np.diff(series.times) == pd.Timedelta(hours=1)).all()  # daily origins: no gap
+    assert series.times[0] == _train_end(long_history) + pd.Timedelta(hours=1)
+    assert series.actual == pytest.approx(long_history.intensity.loc[series.times].to_numpy())
+    low, mid, high = (series.forecasts[m] for m in ("p10", "chosen", "p90"))
+    assert ((low <= mid) & (mid <= high)).all()
+    assert "mape_pct_by_horizon" in as_dict(result)

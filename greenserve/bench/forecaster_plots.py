@@ -1,0 +1,127 @@
+"""PNG plots of the forecaster backtest (``greenserve bench forecaster --plot DIR``).
+
+Two pictures a reader would rather look at than read off the JSON: the MAPE at every
+horizon 1-48 h, chosen model against the two baselines, averaged over each region set (EIA
+2022, Electricity Maps 2024); and per region the day-ahead forecast laid end to end over the
+last weeks of the test span, with its p10-p90 band, the template + level baseline and what
+happened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from services.forecaster.backtest import CURVE_MODELS, BacktestResult
+from services.forecaster.day_ahead import DayAheadSeries
+
+__all__ = ["DAY_AHEAD_DAYS", "plot_backtest", "plot_day_ahead", "plot_mape_by_horizon"]
+
+FloatArray = npt.NDArray[np.float64]
+
+DAY_AHEAD_DAYS = 21
+"""Days of the test span's end shown in each day-ahead plot (hourly detail stays legible)."""
+EIA_DAY1_GOAL_PCT = 5.5
+"""Issue 6's goal for the EIA day-1 mean MAPE, drawn on the EIA panel."""
+_LABELS = {
+    "chosen": "GreenServe (blend)",
+    "template_level": "template + level",
+    "same_hour_yesterday": "same hour yesterday",
+}
+_SETS = (("eia:", "EIA 2022 (test Aug-Dec)"), ("em:", "Electricity Maps 2024"))
+
+
+def plot_mape_by_horizon(results: Mapping[str, BacktestResult], path: Path) -> Path:
+    """One panel per region set present: mean MAPE per horizon of each curve model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sets = [(p, title) for p, title in _SETS if any(n.startswith(p) for n in results)]
+    if not sets:  # regions named without a set prefix: one panel for all
+        sets = [("", "all regions")]
+    fig, axes = plt.subplots(1, len(sets), figsize=(6 * len(sets), 4), squeeze=False)
+    for ax, (prefix, title) in zip(axes[0], sets, strict=True):
+        chosen = [r for n, r in results.items() if n.startswith(prefix)]
+        for model in CURVE_MODELS:
+            curve = np.mean([r.mape_by_horizon[model] for r in chosen], axis=0)
+            hours = np.arange(1, len(curve) + 1)
+            ax.plot(hours, curve, label=_LABELS[model], lw=2 if model == "chosen" else 1.2)
+        if prefix == "eia:":
+            ax.hlines(
+                EIA_DAY1_GOAL_PCT, 1, 24, colors="k", linestyles=":", label="goal: day-1 mean"
+            )
+        plural = "s" if len(chosen) != 1 else ""
+        ax.set_title(f"{title}: mean of {len(chosen)} region{plural}", fontsize=10)
+        ax.set_xlabel("horizon (h)")
+        ax.set_ylabel("MAPE (%)")
+        ax.set_xlim(1, None)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _broken(times: pd.DatetimeIndex, values: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """x (matplotlib date numbers, in days) and y with a NaN wherever hours are not
+    contiguous, so a line does not bridge skipped origins."""
+    hours = ((times - times[0]) / pd.Timedelta(hours=1)).to_numpy(dtype=np.float64)
+    gaps = np.flatnonzero(np.diff(hours) > 1.0) + 1
+    # matplotlib's date numbers are days since its epoch, 1970-01-01 by default.
+    first = float((times[0] - pd.Timestamp("1970-01-01", tz="UTC")) / pd.Timedelta(days=1))
+    x = np.insert(first + hours / 24.0, gaps, np.nan)
+    y = np.insert(values.astype(np.float64), gaps, np.nan)
+    return x, y
+
+
+def plot_day_ahead(
+    region: str, series: DayAheadSeries, path: Path, days: int = DAY_AHEAD_DAYS
+) -> Path:
+    """The last ``days`` days of the day-ahead series: actual, blend with band, baseline."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keep = series.times >= series.times[-1] - pd.Timedelta(days=days)
+    times = series.times[keep]
+    fig, ax = plt.subplots(figsize=(12, 4))
+    x, actual = _broken(times, series.actual[keep])
+    _, low = _broken(times, series.forecasts["p10"][keep])
+    _, high = _broken(times, series.forecasts["p90"][keep])
+    ax.fill_between(x, low, high, color="C0", alpha=0.2, label="p10-p90")
+    for model, style in (("chosen", "-"), ("template_level", "--")):
+        _, values = _broken(times, series.forecasts[model][keep])
+        ax.plot(x, values, style, lw=1.2, label=_LABELS[model])
+    ax.plot(x, actual, color="k", lw=1.0, label="actual")
+    ax.set_title(
+        f"{region}: day-ahead forecast (origins 00:00 UTC) from {times[0]:%Y-%m-%d}",
+        fontsize=10,
+    )
+    ax.xaxis_date()
+    ax.set_xlabel("UTC")
+    ax.set_ylabel("gCO2/kWh")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=4)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_backtest(results: Mapping[str, BacktestResult], out_dir: Path) -> list[Path]:
+    """Write the horizon curve and one day-ahead plot per region; return the paths."""
+    paths = [plot_mape_by_horizon(results, out_dir / "forecaster_mape_by_horizon.png")]
+    for name, result in results.items():
+        safe = name.replace(":", "_")
+        paths.append(plot_day_ahead(name, result.day_ahead, out_dir / f"day_ahead_{safe}.png"))
+    return paths
