@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from greenserve.argtypes import positive_float, positive_floats, positive_int
+from greenserve.bench.control_plane_plots import plot_control_plane
 from greenserve.local import LocalStack, start_local_stack
 from greenserve.stack import StackSpec
 from loadgen.replay import ClientRecord, replay
@@ -78,6 +79,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--hops",
         action="store_true",
         help="stamp every request at each hop and report per-hop p50/p99 (key 'hops')",
+    )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write control_plane.png there: latency and CPU per request by rate (and "
+        "p99 per hop with --hops)",
     )
 
 
@@ -267,7 +276,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     primary = sorted(
         runs[paths[0]], key=lambda r: (r["sustained_rps"], -(r["p99_added_ms"] or 1e9))
     )[(args.repeat - 1) // 2]
-    goal_rps, goal_p99 = 2000.0, 5.0
+    goal = {"sustained_rps": 2000.0, "p99_added_ms": 5.0}
+    goal_rps, goal_p99 = goal["sustained_rps"], goal["p99_added_ms"]
+    plots = (
+        []
+        if args.plot is None
+        else [str(plot_control_plane(runs, primary, goal, args.plot / "control_plane.png"))]
+    )
     return {
         "sustained_rps": primary["sustained_rps"],
         "p99_added_ms": primary["p99_added_ms"],
@@ -294,5 +309,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             }
             for path, rs in runs.items()
         },
-        "goal": {"sustained_rps": goal_rps, "p99_added_ms": goal_p99},
+        "goal": goal,
+        "plots": plots,
     }

@@ -1,0 +1,45 @@
+"""The control-plane bench's plot, from sweeps shaped as the bench reports them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from greenserve.bench.control_plane import HOPS
+from greenserve.bench.control_plane_plots import plot_control_plane
+
+PNG = b"\x89PNG\r\n\x1a\n"
+GOAL = {"sustained_rps": 2000.0, "p99_added_ms": 5.0}
+
+
+def _sweep(scale: float, hops: bool) -> dict[str, Any]:
+    steps: list[dict[str, Any]] = []
+    for rate in (100.0, 1000.0, 2000.0):
+        step: dict[str, Any] = {
+            "offered_rps": rate,
+            "achieved_rps": rate * 0.99,
+            "p50_added_ms": scale * (2 + rate / 1000),
+            "p99_added_ms": scale * (4 + rate / 250),
+            "cpu_ms_per_request": 300 / rate,
+        }
+        if hops:
+            step["hops"] = {"p99_ms": {name: scale * rate / 1000 for name, *_ in HOPS}}
+        steps.append(step)
+    # A step where nothing completed reports no percentile; the plot leaves it out.
+    steps.append({"offered_rps": 2400.0, "achieved_rps": 0.0, "p50_added_ms": None,
+                  "p99_added_ms": None, "cpu_ms_per_request": 0.0})  # fmt: skip
+    return {"steps": steps}
+
+
+@pytest.mark.parametrize("hops", [False, True], ids=["plain", "hops"])
+def test_the_plot_draws_every_run_and_the_hops_when_stamped(hops: bool, tmp_path: Path) -> None:
+    """Test an A/B of two deployments, two runs each, with and without per-hop stamps."""
+    runs = {
+        "colocated": [_sweep(1.0, hops), _sweep(1.2, hops)],
+        "separate": [_sweep(1.5, hops), _sweep(1.6, hops)],
+    }
+    path = plot_control_plane(runs, runs["colocated"][0], GOAL, tmp_path / "cp.png")
+    assert path.read_bytes().startswith(PNG)
+    assert path.stat().st_size > 10_000
