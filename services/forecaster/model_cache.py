@@ -23,7 +23,7 @@ import sklearn
 
 __all__ = ["MODEL_CACHE_VERSION", "cache_key", "load_or_fit"]
 
-MODEL_CACHE_VERSION: Final = 11
+MODEL_CACHE_VERSION: Final = 12
 """Bump when the forecasting code changes what a fit produces (2: per-bucket boosters and
 inverse-error blend weights replace one booster and the per-bucket pick; 3: 150 boosting
 rounds instead of 300; 4: pooled training rows in a fixed member order, so every member of
@@ -35,7 +35,8 @@ version-5 pickle lacks (a slots dataclass unpickles without it and fails on pred
 emission-factor label, and EIA histories are labelled "lifecycle" now; 9: a fitted
 forecaster names the context regions its booster reads; 10: Electricity Maps fits use the
 booster without the fifth-round levers, and the key does not name the settings; 11: a fitted
-forecaster records whether its booster reads the holiday calendar)."""
+forecaster records whether its booster reads the holiday calendar; 12: and whether it reads
+the sun's path, a field a version-11 pickle lacks)."""
 
 logger = logging.getLogger(__name__)
 
