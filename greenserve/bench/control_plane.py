@@ -81,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stamp every request at each hop and report per-hop p50/p99 (key 'hops')",
     )
     parser.add_argument(
-        "--plot",
+        "--plots",
         type=Path,
         default=None,
         metavar="DIR",
@@ -280,8 +280,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     goal_rps, goal_p99 = goal["sustained_rps"], goal["p99_added_ms"]
     plots = (
         []
-        if args.plot is None
-        else [str(plot_control_plane(runs, primary, goal, args.plot / "control_plane.png"))]
+        if args.plots is None
+        else [str(plot_control_plane(runs, primary, goal, args.plots / "control_plane.png"))]
     )
     return {
         "sustained_rps": primary["sustained_rps"],

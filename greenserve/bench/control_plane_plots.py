@@ -1,4 +1,4 @@
-"""PNG plot of the control-plane bench (``greenserve bench control-plane --plot DIR``).
+"""PNG plot of the control-plane bench (``greenserve bench control-plane --plots DIR``).
 
 Added latency against the achieved rate, p50 and p99 for every run, with issue 7's goal
 (2,000 req/s at p99 ≤ 5 ms) drawn in; the stack's CPU per request beside it, which shows the

@@ -122,7 +122,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--skip-load", action="store_true", help="skip the load-forecast part")
     parser.add_argument(
-        "--plot",
+        "--plots",
         type=Path,
         default=None,
         metavar="DIR",
@@ -301,6 +301,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "eia_day1_goal_met": None if day1_mean is None else bool(day1_mean <= 5.5),
         "load_forecast": None if args.skip_load else _load_backtest(),
         "paper": PAPER,
-        "plots": [] if args.plot is None else [str(p) for p in plot_backtest(results, args.plot)],
+        "plots": [] if args.plots is None else [str(p) for p in plot_backtest(results, args.plots)],
         "wall_s": round(time.perf_counter() - bench_started, 1),
     }

@@ -1,4 +1,4 @@
-"""PNG plots of the forecaster backtest (``greenserve bench forecaster --plot DIR``).
+"""PNG plots of the forecaster backtest (``greenserve bench forecaster --plots DIR``).
 
 Two pictures a reader would rather look at than read off the JSON: the MAPE at every
 horizon 1-48 h, chosen model against the two baselines, averaged over each region set (EIA

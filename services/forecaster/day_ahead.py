@@ -3,7 +3,7 @@
 The backtest forecasts from a daily origin at 00:00 UTC; the first 24 h of consecutive
 origins tile the test span, so laid end to end they are the day-ahead forecast an operator
 would have seen, hour by hour, beside what happened. The bench plots it
-(``greenserve bench forecaster --plot DIR``); the per-horizon MAPE curve is the other half
+(``greenserve bench forecaster --plots DIR``); the per-horizon MAPE curve is the other half
 of that picture.
 """
 
