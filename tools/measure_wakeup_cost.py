@@ -7,7 +7,11 @@ This measures, in one process and a forked reader, the CPU (user + system) of:
 * ``sleep_1ms``: one 1 ms sleep (a timer wake-up, no I/O);
 * ``write_to_sleeping_reader``: one 200-byte loopback TCP write to a reader that sleeps in
   ``recv`` between writes (writes 1 ms apart), the sleep's own cost subtracted;
-* ``write_burst``: the same write back to back (the reader stays awake, writes coalesce).
+* ``write_burst``: the same write back to back (the reader stays awake, writes coalesce);
+* ``round_trip``: the *latency* of one hop and back: a 200-byte write that a sleeping
+  reader echoes, timed from the write to the echo's arrival, p50 and p99 over writes 1 ms
+  apart (both sides asleep in between). Half of it is the wall time one process hand-off
+  costs before any Python runs, which is what a request's five to ten hops pay in latency.
 
 On the shared 2-core development VM (session 5) a sleep cost ≈ 35 µs and a write to a
 sleeping reader ≈ 15-25 µs more, against ≈ 1 µs in a burst: per request, the stack pays
@@ -66,20 +70,53 @@ def _writes(n: int, gap_s: float) -> float:
     return per_write
 
 
+def _round_trips(n: int, gap_s: float) -> tuple[float, float]:
+    """p50 and p99 (µs) of write → echo received, with both processes asleep between."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    pid = os.fork()
+    if pid == 0:  # the echo: send back what arrives until the writer closes
+        conn, _ = server.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while data := conn.recv(65536):
+            conn.sendall(data)
+        os._exit(0)
+    sender = socket.create_connection(server.getsockname())
+    sender.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        sender.sendall(MESSAGE)
+        received = 0
+        while received < len(MESSAGE):
+            received += len(sender.recv(65536))
+        samples.append((time.perf_counter() - start) * 1e6)
+        time.sleep(gap_s)
+    sender.close()
+    os.waitpid(pid, 0)
+    server.close()
+    samples.sort()
+    return samples[len(samples) // 2], samples[int(len(samples) * 0.99)]
+
+
 def main() -> None:
-    """Print the three costs (µs of CPU each) as one JSON object."""
+    """Print the three costs (µs of CPU each) and the round trip's latency as one JSON object."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writes", type=int, default=2000)
     args = parser.parse_args()
     sleep_us = _sleeps(args.writes)
     spaced = _writes(args.writes, 0.001)
     burst = _writes(args.writes * 10, 0.0)
+    rtt_p50, rtt_p99 = _round_trips(args.writes, 0.001)
     print(
         json.dumps(
             {
                 "sleep_1ms_us": round(sleep_us, 1),
                 "write_to_sleeping_reader_us": round(spaced - sleep_us, 1),
                 "write_burst_us": round(burst, 2),
+                "round_trip_p50_us": round(rtt_p50, 1),
+                "round_trip_p99_us": round(rtt_p99, 1),
                 "cpus": os.cpu_count(),
             }
         )
