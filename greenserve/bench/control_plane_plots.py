@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from shared.metrics.plots import save_figure
+
 __all__ = ["plot_control_plane"]
 
 
@@ -69,8 +71,4 @@ def plot_control_plane(
         ax.legend(fontsize=7, ncol=2)
     for ax in axes[0]:
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

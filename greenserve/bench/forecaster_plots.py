@@ -18,6 +18,7 @@ import pandas as pd
 
 from services.forecaster.backtest import CURVE_MODELS, BacktestResult
 from services.forecaster.day_ahead import DayAheadSeries
+from shared.metrics.plots import save_figure
 
 __all__ = ["DAY_AHEAD_DAYS", "plot_backtest", "plot_day_ahead", "plot_mape_by_horizon"]
 
@@ -63,11 +64,7 @@ def plot_mape_by_horizon(results: Mapping[str, BacktestResult], path: Path) -> P
         ax.set_xlim(1, None)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _broken(times: pd.DatetimeIndex, values: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -111,11 +108,7 @@ def plot_day_ahead(
     ax.set_ylabel("gCO2/kWh")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=4)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_backtest(results: Mapping[str, BacktestResult], out_dir: Path) -> list[Path]:

@@ -4,13 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from shared.metrics.latency import e2e_s, mean_tbt_s, ttft_s
 from shared.metrics.records import RecordColumns
 
-__all__ = ["plot_latency_cdfs"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["plot_latency_cdfs", "save_figure"]
+
+
+def save_figure(fig: Figure, path: Path) -> Path:
+    """Lay out ``fig``, write it to ``path`` (creating the folder) as PNG, close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def plot_latency_cdfs(runs: Sequence[tuple[str, RecordColumns]], path: Path) -> Path:
@@ -43,8 +58,4 @@ def plot_latency_cdfs(runs: Sequence[tuple[str, RecordColumns]], path: Path) -> 
             ax.set_title(f"{name} {label} (s)", fontsize=9)
             ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
