@@ -1,7 +1,7 @@
 """Where the sun stands over a region, hour by hour, for the booster's solar features.
 
 The 7-day template reads the sun of three to four days before its target; in spring and
-autumn the days' length changes by up to ≈ 2 minutes a day at these latitudes, so at dawn,
+autumn the days' length changes by up to 2–3 minutes a day at these latitudes, so at dawn,
 dusk and noon the template expects solar output of a sun that has moved on (tenth issue-6
 round, docs/forecaster.md). The sun's position is geometry, known for any future hour, so
 reading it for a forecast's target is no look-ahead.
