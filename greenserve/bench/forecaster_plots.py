@@ -1,10 +1,10 @@
 """PNG plots of the forecaster backtest (``greenserve bench forecaster --plots DIR``).
 
-Two pictures a reader would rather look at than read off the JSON: the MAPE at every
-horizon 1-48 h, chosen model against the two baselines, averaged over each region set (EIA
-2022, Electricity Maps 2024); and per region the day-ahead forecast laid end to end over the
-last weeks of the test span, with its p10-p90 band, the template + level baseline and what
-happened.
+Pictures a reader would rather look at than read off the JSON: the MAPE at every horizon
+1-48 h, chosen model against the two baselines, averaged over each region set (EIA 2022,
+Electricity Maps 2024) and region by region; and per region the day-ahead forecast laid
+end to end over the last weeks of the test span, with its p10-p90 band, the template +
+level baseline and what happened.
 """
 
 from __future__ import annotations
@@ -20,7 +20,13 @@ from services.forecaster.backtest import CURVE_MODELS, BacktestResult
 from services.forecaster.day_ahead import DayAheadSeries
 from shared.metrics.plots import save_figure
 
-__all__ = ["DAY_AHEAD_DAYS", "plot_backtest", "plot_day_ahead", "plot_mape_by_horizon"]
+__all__ = [
+    "DAY_AHEAD_DAYS",
+    "plot_backtest",
+    "plot_day_ahead",
+    "plot_mape_by_horizon",
+    "plot_region_curves",
+]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -64,6 +70,39 @@ def plot_mape_by_horizon(results: Mapping[str, BacktestResult], path: Path) -> P
         ax.set_xlim(1, None)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def plot_region_curves(results: Mapping[str, BacktestResult], path: Path) -> Path:
+    """Small multiples: each region's MAPE per horizon, chosen model against the baselines.
+
+    The set means hide which regions carry the error; one panel each (a shared horizon
+    axis, each its own MAPE scale) shows it.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = min(4, len(results))
+    rows = -(-len(results) // columns)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(3.6 * columns, 2.6 * rows), squeeze=False, sharex=True
+    )
+    for ax, (name, result) in zip(axes.flat, results.items(), strict=False):
+        for model in CURVE_MODELS:
+            curve = result.mape_by_horizon[model]
+            hours = np.arange(1, len(curve) + 1)
+            ax.plot(hours, curve, label=_LABELS[model], lw=1.6 if model == "chosen" else 1.0)
+        ax.set_title(name, fontsize=9)
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(results) :]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("horizon (h)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("MAPE (%)")
+    axes[0][0].legend(fontsize=7)
     return save_figure(fig, path)
 
 
@@ -112,8 +151,12 @@ def plot_day_ahead(
 
 
 def plot_backtest(results: Mapping[str, BacktestResult], out_dir: Path) -> list[Path]:
-    """Write the horizon curve and one day-ahead plot per region; return the paths."""
-    paths = [plot_mape_by_horizon(results, out_dir / "forecaster_mape_by_horizon.png")]
+    """Write the horizon curves (set means, then per region) and one day-ahead plot per
+    region; return the paths."""
+    paths = [
+        plot_mape_by_horizon(results, out_dir / "forecaster_mape_by_horizon.png"),
+        plot_region_curves(results, out_dir / "forecaster_mape_by_horizon_regions.png"),
+    ]
     for name, result in results.items():
         safe = name.replace(":", "_")
         paths.append(plot_day_ahead(name, result.day_ahead, out_dir / f"day_ahead_{safe}.png"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from services.forecaster.backtest import (
     RollingForecasts,
     as_dict,
+    code_digest,
     refit_origins,
     rolling_forecasts,
     run_backtest,
@@ -220,3 +222,20 @@ def test_the_horizon_curve_and_the_day_ahead_series_agree_with_the_scores(
     low, mid, high = (series.forecasts[m] for m in ("p10", "chosen", "p90"))
     assert ((low <= mid) & (mid <= high)).all()
     assert "mape_pct_by_horizon" in as_dict(result)
+
+
+def test_the_cache_key_changes_with_any_module_of_the_package(tmp_path: Path) -> None:
+    """Test that an edit to a module split out of the old fixed list (``booster_rows``)
+    changes the digest, as does a new module, and that the digest is stable otherwise."""
+    package = Path(inspect.getfile(code_digest)).parent
+    for module in package.glob("*.py"):
+        (tmp_path / module.name).write_bytes(module.read_bytes())
+    before = code_digest(tmp_path)
+    assert code_digest(tmp_path) == before
+    assert code_digest(package) == before
+    rows = tmp_path / "booster_rows.py"
+    rows.write_bytes(rows.read_bytes() + b"\n# edited\n")
+    edited = code_digest(tmp_path)
+    assert edited != before
+    (tmp_path / "new_module.py").write_text("X = 1\n")
+    assert code_digest(tmp_path) != edited
