@@ -35,6 +35,8 @@ MAPE (``blend_stack_share`` = 1); ``+W<percent>`` that share of them, the rest
 inverse-error weights (``+W50``).
 Ninth round, on top of ``B2+F+S+H24+R+G``: ``+D`` the booster reads NERC's public holidays
 (``holiday_features``, :mod:`services.forecaster.holidays`).
+Screening (session 9), on top of ``B2+F+S+H24+R+G+D``: ``+Q`` EIA hours whose total
+generation is implausible become gaps (:mod:`services.forecaster.screening`).
 Tenth round, on top of ``B2+F+S+H24+R+G+D``: ``+Z`` the booster reads the sun's path
 against the template's (``solar_features``, :mod:`services.forecaster.sun`).
 """
@@ -53,6 +55,7 @@ import pandas as pd
 from services.forecaster.backtest import run_backtest
 from services.forecaster.config import ForecasterConfig
 from services.forecaster.models import SharedFits
+from services.forecaster.screening import screened
 from services.forecaster.sources import (
     EIA_REGIONS,
     EM_ZONES,
@@ -101,7 +104,10 @@ def main(spec: str, shared: SharedFits | None = None) -> dict[str, object]:
         holiday_features=False,
         solar_features=False,
     )
+    screen = "Q" in options
     for option in ([variant] if variant.startswith("A") else []) + options:
+        if option == "Q":
+            continue  # data screening, applied to the histories below
         if option == "M":
             cfg = replace(cfg, mix_member=True)
         elif option == "F":
@@ -129,6 +135,8 @@ def main(spec: str, shared: SharedFits | None = None) -> dict[str, object]:
     if on_em:
         return _em(spec, cfg)
     hist = {r: load_eia_csv(r).until(CUT) for r in EIA_REGIONS}
+    if screen:
+        hist = {r: screened(h)[0] for r, h in hist.items()}
     if variant in ("B0", "B1"):
         hist = {r: _derived(h) for r, h in hist.items()}
     columns = list(next(iter(hist.values())).fuel_mix.columns)  # type: ignore[union-attr]

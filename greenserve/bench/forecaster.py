@@ -32,6 +32,7 @@ from services.forecaster.load_forecast import (
     load_azure_trace,
 )
 from services.forecaster.models import SharedFits
+from services.forecaster.screening import screened
 from services.forecaster.sources import (
     EIA_FUELS,
     EIA_REGIONS,
@@ -122,6 +123,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--skip-load", action="store_true", help="skip the load-forecast part")
     parser.add_argument(
+        "--screen-eia",
+        action="store_true",
+        help="make EIA hours with implausible total generation gaps (reporting errors; "
+        "services/forecaster/screening.py): not trained on, not scored",
+    )
+    parser.add_argument(
         "--plots",
         type=Path,
         default=None,
@@ -156,10 +163,15 @@ def _regions(spec: str) -> list[str]:
     return chosen
 
 
-def _load(name: str) -> tuple[CarbonHistory, pd.Timestamp]:
+def _eia(region: str, screen: bool) -> CarbonHistory:
+    history = load_eia_csv(region)
+    return screened(history)[0] if screen else history
+
+
+def _load(name: str, screen_eia: bool = False) -> tuple[CarbonHistory, pd.Timestamp]:
     kind, region = name.split(":", 1)
     if kind == "eia":
-        return load_eia_csv(region), EIA_TRAIN_END
+        return _eia(region, screen_eia), EIA_TRAIN_END
     return load_em_csv(region), EM_TRAIN_END
 
 
@@ -220,7 +232,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cache = None if args.no_cache else args.cache_dir
     per_region: dict[str, dict[str, Any]] = {}
     results: dict[str, BacktestResult] = {}
-    pooled = {} if args.no_pooling else {f"eia:{r}": load_eia_csv(r) for r in EIA_REGIONS}
+    pooled = {} if args.no_pooling else {f"eia:{r}": _eia(r, args.screen_eia) for r in EIA_REGIONS}
     extra = (
         []
         if args.no_extra_history
@@ -242,7 +254,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     refit = {"eia": args.refit_days or None, "em": args.em_refit_days or None}
     for position, name in enumerate(names, start=1):
         started = time.perf_counter()
-        history, train_end = _load(name)
+        history, train_end = _load(name, args.screen_eia)
         # EIA regions have seven training months each: the booster pools the other six
         # (same fuel columns, same training end) and the Electricity Maps 2021-2022 history
         # of three US zones (fuel shares unknown), all cut at each fit's end. Electricity
@@ -299,6 +311,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "eia_summary": eia,
         "em_summary": em,
         "eia_day1_goal_met": None if day1_mean is None else bool(day1_mean <= 5.5),
+        "eia_screened_hours": {
+            r: [str(t) for t in screened(load_eia_csv(r))[1]] for r in EIA_REGIONS
+        }
+        if args.screen_eia
+        else None,
         "load_forecast": None if args.skip_load else _load_backtest(),
         "paper": PAPER,
         "plots": [] if args.plots is None else [str(p) for p in plot_backtest(results, args.plots)],
