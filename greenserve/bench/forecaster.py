@@ -163,9 +163,16 @@ def _regions(spec: str) -> list[str]:
     return chosen
 
 
-def _eia(region: str, screen: bool) -> CarbonHistory:
+@functools.cache
+def _eia_screened(region: str, screen: bool) -> tuple[CarbonHistory, pd.DatetimeIndex]:
+    """One region's EIA history, screened if asked, and the hours screening removed; read
+    once per run (the pool, the region itself and the report all ask for it)."""
     history = load_eia_csv(region)
-    return screened(history)[0] if screen else history
+    return screened(history) if screen else (history, pd.DatetimeIndex([]))
+
+
+def _eia(region: str, screen: bool) -> CarbonHistory:
+    return _eia_screened(region, screen)[0]
 
 
 def _load(name: str, screen_eia: bool = False) -> tuple[CarbonHistory, pd.Timestamp]:
@@ -311,9 +318,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "eia_summary": eia,
         "em_summary": em,
         "eia_day1_goal_met": None if day1_mean is None else bool(day1_mean <= 5.5),
-        "eia_screened_hours": {
-            r: [str(t) for t in screened(load_eia_csv(r))[1]] for r in EIA_REGIONS
-        }
+        "eia_screened_hours": {r: [str(t) for t in _eia_screened(r, True)[1]] for r in EIA_REGIONS}
         if args.screen_eia
         else None,
         "load_forecast": None if args.skip_load else _load_backtest(),
