@@ -175,10 +175,13 @@ def gbm_features(
         columns[f"lr_{name}"] = log_ratio(forecast, template)
     # The hour same-hour-yesterday reads: the target's hour on the latest day before the origin.
     same_hour = targets - DAY * (-(-steps // DAY))[None, :]
+    # ... and the seven hours the template averages for it (holiday and sun features).
+    if holidays or solar:
+        template_hours = same_hour[:, :, None] - DAY * np.arange(TEMPLATE_DAYS)[None, None, :]
     if holidays:
-        columns.update(_holiday_columns(grid, targets, same_hour))
+        columns.update(_holiday_columns(grid, targets, same_hour, template_hours))
     if solar:
-        columns.update(_solar_columns(grid, targets, same_hour))
+        columns.update(_solar_columns(grid, targets, same_hour, template_hours))
 
     last_vs_template, day_vs_week, three_h_vs_day = _level_ratios(y, origins)
     last_day = y[origins[:, None] - np.arange(1, DAY + 1)[None, :]]
@@ -205,7 +208,7 @@ def gbm_features(
 
 
 def _holiday_columns(
-    grid: HourlyGrid, targets: IntArray, yesterday: IntArray
+    grid: HourlyGrid, targets: IntArray, yesterday: IntArray, template_hours: IntArray
 ) -> dict[str, FloatArray]:
     """The target hour's holiday flag and those of the hours its baselines read.
 
@@ -215,16 +218,15 @@ def _holiday_columns(
     forecast): the calendar covers them.
     """
     flags = holiday_hours(grid.region, grid.start, int(targets.max()) + 1).astype(np.float64)
-    lags = DAY * np.arange(TEMPLATE_DAYS)[None, None, :]
     return {
         "holiday_target": flags[targets],
-        "holiday_in_template": flags[yesterday[:, :, None] - lags].sum(axis=2),
+        "holiday_in_template": flags[template_hours].sum(axis=2),
         "holiday_same_hour_yesterday": flags[yesterday],
     }
 
 
 def _solar_columns(
-    grid: HourlyGrid, targets: IntArray, yesterday: IntArray
+    grid: HourlyGrid, targets: IntArray, yesterday: IntArray, template_hours: IntArray
 ) -> dict[str, FloatArray]:
     """How far the sun at the target hour is from the sun of the hours the baselines read.
 
@@ -233,9 +235,8 @@ def _solar_columns(
     those of :func:`_holiday_columns`; targets past the grid's end are covered.
     """
     sun = clear_sky_hours(grid.region, grid.start, int(targets.max()) + 1)
-    lags = DAY * np.arange(TEMPLATE_DAYS)[None, None, :]
     return {
-        "sun_vs_template": sun[targets] - sun[yesterday[:, :, None] - lags].mean(axis=2),
+        "sun_vs_template": sun[targets] - sun[template_hours].mean(axis=2),
         "sun_vs_same_hour": sun[targets] - sun[yesterday],
     }
 
