@@ -204,11 +204,14 @@ def _summary(per_region: dict[str, dict[str, Any]], prefix: str) -> dict[str, An
             if r[table]["chosen"][bucket] >= r[table]["template_level"][bucket]
         ]
 
-    regret = float(np.mean([r["best_window_4h"]["chosen"]["regret_pct"] for r in rows.values()]))
+    def regret_mean(table: str) -> float:
+        return round(float(np.mean([r[table]["chosen"]["regret_pct"] for r in rows.values()])), 3)
+
+    plausible = all("mape_pct_plausible_actuals" in r for r in rows.values())
     return {
         "mean_mape_pct": means("mape_pct"),
         "chosen_day1_mape_pct": {name: r["mape_pct"]["chosen"]["day1"] for name, r in rows.items()},
-        "mean_window_regret_pct": round(regret, 3),
+        "mean_window_regret_pct": regret_mean("best_window_4h"),
         "buckets_not_beating_template_level": misses("mape_pct"),
         "fixed_fit": {
             "mean_mape_pct": means("mape_pct_fixed_fit")["chosen"],
@@ -217,6 +220,25 @@ def _summary(per_region: dict[str, dict[str, Any]], prefix: str) -> dict[str, An
             },
             "buckets_not_beating_template_level": misses("mape_pct_fixed_fit"),
         },
+        # The same forecasts without the targets the screen flags as reporting errors
+        # (docs/forecaster.md, the session-10 scoring rule); EIA only.
+        "plausible_actuals": {
+            "unscored_hours": {name: r["unscored_hours"] for name, r in rows.items()},
+            "mean_mape_pct": means("mape_pct_plausible_actuals"),
+            "chosen_day1_mape_pct": {
+                name: r["mape_pct_plausible_actuals"]["chosen"]["day1"] for name, r in rows.items()
+            },
+            "mean_window_regret_pct": regret_mean("best_window_4h_plausible_actuals"),
+            "buckets_not_beating_template_level": misses("mape_pct_plausible_actuals"),
+            "fixed_fit": {
+                "mean_mape_pct": means("mape_pct_fixed_fit_plausible_actuals")["chosen"],
+                "buckets_not_beating_template_level": misses(
+                    "mape_pct_fixed_fit_plausible_actuals"
+                ),
+            },
+        }
+        if plausible
+        else None,
     }
 
 
@@ -281,6 +303,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             related=related,
             shared=shared if related else None,
             on_fit=functools.partial(_report_fit, name),
+            unscored=_eia_screened(name.split(":", 1)[1], True)[1]
+            if name.startswith("eia:")
+            else None,
         )
         results[name] = result
         per_region[name] = as_dict(result)
@@ -294,7 +319,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             flush=True,
         )
     eia, em = _summary(per_region, "eia:"), _summary(per_region, "em:")
-    day1_mean = eia.get("mean_mape_pct", {}).get("chosen", {}).get("day1")
+    day1_raw = eia.get("mean_mape_pct", {}).get("chosen", {}).get("day1")
+    day1_plausible = (
+        (eia.get("plausible_actuals") or {}).get("mean_mape_pct", {}).get("chosen", {}).get("day1")
+    )
     return {
         "splits": {
             "eia": "train 2022-01..07, test 2022-08..12",
@@ -317,7 +345,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "regions": per_region,
         "eia_summary": eia,
         "em_summary": em,
-        "eia_day1_goal_met": None if day1_mean is None else bool(day1_mean <= 5.5),
+        # The goal is read on plausible actuals, the raw score always beside it
+        # (docs/forecaster.md, the session-10 scoring rule).
+        "eia_day1_mean_mape_pct": {"plausible_actuals": day1_plausible, "raw": day1_raw},
+        "eia_day1_goal_met": None if day1_plausible is None else bool(day1_plausible <= 5.5),
+        "eia_day1_goal_met_raw": None if day1_raw is None else bool(day1_raw <= 5.5),
         "eia_screened_hours": {r: [str(t) for t in _eia_screened(r, True)[1]] for r in EIA_REGIONS}
         if args.screen_eia
         else None,

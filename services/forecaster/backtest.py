@@ -39,6 +39,7 @@ __all__ = [
     "REPORTED_MODELS",
     "REPORT_BUCKETS",
     "BacktestResult",
+    "PlausibleScores",
     "RollingForecasts",
     "as_dict",
     "code_digest",
@@ -59,6 +60,18 @@ REPORTED_MODELS: Final = ("chosen", "template_level", "same_hour_yesterday", "hw
 """Models scored in the report, the chosen one first."""
 CURVE_MODELS: Final = ("chosen", "template_level", "same_hour_yesterday")
 """Models whose MAPE is reported at every horizon (the per-horizon curve)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlausibleScores:
+    """The same forecasts scored without the target hours a data screen flags as reporting
+    errors (docs/forecaster.md, the session-10 scoring rule)."""
+
+    unscored_hours: tuple[pd.Timestamp, ...]
+    """Flagged hours inside the scored targets, left out for every model alike."""
+    mape: dict[str, dict[str, float]]
+    mape_fixed_fit: dict[str, dict[str, float]]
+    window_regret: dict[str, dict[str, float]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +102,8 @@ class BacktestResult:
     day_ahead: DayAheadSeries
     """The first day of every origin's forecast with the actuals (for plots; not in
     :func:`as_dict`)."""
+    plausible: PlausibleScores | None = None
+    """Scores on plausible actuals, where the caller named hours to leave out."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -273,6 +288,9 @@ def rolling_forecasts(
             fit's end like the region itself.
         shared: memo shared by the fits of one pool's members (saves time only).
         on_fit: progress callback after each fit (see :data:`FitProgress`).
+        unscored: hours judged reporting errors: the same forecasts are scored a second
+            time without them as targets (:attr:`BacktestResult.plausible`); the models
+            still see them as inputs.
     """
     cfg = config if config is not None else ForecasterConfig()
     grid = to_grid(history)
@@ -333,6 +351,25 @@ def _mape_table(
     return table
 
 
+def _scores(
+    predictions: dict[str, FloatArray],
+    fixed: dict[str, FloatArray] | None,
+    actual: FloatArray,
+    mask: FloatArray,
+    horizon_h: int,
+    window_h: int,
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """MAPE under the protocol, MAPE of the single fit, and the first day's window regret."""
+    mape = _mape_table(predictions, actual, mask, horizon_h)
+    mape_fixed = mape if fixed is None else _mape_table(fixed, actual, mask, horizon_h)
+    day = slice(0, min(24, horizon_h))
+    regret = {
+        model: window_regret(predictions[model][:, day], actual[:, day], mask[:, day], window_h)
+        for model in REPORTED_MODELS
+    }
+    return mape, mape_fixed, regret
+
+
 def run_backtest(
     history: CarbonHistory,
     train_end: pd.Timestamp,
@@ -345,6 +382,7 @@ def run_backtest(
     related: Sequence[CarbonHistory] = (),
     shared: SharedFits | None = None,
     on_fit: FitProgress | None = None,
+    unscored: pd.DatetimeIndex | None = None,
 ) -> BacktestResult:
     """Fit on ``history`` up to ``train_end`` (and refit every ``refit_days``), score daily origins.
 
@@ -361,6 +399,9 @@ def run_backtest(
             fit's end like the region itself.
         shared: memo shared by the fits of one pool's members (saves time only).
         on_fit: progress callback after each fit (see :data:`FitProgress`).
+        unscored: hours judged reporting errors: the same forecasts are scored a second
+            time without them as targets (:attr:`BacktestResult.plausible`); the models
+            still see them as inputs.
     """
     cfg = config if config is not None else ForecasterConfig()
     rolling = rolling_forecasts(
@@ -378,21 +419,23 @@ def run_backtest(
     origins, predictions = rolling.origins, rolling.predictions
     targets = origins[:, None] + np.arange(cfg.horizon_h)[None, :]
     actual, mask = grid.y[targets], grid.observed[targets].astype(np.float64)
-    mape = _mape_table(predictions, actual, mask, cfg.horizon_h)
+    fixed = rolling.fits[0][1].predict(grid, origins) if len(rolling.fits) > 1 else None
+    mape, mape_fixed, regret = _scores(predictions, fixed, actual, mask, cfg.horizon_h, window_h)
     by_horizon = {
         model: [round(float(v), 3) for v in mape_by_horizon(predictions[model], actual, mask)]
         for model in CURVE_MODELS
     }
-    if len(rolling.fits) > 1:
-        fixed = rolling.fits[0][1].predict(grid, origins)
-        mape_fixed = _mape_table(fixed, actual, mask, cfg.horizon_h)
-    else:
-        mape_fixed = mape
-    regret: dict[str, dict[str, float]] = {}
-    day = slice(0, min(24, cfg.horizon_h))
-    for model in REPORTED_MODELS:
-        regret[model] = window_regret(
-            predictions[model][:, day], actual[:, day], mask[:, day], window_h
+    plausible = None
+    if unscored is not None:
+        flagged = grid.times().isin(unscored)[targets]
+        keep = mask * ~flagged
+        scores = _scores(predictions, fixed, actual, keep, cfg.horizon_h, window_h)
+        hit = np.unique(targets[flagged & (mask > 0)])
+        plausible = PlausibleScores(
+            unscored_hours=tuple(grid.start + pd.Timedelta(hours=int(i)) for i in hit),
+            mape=scores[0],
+            mape_fixed_fit=scores[1],
+            window_regret=scores[2],
         )
     inside = (actual >= predictions["p10"]) & (actual <= predictions["p90"])
     coverage = float((inside * mask).sum() / max(mask.sum(), 1.0))
@@ -408,6 +451,7 @@ def run_backtest(
         validation_mape={str(start.date()): fit.validation_mape for start, fit in rolling.fits},
         mape_by_horizon=by_horizon,
         day_ahead=day_ahead_series(grid, origins, predictions),
+        plausible=plausible,
     )
 
 
@@ -429,4 +473,14 @@ def as_dict(result: BacktestResult) -> dict[str, Any]:
             }
             for start, per_model in result.validation_mape.items()
         },
+        **({} if result.plausible is None else _plausible_dict(result.plausible)),
+    }
+
+
+def _plausible_dict(scores: PlausibleScores) -> dict[str, Any]:
+    return {
+        "unscored_hours": [str(t) for t in scores.unscored_hours],
+        "mape_pct_plausible_actuals": scores.mape,
+        "mape_pct_fixed_fit_plausible_actuals": scores.mape_fixed_fit,
+        "best_window_4h_plausible_actuals": scores.window_regret,
     }

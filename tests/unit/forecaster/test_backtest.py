@@ -239,3 +239,41 @@ def test_the_cache_key_changes_with_any_module_of_the_package(tmp_path: Path) ->
     assert edited != before
     (tmp_path / "new_module.py").write_text("X = 1\n")
     assert code_digest(tmp_path) != edited
+
+
+def test_reporting_errors_are_left_out_of_the_plausible_scores_only(
+    long_history: CarbonHistory, tmp_path: Path
+) -> None:
+    """Test the session-10 scoring rule: one corrupt actual in the test span (a fifth of
+    the true intensity, as PJM's 270 MW hours) charges every model in ``mape``; named as
+    unscored, it is left out of the plausible scores and listed once, while the forecasts
+    and the raw scores stay those of the run that named nothing. Unscored hours outside
+    the scored targets are not listed."""
+    train_end = _train_end(long_history)
+    bad = train_end + pd.Timedelta(days=10, hours=6)
+    intensity = long_history.intensity.copy()
+    intensity.loc[bad] *= 0.2
+    corrupt = dataclasses.replace(long_history, intensity=intensity)
+    named = pd.DatetimeIndex([train_end - pd.Timedelta(days=3), bad])
+    run = {
+        "raw": run_backtest(corrupt, train_end, config=CONFIG, cache_dir=tmp_path),
+        "named": run_backtest(corrupt, train_end, config=CONFIG, cache_dir=tmp_path,
+                              unscored=named),
+        "clean": run_backtest(long_history, train_end, config=CONFIG, cache_dir=tmp_path,
+                              unscored=pd.DatetimeIndex([])),
+    }  # fmt: skip
+    named_scores, clean_scores = run["named"].plausible, run["clean"].plausible
+    assert run["raw"].plausible is None
+    assert named_scores is not None
+    assert clean_scores is not None
+    assert named_scores.unscored_hours == (bad,)
+    assert run["named"].mape == run["raw"].mape
+    for model in ("chosen", "template_level", "same_hour_yesterday"):
+        assert named_scores.mape[model]["day1"] < run["raw"].mape[model]["day1"] - 0.2, model
+    assert clean_scores.unscored_hours == ()
+    assert clean_scores.mape == run["clean"].mape
+    assert clean_scores.window_regret == run["clean"].window_regret
+    report = as_dict(run["named"])
+    assert report["unscored_hours"] == [str(bad)]
+    assert report["mape_pct_plausible_actuals"] == named_scores.mape
+    assert "mape_pct_plausible_actuals" not in as_dict(run["raw"])
