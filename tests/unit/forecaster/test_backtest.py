@@ -252,7 +252,7 @@ def test_reporting_errors_are_left_out_of_the_plausible_scores_only(
     train_end = _train_end(long_history)
     bad = train_end + pd.Timedelta(days=10, hours=6)
     intensity = long_history.intensity.copy()
-    intensity.loc[bad] *= 0.2
+    intensity[intensity.index == bad] *= 0.2
     corrupt = dataclasses.replace(long_history, intensity=intensity)
     named = pd.DatetimeIndex([train_end - pd.Timedelta(days=3), bad])
     run = {
