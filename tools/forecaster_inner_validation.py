@@ -161,20 +161,42 @@ def main(spec: str, shared: SharedFits | None = None) -> dict[str, object]:
     shared = shared if shared is not None else SharedFits()
     started = time.perf_counter()
     scores: dict[str, dict[str, dict[str, float]]] = {}
+    bands: dict[str, dict[str, dict[str, float]]] = {}
     for region in EIA_REGIONS:
         related = [h for other, h in hist.items() if other != region] + extra
         result = run_backtest(
             hist[region], TRAIN_END, config=cfg, refit_days=30, related=related, shared=shared
         )
-        scores[region] = result.mape
+        scores[region], bands[region] = result.mape, result.bands
         print(region, result.mape["chosen"], file=sys.stderr, flush=True)
-    return _summary(spec, scores, started)
+    return _summary(spec, scores, started, bands)
+
+
+def _band_summary(bands: dict[str, dict[str, dict[str, float]]]) -> dict[str, object]:
+    """Per band: coverage by region, the mean |coverage - 0.80| (the session-10 rule's
+    score) and the mean log-width."""
+    return {
+        band: {
+            "coverage": {r: bands[r][band]["coverage"] for r in bands},
+            "mean_abs_coverage_error": round(
+                float(np.mean([abs(bands[r][band]["coverage"] - 0.8) for r in bands])), 4
+            ),
+            "mean_log_width": round(
+                float(np.mean([bands[r][band]["mean_log_width"] for r in bands])), 4
+            ),
+        }
+        for band in ("validation", "recent")
+    }
 
 
 def _summary(
-    spec: str, scores: dict[str, dict[str, dict[str, float]]], started: float
+    spec: str,
+    scores: dict[str, dict[str, dict[str, float]]],
+    started: float,
+    bands: dict[str, dict[str, dict[str, float]]],
 ) -> dict[str, object]:
-    """Mean MAPE per model and bucket, the score relative to t+l, misses, day 1 by region."""
+    """Mean MAPE per model and bucket, the score relative to t+l, misses, day 1 by region,
+    and the coverage of both p10/p90 bands."""
     models = ("chosen", "gbm", "template_level") + (
         ("mix",) if all("mix" in scores[r] for r in scores) else ()
     )
@@ -203,6 +225,7 @@ def _summary(
             if scores[r]["chosen"][b] >= scores[r]["template_level"][b]
         ],
         "day1": {r: scores[r]["chosen"]["day1"] for r in scores},
+        "bands": _band_summary(bands),
         "wall_s": round(time.perf_counter() - started),
     }
 
@@ -213,11 +236,13 @@ def _em(spec: str, cfg: ForecasterConfig) -> dict[str, object]:
     fits once on 2021-2023 and tests 2024). Zones are not pooled, as in the bench."""
     started = time.perf_counter()
     scores: dict[str, dict[str, dict[str, float]]] = {}
+    bands: dict[str, dict[str, dict[str, float]]] = {}
     for zone in EM_ZONES:
         history = load_em_csv(zone, years=(2021, 2022, 2023)).until(EM_CUT)
-        scores[zone] = run_backtest(history, EM_TRAIN_END, config=cfg).mape
+        result = run_backtest(history, EM_TRAIN_END, config=cfg)
+        scores[zone], bands[zone] = result.mape, result.bands
         print(zone, scores[zone]["chosen"], file=sys.stderr, flush=True)
-    return _summary(spec, scores, started)
+    return _summary(spec, scores, started, bands)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from services.forecaster.bands import RECENT_DAYS, rolling_bands
 from services.forecaster.best_window import window_means
 from services.forecaster.blend import mape_by_horizon
 from services.forecaster.config import BUCKETS, MIX, ForecasterConfig
@@ -45,6 +46,7 @@ __all__ = [
     "code_digest",
     "daily_origins",
     "fit_cached",
+    "package_digest",
     "refit_origins",
     "rolling_forecasts",
     "run_backtest",
@@ -88,7 +90,11 @@ class BacktestResult:
     mape_fixed_fit: dict[str, dict[str, float]]
     """The same for the single fit on the training span (equal to ``mape`` without refits)."""
     coverage_p10_p90: float
-    """Share of test hours whose actual lies within [p10, p90] (nominal 0.8)."""
+    """Share of test hours whose actual lies within [p10, p90] (nominal 0.8), for the band
+    the config uses."""
+    bands: dict[str, dict[str, float]]
+    """Coverage and mean log-width of both bands, ``"validation"`` (the fit's) and
+    ``"recent"`` (:mod:`services.forecaster.bands`), whichever is in use."""
     window_regret: dict[str, dict[str, float]]
     """Per model: best-window regret and saving versus running at the origin."""
     choice: dict[str, str]
@@ -168,18 +174,28 @@ def window_regret(
     }
 
 
-def code_digest(package: Path = Path(__file__).parent) -> str:
+def code_digest() -> str:
     """Digest of every module of the forecaster package (part of the bench cache's key).
 
     A fixed list of modules missed those split out later (``booster_rows``, ``blend``,
     ``holidays``, ``sun``), so a change there reused a stale cached fit; every module is
-    read now, at the price of a refit after any edit to the package.
+    read now, at the price of a refit after any edit to the package. Read once, at import:
+    a long bench whose package is edited while it runs must key its fits by the code it
+    runs, not by the files on disk at the time of each fit.
     """
+    return _CODE_DIGEST
+
+
+def package_digest(package: Path) -> str:
+    """Digest of the names and bytes of every module in ``package``."""
     digest = hashlib.sha256()
     for path in sorted(package.glob("*.py")):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+_CODE_DIGEST: Final = package_digest(Path(__file__).parent)
 
 
 def _fingerprint(history: CarbonHistory) -> tuple[object, ...]:
@@ -351,6 +367,19 @@ def _mape_table(
     return table
 
 
+def _band_scores(
+    p10: FloatArray, p90: FloatArray, actual: FloatArray, mask: FloatArray
+) -> dict[str, float]:
+    """Coverage of [p10, p90] over the observed targets, and its mean log-width."""
+    inside = (actual >= p10) & (actual <= p90)
+    weight = max(float(mask.sum()), 1.0)
+    width = np.log(np.maximum(p90, 1e-9) / np.maximum(p10, 1e-9))
+    return {
+        "coverage": round(float((inside * mask).sum()) / weight, 3),
+        "mean_log_width": round(float((width * mask).sum()) / weight, 4),
+    }
+
+
 def _scores(
     predictions: dict[str, FloatArray],
     fixed: dict[str, FloatArray] | None,
@@ -419,6 +448,22 @@ def run_backtest(
     origins, predictions = rolling.origins, rolling.predictions
     targets = origins[:, None] + np.arange(cfg.horizon_h)[None, :]
     actual, mask = grid.y[targets], grid.observed[targets].astype(np.float64)
+    recent_p10, recent_p90, recent_rows = rolling_bands(
+        origins,
+        predictions["chosen"],
+        actual,
+        mask,
+        (predictions["p10"], predictions["p90"]),
+        days=cfg.recent_band_days or RECENT_DAYS,
+        pool_h=cfg.quantile_pool_h,
+    )
+    bands = {
+        "validation": _band_scores(predictions["p10"], predictions["p90"], actual, mask),
+        "recent": _band_scores(recent_p10, recent_p90, actual, mask),
+    }
+    bands["recent"]["origins_with_recent_band"] = float(recent_rows.sum())
+    if cfg.recent_band_days:
+        predictions = {**predictions, "p10": recent_p10, "p90": recent_p90}
     fixed = rolling.fits[0][1].predict(grid, origins) if len(rolling.fits) > 1 else None
     mape, mape_fixed, regret = _scores(predictions, fixed, actual, mask, cfg.horizon_h, window_h)
     by_horizon = {
@@ -437,15 +482,14 @@ def run_backtest(
             mape_fixed_fit=scores[1],
             window_regret=scores[2],
         )
-    inside = (actual >= predictions["p10"]) & (actual <= predictions["p90"])
-    coverage = float((inside * mask).sum() / max(mask.sum(), 1.0))
     return BacktestResult(
         region=history.region,
         n_origins=len(origins),
         refit_days=refit_days or None,
         mape=mape,
         mape_fixed_fit=mape_fixed,
-        coverage_p10_p90=round(coverage, 3),
+        coverage_p10_p90=bands["recent" if cfg.recent_band_days else "validation"]["coverage"],
+        bands=bands,
         window_regret=regret,
         choice={str(start.date()): fit.describe_choice() for start, fit in rolling.fits},
         validation_mape={str(start.date()): fit.validation_mape for start, fit in rolling.fits},
@@ -464,6 +508,7 @@ def as_dict(result: BacktestResult) -> dict[str, Any]:
         "mape_pct_fixed_fit": result.mape_fixed_fit,
         "mape_pct_by_horizon": result.mape_by_horizon,
         "coverage_p10_p90": result.coverage_p10_p90,
+        "bands": result.bands,
         "best_window_4h": result.window_regret,
         "choice": result.choice,
         "validation_mape_pct": {

@@ -111,6 +111,11 @@ class ForecasterConfig:
     """Give the booster the sun's path (:mod:`~services.forecaster.sun`): how far the
     clear-sky proxy at the target hour is from its mean over the template's hours and from
     the same-hour-yesterday hour's (tenth round, docs/forecaster.md)."""
+    recent_band_days: int = 0
+    """If > 0, the p10/p90 band of a forecast comes from the realised errors of the forecasts
+    issued in that many days before it (:mod:`~services.forecaster.bands`), once they span
+    two weeks; 0: the fit's validation band. Not part of a fit: the backtest and the live
+    service apply it to what they issue (docs/forecaster.md, *Bands from recent errors*)."""
 
     def __post_init__(self) -> None:
         if self.horizon_h < 1 or self.horizon_h > BUCKETS[-1][1]:

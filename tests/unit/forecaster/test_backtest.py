@@ -15,6 +15,7 @@ from services.forecaster.backtest import (
     RollingForecasts,
     as_dict,
     code_digest,
+    package_digest,
     refit_origins,
     rolling_forecasts,
     run_backtest,
@@ -226,19 +227,21 @@ def test_the_horizon_curve_and_the_day_ahead_series_agree_with_the_scores(
 
 def test_the_cache_key_changes_with_any_module_of_the_package(tmp_path: Path) -> None:
     """Test that an edit to a module split out of the old fixed list (``booster_rows``)
-    changes the digest, as does a new module, and that the digest is stable otherwise."""
+    changes the digest, as does a new module, and that the digest is stable otherwise; and
+    that the cache key's digest is the package's as imported, whatever happens on disk."""
     package = Path(inspect.getfile(code_digest)).parent
     for module in package.glob("*.py"):
         (tmp_path / module.name).write_bytes(module.read_bytes())
-    before = code_digest(tmp_path)
-    assert code_digest(tmp_path) == before
-    assert code_digest(package) == before
+    before = package_digest(tmp_path)
+    assert package_digest(tmp_path) == before
+    assert package_digest(package) == before == code_digest()
     rows = tmp_path / "booster_rows.py"
     rows.write_bytes(rows.read_bytes() + b"\n# edited\n")
-    edited = code_digest(tmp_path)
+    edited = package_digest(tmp_path)
     assert edited != before
     (tmp_path / "new_module.py").write_text("X = 1\n")
-    assert code_digest(tmp_path) != edited
+    assert package_digest(tmp_path) != edited
+    assert code_digest() == before
 
 
 def test_reporting_errors_are_left_out_of_the_plausible_scores_only(

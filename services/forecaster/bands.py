@@ -1,0 +1,196 @@
+"""p10/p90 bands from the realised errors of recently issued forecasts (rolling split conformal).
+
+A fit's band comes from its validation span (the last 30 % of its history): in autumn the
+spring and summer errors understate the spread, and the test-span coverage of a nominal 80 %
+band was 0.66-0.87. Here the band of a forecast issued at hour ``at`` takes the p10/p90 of
+log(actual / forecast) per horizon (pooled over ±``pool_h`` hours, as the validation band)
+from the forecasts issued in the ``days`` days before ``at``, counting only target hours
+whose actual is known by ``at``'s data end (``at - 1``): nothing from the future. While the
+issued forecasts span fewer than ``min_days``, there is no recent band and the caller keeps
+the validation band. Rule and decision: docs/forecaster.md, *Bands from recent errors*.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from services.forecaster.features import log_ratio
+from services.forecaster.models import CarbonForecast
+from services.forecaster.sources import CarbonHistory
+
+__all__ = [
+    "MIN_DAYS",
+    "RECENT_DAYS",
+    "IssuedForecasts",
+    "recent_log_quantiles",
+    "rolling_bands",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+RECENT_DAYS: Final = 28
+"""Days of issued forecasts whose errors set the band (fixed a priori, not tuned)."""
+MIN_DAYS: Final = 14
+"""The issued forecasts must span this many days before the recent band replaces the
+validation band (fixed a priori)."""
+
+
+def recent_log_quantiles(
+    issued: IntArray,
+    forecasts: FloatArray,
+    actual: FloatArray,
+    observed: FloatArray,
+    at: int,
+    *,
+    days: int = RECENT_DAYS,
+    min_days: int = MIN_DAYS,
+    pool_h: int = 2,
+) -> FloatArray | None:
+    """The ``(H, 2)`` p10/p90 of log(actual / forecast) for a forecast issued at ``at``.
+
+    Args:
+        issued: hour index at which each past forecast was issued: its first target hour
+            (row i's column k forecasts hour ``issued[i] + k``).
+        forecasts: ``(n, H)`` the point forecasts as issued.
+        actual: ``(n, H)`` the actual at each target hour (any value where unknown).
+        observed: ``(n, H)`` 1 where that actual is a real observation, else 0.
+        at: the hour index of the forecast to band; its data end at ``at - 1``.
+        days: how far back issued forecasts count.
+        min_days: the issued forecasts in the window must reach back this far.
+        pool_h: horizons pooled on each side.
+
+    Returns:
+        The quantiles, or ``None`` when the window holds too little history (or no realised
+        error at some horizon), in which case the caller keeps its validation band.
+    """
+    window = (issued < at) & (issued >= at - days * 24)
+    if not window.any() or at - int(issued[window].min()) < min_days * 24:
+        return None
+    horizon = forecasts.shape[1]
+    targets = issued[window, None] + np.arange(horizon)[None, :]
+    known = (targets <= at - 1) & (observed[window] > 0)
+    residual = log_ratio(actual[window], forecasts[window])
+    quantiles = np.zeros((horizon, 2))
+    for h in range(horizon):
+        cols = slice(max(0, h - pool_h), min(horizon, h + pool_h + 1))
+        sample = residual[:, cols][known[:, cols]]
+        if not sample.size:
+            return None
+        quantiles[h] = np.quantile(sample, [0.1, 0.9])
+    return quantiles
+
+
+def rolling_bands(
+    origins: IntArray,
+    chosen: FloatArray,
+    actual: FloatArray,
+    observed: FloatArray,
+    validation: tuple[FloatArray, FloatArray],
+    *,
+    days: int = RECENT_DAYS,
+    min_days: int = MIN_DAYS,
+    pool_h: int = 2,
+) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+    """p10 and p90 of every origin's forecast from the errors of the origins before it.
+
+    ``validation`` holds the ``(n, H)`` p10/p90 of the fits' own band, kept where there is
+    no recent band yet. Also returns which origins got a recent band.
+    """
+    p10, p90 = validation[0].copy(), validation[1].copy()
+    recent = np.zeros(len(origins), dtype=bool)
+    for i, at in enumerate(origins):
+        q = recent_log_quantiles(
+            origins[:i],
+            chosen[:i],
+            actual[:i],
+            observed[:i],
+            int(at),
+            days=days,
+            min_days=min_days,
+            pool_h=pool_h,
+        )
+        if q is None:
+            continue
+        p10[i] = chosen[i] * np.exp(q[:, 0])
+        p90[i] = chosen[i] * np.exp(q[:, 1])
+        recent[i] = True
+    return p10, p90, recent
+
+
+class IssuedForecasts:
+    """The forecasts one region's live service has issued, to band the next one by their errors.
+
+    Kept in memory, one per origin hour (a later issue at the same hour replaces the
+    earlier), for ``days`` days; after a restart the band is the validation band again
+    until the forecasts issued since span ``min_days``.
+    """
+
+    def __init__(self, *, days: int = RECENT_DAYS, min_days: int = MIN_DAYS) -> None:
+        self.days = days
+        self.min_days = min_days
+        self._issued: dict[int, FloatArray] = {}
+
+    def __len__(self) -> int:
+        return len(self._issued)
+
+    def banded(self, forecast: CarbonForecast, history: CarbonHistory) -> CarbonForecast:
+        """Record ``forecast`` and return it with the recent band where there is one.
+
+        ``history`` supplies the actuals; only those before ``forecast.issued_at`` are read.
+        """
+        at = _hour(forecast.issued_at)
+        values = np.asarray(forecast.values, dtype=np.float64)
+        quantiles = self._quantiles(at, len(values), history)
+        self._issued[at] = values
+        for old in [h for h in self._issued if h < at - self.days * 24]:
+            del self._issued[old]
+        if quantiles is None:
+            return forecast
+        return dataclasses.replace(
+            forecast,
+            p10=tuple(float(v) for v in values * np.exp(quantiles[:, 0])),
+            p90=tuple(float(v) for v in values * np.exp(quantiles[:, 1])),
+        )
+
+    def _quantiles(self, at: int, horizon: int, history: CarbonHistory) -> FloatArray | None:
+        past = [(h, v) for h, v in sorted(self._issued.items()) if h < at and len(v) >= horizon]
+        if not past:
+            return None
+        issued = np.array([h for h, _ in past], dtype=np.int64)
+        forecasts = np.stack([v[:horizon] for _, v in past])
+        known = history.intensity.loc[: _stamp(at - 1)].dropna()
+        by_hour = pd.Series(
+            known.to_numpy(dtype=np.float64),
+            index=(pd.DatetimeIndex(known.index) - _EPOCH) // _HOUR,
+        )
+        targets = issued[:, None] + np.arange(horizon)[None, :]
+        actual = by_hour.reindex(targets.ravel()).to_numpy(dtype=np.float64).reshape(targets.shape)
+        observed = np.isfinite(actual).astype(np.float64)
+        return recent_log_quantiles(
+            issued,
+            forecasts,
+            np.nan_to_num(actual, nan=1.0),
+            observed,
+            at,
+            days=self.days,
+            min_days=self.min_days,
+        )
+
+
+_EPOCH: Final = pd.Timestamp(0, tz="UTC")
+_HOUR: Final = pd.Timedelta(hours=1)
+
+
+def _hour(stamp: pd.Timestamp) -> int:
+    """Hours since the Unix epoch (the index the issued forecasts are kept by)."""
+    return int((pd.Timestamp(stamp) - _EPOCH) // _HOUR)
+
+
+def _stamp(hour: int) -> pd.Timestamp:
+    return _EPOCH + hour * _HOUR
