@@ -4,7 +4,10 @@ The forecast is made at model time ``now`` from history that ends an hour before
 look-ahead); it is published on ``forecast.carbon.<region>`` and stored in Redis for
 services that start later. The model is the forecasting core's choice per region and
 horizon: a validation-weighted blend (``services.forecaster.models``, measured by
-``greenserve bench forecaster``).
+``greenserve bench forecaster``). Its p10/p90 band is the fit's validation band or, where the
+config's ``recent_band_days`` is set, the band from the realised errors of the forecasts this
+service issued (``services.forecaster.bands``; kept in memory, so a restart falls back to the
+validation band for two weeks of model time).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import pandas as pd
 
 from proto.codec import encode
 from proto.messages import Forecast
+from services.forecaster.bands import IssuedForecasts
 from services.forecaster.config import config_for
 from services.forecaster.model_cache import cache_key, load_or_fit
 from services.forecaster.models import (
@@ -174,6 +178,9 @@ async def serve(ctx: ServiceContext) -> None:
     }
     models: dict[str, CarbonForecaster] = {}
     fitted_cut: pd.Timestamp | None = None
+    # The band from recent errors needs the forecasts this service issued (in memory).
+    band_days = config_for(cfg.source).recent_band_days
+    issued = {region: IssuedForecasts(days=band_days) for region in histories}
 
     async def fit_all(cut: pd.Timestamp) -> None:
         fits = load_or_fit_regions(histories, cfg.source, cut, cfg.model_cache_dir)
@@ -215,11 +222,13 @@ async def serve(ctx: ServiceContext) -> None:
         for region, history in histories.items():
             model = models.get(region)
             try:
-                message = (
-                    to_message(model.forecast(history, origin, cfg.horizon_h))
-                    if model is not None
-                    else same_hour_yesterday(history, origin, cfg.horizon_h)
-                )
+                if model is None:
+                    message = same_hour_yesterday(history, origin, cfg.horizon_h)
+                else:
+                    forecast = model.forecast(history, origin, cfg.horizon_h)
+                    if band_days:
+                        forecast = issued[region].banded(forecast, history)
+                    message = to_message(forecast)
             except ValueError as exc:
                 logger.warning("no forecast for %s: %s", region, exc)
                 continue
