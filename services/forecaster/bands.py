@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from services.forecaster.config import RECENT_BAND_DAYS
 from services.forecaster.features import log_ratio
 from services.forecaster.models import CarbonForecast
 from services.forecaster.sources import CarbonHistory
@@ -34,7 +35,7 @@ __all__ = [
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-RECENT_DAYS: Final = 28
+RECENT_DAYS: Final = RECENT_BAND_DAYS
 """Days of issued forecasts whose errors set the band (fixed a priori, not tuned)."""
 MIN_DAYS: Final = 14
 """The issued forecasts must span this many days before the recent band replaces the

@@ -12,7 +12,15 @@ from typing import Final, Literal
 
 from services.forecaster.gbm import BOOSTER_BUCKETS
 
-__all__ = ["BUCKETS", "CANDIDATES", "MIX", "BoosterBase", "ForecasterConfig", "config_for"]
+__all__ = [
+    "BUCKETS",
+    "CANDIDATES",
+    "MIX",
+    "RECENT_BAND_DAYS",
+    "BoosterBase",
+    "ForecasterConfig",
+    "config_for",
+]
 
 BUCKETS: Final = ((1, 3), (4, 6), (7, 12), (13, 24), (25, 36), (37, 48))
 """Disjoint horizon buckets (hours, inclusive), each with its own blend weights. Finer than
@@ -27,6 +35,10 @@ only for regions with generation data."""
 BoosterBase = Literal["template", "template_level"]
 """The forecast the booster's log-ratio is taken against (see
 :attr:`ForecasterConfig.booster_base`)."""
+
+RECENT_BAND_DAYS: Final = 28
+"""Days of issued forecasts whose realised errors set the p10/p90 band (fixed a priori, not
+tuned; kept on both inner validations, docs/forecaster.md, *Bands from recent errors*)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,11 +123,12 @@ class ForecasterConfig:
     """Give the booster the sun's path (:mod:`~services.forecaster.sun`): how far the
     clear-sky proxy at the target hour is from its mean over the template's hours and from
     the same-hour-yesterday hour's (tenth round, docs/forecaster.md)."""
-    recent_band_days: int = 0
+    recent_band_days: int = RECENT_BAND_DAYS
     """If > 0, the p10/p90 band of a forecast comes from the realised errors of the forecasts
     issued in that many days before it (:mod:`~services.forecaster.bands`), once they span
-    two weeks; 0: the fit's validation band. Not part of a fit: the backtest and the live
-    service apply it to what they issue (docs/forecaster.md, *Bands from recent errors*)."""
+    two weeks; 0: the fit's validation band (the default until session 10). Not part of a
+    fit: the backtest and the live service apply it to what they issue (docs/forecaster.md,
+    *Bands from recent errors*)."""
 
     def __post_init__(self) -> None:
         if self.horizon_h < 1 or self.horizon_h > BUCKETS[-1][1]:
