@@ -106,16 +106,19 @@ def plot_region_curves(results: Mapping[str, BacktestResult], path: Path) -> Pat
     return save_figure(fig, path)
 
 
-def _broken(times: pd.DatetimeIndex, values: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """x (matplotlib date numbers, in days) and y with a NaN wherever hours are not
-    contiguous, so a line does not bridge skipped origins."""
+def _broken(
+    times: pd.DatetimeIndex, series: Mapping[str, FloatArray]
+) -> tuple[FloatArray, dict[str, FloatArray]]:
+    """x (matplotlib date numbers, in days) and each series with a NaN wherever hours are
+    not contiguous, so a line does not bridge skipped origins."""
     hours = ((times - times[0]) / pd.Timedelta(hours=1)).to_numpy(dtype=np.float64)
     gaps = np.flatnonzero(np.diff(hours) > 1.0) + 1
     # matplotlib's date numbers are days since its epoch, 1970-01-01 by default.
     first = float((times[0] - pd.Timestamp("1970-01-01", tz="UTC")) / pd.Timedelta(days=1))
     x = np.insert(first + hours / 24.0, gaps, np.nan)
-    y = np.insert(values.astype(np.float64), gaps, np.nan)
-    return x, y
+    return x, {
+        name: np.insert(values.astype(np.float64), gaps, np.nan) for name, values in series.items()
+    }
 
 
 def plot_day_ahead(
@@ -130,14 +133,17 @@ def plot_day_ahead(
     keep = series.times >= series.times[-1] - pd.Timedelta(days=days)
     times = series.times[keep]
     fig, ax = plt.subplots(figsize=(12, 4))
-    x, actual = _broken(times, series.actual[keep])
-    _, low = _broken(times, series.forecasts["p10"][keep])
-    _, high = _broken(times, series.forecasts["p90"][keep])
-    ax.fill_between(x, low, high, color="C0", alpha=0.2, label="p10-p90")
+    x, y = _broken(
+        times,
+        {
+            "actual": series.actual[keep],
+            **{m: series.forecasts[m][keep] for m in ("p10", "p90", "chosen", "template_level")},
+        },
+    )
+    ax.fill_between(x, y["p10"], y["p90"], color="C0", alpha=0.2, label="p10-p90")
     for model, style in (("chosen", "-"), ("template_level", "--")):
-        _, values = _broken(times, series.forecasts[model][keep])
-        ax.plot(x, values, style, lw=1.2, label=_LABELS[model])
-    ax.plot(x, actual, color="k", lw=1.0, label="actual")
+        ax.plot(x, y[model], style, lw=1.2, label=_LABELS[model])
+    ax.plot(x, y["actual"], color="k", lw=1.0, label="actual")
     ax.set_title(
         f"{region}: day-ahead forecast (origins 00:00 UTC) from {times[0]:%Y-%m-%d}",
         fontsize=10,
