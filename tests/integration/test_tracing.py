@@ -230,47 +230,65 @@ async def _milp_plan_reaches(
     redis_url: str, namespace: str, request: Callable[[], Awaitable[str]]
 ) -> None:
     """Send a request every 0.2 s until the stored plan is a solved one (at most 60 s)."""
-    from redis.asyncio import Redis
-
     from proto.codec import decode
     from proto.keys import Keys
     from proto.messages import Plan
-    from shared.store import as_bytes
 
-    redis = Redis.from_url(redis_url)
-    try:
-        deadline = time.monotonic() + 60.0
-        while time.monotonic() < deadline:
-            raw = await redis.get(Keys(namespace).plan)
-            if raw is not None and decode(as_bytes(raw), Plan).objective == "carbon":
-                return
-            await request()
-            await asyncio.sleep(0.2)
-    finally:
-        await redis.aclose()
-    raise TimeoutError("the planner never published a MILP plan")
+    await _until_stored(
+        redis_url,
+        Keys(namespace).plan,
+        lambda raw: decode(raw, Plan).objective == "carbon",
+        "the planner never published a MILP plan",
+        timeout_s=60.0,
+        every_s=0.2,
+        between=request,
+    )
 
 
 async def _clock_reaches(redis_url: str, namespace: str, worker_id: str, mhz: float) -> None:
     """Wait (at most 20 s) until the worker's registered stats show the dvfs agent's clock."""
-    from redis.asyncio import Redis
-
     from proto.codec import decode
     from proto.keys import Keys
     from proto.messages import WorkerStats
+
+    await _until_stored(
+        redis_url,
+        Keys(namespace).worker(worker_id),
+        lambda raw: abs(decode(raw, WorkerStats).clock_mhz - mhz) < 1.0,
+        f"{worker_id} never ran at {mhz} MHz",
+        timeout_s=20.0,
+        every_s=0.1,
+    )
+
+
+async def _until_stored(
+    redis_url: str,
+    key: str,
+    accept: Callable[[bytes], bool],
+    failure: str,
+    *,
+    timeout_s: float,
+    every_s: float,
+    between: Callable[[], Awaitable[object]] | None = None,
+) -> None:
+    """Poll ``key`` until ``accept`` takes its value, awaiting ``between`` after each miss."""
+    from redis.asyncio import Redis
+
     from shared.store import as_bytes
 
     redis = Redis.from_url(redis_url)
     try:
-        deadline = time.monotonic() + 20.0
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            raw = await redis.get(Keys(namespace).worker(worker_id))
-            if raw is not None and abs(decode(as_bytes(raw), WorkerStats).clock_mhz - mhz) < 1.0:
+            raw = await redis.get(key)
+            if raw is not None and accept(as_bytes(raw)):
                 return
-            await asyncio.sleep(0.1)
+            if between is not None:
+                await between()
+            await asyncio.sleep(every_s)
     finally:
         await redis.aclose()
-    raise TimeoutError(f"{worker_id} never ran at {mhz} MHz")
+    raise TimeoutError(failure)
 
 
 if __name__ == "__main__":
