@@ -23,11 +23,13 @@ for wake-ups far more than for its Python (docs/performance.md, round 5).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
 import socket
 import time
+from collections.abc import Iterator
 
 __all__ = ["main"]
 
@@ -46,56 +48,53 @@ def _sleeps(n: int) -> float:
     return (_cpu_us() - start) / n
 
 
-def _writes(n: int, gap_s: float) -> float:
+@contextlib.contextmanager
+def _peer(echo: bool) -> Iterator[socket.socket]:
+    """A loopback connection to a forked process that drains (or echoes) what it reads until
+    the connection closes; yields the writer's end, with Nagle off."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
     pid = os.fork()
-    if pid == 0:  # the reader: drain until the writer closes
+    if pid == 0:
         conn, _ = server.accept()
-        while conn.recv(65536):
-            pass
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while data := conn.recv(65536):
+            if echo:
+                conn.sendall(data)
         os._exit(0)
     sender = socket.create_connection(server.getsockname())
     sender.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    start = _cpu_us()
-    for _ in range(n):
-        sender.send(MESSAGE)
-        if gap_s:
-            time.sleep(gap_s)
-    per_write = (_cpu_us() - start) / n
-    sender.close()
-    os.waitpid(pid, 0)
-    server.close()
-    return per_write
+    try:
+        yield sender
+    finally:
+        sender.close()
+        os.waitpid(pid, 0)
+        server.close()
+
+
+def _writes(n: int, gap_s: float) -> float:
+    with _peer(echo=False) as sender:
+        start = _cpu_us()
+        for _ in range(n):
+            sender.send(MESSAGE)
+            if gap_s:
+                time.sleep(gap_s)
+        return (_cpu_us() - start) / n
 
 
 def _round_trips(n: int, gap_s: float) -> tuple[float, float]:
     """p50 and p99 (µs) of write → echo received, with both processes asleep between."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    pid = os.fork()
-    if pid == 0:  # the echo: send back what arrives until the writer closes
-        conn, _ = server.accept()
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        while data := conn.recv(65536):
-            conn.sendall(data)
-        os._exit(0)
-    sender = socket.create_connection(server.getsockname())
-    sender.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        sender.sendall(MESSAGE)
-        received = 0
-        while received < len(MESSAGE):
-            received += len(sender.recv(65536))
-        samples.append((time.perf_counter() - start) * 1e6)
-        time.sleep(gap_s)
-    sender.close()
-    os.waitpid(pid, 0)
-    server.close()
+    with _peer(echo=True) as sender:
+        for _ in range(n):
+            start = time.perf_counter()
+            sender.sendall(MESSAGE)
+            received = 0
+            while received < len(MESSAGE):
+                received += len(sender.recv(65536))
+            samples.append((time.perf_counter() - start) * 1e6)
+            time.sleep(gap_s)
     samples.sort()
     return samples[len(samples) // 2], samples[int(len(samples) * 0.99)]
 
