@@ -19,8 +19,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from services.forecaster.blend import log_quantiles
 from services.forecaster.config import RECENT_BAND_DAYS
-from services.forecaster.features import log_ratio
 from services.forecaster.models import CarbonForecast
 from services.forecaster.sources import CarbonHistory
 
@@ -76,15 +76,11 @@ def recent_log_quantiles(
     horizon = forecasts.shape[1]
     targets = issued[window, None] + np.arange(horizon)[None, :]
     known = (targets <= at - 1) & (observed[window] > 0)
-    residual = log_ratio(actual[window], forecasts[window])
-    quantiles = np.zeros((horizon, 2))
-    for h in range(horizon):
-        cols = slice(max(0, h - pool_h), min(horizon, h + pool_h + 1))
-        sample = residual[:, cols][known[:, cols]]
-        if not sample.size:
-            return None
-        quantiles[h] = np.quantile(sample, [0.1, 0.9])
-    return quantiles
+    # Every horizon needs a realised error within its pool, or the band is not estimable.
+    pooled = np.convolve(known.any(axis=0), np.ones(2 * pool_h + 1), mode="same")
+    if not (pooled > 0).all():
+        return None
+    return log_quantiles(forecasts[window], actual[window], known.astype(np.float64), pool_h)
 
 
 def rolling_bands(

@@ -185,6 +185,9 @@ def log_quantiles(
     mask: FloatArray,
     pool: int,
 ) -> FloatArray:
+    """``(H, 2)`` p10/p90 of log(actual / forecast) per horizon over the rows' targets where
+    ``mask`` > 0, each horizon pooled with ``pool`` on either side ((0, 0) with none): the
+    validation band here, the recent band in :mod:`services.forecaster.bands`."""
     horizon = blended.shape[1]
     residual = log_ratio(actual[:, :horizon], blended)
     quantiles = np.zeros((horizon, 2))
