@@ -16,7 +16,16 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 
-__all__ = ["HOSTILE_SUBJECTS", "OK", "collect", "fill", "http_cases", "ingress_cases", "payloads"]
+__all__ = [
+    "HOSTILE_SUBJECTS",
+    "OK",
+    "collect",
+    "fill",
+    "forecast_query_cases",
+    "http_cases",
+    "ingress_cases",
+    "payloads",
+]
 
 INT64 = (-(2**63), 2**63 - 1)
 OK = "\x00ok"
@@ -271,4 +280,28 @@ def http_cases(models: list[str], count: int, seed: int) -> list[tuple[str, byte
     path = st.sampled_from(["/v1/completions", "/v1/chat/completions"])
     out: list[tuple[str, bytes]] = []
     collect(st.tuples(path, body | body | raw), count, seed, out.append)
+    return out
+
+
+def forecast_query_cases(count: int, seed: int) -> list[str]:
+    """Query strings for the carbon-aware forecast route: near-valid parameters (known and
+    unknown regions, ISO times, window lengths), absurd ones and random keys and text."""
+    from urllib.parse import urlencode
+
+    st = _st()
+    times = st.datetimes().map(lambda t: t.isoformat()) | st.text(max_size=30)
+    value = {
+        "location": st.sampled_from(["PJM", "CISO", "ERCO", "", " ", "PJM\x00"])
+        | st.text(max_size=300),
+        "windowSize": st.integers(-(2**40), 2**40).map(str)
+        | st.sampled_from(["60", "240", "90", "1e3", "0x10", ""])
+        | st.text(max_size=10),
+        "dataStartAt": times,
+        "dataEndAt": times,
+    }
+    pair = st.sampled_from(sorted(value)).flatmap(lambda k: value[k].map(lambda v: (k, v)))
+    noise = st.tuples(st.text(max_size=8), st.text(max_size=20))
+    query = st.lists(pair | noise, max_size=8).map(urlencode)
+    out: list[str] = []
+    collect(query, count, seed, out.append)
     return out

@@ -11,7 +11,9 @@ Three targets, one count each:
   ``Gs-Reply`` header. *Unanswered*: no ``ErrorReply``/``Completion`` on the header's
   subject nor the decoded request's reply subject within the timeout.
 * **http**: malformed JSON, wrong types, negative and absurd token counts, huge prompts and
-  unknown models posted to the gateway's ``/v1/completions`` and ``/v1/chat/completions``.
+  unknown models posted to the gateway's ``/v1/completions`` and ``/v1/chat/completions``,
+  and hostile query strings (unknown or huge locations, absurd windows, malformed times,
+  random keys) to its carbon-aware ``GET /emissions/forecasts/current``.
   *Unanswered*: no complete HTTP response in time; a *crash*: a 500 that is not our JSON
   error (an exception escaped a handler).
 
@@ -33,7 +35,14 @@ from typing import Any
 
 import msgspec
 
-from greenserve.bench._fuzz_cases import collect, fill, http_cases, ingress_cases, payloads
+from greenserve.bench._fuzz_cases import (
+    collect,
+    fill,
+    forecast_query_cases,
+    http_cases,
+    ingress_cases,
+    payloads,
+)
 from proto import messages
 from proto.codec import DecodeError, decode, decode_any
 from shared.config import Settings
@@ -42,6 +51,7 @@ from shared.loops import wait_event
 __all__ = ["HELP", "NAME", "add_arguments", "fuzz_decoders", "run"]
 
 NAME = "fuzz"
+FORECAST_ROUTE = "/emissions/forecasts/current"
 HELP = "hypothesis fuzzing of every decoder, the JetStream ingress and the HTTP gateway"
 
 KINDS: tuple[type[msgspec.Struct], ...] = tuple(
@@ -56,6 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decoder-cases", type=int, default=450, help="per message type")
     parser.add_argument("--ingress-cases", type=int, default=600)
     parser.add_argument("--http-cases", type=int, default=600)
+    parser.add_argument(
+        "--forecast-query-cases",
+        type=int,
+        default=300,
+        help="query strings for GET /emissions/forecasts/current",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--reply-timeout-s", type=float, default=15.0)
     parser.add_argument("--speedup", type=float, default=200.0, help="simulated GPU speed-up")
@@ -151,7 +167,9 @@ async def _fuzz_ingress(nc: Any, prefix: str, cases: list[Any], timeout_s: float
     }
 
 
-async def _fuzz_http(url: str, cases: list[tuple[str, bytes]], timeout_s: float) -> dict[str, Any]:
+async def _fuzz_http(
+    url: str, cases: list[tuple[str, bytes]], queries: list[str], timeout_s: float
+) -> dict[str, Any]:
     import aiohttp
 
     statuses: Counter[int] = Counter()
@@ -176,11 +194,28 @@ async def _fuzz_http(url: str, cases: list[tuple[str, bytes]], timeout_s: float)
         if streamed and not text.rstrip().endswith(b"data: [DONE]"):
             unanswered += 1
 
+    async def query(session: aiohttp.ClientSession, text: str) -> None:
+        nonlocal unanswered
+        async with limit:
+            try:
+                async with session.get(f"{url}{FORECAST_ROUTE}?{text}") as response:
+                    body = await response.read()
+                    statuses[response.status] += 1
+            except (TimeoutError, aiohttp.ClientError):
+                unanswered += 1
+                return
+        if response.status >= 500 and not body.startswith(b'{"error"'):
+            crashes.append(f"{response.status} {body[:120]!r} for ?{text[:80]}")
+
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        await asyncio.gather(*(one(session, path, body) for path, body in cases))
+        await asyncio.gather(
+            *(one(session, path, body) for path, body in cases),
+            *(query(session, text) for text in queries),
+        )
     return {
-        "cases": len(cases),
+        "cases": len(cases) + len(queries),
+        "forecast_query_cases": len(queries),
         "unanswered": unanswered,
         "crashes": len(crashes),
         "statuses": {str(k): v for k, v in sorted(statuses.items())},
@@ -192,6 +227,7 @@ async def _live(
     args: argparse.Namespace,
     ingress: list[Any],
     http: list[tuple[str, bytes]],
+    queries: list[str],
 ) -> dict[str, Any]:
     from greenserve.runner import run_in_process
     from greenserve.stack import StackSpec, stack_launches
@@ -230,8 +266,13 @@ async def _live(
                         )
                     finally:
                         await nc.close()
-                    print(f"fuzz: {len(http)} http cases", file=sys.stderr)
-                    result["http"] = await _fuzz_http(gateway.url, http, args.reply_timeout_s)
+                    print(
+                        f"fuzz: {len(http)} http cases, {len(queries)} forecast queries",
+                        file=sys.stderr,
+                    )
+                    result["http"] = await _fuzz_http(
+                        gateway.url, http, queries, args.reply_timeout_s
+                    )
                 died = [
                     f"{name}: {service.task.exception()!r}"
                     for name, service in running.items()
@@ -257,7 +298,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     models = list(Settings().classifier.models)
     ingress = ingress_cases(messages.Request, models, args.ingress_cases, args.seed)
     http = http_cases(models, args.http_cases, args.seed)
-    live = asyncio.run(_live(args, ingress, http))
+    queries = forecast_query_cases(args.forecast_query_cases, args.seed)
+    live = asyncio.run(_live(args, ingress, http, queries))
     crashes = decoders["crashes"] + len(live["services_died"])
     unanswered = 0
     cases = decoders["cases"]

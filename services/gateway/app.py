@@ -21,15 +21,19 @@ from typing import Any
 
 import msgspec
 import nats.errors
+import redis.exceptions
 from aiohttp import web
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from opentelemetry import propagate, trace
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
+from redis.asyncio import Redis
 
-from proto.codec import encode
-from proto.messages import Completion, ErrorReply, TokenChunk, scoped_request_id
+from proto.codec import decode, encode
+from proto.keys import Keys
+from proto.messages import Completion, ErrorReply, Forecast, TokenChunk, scoped_request_id
 from proto.subjects import Subjects
+from services.gateway.carbon_aware import emissions_forecast, parse_forecast_query
 from services.gateway.errors import ApiError
 from services.gateway.openai_schema import (
     Endpoint,
@@ -44,6 +48,7 @@ from services.gateway.replies import ReplyRouter, TokenText
 from shared.config import GatewaySettings
 from shared.counters import ERRORS
 from shared.security.client_ids import instance_token
+from shared.store import as_bytes
 from shared.telemetry import inject_headers
 
 __all__ = ["HTTP_REQUESTS", "NAME", "REPLY_HEADER", "STATE", "GatewayState", "build_app"]
@@ -74,6 +79,9 @@ class GatewayState:
     chars_per_token: float | None
     """Prompt-length estimate; ``None`` when the classifier tokenises the text itself."""
     router: ReplyRouter = field(default_factory=ReplyRouter)
+    store: Redis | None = None
+    """Where the forecaster keeps its latest forecasts (the carbon-aware query reads them)."""
+    keys: Keys | None = None
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _instance: str = field(default_factory=instance_token)
     """Gateway replicas share their identity's client id; this keeps their ids apart."""
@@ -274,6 +282,37 @@ async def _health(request: web.Request) -> web.Response:
     return web.json_response({"status": "nats disconnected"}, status=503)
 
 
+async def _emissions_forecasts(request: web.Request) -> web.Response:
+    """The carbon-aware-sdk's ``/emissions/forecasts/current`` (:mod:`.carbon_aware`)."""
+    try:
+        body = await _forecasts_body(request)
+    except ApiError as err:
+        return _error_response(err)
+    return web.json_response(body)
+
+
+async def _forecasts_body(request: web.Request) -> list[dict[str, Any]]:
+    state = request.app[STATE]
+    query = parse_forecast_query(request.query, request.query.getall("location", []))
+    if state.store is None or state.keys is None:
+        raise ApiError("unavailable", "this gateway has no store to read forecasts from")
+    try:
+        raws = await state.store.mget([state.keys.forecast(loc) for loc in query.locations])
+    except (redis.exceptions.RedisError, OSError) as exc:
+        raise ApiError("unavailable", f"the forecast store is unreachable: {exc}") from None
+    found = {loc: raw for loc, raw in zip(query.locations, raws, strict=True) if raw is not None}
+    missing = [loc for loc in query.locations if loc not in found]
+    if missing:
+        raise ApiError(
+            "location_not_found", f"no carbon forecast for {', '.join(missing)}", param="location"
+        )
+    now = time.time()
+    return [
+        emissions_forecast(loc, decode(as_bytes(raw), Forecast), query, now)
+        for loc, raw in found.items()
+    ]
+
+
 async def _metrics(_request: web.Request) -> web.Response:
     return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -285,6 +324,7 @@ def build_app(state: GatewayState) -> web.Application:
     app.router.add_post("/v1/completions", _handler("completion"))
     app.router.add_post("/v1/chat/completions", _handler("chat"))
     app.router.add_get("/v1/models", _models)
+    app.router.add_get("/emissions/forecasts/current", _emissions_forecasts)
     app.router.add_get("/healthz", _health)
     app.router.add_get("/metrics", _metrics)
     return app

@@ -17,6 +17,7 @@ GATEWAY_STATUS: Final = {
     "missing_field": 400,
     "unsupported": 400,
     "model_not_found": 404,
+    "location_not_found": 404,
     "body_too_large": 413,
     "unavailable": 503,
     "timeout": 504,

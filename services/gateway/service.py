@@ -39,6 +39,8 @@ class Gateway:
             # Bound to the NATS user on a secured stack (the only id it may use there).
             client_id=pick_client_id(ctx.nc, None, "gw"),
             chars_per_token=None if tokenizer else config.chars_per_token,
+            store=ctx.redis,
+            keys=ctx.keys,
         )
         self._ctx = ctx
         self._runner: web.AppRunner | None = None

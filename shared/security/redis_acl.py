@@ -102,7 +102,10 @@ def _role_grants(keys: Keys, identity: Identity) -> tuple[list[str], list[str]]:
             ["get", "scan", "exists"],
             read_only=True,
         )
-    else:  # gateway, loadgen, client: no shared state of their own
+    elif role == "gateway":
+        # Answers the carbon-aware forecast query from the forecaster's stored forecasts.
+        key_rules, commands = _grant([keys.forecast("*")], ["get", "mget"], read_only=True)
+    else:  # loadgen, client: no shared state of their own
         key_rules, commands = _grant([], [])
     return key_rules, commands
 

@@ -172,3 +172,54 @@ async def test_bad_requests_get_documented_statuses_and_openai_error_bodies(
     assert seen == {name: (status, code) for name, (_, _, status, code) in BAD_REQUESTS.items()}
     assert health == 200
     assert ERRORS.labels("gateway", "invalid_json")._value.get() == before + 1
+
+
+async def test_the_carbon_aware_query_answers_from_the_forecaster_s_forecasts(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test ``/emissions/forecasts/current`` against the live forecaster's stored forecast.
+
+    The forecaster of a PJM stack runs beside the gateway; once it has stored a forecast,
+    a 4-hour window query lists every window of the forecast with the lowest as optimal, in
+    the carbon-aware-sdk's shape; a region without a forecast is a 404 that is counted.
+    """
+    spec = StackSpec(
+        namespace=namespace,
+        nats_url=nats_server.url,
+        redis_url=redis_server.url,
+        workers=1,
+        regions=("PJM",),
+        speedup=50.0,
+        origin_wall_s=time.time(),
+        extra={"shutdown_timeout_s": 1.0},
+    )
+    launches = [la for la in stack_launches(spec) if la.module == "services.forecaster"]
+    config = GatewaySettings(port=0)
+    url = "/emissions/forecasts/current"
+    before = ERRORS.labels("gateway", "location_not_found")._value.get()
+    async with (
+        run_in_process(launches),
+        open_gateway(launches[0].settings, config) as gateway,
+        aiohttp.ClientSession(gateway.url) as http,
+    ):
+        # The forecaster stores its first forecast once started: until then, a 404.
+        deadline = time.monotonic() + 30.0
+        while True:
+            async with http.get(url, params={"location": "PJM", "windowSize": "240"}) as resp:
+                status, body = resp.status, await resp.json()
+            if status == 200 or time.monotonic() > deadline:
+                break
+            assert status == 404, body
+            await asyncio.sleep(0.2)
+        assert status == 200, body
+        [answer] = body
+        async with http.get(url, params=[("location", "PJM"), ("location", "ERCO")]) as missing:
+            assert missing.status == 404
+            assert "ERCO" in (await missing.json())["error"]["message"]
+    data = answer["forecastData"]
+    assert answer["location"] == "PJM"
+    assert answer["windowSize"] == 240
+    assert len(data) == launches[0].settings.forecaster.horizon_h - 3
+    assert all(p["duration"] == 240 and p["value"] > 0 for p in data)
+    assert answer["optimalDataPoints"] == [min(data, key=lambda p: p["value"])]
+    assert ERRORS.labels("gateway", "location_not_found")._value.get() >= before + 1

@@ -57,10 +57,17 @@ def test_the_scheduler_gets_its_hashes_dedup_keys_and_script_commands() -> None:
 
 
 def test_roles_without_shared_state_get_no_keys() -> None:
-    """Test that gateway, loadgen and client users have no key pattern at all."""
-    for role in ("gateway", "loadgen", "client"):
+    """Test that loadgen and client users have no key pattern at all."""
+    for role in ("loadgen", "client"):
         assert _keys(role) == set(), role
         assert _commands(role) == {"ping", "hello"}, role
+
+
+def test_the_gateway_only_reads_forecasts() -> None:
+    """Test that the gateway (the carbon-aware forecast query) reads forecast keys and
+    nothing else, and writes nothing."""
+    assert _keys("gateway") == {f"%R~{K.forecast('*')}"}
+    assert _commands("gateway") == {"ping", "hello", "get", "mget"}
 
 
 def test_every_rule_starts_from_nothing() -> None:
