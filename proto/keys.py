@@ -31,6 +31,10 @@ class Keys:
         """The latest forecast of one region, encoded."""
         return f"{self.prefix}:forecast:{region}"
 
+    def forecast_log(self, region: str) -> str:
+        """Hash origin hour → the point forecast issued then (the forecaster's recent band)."""
+        return f"{self.prefix}:forecast_log:{region}"
+
     @property
     def queued(self) -> str:
         """Hash request_id → encoded ClassifiedRequest held by the scheduler."""

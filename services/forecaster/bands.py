@@ -13,6 +13,7 @@ the validation band. Rule and decision: docs/forecaster.md, *Bands from recent e
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
@@ -123,9 +124,10 @@ def rolling_bands(
 class IssuedForecasts:
     """The forecasts one region's live service has issued, to band the next one by their errors.
 
-    Kept in memory, one per origin hour (a later issue at the same hour replaces the
-    earlier), for ``days`` days; after a restart the band is the validation band again
-    until the forecasts issued since span ``min_days``.
+    One per origin hour (a later issue at the same hour replaces the earlier), for ``days``
+    days. The service also keeps them in the store (:mod:`services.forecaster.issued_store`)
+    and :meth:`restore` s them after a restart; without them the band is the validation
+    band until the forecasts issued since span ``min_days``.
     """
 
     def __init__(self, *, days: int = RECENT_DAYS, min_days: int = MIN_DAYS) -> None:
@@ -136,6 +138,14 @@ class IssuedForecasts:
     def __len__(self) -> int:
         return len(self._issued)
 
+    def entries(self) -> dict[int, FloatArray]:
+        """The forecasts held, by the hour (since the epoch) they were issued at."""
+        return dict(self._issued)
+
+    def restore(self, hour: int, values: Sequence[float]) -> None:
+        """Take back a forecast issued at ``hour`` (after a restart, from the store)."""
+        self._issued[hour] = np.asarray(values, dtype=np.float64)
+
     def banded(self, forecast: CarbonForecast, history: CarbonHistory) -> CarbonForecast:
         """Record ``forecast`` and return it with the recent band where there is one.
 
@@ -145,7 +155,9 @@ class IssuedForecasts:
         values = np.asarray(forecast.values, dtype=np.float64)
         quantiles = self._quantiles(at, len(values), history)
         self._issued[at] = values
-        for old in [h for h in self._issued if h < at - self.days * 24]:
+        # Older than the window, or "issued" after this forecast (a store written by a run
+        # whose model time was ahead of this one's): neither can count again.
+        for old in [h for h in self._issued if not at - self.days * 24 <= h <= at]:
             del self._issued[old]
         if quantiles is None:
             return forecast

@@ -6,8 +6,8 @@ services that start later. The model is the forecasting core's choice per region
 horizon: a validation-weighted blend (``services.forecaster.models``, measured by
 ``greenserve bench forecaster``). Its p10/p90 band is the fit's validation band or, where the
 config's ``recent_band_days`` is set, the band from the realised errors of the forecasts this
-service issued (``services.forecaster.bands``; kept in memory, so a restart falls back to the
-validation band for two weeks of model time).
+service issued (``services.forecaster.bands``; kept in memory and in the store, so a restart
+keeps it: ``services.forecaster.issued_store``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from proto.codec import encode
 from proto.messages import Forecast
 from services.forecaster.bands import IssuedForecasts
 from services.forecaster.config import config_for
+from services.forecaster.issued_store import load_issued, save_issued
 from services.forecaster.model_cache import cache_key, load_or_fit
 from services.forecaster.models import (
     CarbonForecast,
@@ -178,9 +179,15 @@ async def serve(ctx: ServiceContext) -> None:
     }
     models: dict[str, CarbonForecaster] = {}
     fitted_cut: pd.Timestamp | None = None
-    # The band from recent errors needs the forecasts this service issued (in memory).
+    # The band from recent errors needs the forecasts this service issued: kept in memory
+    # and in the store, so a restart keeps the band's four weeks of history.
     band_days = config_for(cfg.source).recent_band_days
     issued = {region: IssuedForecasts(days=band_days) for region in histories}
+    if band_days:
+        for region, log in issued.items():
+            taken = await load_issued(ctx.redis, ctx.keys.forecast_log(region), log)
+            if taken:
+                logger.info("%s: %d issued forecasts taken back from the store", region, taken)
 
     async def fit_all(cut: pd.Timestamp) -> None:
         fits = load_or_fit_regions(histories, cfg.source, cut, cfg.model_cache_dir)
@@ -227,7 +234,10 @@ async def serve(ctx: ServiceContext) -> None:
                 else:
                     forecast = model.forecast(history, origin, cfg.horizon_h)
                     if band_days:
-                        forecast = issued[region].banded(forecast, history)
+                        log = issued[region]
+                        before = set(log.entries())
+                        forecast = log.banded(forecast, history)
+                        await save_issued(ctx.redis, ctx.keys.forecast_log(region), log, before)
                     message = to_message(forecast)
             except ValueError as exc:
                 logger.warning("no forecast for %s: %s", region, exc)

@@ -93,7 +93,9 @@ def _role_grants(keys: Keys, identity: Identity) -> tuple[list[str], list[str]]:
         key_rules, commands = _grant([keys.plan], ["set", "get", "mget", "scan"])
         key_rules += [f"%R~{keys.worker_pattern}", f"%R~{keys.forecast('*')}"]
     elif role == "forecaster":
-        key_rules, commands = _grant([keys.forecast("*")], ["set"])
+        key_rules, commands = _grant(
+            [keys.forecast("*"), keys.forecast_log("*")], ["set", "hset", "hgetall", "hdel"]
+        )
     elif role in ("classifier", "dvfs"):
         key_rules, commands = _grant([keys.plan], ["get"], read_only=True)
     elif role == "monitor":
