@@ -4,7 +4,8 @@ Pictures a reader would rather look at than read off the JSON: the MAPE at every
 1-48 h, chosen model against the two baselines, averaged over each region set (EIA 2022,
 Electricity Maps 2024) and region by region; and per region the day-ahead forecast laid
 end to end over the last weeks of the test span, with its p10-p90 band, the template +
-level baseline and what happened.
+level baseline and what happened; and the coverage of both p10-p90 bands per region
+against the nominal 80 %.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from shared.metrics.plots import save_figure
 __all__ = [
     "DAY_AHEAD_DAYS",
     "plot_backtest",
+    "plot_band_coverage",
     "plot_day_ahead",
     "plot_mape_by_horizon",
     "plot_region_curves",
@@ -156,12 +158,41 @@ def plot_day_ahead(
     return save_figure(fig, path)
 
 
+def plot_band_coverage(results: Mapping[str, BacktestResult], path: Path) -> Path:
+    """Coverage of [p10, p90] per region for the fit's validation band and the recent band
+    (``services.forecaster.bands``), with the nominal 0.80 drawn in."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    x = np.arange(len(names), dtype=np.float64)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(names) + 2.0), 4))
+    for offset, (band, label) in zip(
+        (-0.2, 0.2),
+        (("validation", "validation band"), ("recent", "recent band (28 d)")),
+        strict=True,
+    ):
+        values = [results[n].bands[band]["coverage"] for n in names]
+        ax.bar(x + offset, values, width=0.4, label=label)
+    ax.axhline(0.8, color="k", ls="--", lw=1.0, label="nominal 0.80")
+    ax.set_xticks(x, [n.split(":", 1)[-1] for n in names], rotation=45, ha="right")
+    ax.set_ylim(0.5, 1.0)
+    ax.set_ylabel("share of test hours inside [p10, p90]")
+    ax.set_title("p10-p90 coverage on the test span", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
 def plot_backtest(results: Mapping[str, BacktestResult], out_dir: Path) -> list[Path]:
     """Write the horizon curves (set means, then per region) and one day-ahead plot per
     region; return the paths."""
     paths = [
         plot_mape_by_horizon(results, out_dir / "forecaster_mape_by_horizon.png"),
         plot_region_curves(results, out_dir / "forecaster_mape_by_horizon_regions.png"),
+        plot_band_coverage(results, out_dir / "forecaster_band_coverage.png"),
     ]
     for name, result in results.items():
         safe = name.replace(":", "_")

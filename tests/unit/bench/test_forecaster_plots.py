@@ -36,6 +36,7 @@ def test_the_bench_writes_a_horizon_curve_and_one_day_ahead_plot_per_region(
     assert [p.name for p in paths] == [
         "forecaster_mape_by_horizon.png",
         "forecaster_mape_by_horizon_regions.png",
+        "forecaster_band_coverage.png",
         "day_ahead_eia_AZPS.png",
         "day_ahead_em_GB.png",
     ]
