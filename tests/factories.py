@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from proto.messages import ClassifiedRequest, Request, WorkerStats
+from services.forecaster.sources import CarbonHistory
 from shared.config import Settings
 from shared.servers import ServerProcess
 
@@ -86,3 +90,18 @@ def connected_settings(namespace: str, nats: ServerProcess, redis: ServerProcess
 
 async def no_ready(_pool_id: str) -> None:
     """A scheduler ``on_ready`` hook that does nothing (no router listens in the test)."""
+
+
+def intensity_history(
+    values: np.ndarray, start: pd.Timestamp, region: str = "SYN"
+) -> CarbonHistory:
+    """An hourly intensity history (no fuel mix) of ``values`` from ``start``."""
+    index = pd.date_range(start, periods=len(values), freq="h", tz="UTC")
+    return CarbonHistory(
+        region=region,
+        intensity=pd.Series(values, index=index),
+        fuel_mix=None,
+        signal="average",
+        emission_factor="lifecycle",
+        source="synthetic",
+    )

@@ -14,6 +14,7 @@ from services.forecaster.sources import CarbonHistory
 from shared.config import RedisSettings
 from shared.servers import ServerProcess
 from shared.store import connect_redis
+from tests.factories import intensity_history
 
 pytestmark = pytest.mark.connected
 
@@ -23,16 +24,7 @@ H = 24
 
 def _history(days: int) -> CarbonHistory:
     rng = np.random.default_rng(5)
-    index = pd.date_range(START, periods=(days + 2) * 24, freq="h", tz="UTC")
-    values = 300.0 * np.exp(rng.normal(0.0, 0.1, len(index)))
-    return CarbonHistory(
-        region="SYN",
-        intensity=pd.Series(values, index=index),
-        fuel_mix=None,
-        signal="average",
-        emission_factor="lifecycle",
-        source="synthetic",
-    )
+    return intensity_history(300.0 * np.exp(rng.normal(0.0, 0.1, (days + 2) * 24)), START)
 
 
 def _forecast(day: int) -> CarbonForecast:

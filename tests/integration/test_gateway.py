@@ -27,11 +27,8 @@ EXACT = {"prompt_tokens": 24, "ignore_eos": True}
 """Extension fields: known prompt length, exactly max_tokens generated."""
 
 
-@contextlib.asynccontextmanager
-async def _gateway(
-    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
-) -> AsyncIterator[str]:
-    spec = StackSpec(
+def _spec(nats_server: ServerProcess, redis_server: ServerProcess, namespace: str) -> StackSpec:
+    return StackSpec(
         namespace=namespace,
         nats_url=nats_server.url,
         redis_url=redis_server.url,
@@ -42,7 +39,13 @@ async def _gateway(
         # The classifier's NATS drain waits out this timeout on stop; keep the test short.
         extra={"shutdown_timeout_s": 1.0},
     )
-    launches = stack_launches(spec)
+
+
+@contextlib.asynccontextmanager
+async def _gateway(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> AsyncIterator[str]:
+    launches = stack_launches(_spec(nats_server, redis_server, namespace))
     config = GatewaySettings(port=0, max_body_bytes=64 * 1024, request_timeout_s=20.0)
     async with run_in_process(launches), open_gateway(launches[0].settings, config) as gateway:
         yield gateway.url
@@ -183,16 +186,7 @@ async def test_the_carbon_aware_query_answers_from_the_forecaster_s_forecasts(
     a 4-hour window query lists every window of the forecast with the lowest as optimal, in
     the carbon-aware-sdk's shape; a region without a forecast is a 404 that is counted.
     """
-    spec = StackSpec(
-        namespace=namespace,
-        nats_url=nats_server.url,
-        redis_url=redis_server.url,
-        workers=1,
-        regions=("PJM",),
-        speedup=50.0,
-        origin_wall_s=time.time(),
-        extra={"shutdown_timeout_s": 1.0},
-    )
+    spec = _spec(nats_server, redis_server, namespace)
     launches = [la for la in stack_launches(spec) if la.module == "services.forecaster"]
     config = GatewaySettings(port=0)
     url = "/emissions/forecasts/current"

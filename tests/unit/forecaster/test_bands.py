@@ -8,7 +8,7 @@ import pytest
 
 from services.forecaster.bands import IssuedForecasts, recent_log_quantiles, rolling_bands
 from services.forecaster.models import CarbonForecast
-from services.forecaster.sources import CarbonHistory
+from tests.factories import intensity_history
 
 H = 48
 Z90 = 1.2816  # standard normal 90th percentile
@@ -91,18 +91,6 @@ def test_the_band_matches_the_error_spread_and_follows_a_change_in_it() -> None:
     assert coverage(*fixed) < 0.55
 
 
-def _history(values: np.ndarray, start: pd.Timestamp) -> CarbonHistory:
-    index = pd.date_range(start, periods=len(values), freq="h", tz="UTC")
-    return CarbonHistory(
-        region="SYN",
-        intensity=pd.Series(values, index=index),
-        fuel_mix=None,
-        signal="average",
-        emission_factor="lifecycle",
-        source="synthetic",
-    )
-
-
 def test_the_live_service_bands_its_forecasts_as_the_backtest_does() -> None:
     """Test that daily forecasts banded one by one as issued (the live service) get the
     band the backtest's rolling computation gives the same origins, and that hours not
@@ -114,7 +102,7 @@ def test_the_live_service_bands_its_forecasts_as_the_backtest_does() -> None:
     truth = np.empty(len(hours))
     truth[(origins[:, None] + np.arange(H)[None, :] - origins[0]).ravel()] = actual.ravel()
     truth[100] = np.nan  # a gap in the telemetry
-    history = _history(truth, start)
+    history = intensity_history(truth, start)
     observed = np.isfinite(truth)[origins[:, None] + np.arange(H)[None, :] - origins[0]]
     validation = (forecasts * 0.9, forecasts * 1.1)
     p10, p90, _ = rolling_bands(
