@@ -164,10 +164,15 @@ def _regions(spec: str) -> list[str]:
 
 
 @functools.cache
+def _eia_raw(region: str) -> CarbonHistory:
+    """One region's EIA file, read once per run (pool, region, screen and report use it)."""
+    return load_eia_csv(region)
+
+
+@functools.cache
 def _eia_screened(region: str, screen: bool) -> tuple[CarbonHistory, pd.DatetimeIndex]:
-    """One region's EIA history, screened if asked, and the hours screening removed; read
-    once per run (the pool, the region itself and the report all ask for it)."""
-    history = load_eia_csv(region)
+    """One region's EIA history, screened if asked, and the hours screening removed."""
+    history = _eia_raw(region)
     return screened(history) if screen else (history, pd.DatetimeIndex([]))
 
 

@@ -130,9 +130,12 @@ class IssuedForecasts:
     band until the forecasts issued since span ``min_days``.
     """
 
-    def __init__(self, *, days: int = RECENT_DAYS, min_days: int = MIN_DAYS) -> None:
+    def __init__(
+        self, *, days: int = RECENT_DAYS, min_days: int = MIN_DAYS, pool_h: int = 2
+    ) -> None:
         self.days = days
         self.min_days = min_days
+        self.pool_h = pool_h
         self._issued: dict[int, FloatArray] = {}
 
     def __len__(self) -> int:
@@ -173,7 +176,8 @@ class IssuedForecasts:
             return None
         issued = np.array([h for h, _ in past], dtype=np.int64)
         forecasts = np.stack([v[:horizon] for _, v in past])
-        known = history.intensity.loc[: _stamp(at - 1)].dropna()
+        # Only the hours the held forecasts target, never past the data end.
+        known = history.intensity.loc[_stamp(int(issued[0])) : _stamp(at - 1)].dropna()
         by_hour = pd.Series(
             known.to_numpy(dtype=np.float64),
             index=(pd.DatetimeIndex(known.index) - _EPOCH) // _HOUR,
@@ -189,6 +193,7 @@ class IssuedForecasts:
             at,
             days=self.days,
             min_days=self.min_days,
+            pool_h=self.pool_h,
         )
 
 

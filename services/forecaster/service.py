@@ -181,8 +181,11 @@ async def serve(ctx: ServiceContext) -> None:
     fitted_cut: pd.Timestamp | None = None
     # The band from recent errors needs the forecasts this service issued: kept in memory
     # and in the store, so a restart keeps the band's four weeks of history.
-    band_days = config_for(cfg.source).recent_band_days
-    issued = {region: IssuedForecasts(days=band_days) for region in histories}
+    core = config_for(cfg.source)
+    band_days = core.recent_band_days
+    issued = {
+        region: IssuedForecasts(days=band_days, pool_h=core.quantile_pool_h) for region in histories
+    }
     if band_days:
         for region, log in issued.items():
             taken = await load_issued(ctx.redis, ctx.keys.forecast_log(region), log)
