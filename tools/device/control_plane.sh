@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# On a lent GPU machine (16 cores; run there with carry [".whl", ".devdata"] after
+# tools/device/prepare_control_plane.sh here): `greenserve bench control-plane` on the
+# whole machine and pinned to 2 and 4 of its cores, so the 2-core host's numbers can be read
+# against a quiet machine's, same code, same call. Never touches the GPU or its settings.
+# Writes at most 8 files under $OUT (the tool's limit), most important run first, so a run
+# cut short still returns what finished.
+set -u
+out=${OUT:-/tmp/greenserve-device}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH="/tmp/site:$PWD" PATH="/tmp/site/bin:$PATH" GREENSERVE_DATA_DIR="$PWD/.devdata"
+{
+    nproc
+    lscpu | grep -E 'Model name|^CPU\(s\)|Thread|Socket|NUMA node'
+    uptime
+    python3 -V
+    python3 -c "from shared.servers import find_binary as f; print(f('nats-server'), f('redis-server'))"
+    python3 tools/measure_wakeup_cost.py
+    taskset -c 0,1 python3 tools/measure_wakeup_cost.py
+} >"$out/env.txt" 2>&1 || { cat "$out/env.txt"; exit 1; }
+tail -3 "$out/env.txt"
+bench() { # name, seconds, command prefix..., -- bench args...
+    local name=$1 limit=$2
+    shift 2
+    local prefix=()
+    while [ "$1" != "--" ]; do prefix+=("$1"); shift; done
+    shift
+    echo "== $name: ${prefix[*]} $*" | tee -a "$out/bench.log"
+    timeout "$limit" "${prefix[@]}" python3 -m greenserve.cli bench control-plane --json --hops "$@" \
+        >"$out/$name.json" 2>>"$out/bench.log"
+    echo "   rc=$? $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ('sustained_rps','p99_added_ms','cpu_cores','machine_cores','goal_met')}, d['summary'])" "$out/$name.json" 2>&1 | head -c 1500)"
+}
+high=100,200,400,800,1200,1600,2000,2500,3000,4000
+bench all16 150 env -- --rates "$high" --plots "$out/all16"
+bench pin2 150 taskset -c 0,1 -- --plots "$out/pin2"
+bench sep16 150 env -- --rates "$high" --request-path separate
+bench pin4 120 taskset -c 0-3 -- --rates "$high"
