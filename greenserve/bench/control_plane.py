@@ -141,8 +141,12 @@ def hop_breakdown(records: list[ClientRecord]) -> dict[str, Any] | None:
         return None
     for r in stamped:
         r.hops["accepted"] = r.completion.accepted_at if r.completion else 0.0
+    # A hop is reported where every request carries both its stamps: ``store`` and ``wake``
+    # split the queue inside the co-located process, and the separate path has no ``stored``.
     gaps = {
-        name: np.array([(r.hops[b] - r.hops[a]) * 1000.0 for r in stamped]) for name, a, b in HOPS
+        name: np.array([(r.hops[b] - r.hops[a]) * 1000.0 for r in stamped])
+        for name, a, b in HOPS
+        if all(a in r.hops and b in r.hops for r in stamped)
     }
     total = np.array([(r.hops["recv"] - r.hops["pub"]) * 1000.0 for r in stamped])
     slow = total >= np.percentile(total, 99)

@@ -410,10 +410,13 @@ async def test_a_worker_gets_a_second_batch_while_its_first_is_unanswered_only_i
         assert second_at < first_answered
 
 
-async def test_hops_stamp_every_hop_on_the_colocated_path(
-    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+@pytest.mark.parametrize("colocated", [True, False], ids=["colocated", "separate"])
+async def test_hops_stamp_every_hop_in_path_order(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str, colocated: bool
 ) -> None:
-    """Test that ``replay(hops=True)`` brings back every hop's stamp, in path order."""
+    """Test that ``replay(hops=True)`` brings back every hop's stamp, in path order, and
+    that the breakdown reports each hop the path has (the separate path has no ``stored``
+    stamp: its queue is one hop, not ``store`` then ``wake``)."""
     trace = load_azure_trace(resolve_trace("conv"), max_requests=20)
     spec = StackSpec(
         namespace=namespace,
@@ -423,7 +426,7 @@ async def test_hops_stamp_every_hop_on_the_colocated_path(
         regions=("PJM",),
         speedup=SPEEDUP,
         origin_wall_s=time.time(),
-        colocate_request_path=True,
+        colocate_request_path=colocated,
         extra={"worker": {"backend": "instant"}},
     )
     nc: Client = await connect_nats(NatsSettings(url=nats_server.url), "test-client")
@@ -435,6 +438,8 @@ async def test_hops_stamp_every_hop_on_the_colocated_path(
     finally:
         await nc.close()
     order = ("pub", "fetch", "submit", "stored", "pull", "dispatch", "done", "recv")
+    if not colocated:
+        order = tuple(name for name in order if name != "stored")
     for record in result.records:
         assert record.completion is not None
         stamps = [record.hops[name] for name in order]
@@ -442,7 +447,8 @@ async def test_hops_stamp_every_hop_on_the_colocated_path(
     breakdown = hop_breakdown(result.records)
     assert breakdown is not None
     assert breakdown["requests"] == len(trace)
-    assert set(breakdown["p99_ms"]) == {name for name, _, _ in HOPS}
+    split = () if colocated else ("store", "wake")
+    assert set(breakdown["p99_ms"]) == {name for name, _, _ in HOPS if name not in split}
 
 
 async def test_the_classifier_waits_for_its_first_plan_instead_of_refusing(

@@ -5,7 +5,11 @@
 # against a quiet machine's, same code, same call. Never touches the GPU or its settings.
 # Writes at most 8 files under $OUT (the tool's limit), most important run first, so a run
 # cut short still returns what finished.
+#   control_plane.sh sweep    whole machine to 4,000 req/s, pinned to 2 and 4 cores, separate path
+#   control_plane.sh stalls   tools/measure_stalls.py idle and beside the whole-machine bench,
+#                             then the separate path with --hops (round 10, second call)
 set -u
+mode=${1:-sweep}
 out=${OUT:-/tmp/greenserve-device}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -34,7 +38,21 @@ bench() { # name, seconds, command prefix..., -- bench args...
     echo "   rc=$? $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ('sustained_rps','p99_added_ms','cpu_cores','machine_cores','goal_met')}, d['summary'])" "$out/$name.json" 2>&1 | head -c 1500)"
 }
 high=100,200,400,800,1200,1600,2000,2500,3000,4000
-bench all16 150 env -- --rates "$high" --plots "$out/all16"
-bench pin2 150 taskset -c 0,1 -- --plots "$out/pin2"
-bench sep16 150 env -- --rates "$high" --request-path separate
-bench pin4 120 taskset -c 0-3 -- --rates "$high"
+case $mode in
+sweep)
+    bench all16 150 env -- --rates "$high" --plots "$out/all16"
+    bench pin2 150 taskset -c 0,1 -- --plots "$out/pin2"
+    bench sep16 150 env -- --rates "$high" --request-path separate
+    bench pin4 120 taskset -c 0-3 -- --rates "$high"
+    ;;
+stalls)
+    echo "== idle stalls" | tee -a "$out/bench.log"
+    python3 tools/measure_stalls.py --procs 8 --seconds 20 --pin | tee -a "$out/env.txt"
+    python3 tools/measure_stalls.py --procs 4 --seconds 100 --pin >"$out/stalls_bench.json" &
+    bench all16 130 env -- --plots "$out/all16"
+    wait
+    cat "$out/stalls_bench.json"
+    bench sep16 130 env -- --request-path separate --plots "$out/sep16"
+    ;;
+*) echo "unknown mode $mode (sweep | stalls)" >&2; exit 2 ;;
+esac
