@@ -437,7 +437,16 @@ async def test_hops_stamp_every_hop_in_path_order(
             )
     finally:
         await nc.close()
-    order = ("pub", "fetch", "submit", "stored", "pull", "dispatch", "done", "recv")
+    order: tuple[str, ...] = (
+        "pub",
+        "fetch",
+        "submit",
+        "stored",
+        "pull",
+        "dispatch",
+        "done",
+        "recv",
+    )
     if not colocated:
         order = tuple(name for name in order if name != "stored")
     for record in result.records:
