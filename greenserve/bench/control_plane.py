@@ -167,8 +167,10 @@ async def _step(
     trace = synthetic_trace(
         rate_rps=rate, duration_s=step_s, seed=seed, mean_prompt_tokens=200, mean_output_tokens=16
     )
-    pids = list(stack.state.pids.values()) + list(stack.state.server_pids.values())
+    named = {**stack.state.pids, **stack.state.server_pids}
+    pids = list(named.values())
     nc = await connect_nats(NatsSettings(url=stack.state.nats_url), "control-plane-bench")
+    each0 = {name: _cpu_s([pid]) for name, pid in named.items()}
     cpu0, own0, t0 = _cpu_s(pids), time.process_time(), time.monotonic()
     try:
         result = await replay(
@@ -201,6 +203,11 @@ async def _step(
         # Work per request, comparable between deployments whatever CPU share each got.
         "cpu_ms_per_request": 1000.0 * (_cpu_s(pids) - cpu0) / max(len(done), 1),
         "loadgen_cpu_cores": (time.process_time() - own0) / wall,
+        # One event loop per process: the busiest one's share of a core is its utilisation,
+        # which sets how long requests queue in it (docs/performance.md, round 10).
+        "cpu_cores_by_process": {
+            name: round((_cpu_s([pid]) - each0[name]) / wall, 3) for name, pid in named.items()
+        },
     }
     if hops:
         step["hops"] = hop_breakdown(result.records)
