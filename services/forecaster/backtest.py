@@ -15,7 +15,6 @@ of the 4-hour "best window" chosen on the forecast.
 from __future__ import annotations
 
 import hashlib
-import pickle
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from services.forecaster.blend import mape_by_horizon
 from services.forecaster.config import BUCKETS, MIX, ForecasterConfig
 from services.forecaster.day_ahead import DayAheadSeries, day_ahead_series
 from services.forecaster.features import HourlyGrid, to_grid
+from services.forecaster.model_cache import load_or_fit
 from services.forecaster.models import CarbonForecaster, SharedFits, fit_forecaster
 from services.forecaster.sources import CarbonHistory
 
@@ -232,21 +232,18 @@ def fit_cached(
             code_digest(),
         )
     )
-    key = hashlib.sha256(key_material.encode()).hexdigest()[:24]
-    path = None if cache_dir is None else cache_dir / f"{history.region}-{key}.pkl"
-    if path is not None and path.exists():
-        with path.open("rb") as handle:
-            cached = pickle.load(handle)  # our own cache files, written below
-        if isinstance(cached, CarbonForecaster):
-            return cached, True
-    forecaster = fit_forecaster(history, config=config, related=related, shared=shared)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        with tmp.open("wb") as handle:
-            pickle.dump(forecaster, handle)
-        tmp.replace(path)
-    return forecaster, False
+    key = f"{history.region}-{hashlib.sha256(key_material.encode()).hexdigest()[:24]}.pkl"
+    fitted = False
+
+    def fit() -> CarbonForecaster:
+        nonlocal fitted
+        fitted = True
+        return fit_forecaster(history, config=config, related=related, shared=shared)
+
+    # The live service's cache (model_cache) keys by a version number, so a restart reuses
+    # a fit across unrelated edits; the bench keys by the code itself (above). Both store
+    # and load through one function: atomic writes, unreadable entries refitted.
+    return load_or_fit(cache_dir, key, fit, CarbonForecaster), not fitted
 
 
 def refit_origins(
