@@ -21,10 +21,7 @@ def plot_replay(result: ReplayResult, out_dir: Path, label: str = "replay") -> l
     Power is the slope of each worker's energy counter between heartbeats, in model time
     (the counter is the simulated GPU's, like NVML's), so the plot shows what the GPUs drew.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from shared.metrics.headless import plt
 
     paths = [
         plot_latency_cdfs(

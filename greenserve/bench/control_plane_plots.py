@@ -24,10 +24,7 @@ def plot_control_plane(
     path: Path,
 ) -> Path:
     """Write the plot of every run's steps (``runs``: deployment → sweeps) to ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from shared.metrics.headless import plt
 
     hops = [s["hops"] for s in primary["steps"] if s.get("hops")]
     fig, axes = plt.subplots(1, 3 if hops else 2, figsize=(16 if hops else 11, 4), squeeze=False)

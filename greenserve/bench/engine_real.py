@@ -114,10 +114,7 @@ def _measure(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 
 def _plot(reports: list[dict[str, Any]], out: Path) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from shared.metrics.headless import plt
 
     out.mkdir(parents=True, exist_ok=True)
     written: list[str] = []

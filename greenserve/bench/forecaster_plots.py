@@ -46,10 +46,7 @@ _SETS = (("eia:", "EIA 2022 (test Aug-Dec)"), ("em:", "Electricity Maps 2024"))
 
 def plot_mape_by_horizon(results: Mapping[str, BacktestResult], path: Path) -> Path:
     """One panel per region set present: mean MAPE per horizon of each curve model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from shared.metrics.headless import plt
 
     sets = [(p, title) for p, title in _SETS if any(n.startswith(p) for n in results)]
     if not sets:  # regions named without a set prefix: one panel for all
@@ -81,10 +78,7 @@ def plot_region_curves(results: Mapping[str, BacktestResult], path: Path) -> Pat
     The set means hide which regions carry the error; one panel each (a shared horizon
     axis, each its own MAPE scale) shows it.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from shared.metrics.headless import plt
 
     columns = min(4, len(results))
     rows = -(-len(results) // columns)
@@ -127,10 +121,7 @@ def plot_day_ahead(
     region: str, series: DayAheadSeries, path: Path, days: int = DAY_AHEAD_DAYS
 ) -> Path:
     """The last ``days`` days of the day-ahead series: actual, blend with band, baseline."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from shared.metrics.headless import plt
 
     keep = series.times >= series.times[-1] - pd.Timedelta(days=days)
     times = series.times[keep]
@@ -161,10 +152,7 @@ def plot_day_ahead(
 def plot_band_coverage(results: Mapping[str, BacktestResult], path: Path) -> Path:
     """Coverage of [p10, p90] per region for the fit's validation band and the recent band
     (``services.forecaster.bands``), with the nominal 0.80 drawn in."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from shared.metrics.headless import plt
 
     names = list(results)
     x = np.arange(len(names), dtype=np.float64)

@@ -18,18 +18,9 @@ __all__ = ["plot_results"]
 
 
 def plot_results(results: Sequence[SimResult], out_dir: Path) -> list[Path]:
-    """Write ``timeseries.png`` and ``latency_cdf.png`` under ``out_dir``; return the paths.
+    """Write ``timeseries.png`` and ``latency_cdf.png`` under ``out_dir``; return the paths."""
+    from shared.metrics.headless import plt
 
-    Raises:
-        RuntimeError: when matplotlib is not installed.
-    """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:  # pragma: no cover - matplotlib is a declared dependency
-        raise RuntimeError("plots need matplotlib (pip install matplotlib)") from exc
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
 

@@ -19,7 +19,7 @@ __all__ = ["plot_latency_cdfs", "save_figure"]
 
 def save_figure(fig: Figure, path: Path) -> Path:
     """Lay out ``fig``, write it to ``path`` (creating the folder) as PNG, close it."""
-    import matplotlib.pyplot as plt
+    from shared.metrics.headless import plt
 
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -29,18 +29,9 @@ def save_figure(fig: Figure, path: Path) -> Path:
 
 
 def plot_latency_cdfs(runs: Sequence[tuple[str, RecordColumns]], path: Path) -> Path:
-    """Write TTFT/TBT/E2E CDFs per request class, one line per labelled run, to ``path``.
+    """Write TTFT/TBT/E2E CDFs per request class, one line per labelled run, to ``path``."""
+    from shared.metrics.headless import plt
 
-    Raises:
-        RuntimeError: when matplotlib is not installed.
-    """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:  # pragma: no cover - matplotlib is a declared dependency
-        raise RuntimeError("plots need matplotlib (pip install matplotlib)") from exc
     classes = sorted({str(c) for _, cols in runs for c in cols.request_class} - {"?"})
     metrics = (("TTFT", ttft_s), ("TBT", mean_tbt_s), ("E2E", e2e_s))
     fig, axes = plt.subplots(
