@@ -8,6 +8,8 @@
 #   control_plane.sh sweep    whole machine to 4,000 req/s, pinned to 2 and 4 cores, separate path
 #   control_plane.sh stalls   tools/measure_stalls.py idle and beside the whole-machine bench,
 #                             then the separate path with --hops (round 10, second call)
+#   control_plane.sh profile  CPU per process and py-spy of the request path at 2,000 req/s
+#                             on the whole machine, then the bench beside the stall meter
 set -u
 mode=${1:-sweep}
 out=${OUT:-/tmp/greenserve-device}
@@ -54,5 +56,17 @@ stalls)
     cat "$out/stalls_bench.json"
     bench sep16 130 env -- --request-path separate --plots "$out/sep16"
     ;;
-*) echo "unknown mode $mode (sweep | stalls)" >&2; exit 2 ;;
+profile)
+    python3 tools/measure_stalls.py --procs 8 --seconds 10 --pin | tee -a "$out/env.txt"
+    echo "== profile at 2,000 req/s" | tee -a "$out/bench.log"
+    timeout 150 python3 tools/profile_request_path.py --rate 2000 --seconds 15 \
+        --request-path colocated --py-spy "$out/prof" --py-spy-only requestpath \
+        >"$out/profile.json" 2>>"$out/bench.log"
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d[k] for k in ('p99_added_ms','cpu_cores','total_cpu_ms_per_request')})" "$out/profile.json"
+    python3 tools/measure_stalls.py --procs 4 --seconds 90 --pin >"$out/stalls_bench.json" &
+    bench all16 130 env -- --plots "$out/all16"
+    wait
+    cat "$out/stalls_bench.json"
+    ;;
+*) echo "unknown mode $mode (sweep | stalls | profile)" >&2; exit 2 ;;
 esac
