@@ -19,6 +19,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="colocated",
         help="classifier+scheduler+router in one process (colocated), three (separate), "
         "or both alternately for an A/B comparison",
+    )
+    parser.add_argument(
+        "--cells",
+        type=positive_int,
+        default=1,
+        help="independent stacks (cells) on the same NATS and Redis, the workers split among "
+        "them and each request sent to one at random; each cell schedules and places only on "
+        "its own workers (docs/performance.md, cells)",
     )
     parser.add_argument("--repeat", type=positive_int, default=1, help="runs per request path")
     parser.add_argument(
@@ -161,31 +170,54 @@ def hop_breakdown(records: list[ClientRecord]) -> dict[str, Any] | None:
     }
 
 
+def _named_pids(stacks: list[LocalStack]) -> dict[str, int]:
+    """Every stack process and server by name; a second cell's names carry its namespace."""
+    named: dict[str, int] = {}
+    for i, stack in enumerate(stacks):
+        prefix = "" if i == 0 else f"{stack.state.namespace}/"
+        for name, pid in {**stack.state.pids, **stack.state.server_pids}.items():
+            named[prefix + name] = pid
+    return named
+
+
 async def _step(
-    stack: LocalStack, rate: float, step_s: float, seed: int, hops: bool = False
+    stacks: list[LocalStack], rate: float, step_s: float, seed: int, hops: bool = False
 ) -> dict[str, Any]:
     trace = synthetic_trace(
         rate_rps=rate, duration_s=step_s, seed=seed, mean_prompt_tokens=200, mean_output_tokens=16
     )
-    named = {**stack.state.pids, **stack.state.server_pids}
+    # Each request to a cell drawn at random: a random split of a Poisson stream is Poisson
+    # in every cell (a round-robin split would smooth each cell's arrivals, flattering it).
+    cell_of = np.random.default_rng(seed).integers(0, len(stacks), len(trace))
+    traces = [
+        [r for r, c in zip(trace, cell_of, strict=True) if c == i] for i in range(len(stacks))
+    ]
+    named = _named_pids(stacks)
     pids = list(named.values())
-    nc = await connect_nats(NatsSettings(url=stack.state.nats_url), "control-plane-bench")
+    nc = await connect_nats(NatsSettings(url=stacks[0].state.nats_url), "control-plane-bench")
     each0 = {name: _cpu_s([pid]) for name, pid in named.items()}
     cpu0, own0, t0 = _cpu_s(pids), time.process_time(), time.monotonic()
     try:
-        result = await replay(
-            nc,
-            Subjects(stack.state.namespace),
-            trace,
-            model="llama-3-8b",
-            speedup=1.0,
-            settle_timeout_s=10,
-            hops=hops,
+        results = await asyncio.gather(
+            *(
+                replay(
+                    nc,
+                    Subjects(stack.state.namespace),
+                    part,
+                    model="llama-3-8b",
+                    speedup=1.0,
+                    settle_timeout_s=10,
+                    hops=hops,
+                )
+                for stack, part in zip(stacks, traces, strict=True)
+                if part
+            )
         )
     finally:
         await nc.close()
+    records = [record for result in results for record in result.records]
     wall = time.monotonic() - t0
-    done = [r for r in result.records if r.completion is not None]
+    done = [r for r in records if r.completion is not None]
     added_ms = np.array([(r.ended_at - r.sent_at) * 1000.0 for r in done])
     dispatch_ms = np.array(
         [(r.completion.accepted_at - r.sent_at) * 1000.0 for r in done if r.completion]
@@ -210,7 +242,7 @@ async def _step(
         },
     }
     if hops:
-        step["hops"] = hop_breakdown(result.records)
+        step["hops"] = hop_breakdown(records)
     return step
 
 
@@ -231,20 +263,41 @@ def _spec(workers: int, request_path: str) -> StackSpec:
 
 
 def _sweep(
-    spec: StackSpec, rates: list[float], step_s: float, hops: bool = False
+    spec: StackSpec, rates: list[float], step_s: float, hops: bool = False, cells: int = 1
 ) -> dict[str, Any]:
-    """One fresh stack, the load steps up; the best step that sustained its rate."""
+    """Fresh stacks, the load steps up; the best step that sustained its rate.
+
+    With ``cells`` > 1 the first cell starts the servers and the others join them under
+    their own namespaces (``cp1`` …), each with its share of ``spec.workers``.
+    """
+    if cells > spec.workers:
+        raise ValueError(f"{cells} cells need at least as many workers, not {spec.workers}")
     steps: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gs-cp-") as folder:
-        stack = start_local_stack(spec, Path(folder))
+        stacks: list[LocalStack] = []
         try:
-            stack.wait_ready()
-            pids = list(stack.state.pids.values()) + list(stack.state.server_pids.values())
-            idle = wait_quiet(pids)
+            for i in range(cells):
+                cell = replace(
+                    spec,
+                    namespace=spec.namespace if i == 0 else f"{spec.namespace}{i}",
+                    workers=spec.workers // cells + (1 if i < spec.workers % cells else 0),
+                )
+                first = stacks[0].state if stacks else None
+                stacks.append(
+                    start_local_stack(
+                        cell,
+                        Path(folder) / f"cell{i}",
+                        nats_url=first.nats_url if first else None,
+                        redis_url=first.redis_url if first else None,
+                    )
+                )
+            for stack in stacks:
+                stack.wait_ready()
+            idle = wait_quiet(list(_named_pids(stacks).values()))
             print(f"  stack settled (idle CPU {idle:.2f} cores)", file=sys.stderr, flush=True)
             for i, rate in enumerate(rates):
                 with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-                    result = runner.run(_step(stack, rate, step_s, seed=i, hops=hops))
+                    result = runner.run(_step(stacks, rate, step_s, seed=i, hops=hops))
                 print(f"  {rate:g} req/s: {result}", file=sys.stderr, flush=True)
                 steps.append(result)
                 if (
@@ -253,7 +306,9 @@ def _sweep(
                 ):
                     break
         finally:
-            stack.stop()
+            # The first cell owns the servers: stop the others' services before them.
+            for stack in reversed(stacks):
+                stack.stop()
     good = [
         s
         for s in steps
@@ -299,7 +354,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for repeat in range(args.repeat):
         for path in paths:
             print(f"request path {path}, run {repeat + 1}", file=sys.stderr, flush=True)
-            runs[path].append(_sweep(_spec(args.workers, path), rates, args.step_s, args.hops))
+            runs[path].append(
+                _sweep(_spec(args.workers, path), rates, args.step_s, args.hops, args.cells)
+            )
     primary = sorted(
         runs[paths[0]], key=lambda r: (r["sustained_rps"], -(r["p99_added_ms"] or 1e9))
     )[(args.repeat - 1) // 2]
@@ -315,6 +372,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "p99_added_ms": primary["p99_added_ms"],
         "cpu_cores": primary["cpu_cores"],
         "machine_cores": len(os.sched_getaffinity(0)),
+        "cells": args.cells,
         "goal_met": _goal_met(primary, goal_rps, goal_p99),
         "request_path": paths[0],
         "steps": primary["steps"],

@@ -10,6 +10,7 @@
 #                             then the separate path with --hops (round 10, second call)
 #   control_plane.sh profile  CPU per process and py-spy of the request path at 2,000 req/s
 #                             on the whole machine, then the bench beside the stall meter
+#   control_plane.sh cells    the same 4 workers as 1, 2 and 4 cells (--cells), whole machine
 set -u
 mode=${1:-sweep}
 out=${OUT:-/tmp/greenserve-device}
@@ -40,6 +41,7 @@ bench() { # name, seconds, command prefix..., -- bench args...
     echo "   rc=$? $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ('sustained_rps','p99_added_ms','cpu_cores','machine_cores','goal_met')}, d['summary'])" "$out/$name.json" 2>&1 | head -c 1500)"
 }
 high=100,200,400,800,1200,1600,2000,2500,3000,4000
+[ "$mode" = cells ] && high=100,400,800,1200,1600,2000,2500,3000
 case $mode in
 sweep)
     bench all16 150 env -- --rates "$high" --plots "$out/all16"
@@ -68,5 +70,12 @@ profile)
     wait
     cat "$out/stalls_bench.json"
     ;;
-*) echo "unknown mode $mode (sweep | stalls | profile)" >&2; exit 2 ;;
+cells)
+    python3 tools/measure_stalls.py --procs 8 --seconds 10 --pin | tee -a "$out/env.txt"
+    for cells in 1 2 4; do
+        bench "cells$cells" 140 env -- --workers 4 --cells "$cells" --rates "$high" \
+            --plots "$out/cells$cells"
+    done
+    ;;
+*) echo "unknown mode $mode (sweep | stalls | profile | cells)" >&2; exit 2 ;;
 esac
