@@ -29,6 +29,7 @@ from greenserve.argtypes import positive_float, positive_floats, positive_int
 from greenserve.bench.control_plane_plots import plot_control_plane
 from greenserve.local import LocalStack, start_local_stack
 from greenserve.stack import StackSpec
+from loadgen.client_pool import ClientPool, split_at_random
 from loadgen.replay import ClientRecord, replay
 from loadgen.traces import synthetic_trace
 from proto.subjects import Subjects
@@ -82,6 +83,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="independent stacks (cells) on the same NATS and Redis, the workers split among "
         "them and each request sent to one at random; each cell schedules and places only on "
         "its own workers (docs/performance.md, cells)",
+    )
+    parser.add_argument(
+        "--clients",
+        type=positive_int,
+        default=1,
+        help="load-generator processes, each sending a random share of the requests (one "
+        "client's own event loop delays the completions it stamps; docs/performance.md)",
     )
     parser.add_argument("--repeat", type=positive_int, default=1, help="runs per request path")
     parser.add_argument(
@@ -181,41 +189,56 @@ def _named_pids(stacks: list[LocalStack]) -> dict[str, int]:
 
 
 async def _step(
-    stacks: list[LocalStack], rate: float, step_s: float, seed: int, hops: bool = False
+    stacks: list[LocalStack],
+    rate: float,
+    step_s: float,
+    seed: int,
+    hops: bool = False,
+    clients: int = 1,
 ) -> dict[str, Any]:
     trace = synthetic_trace(
         rate_rps=rate, duration_s=step_s, seed=seed, mean_prompt_tokens=200, mean_output_tokens=16
     )
     # Each request to a cell drawn at random: a random split of a Poisson stream is Poisson
     # in every cell (a round-robin split would smooth each cell's arrivals, flattering it).
-    cell_of = np.random.default_rng(seed).integers(0, len(stacks), len(trace))
-    traces = [
-        [r for r, c in zip(trace, cell_of, strict=True) if c == i] for i in range(len(stacks))
-    ]
+    traces = split_at_random(trace, len(stacks), seed)
     named = _named_pids(stacks)
     pids = list(named.values())
-    nc = await connect_nats(NatsSettings(url=stacks[0].state.nats_url), "control-plane-bench")
+    nats_url = stacks[0].state.nats_url
+    pool = None
+    if clients > 1:
+        cells = [(stack.state.namespace, part) for stack, part in zip(stacks, traces, strict=True)]
+        pool = ClientPool(nats_url, cells, clients, seed=seed, model="llama-3-8b", hops=hops)
+        await asyncio.to_thread(pool.start)
+    nc = await connect_nats(NatsSettings(url=nats_url), "control-plane-bench")
     each0 = {name: _cpu_s([pid]) for name, pid in named.items()}
     cpu0, own0, t0 = _cpu_s(pids), time.process_time(), time.monotonic()
+    clients_cpu_s = 0.0
     try:
-        results = await asyncio.gather(
-            *(
-                replay(
-                    nc,
-                    Subjects(stack.state.namespace),
-                    part,
-                    model="llama-3-8b",
-                    speedup=1.0,
-                    settle_timeout_s=10,
-                    hops=hops,
+        if pool is not None:
+            pool.go()
+            records, clients_cpu_s = await asyncio.to_thread(pool.collect, step_s + 60.0)
+        else:
+            results = await asyncio.gather(
+                *(
+                    replay(
+                        nc,
+                        Subjects(stack.state.namespace),
+                        part,
+                        model="llama-3-8b",
+                        speedup=1.0,
+                        settle_timeout_s=10,
+                        hops=hops,
+                    )
+                    for stack, part in zip(stacks, traces, strict=True)
+                    if part
                 )
-                for stack, part in zip(stacks, traces, strict=True)
-                if part
             )
-        )
+            records = [record for result in results for record in result.records]
     finally:
         await nc.close()
-    records = [record for result in results for record in result.records]
+        if pool is not None:
+            pool.close()
     wall = time.monotonic() - t0
     done = [r for r in records if r.completion is not None]
     added_ms = np.array([(r.ended_at - r.sent_at) * 1000.0 for r in done])
@@ -234,7 +257,7 @@ async def _step(
         "cpu_cores": (_cpu_s(pids) - cpu0) / wall,
         # Work per request, comparable between deployments whatever CPU share each got.
         "cpu_ms_per_request": 1000.0 * (_cpu_s(pids) - cpu0) / max(len(done), 1),
-        "loadgen_cpu_cores": (time.process_time() - own0) / wall,
+        "loadgen_cpu_cores": (time.process_time() - own0 + clients_cpu_s) / wall,
         # One event loop per process: the busiest one's share of a core is its utilisation,
         # which sets how long requests queue in it (docs/performance.md, round 10).
         "cpu_cores_by_process": {
@@ -263,7 +286,12 @@ def _spec(workers: int, request_path: str) -> StackSpec:
 
 
 def _sweep(
-    spec: StackSpec, rates: list[float], step_s: float, hops: bool = False, cells: int = 1
+    spec: StackSpec,
+    rates: list[float],
+    step_s: float,
+    hops: bool = False,
+    cells: int = 1,
+    clients: int = 1,
 ) -> dict[str, Any]:
     """Fresh stacks, the load steps up; the best step that sustained its rate.
 
@@ -297,7 +325,9 @@ def _sweep(
             print(f"  stack settled (idle CPU {idle:.2f} cores)", file=sys.stderr, flush=True)
             for i, rate in enumerate(rates):
                 with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-                    result = runner.run(_step(stacks, rate, step_s, seed=i, hops=hops))
+                    result = runner.run(
+                        _step(stacks, rate, step_s, seed=i, hops=hops, clients=clients)
+                    )
                 print(f"  {rate:g} req/s: {result}", file=sys.stderr, flush=True)
                 steps.append(result)
                 if (
@@ -355,7 +385,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for path in paths:
             print(f"request path {path}, run {repeat + 1}", file=sys.stderr, flush=True)
             runs[path].append(
-                _sweep(_spec(args.workers, path), rates, args.step_s, args.hops, args.cells)
+                _sweep(
+                    _spec(args.workers, path),
+                    rates,
+                    args.step_s,
+                    args.hops,
+                    args.cells,
+                    args.clients,
+                )
             )
     primary = sorted(
         runs[paths[0]], key=lambda r: (r["sustained_rps"], -(r["p99_added_ms"] or 1e9))
@@ -373,6 +410,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_cores": primary["cpu_cores"],
         "machine_cores": len(os.sched_getaffinity(0)),
         "cells": args.cells,
+        "clients": args.clients,
         "goal_met": _goal_met(primary, goal_rps, goal_p99),
         "request_path": paths[0],
         "steps": primary["steps"],

@@ -10,7 +10,8 @@
 #                             then the separate path with --hops (round 10, second call)
 #   control_plane.sh profile  CPU per process and py-spy of the request path at 2,000 req/s
 #                             on the whole machine, then the bench beside the stall meter
-#   control_plane.sh cells    the same 4 workers as 1, 2 and 4 cells (--cells), whole machine
+#   control_plane.sh cells    the same 4 workers as 1, 2 and 4 cells (--cells), whole machine,
+#                             load from 2 client processes (--clients 2) in each
 set -u
 mode=${1:-sweep}
 out=${OUT:-/tmp/greenserve-device}
@@ -73,7 +74,7 @@ profile)
 cells)
     python3 tools/measure_stalls.py --procs 8 --seconds 10 --pin | tee -a "$out/env.txt"
     for cells in 1 2 4; do
-        bench "cells$cells" 140 env -- --workers 4 --cells "$cells" --rates "$high" \
+        bench "cells$cells" 140 env -- --workers 4 --cells "$cells" --clients 2 --rates "$high" \
             --plots "$out/cells$cells"
     done
     ;;
