@@ -9,6 +9,8 @@ received, wall) and the CPU the stack's processes used (from /proc, servers incl
 up with the offered one (≥ 95 %) and p99 added latency stayed bounded. ``--request-path``
 picks the deployment of classifier, scheduler and router (one co-located process, three
 separate ones, or both alternately for an A/B comparison on the same machine load).
+``--cells N`` runs N whole stacks on the same servers (each request to one at random) and
+``--clients N`` sends the load from N processes (``loadgen.client_pool``).
 """
 
 from __future__ import annotations
@@ -210,7 +212,7 @@ async def _step(
         cells = [(stack.state.namespace, part) for stack, part in zip(stacks, traces, strict=True)]
         pool = ClientPool(nats_url, cells, clients, seed=seed, model="llama-3-8b", hops=hops)
         await asyncio.to_thread(pool.start)
-    nc = await connect_nats(NatsSettings(url=nats_url), "control-plane-bench")
+    nc = None if pool else await connect_nats(NatsSettings(url=nats_url), "control-plane-bench")
     each0 = {name: _cpu_s([pid]) for name, pid in named.items()}
     cpu0, own0, t0 = _cpu_s(pids), time.process_time(), time.monotonic()
     clients_cpu_s = 0.0
@@ -219,6 +221,7 @@ async def _step(
             pool.go()
             records, clients_cpu_s = await asyncio.to_thread(pool.collect, step_s + 60.0)
         else:
+            assert nc is not None
             results = await asyncio.gather(
                 *(
                     replay(
@@ -236,7 +239,8 @@ async def _step(
             )
             records = [record for result in results for record in result.records]
     finally:
-        await nc.close()
+        if nc is not None:
+            await nc.close()
         if pool is not None:
             pool.close()
     wall = time.monotonic() - t0
