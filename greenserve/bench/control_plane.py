@@ -311,6 +311,10 @@ def _sweep(
         raise ValueError(f"{cells} cells need at least as many workers, not {spec.workers}")
     steps: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gs-cp-") as folder:
+        # One forecaster cache for every cell: the first cell fits, the others load its fits
+        # instead of N forecasters fitting at once and the settle timing out.
+        forecaster = {**spec.extra.get("forecaster", {}), "model_cache_dir": f"{folder}/cache"}
+        spec = replace(spec, extra={**spec.extra, "forecaster": forecaster})
         stacks: list[LocalStack] = []
         try:
             for i in range(cells):
@@ -328,6 +332,9 @@ def _sweep(
                         redis_url=first.redis_url if first else None,
                     )
                 )
+                if i == 0 and cells > 1:
+                    stacks[0].wait_ready()
+                    wait_quiet(list(_named_pids(stacks).values()))
             for stack in stacks:
                 stack.wait_ready()
             idle = wait_quiet(list(_named_pids(stacks).values()), stacks=len(stacks))
