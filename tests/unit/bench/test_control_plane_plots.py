@@ -23,6 +23,8 @@ def _sweep(scale: float, hops: bool) -> dict[str, Any]:
             "p50_added_ms": scale * (2 + rate / 1000),
             "p99_added_ms": scale * (4 + rate / 250),
             "cpu_ms_per_request": 300 / rate,
+            "loadgen_cpu_cores": rate / 4000,
+            "cpu_cores_by_process": {"requestpath": rate / 2200, "nats": rate / 5000},
         }
         if hops:
             step["hops"] = {"p99_ms": {name: scale * rate / 1000 for name, *_ in HOPS}}
@@ -43,3 +45,22 @@ def test_the_plot_draws_every_run_and_the_hops_when_stamped(hops: bool, tmp_path
     path = plot_control_plane(runs, runs["colocated"][0], GOAL, tmp_path / "cp.png")
     assert path.read_bytes().startswith(PNG)
     assert path.stat().st_size > 10_000
+
+
+def test_the_cores_panel_keeps_the_busiest_processes_and_the_load_generator() -> None:
+    """Test that the panel's series are the busiest processes at their peak, the load
+    generator counted as one, and that steps without per-process CPU are left out."""
+    from greenserve.bench.control_plane_plots import BUSIEST, _cores_by_process
+
+    quiet = {f"quiet-{i}": 0.01 for i in range(BUSIEST)}
+    steps: list[dict[str, Any]] = [
+        {"achieved_rps": 100.0, "loadgen_cpu_cores": 0.05,
+         "cpu_cores_by_process": {"requestpath": 0.1, "nats": 0.05, **quiet}},
+        {"achieved_rps": 2000.0, "loadgen_cpu_cores": 0.5,
+         "cpu_cores_by_process": {"requestpath": 0.9, "nats": 0.4, **quiet}},
+        {"achieved_rps": 2400.0},  # an older report: no per-process CPU
+    ]  # fmt: skip
+    series = _cores_by_process(steps)
+    assert len(series) == BUSIEST
+    assert list(series)[:3] == ["requestpath", "load generator", "nats"]
+    assert series["requestpath"] == ([100.0, 2000.0], [0.1, 0.9])
