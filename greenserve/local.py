@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,9 @@ __all__ = [
     "DEFAULT_STATE_DIR",
     "LocalStack",
     "StackState",
+    "cell_specs",
     "load_state",
+    "start_cells",
     "start_local_stack",
     "stop_state",
 ]
@@ -61,6 +64,9 @@ class StackState:
     """CA of the servers' certificates when started with ``--tls``."""
     gateway_url: str | None = None
     """Base URL of the OpenAI-compatible HTTP ingress (``…/v1/completions``)."""
+    cells: list[str] = field(default_factory=list)
+    """State dirs of the further cells started with this one (``greenserve up --cells``), on
+    this one's servers; ``stop_state`` stops them first."""
 
 
 @dataclass(slots=True)
@@ -129,11 +135,14 @@ def start_local_stack(
     redis_url: str | None = None,
     secure: bool = False,
     tls: bool = False,
+    origin_wall_s: float | None = None,
 ) -> LocalStack:
     """Start servers (unless URLs are given) and every service process of ``spec``.
 
     ``secure`` starts both servers with per-service users and permissions and gives each
     process its own identity (``shared.security.local_servers``); ``tls`` adds a local CA.
+    ``origin_wall_s`` (default: now) is the wall time of model time's origin; cells share
+    their first cell's, so their model clocks agree.
 
     Raises:
         ValueError: ``secure`` with server URLs (it must configure the servers itself), or
@@ -162,7 +171,7 @@ def start_local_stack(
         if redis_url is None:
             servers.append(start_redis(state_dir / "redis"))
             redis_url = servers[-1].url
-        origin = time.time()
+        origin = time.time() if origin_wall_s is None else origin_wall_s
         gateway_port = spec.gateway_port or free_port()
         # Fitted forecasters outlive a stack (unlike its queues): a restart skips the fit. A
         # cache named in the environment (shared by many stacks, as in the test suite) wins.
@@ -212,6 +221,81 @@ def _replace(spec: StackSpec, **changes: Any) -> StackSpec:
     return replace(spec, **changes)
 
 
+def cell_specs(spec: StackSpec, cells: int) -> list[StackSpec]:
+    """``spec`` split into ``cells`` stacks: namespaces ``ns``, ``ns1`` …, the workers dealt
+    out (the first cells take the remainder), gateway ports counted up from a fixed one.
+
+    Raises:
+        ValueError: fewer workers than cells, or no cell.
+    """
+    if cells < 1:
+        raise ValueError("a stack has at least one cell")
+    if cells > spec.workers:
+        raise ValueError(f"{cells} cells need at least as many workers, not {spec.workers}")
+    return [
+        _replace(
+            spec,
+            namespace=spec.namespace if i == 0 else f"{spec.namespace}{i}",
+            workers=spec.workers // cells + (1 if i < spec.workers % cells else 0),
+            gateway_port=spec.gateway_port + i if spec.gateway_port else 0,
+        )
+        for i in range(cells)
+    ]
+
+
+def start_cells(
+    spec: StackSpec,
+    state_dir: Path,
+    cells: int,
+    *,
+    nats_url: str | None = None,
+    redis_url: str | None = None,
+    settle: Callable[[LocalStack], object] | None = None,
+) -> list[LocalStack]:
+    """Start ``spec`` as ``cells`` independent stacks on one NATS and one Redis.
+
+    The first cell starts in ``state_dir`` (and the servers, unless URLs are given) and is
+    waited for (``settle`` too, if given), so its forecaster has fitted before the others
+    start in ``state_dir/cells/<i>`` and load its fits from the shared cache. Every cell
+    keeps its own namespace: ingress stream, queues and Redis keys, so each is exactly a
+    stack as far as durability goes (``docs/architecture.md``, cells). The first cell's
+    state file lists the others, so ``greenserve down`` stops them all.
+
+    Raises:
+        ValueError: as :func:`cell_specs` and :func:`start_local_stack`.
+        RuntimeError: a cell did not come up; the cells started are stopped again.
+    """
+    state_dir = state_dir.resolve()
+    forecaster = dict(spec.extra.get("forecaster", {}))
+    forecaster.setdefault("model_cache_dir", str(state_dir / "cache" / "forecaster"))
+    specs = cell_specs(_replace(spec, extra={**spec.extra, "forecaster": forecaster}), cells)
+    stacks: list[LocalStack] = []
+    try:
+        first = start_local_stack(specs[0], state_dir, nats_url=nats_url, redis_url=redis_url)
+        stacks.append(first)
+        if cells > 1:
+            first.wait_ready()
+            if settle is not None:
+                settle(first)
+        for i, cell in enumerate(specs[1:], start=1):
+            stacks.append(
+                start_local_stack(
+                    cell,
+                    state_dir / "cells" / str(i),
+                    nats_url=first.state.nats_url,
+                    redis_url=first.state.redis_url,
+                    origin_wall_s=first.state.origin_wall_s,
+                )
+            )
+        first.state.cells = [str(stack.state_dir) for stack in stacks[1:]]
+        first.save()
+    except BaseException:
+        for stack in reversed(stacks):
+            stack.stop()
+        raise
+    return stacks
+
+
 def load_state(state_dir: Path = DEFAULT_STATE_DIR) -> StackState:
     """Read the state file of a stack started by ``greenserve up``.
 
@@ -240,6 +324,9 @@ def stop_state(state_dir: Path = DEFAULT_STATE_DIR, timeout_s: float = 15.0) -> 
     """Stop a stack recorded in the state dir (from another process); return what was stopped."""
     state = load_state(state_dir)
     stopped: list[str] = []
+    for cell in state.cells:  # on this stack's servers: stop them before the servers
+        if (Path(cell) / STATE_FILE).exists():
+            stopped += stop_state(Path(cell), timeout_s)
     for group in (state.pids, state.server_pids):
         for name, pid in group.items():
             if _alive(pid):

@@ -21,7 +21,6 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ import numpy as np
 
 from greenserve.argtypes import positive_float, positive_floats, positive_int
 from greenserve.bench.control_plane_plots import plot_control_plane
-from greenserve.local import LocalStack, start_local_stack
+from greenserve.local import LocalStack, start_cells
 from greenserve.stack import StackSpec
 from loadgen.client_pool import ClientPool, split_at_random
 from loadgen.replay import ClientRecord, replay
@@ -305,36 +304,20 @@ def _sweep(
     """Fresh stacks, the load steps up; the best step that sustained its rate.
 
     With ``cells`` > 1 the first cell starts the servers and the others join them under
-    their own namespaces (``cp1`` …), each with its share of ``spec.workers``.
+    their own namespaces (``cp1`` …), each with its share of ``spec.workers``
+    (:func:`greenserve.local.start_cells`).
     """
-    if cells > spec.workers:
-        raise ValueError(f"{cells} cells need at least as many workers, not {spec.workers}")
     steps: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gs-cp-") as folder:
-        # One forecaster cache for every cell: the first cell fits, the others load its fits
-        # instead of N forecasters fitting at once and the settle timing out.
-        forecaster = {**spec.extra.get("forecaster", {}), "model_cache_dir": f"{folder}/cache"}
-        spec = replace(spec, extra={**spec.extra, "forecaster": forecaster})
         stacks: list[LocalStack] = []
         try:
-            for i in range(cells):
-                cell = replace(
-                    spec,
-                    namespace=spec.namespace if i == 0 else f"{spec.namespace}{i}",
-                    workers=spec.workers // cells + (1 if i < spec.workers % cells else 0),
-                )
-                first = stacks[0].state if stacks else None
-                stacks.append(
-                    start_local_stack(
-                        cell,
-                        Path(folder) / f"cell{i}",
-                        nats_url=first.nats_url if first else None,
-                        redis_url=first.redis_url if first else None,
-                    )
-                )
-                if i == 0 and cells > 1:
-                    stacks[0].wait_ready()
-                    wait_quiet(list(_named_pids(stacks).values()))
+            # The first cell settles before the others start, so they load its fits.
+            stacks = start_cells(
+                spec,
+                Path(folder),
+                cells,
+                settle=lambda first: wait_quiet(list(_named_pids([first]).values())),
+            )
             for stack in stacks:
                 stack.wait_ready()
             idle = wait_quiet(list(_named_pids(stacks).values()), stacks=len(stacks))

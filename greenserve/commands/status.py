@@ -85,10 +85,16 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, RedisError) as exc:
         # A stack whose Redis died is what an operator runs status for: say so, no traceback.
         live = {"workers": [], "plan": None, "error": f"redis unreachable: {exc}"}
+    cells = [_cell(Path(folder)) for folder in state.cells]
+    healthy = all(processes.values()) and all(
+        not c.get("missing") and c["running"] == c["processes"] for c in cells
+    )
     report = {"namespace": state.namespace, "processes": processes, **live}
+    if cells:
+        report["cells"] = cells
     if args.json:
         print(json.dumps(report))
-        return 0 if all(processes.values()) else 1
+        return 0 if healthy else 1
     console = Console()
     table = Table(title=f"GreenServe stack {state.namespace}")
     table.add_column("process")
@@ -115,4 +121,31 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"plan: {live['plan']}")
     if "error" in live:
         console.print(f"[red]{live['error']}[/red]")
-    return 0 if all(processes.values()) else 1
+    for cell in cells:
+        console.print(
+            f"cell {cell['namespace']}: {cell['running']}/{cell['processes']} processes "
+            f"running; details: greenserve status --state-dir {cell['state_dir']}"
+        )
+    return 0 if healthy else 1
+
+
+def _cell(folder: Path) -> dict[str, Any]:
+    """A further cell's namespace and how many of its processes run (``missing``: its state
+    file is gone, so it is not running as part of this stack)."""
+    try:
+        cell = load_state(folder)
+    except FileNotFoundError:
+        return {
+            "namespace": "?",
+            "state_dir": str(folder),
+            "processes": 0,
+            "running": 0,
+            "missing": True,
+        }
+    pids = {**cell.pids, **cell.server_pids}
+    return {
+        "namespace": cell.namespace,
+        "state_dir": str(folder),
+        "processes": len(pids),
+        "running": sum(alive(pid) for pid in pids.values()),
+    }

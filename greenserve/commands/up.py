@@ -7,8 +7,9 @@ import signal
 import sys
 import threading
 
+from greenserve.argtypes import positive_int
 from greenserve.commands._stack_args import add_stack_arguments, spec_from_args
-from greenserve.local import start_local_stack
+from greenserve.local import LocalStack, start_cells, start_local_stack
 from shared.security.secrets import redact_url
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
@@ -24,6 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--foreground", action="store_true", help="stay attached; Ctrl-C stops the stack"
     )
     parser.add_argument(
+        "--cells",
+        type=positive_int,
+        default=1,
+        help="independent stacks on the same NATS and Redis (namespaces ns, ns1 …), the "
+        "workers dealt out among them, each with its own API address; `down` stops all "
+        "(docs/architecture.md, cells)",
+    )
+    parser.add_argument(
         "--secure",
         action="store_true",
         help="per-service NATS users and Redis ACL users with generated passwords "
@@ -37,28 +46,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Start the stack and wait until it is ready."""
-    try:
-        stack = start_local_stack(
-            spec_from_args(args),
-            args.state_dir,
-            nats_url=args.nats_url,
-            redis_url=args.redis_url,
-            secure=args.secure,
-            tls=args.tls,
+    """Start the stack (or its cells) and wait until it is ready."""
+    if args.cells > 1 and args.secure:
+        print(
+            "greenserve up failed: --cells with --secure is not supported: a secured stack "
+            "creates its servers' users for its own services; start each secured cell on "
+            "its own servers",
+            file=sys.stderr,
         )
+        return 2
+    stacks: list[LocalStack] = []
+    try:
+        if args.cells > 1:
+            stacks = start_cells(
+                spec_from_args(args),
+                args.state_dir,
+                args.cells,
+                nats_url=args.nats_url,
+                redis_url=args.redis_url,
+            )
+        else:
+            stacks = [
+                start_local_stack(
+                    spec_from_args(args),
+                    args.state_dir,
+                    nats_url=args.nats_url,
+                    redis_url=args.redis_url,
+                    secure=args.secure,
+                    tls=args.tls,
+                )
+            ]
+        for cell in stacks:
+            cell.wait_ready()
     except (ValueError, RuntimeError) as exc:
         print(f"greenserve up failed: {exc}", file=sys.stderr)
+        for cell in reversed(stacks):
+            cell.stop()
         return 1
-    try:
-        stack.wait_ready()
-    except RuntimeError as exc:
-        print(f"greenserve up failed: {exc}", file=sys.stderr)
-        stack.stop()
-        return 1
+    stack = stacks[0]
     state = stack.state
+    cells = f" (first of {len(stacks)} cells)" if len(stacks) > 1 else ""
     print(
-        f"stack up: {state.workers} workers, namespace {state.namespace}, "
+        f"stack up{cells}: {state.workers} workers, namespace {state.namespace}, "
         f"NATS {redact_url(state.nats_url)}, Redis {redact_url(state.redis_url)}, "
         f"speed-up {state.speedup:g}; logs in {args.state_dir / 'logs'}",
         file=sys.stderr,
@@ -74,11 +103,18 @@ def run(args: argparse.Namespace) -> int:
             f"TLS on: for other tools, export SSL_CERT_FILE={state.tls_ca_file}",
             file=sys.stderr,
         )
+    for cell in stacks[1:]:
+        print(
+            f"cell {cell.state.namespace}: {cell.state.workers} workers, OpenAI-compatible API "
+            f"{cell.state.gateway_url}/v1; state in {cell.state_dir}",
+            file=sys.stderr,
+        )
     if not args.foreground:
         return 0
     stopped = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopped.set())
     stopped.wait()
-    stack.stop()
+    for cell in reversed(stacks):  # the first cell owns the servers
+        cell.stop()
     return 0

@@ -1,11 +1,19 @@
-"""``greenserve bench control-plane --cells --clients``: independent stacks on one NATS and
-one Redis, loaded by several client processes."""
+"""Cells: independent stacks on one NATS and one Redis, in ``greenserve bench
+control-plane --cells --clients`` (loaded by several client processes) and ``greenserve up
+--cells``."""
 
 from __future__ import annotations
+
+import json
+import urllib.request
+import uuid
+from pathlib import Path
 
 import pytest
 
 from greenserve.bench.control_plane import _spec, _sweep
+from greenserve.cli import main
+from greenserve.local import alive, load_state
 
 pytestmark = pytest.mark.connected
 
@@ -32,3 +40,49 @@ def test_more_cells_than_workers_is_refused() -> None:
     """Test that a cell without a worker is refused before anything starts."""
     with pytest.raises(ValueError, match="3 cells"):
         _sweep(_spec(2, "colocated"), [40.0], 1.0, cells=3)
+
+
+def test_up_starts_cells_on_one_set_of_servers_and_down_stops_them_all(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Test ``greenserve up --cells 2``: the second cell joins the first's servers under
+    ``ns1`` with its share of the workers and the first's model-time origin, answers on its
+    own OpenAI address, shows in ``status``, and ``down`` stops both, servers last."""
+    state_dir = tmp_path / "gs"
+    namespace = f"cells{uuid.uuid4().hex[:6]}"
+    argv = ["--workers", "2", "--regions", "PJM", "--speedup", "20", "--cells", "2"]
+    assert main(["up", *argv, "--namespace", namespace, "--state-dir", str(state_dir)]) == 0
+    first = load_state(state_dir)
+    try:
+        assert len(first.cells) == 1
+        second = load_state(Path(first.cells[0]))
+        assert (second.nats_url, second.redis_url) == (first.nats_url, first.redis_url)
+        assert second.namespace == f"{namespace}1"
+        assert (first.workers, second.workers) == (1, 1)
+        assert second.origin_wall_s == first.origin_wall_s
+        body = {"model": "llama-3-8b", "prompt": "hello", "max_tokens": 3}
+        request = urllib.request.Request(
+            f"{second.gateway_url}/v1/completions",
+            data=json.dumps(body).encode(),
+            headers={"content-type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert json.load(response)["usage"]["completion_tokens"] == 3
+        capsys.readouterr()
+        assert main(["status", "--json", "--state-dir", str(state_dir)]) == 0
+        cells = json.loads(capsys.readouterr().out)["cells"]
+        assert [(c["namespace"], c["running"]) for c in cells] == [
+            (second.namespace, len(second.pids) + len(second.server_pids))
+        ]
+    finally:
+        assert main(["down", "--state-dir", str(state_dir)]) == 0
+    pids = [*first.pids.values(), *first.server_pids.values(), *second.pids.values()]
+    assert not any(alive(pid) for pid in pids)
+    assert not (Path(first.cells[0]) / "stack.json").exists()
+
+
+def test_up_refuses_cells_on_a_secured_stack(tmp_path: Path) -> None:
+    """Test that ``--cells`` with ``--secure`` is refused before anything starts."""
+    argv = ["up", "--cells", "2", "--secure", "--state-dir", str(tmp_path / "gs")]
+    assert main(argv) == 2
+    assert not (tmp_path / "gs").exists()
