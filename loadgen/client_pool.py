@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
 
 import numpy as np
 
@@ -133,7 +134,7 @@ class ClientPool:
         """Spawn the clients and wait until each is connected and waiting for :meth:`go`.
 
         Raises:
-            RuntimeError: a client did not report ready in time.
+            RuntimeError: a client exited or did not report ready in time.
         """
         for job in self._jobs:
             mine, theirs = self._context.Pipe()
@@ -142,10 +143,15 @@ class ClientPool:
             theirs.close()
             self._procs.append(proc)
             self._conns.append(mine)
-        for conn in self._conns:
-            if not conn.poll(START_TIMEOUT_S) or conn.recv() != "ready":
-                self.close()
-                raise RuntimeError("a load-generator process did not start in time")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        try:
+            replies = [self._receive(i, deadline) for i in range(len(self._conns))]
+        except BaseException:
+            self.close()
+            raise
+        if any(reply != "ready" for reply in replies):
+            self.close()
+            raise RuntimeError("a load-generator process sent no ready signal")
 
     def go(self, lead_s: float = 0.05) -> float:
         """Tell every client to start publishing at one wall time (returned)."""
@@ -158,21 +164,37 @@ class ClientPool:
         """Every client's records and their CPU seconds (blocks until all answered).
 
         Raises:
-            RuntimeError: a client did not answer within ``timeout_s``.
+            RuntimeError: a client exited or did not answer within ``timeout_s``.
         """
         records: list[ClientRecord] = []
         cpu = 0.0
         deadline = time.monotonic() + timeout_s
         try:
-            for conn in self._conns:
-                if not conn.poll(max(0.0, deadline - time.monotonic())):
-                    raise RuntimeError("a load-generator process did not finish in time")
-                mine, seconds = conn.recv()
+            for i in range(len(self._conns)):
+                mine, seconds = self._receive(i, deadline)
                 records += mine
                 cpu += seconds
         finally:
             self.close()
         return records, cpu
+
+    def _receive(self, i: int, deadline: float) -> Any:
+        """Client ``i``'s next message, by the monotonic ``deadline``.
+
+        Raises:
+            RuntimeError: the client exited (its traceback is on stderr) or was late.
+        """
+        conn = self._conns[i]
+        if not conn.poll(max(0.0, deadline - time.monotonic())):
+            raise RuntimeError(f"load-generator process {i} did not answer in time")
+        try:
+            return conn.recv()
+        except EOFError:
+            self._procs[i].join(timeout=5.0)
+            raise RuntimeError(
+                f"load-generator process {i} exited with code {self._procs[i].exitcode} "
+                "(its traceback is above)"
+            ) from None
 
     def close(self) -> None:
         """Stop whatever is still running."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 
@@ -30,3 +31,13 @@ def test_a_pool_needs_a_client() -> None:
     """Test that zero clients is refused."""
     with pytest.raises(ValueError, match="at least one client"):
         ClientPool("nats://127.0.0.1:1", [("ns", [])], 0, seed=1, model="m")
+
+
+def test_a_client_process_that_dies_is_reported_at_once_not_after_the_timeout() -> None:
+    """Test that a client exiting before it is ready (here: a URL nats-py refuses) ends
+    ``start`` with its exit code within seconds, not after the 60-s start timeout."""
+    pool = ClientPool("tls://", [("ns", [])], 1, seed=1, model="m")
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="exited with code 1"):
+        pool.start()
+    assert time.monotonic() - started < 30.0
