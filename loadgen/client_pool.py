@@ -5,7 +5,8 @@ One Python client publishing 2,000 req/s spends about half a core in its own eve
 that wait is the client's, not the control plane's. :class:`ClientPool` splits the requests
 among ``clients`` processes at random (a random split of a Poisson stream is Poisson in
 every part), starts them together and gathers what each saw. Each process runs
-:func:`loadgen.replay.replay` unchanged, for every part (cell) it was given.
+:func:`loadgen.replay.replay_parts` over the parts (cells) it was given, as a single
+client does.
 
 Use: ``pool = ClientPool(...)``; ``pool.start()`` (spawns, waits until every process is
 connected); ``pool.go()`` (all start publishing); ``pool.collect()`` (records and the
@@ -24,9 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.replay import ClientRecord, replay
+from loadgen.replay import ClientRecord, replay_parts
 from loadgen.traces import TraceRequest
-from proto.subjects import Subjects
 from shared.bus import connect_nats
 from shared.config import NatsSettings
 from shared.lifecycle import event_loop_factory
@@ -67,25 +67,17 @@ def _client_process(job: _Job, conn: Connection) -> None:
             start_at: float = await asyncio.to_thread(conn.recv)
             await asyncio.sleep(max(0.0, start_at - time.time()))
             cpu0 = time.process_time()
-            results = await asyncio.gather(
-                *(
-                    replay(
-                        nc,
-                        Subjects(namespace),
-                        list(requests),
-                        model=job.model,
-                        speedup=1.0,
-                        settle_timeout_s=job.settle_timeout_s,
-                        hops=job.hops,
-                    )
-                    for namespace, requests in job.parts
-                    if requests
-                )
+            records = await replay_parts(
+                nc,
+                job.parts,
+                model=job.model,
+                settle_timeout_s=job.settle_timeout_s,
+                hops=job.hops,
             )
             cpu = time.process_time() - cpu0
         finally:
             await nc.close()
-        return [record for result in results for record in result.records], cpu
+        return records, cpu
 
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         conn.send(runner.run(main()))

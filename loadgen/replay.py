@@ -50,6 +50,7 @@ __all__ = [
     "WorkerEnergy",
     "publish_with_retry",
     "replay",
+    "replay_parts",
 ]
 
 REPLY_HEADER = "Gs-Reply"
@@ -289,3 +290,31 @@ async def replay(
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
     return ReplayResult(records, workers, started, time.time(), speedup)
+
+
+async def replay_parts(
+    nc: Client,
+    parts: Sequence[tuple[str, Sequence[TraceRequest]]],
+    *,
+    model: str,
+    settle_timeout_s: float,
+    hops: bool = False,
+) -> list[ClientRecord]:
+    """:func:`replay` every ``(namespace, requests)`` part at once on one connection, in
+    real time (speed-up 1), as one client sends to several stacks (cells); every record."""
+    results = await asyncio.gather(
+        *(
+            replay(
+                nc,
+                Subjects(namespace),
+                requests,
+                model=model,
+                speedup=1.0,
+                settle_timeout_s=settle_timeout_s,
+                hops=hops,
+            )
+            for namespace, requests in parts
+            if requests
+        )
+    )
+    return [record for result in results for record in result.records]

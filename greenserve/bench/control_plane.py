@@ -31,9 +31,8 @@ from greenserve.bench.control_plane_plots import plot_control_plane
 from greenserve.local import LocalStack, start_cells
 from greenserve.stack import StackSpec
 from loadgen.client_pool import ClientPool, split_at_random
-from loadgen.replay import ClientRecord, replay
+from loadgen.replay import ClientRecord, replay_parts
 from loadgen.traces import synthetic_trace
-from proto.subjects import Subjects
 from shared.bus import connect_nats
 from shared.config import NatsSettings
 from shared.lifecycle import event_loop_factory
@@ -208,17 +207,16 @@ async def _step(
     # Each request to a cell drawn at random: a random split of a Poisson stream is Poisson
     # in every cell (a round-robin split would smooth each cell's arrivals, flattering it).
     traces = split_at_random(trace, len(stacks), seed)
+    cells = [(stack.state.namespace, part) for stack, part in zip(stacks, traces, strict=True)]
     named = _named_pids(stacks)
-    pids = list(named.values())
     nats_url = stacks[0].state.nats_url
     pool = None
     if clients > 1:
-        cells = [(stack.state.namespace, part) for stack, part in zip(stacks, traces, strict=True)]
         pool = ClientPool(nats_url, cells, clients, seed=seed, model="llama-3-8b", hops=hops)
         await asyncio.to_thread(pool.start)
     nc = None if pool else await connect_nats(NatsSettings(url=nats_url), "control-plane-bench")
     each0 = {name: _cpu_s([pid]) for name, pid in named.items()}
-    cpu0, own0, t0 = _cpu_s(pids), time.process_time(), time.monotonic()
+    own0, t0 = time.process_time(), time.monotonic()
     clients_cpu_s = 0.0
     try:
         if pool is not None:
@@ -226,28 +224,18 @@ async def _step(
             records, clients_cpu_s = await asyncio.to_thread(pool.collect, step_s + 60.0)
         else:
             assert nc is not None
-            results = await asyncio.gather(
-                *(
-                    replay(
-                        nc,
-                        Subjects(stack.state.namespace),
-                        part,
-                        model="llama-3-8b",
-                        speedup=1.0,
-                        settle_timeout_s=10,
-                        hops=hops,
-                    )
-                    for stack, part in zip(stacks, traces, strict=True)
-                    if part
-                )
+            records = await replay_parts(
+                nc, cells, model="llama-3-8b", settle_timeout_s=10, hops=hops
             )
-            records = [record for result in results for record in result.records]
     finally:
         if nc is not None:
             await nc.close()
         if pool is not None:
             pool.close()
     wall = time.monotonic() - t0
+    # One /proc read per process; the stack's total is their sum.
+    used = {name: _cpu_s([pid]) - each0[name] for name, pid in named.items()}
+    stack_cpu_s = sum(used.values())
     done = [r for r in records if r.completion is not None]
     added_ms = np.array([(r.ended_at - r.sent_at) * 1000.0 for r in done])
     dispatch_ms = np.array(
@@ -262,15 +250,13 @@ async def _step(
         "p50_added_ms": float(np.percentile(added_ms, 50)) if len(done) else None,
         "p99_added_ms": float(np.percentile(added_ms, 99)) if len(done) else None,
         "p99_dispatch_ms": float(np.percentile(dispatch_ms, 99)) if len(done) else None,
-        "cpu_cores": (_cpu_s(pids) - cpu0) / wall,
+        "cpu_cores": stack_cpu_s / wall,
         # Work per request, comparable between deployments whatever CPU share each got.
-        "cpu_ms_per_request": 1000.0 * (_cpu_s(pids) - cpu0) / max(len(done), 1),
+        "cpu_ms_per_request": 1000.0 * stack_cpu_s / max(len(done), 1),
         "loadgen_cpu_cores": (time.process_time() - own0 + clients_cpu_s) / wall,
         # One event loop per process: the busiest one's share of a core is its utilisation,
         # which sets how long requests queue in it (docs/performance.md, round 10).
-        "cpu_cores_by_process": {
-            name: round((_cpu_s([pid]) - each0[name]) / wall, 3) for name, pid in named.items()
-        },
+        "cpu_cores_by_process": {name: round(seconds / wall, 3) for name, seconds in used.items()},
     }
     if hops:
         step["hops"] = hop_breakdown(records)
