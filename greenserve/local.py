@@ -178,7 +178,7 @@ def start_local_stack(
         extra = dict(spec.extra)
         forecaster = dict(extra.get("forecaster", {}))
         if not os.environ.get(FORECASTER_CACHE_ENV):
-            forecaster.setdefault("model_cache_dir", str(state_dir / "cache" / "forecaster"))
+            forecaster.setdefault("model_cache_dir", str(_forecaster_cache(state_dir)))
         extra["forecaster"] = forecaster
         spec = _replace(
             spec,
@@ -213,6 +213,11 @@ def start_local_stack(
     stack = LocalStack(state, state_dir, ProcessGroup(procs), servers)
     stack.save()
     return stack
+
+
+def _forecaster_cache(state_dir: Path) -> Path:
+    """Where a stack started in ``state_dir`` keeps its fitted forecasters (its cells too)."""
+    return state_dir / "cache" / "forecaster"
 
 
 def _replace(spec: StackSpec, **changes: Any) -> StackSpec:
@@ -267,7 +272,7 @@ def start_cells(
     """
     state_dir = state_dir.resolve()
     forecaster = dict(spec.extra.get("forecaster", {}))
-    forecaster.setdefault("model_cache_dir", str(state_dir / "cache" / "forecaster"))
+    forecaster.setdefault("model_cache_dir", str(_forecaster_cache(state_dir)))
     specs = cell_specs(_replace(spec, extra={**spec.extra, "forecaster": forecaster}), cells)
     stacks: list[LocalStack] = []
     try:
