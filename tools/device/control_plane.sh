@@ -12,6 +12,9 @@
 #                             on the whole machine, then the bench beside the stall meter
 #   control_plane.sh cells    the same 4 workers as 1, 2 and 4 cells (--cells), whole machine,
 #                             load from 2 client processes (--clients 2) in each
+#   control_plane.sh repeat   is a noisy tail the machine's first minutes? 1 cell at once, again
+#                             after touching 32 GiB of fresh memory, then 4 and 2 cells, then 1
+#                             cell last; the stall meter runs beside the first 240 s
 set -u
 mode=${1:-sweep}
 out=${OUT:-/tmp/greenserve-device}
@@ -78,5 +81,23 @@ cells)
             --plots "$out/cells$cells"
     done
     ;;
-*) echo "unknown mode $mode (sweep | stalls | profile | cells)" >&2; exit 2 ;;
+repeat)
+    cat /sys/kernel/mm/transparent_hugepage/enabled >>"$out/env.txt" 2>&1
+    python3 tools/measure_stalls.py --procs 4 --seconds 240 --pin >"$out/stalls_beside.json" &
+    faults() { echo "$1 $(uptime) $(grep -E '^(pgfault|pgmajfault|thp_fault_alloc) ' /proc/vmstat | tr '\n' ' ')" >>"$out/env.txt"; }
+    two=--rates=100,2000
+    faults r1
+    bench r1_cells1 80 env -- --workers 4 --cells 1 --clients 2 "$two"
+    faults touch
+    python3 -c "b = b'x' * (32 << 30); print(len(b) >> 30, 'GiB touched')" | tee -a "$out/env.txt"
+    faults r2
+    bench r2_cells1 80 env -- --workers 4 --cells 1 --clients 2 "$two"
+    bench cells4 90 env -- --workers 4 --cells 4 --clients 2 --rates 100,2000,3000
+    bench cells2 80 env -- --workers 4 --cells 2 --clients 2 "$two"
+    faults r3
+    bench r3_cells1 80 env -- --workers 4 --cells 1 --clients 2 "$two"
+    faults end
+    wait
+    ;;
+*) echo "unknown mode $mode (sweep | stalls | profile | cells | repeat)" >&2; exit 2 ;;
 esac
