@@ -228,7 +228,9 @@ def _replace(spec: StackSpec, **changes: Any) -> StackSpec:
 
 def cell_specs(spec: StackSpec, cells: int) -> list[StackSpec]:
     """``spec`` split into ``cells`` stacks: namespaces ``ns``, ``ns1`` …, the workers dealt
-    out (the first cells take the remainder), gateway ports counted up from a fixed one.
+    out (the first cells take the remainder), gateway ports counted up from a fixed one,
+    and every cell's gateway told all the cells' namespaces (``gateway.cells``), so any
+    one of their addresses spreads requests over all of them.
 
     Raises:
         ValueError: fewer workers than cells, or no cell.
@@ -237,14 +239,19 @@ def cell_specs(spec: StackSpec, cells: int) -> list[StackSpec]:
         raise ValueError("a stack has at least one cell")
     if cells > spec.workers:
         raise ValueError(f"{cells} cells need at least as many workers, not {spec.workers}")
+    namespaces = [spec.namespace if i == 0 else f"{spec.namespace}{i}" for i in range(cells)]
+    extra = spec.extra
+    if cells > 1:  # every cell's gateway is a front door to all of them
+        extra = {**extra, "gateway": {**extra.get("gateway", {}), "cells": namespaces}}
     return [
         _replace(
             spec,
-            namespace=spec.namespace if i == 0 else f"{spec.namespace}{i}",
+            namespace=namespace,
             workers=spec.workers // cells + (1 if i < spec.workers % cells else 0),
             gateway_port=spec.gateway_port + i if spec.gateway_port else 0,
+            extra=extra,
         )
-        for i in range(cells)
+        for i, namespace in enumerate(namespaces)
     ]
 
 

@@ -102,7 +102,15 @@ async def _run_one(
 async def run_in_process(
     launches: Sequence[ServiceLaunch],
 ) -> AsyncIterator[dict[str, InProcessService]]:
-    """Run services as tasks; on exit stop them all and wait for their drain."""
+    """Run services as tasks; on exit stop them all and wait for their drain.
+
+    Raises:
+        ValueError: two launches share a name (one would never be stopped); two stacks
+            run as two calls.
+    """
+    names = [launch.name for launch in launches]
+    if len(set(names)) != len(names):
+        raise ValueError(f"launch names repeat in {names}; run each stack in its own call")
     running: dict[str, InProcessService] = {}
     try:
         for launch in launches:

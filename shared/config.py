@@ -20,6 +20,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from proto.subjects import valid_token
+
 __all__ = [
     "CONFIG_FILE_ENV",
     "ClassifierSettings",
@@ -319,11 +321,26 @@ class GatewaySettings(_Section):
     """Text sent for each generated token when the worker streams no text (simulated GPUs)."""
     chars_per_token: float = Field(default=4.0, gt=0.0)
     """Prompt-length estimate (characters per token) when no tokenizer is configured."""
+    cells: tuple[str, ...] = ()
+    """Namespaces of the cells this gateway spreads requests over, each request to the one
+    it has the fewest requests in flight with (``services/gateway/cells.py``); empty: its
+    own stack only. ``greenserve up --cells N`` gives every cell's gateway all N."""
+    cell_retry_s: float = Field(default=5.0, gt=0.0)
+    """How long a cell whose ingress stream did not answer is skipped."""
 
     @model_validator(mode="after")
     def _default_within_limit(self) -> GatewaySettings:
         if self.default_max_tokens > self.max_tokens_limit:
             raise ValueError("default_max_tokens must not exceed max_tokens_limit")
+        return self
+
+    @model_validator(mode="after")
+    def _cells_are_namespaces(self) -> GatewaySettings:
+        bad = [ns for ns in self.cells if not valid_token(ns)]
+        if bad:
+            raise ValueError(f"cells {bad} are not namespaces ([A-Za-z0-9_-]{{1,128}})")
+        if len(set(self.cells)) != len(self.cells):
+            raise ValueError(f"a cell is named twice in {list(self.cells)}")
         return self
 
 

@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=1,
         help="independent stacks on the same NATS and Redis (namespaces ns, ns1 …), the "
-        "workers dealt out among them, each with its own API address; `down` stops all "
+        "workers dealt out among them; every cell's API address spreads requests over all "
+        "of them; `down` stops all "
         "(docs/architecture.md, cells)",
     )
     parser.add_argument(
@@ -92,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
         f"speed-up {state.speedup:g}; logs in {args.state_dir / 'logs'}",
         file=sys.stderr,
     )
-    print(f"OpenAI-compatible API: {state.gateway_url}/v1", file=sys.stderr)
+    spread = " (spreads requests over every cell)" if len(stacks) > 1 else ""
+    print(f"OpenAI-compatible API: {state.gateway_url}/v1{spread}", file=sys.stderr)
     if state.secure:
         print(
             f"secure: one identity per service; passwords in {args.state_dir / 'secrets'}",

@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 import nats.errors
+import nats.js.errors
 import redis.exceptions
 from aiohttp import web
 from nats.aio.client import Client
@@ -34,6 +35,7 @@ from proto.keys import Keys
 from proto.messages import Completion, ErrorReply, Forecast, TokenChunk, scoped_request_id
 from proto.subjects import Subjects
 from services.gateway.carbon_aware import emissions_forecast, parse_forecast_query
+from services.gateway.cells import Cell, CellPicker
 from services.gateway.errors import ApiError
 from services.gateway.openai_schema import (
     Endpoint,
@@ -51,7 +53,15 @@ from shared.security.client_ids import instance_token
 from shared.store import as_bytes
 from shared.telemetry import inject_headers
 
-__all__ = ["HTTP_REQUESTS", "NAME", "REPLY_HEADER", "STATE", "GatewayState", "build_app"]
+__all__ = [
+    "CELL_REQUESTS",
+    "HTTP_REQUESTS",
+    "NAME",
+    "REPLY_HEADER",
+    "STATE",
+    "GatewayState",
+    "build_app",
+]
 
 NAME = "gateway"
 REPLY_HEADER = "Gs-Reply"
@@ -59,6 +69,11 @@ REPLY_HEADER = "Gs-Reply"
 
 HTTP_REQUESTS: Counter = Counter(
     "greenserve_http_requests_total", "HTTP requests to the gateway", ["route", "status"]
+)
+CELL_REQUESTS: Counter = Counter(
+    "greenserve_gateway_cell_requests_total",
+    "Requests the gateway stored in each cell's ingress stream",
+    ["cell"],
 )
 
 logger = logging.getLogger(__name__)
@@ -78,6 +93,8 @@ class GatewayState:
     client_id: str
     chars_per_token: float | None
     """Prompt-length estimate; ``None`` when the classifier tokenises the text itself."""
+    cells: CellPicker
+    """The cells this gateway sends requests to (its own stack alone unless configured)."""
     router: ReplyRouter = field(default_factory=ReplyRouter)
     store: Redis | None = None
     """Where the forecaster keeps its latest forecasts (the carbon-aware query reads them)."""
@@ -139,8 +156,36 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
         raise ApiError("body_too_large", f"body larger than {limit} bytes") from None
 
 
-async def _publish(state: GatewayState, parsed: ParsedRequest, request_id: str) -> None:
-    reply = state.subjects.client_reply(state.client_id, request_id)
+async def _publish(state: GatewayState, parsed: ParsedRequest, request_id: str) -> Cell:
+    """Store the request in a cell's ingress stream; the cell it went to, counted in flight.
+
+    A cell whose stream does not answer (no responders: it is down or not started) is
+    skipped and the next one tried; any other failure may have stored the request, so it
+    is answered 503 rather than sent to a second cell, which could answer it twice.
+    """
+    tried: list[Cell] = []
+    while (cell := state.cells.pick(time.monotonic(), exclude=tried)) is not None:
+        try:
+            await _publish_to(state, cell.subjects, parsed, request_id)
+        except nats.js.errors.NoStreamResponseError:
+            state.cells.release(cell)
+            state.cells.mark_down(cell, time.monotonic())
+            tried.append(cell)
+            logger.warning("cell %s has no ingress stream; trying another", cell.subjects.prefix)
+            continue
+        except BaseException:
+            state.cells.release(cell)
+            raise
+        CELL_REQUESTS.labels(cell.subjects.prefix).inc()
+        return cell
+    raise ApiError("unavailable", "no cell's ingress is available; retry later")
+
+
+async def _publish_to(
+    state: GatewayState, subjects: Subjects, parsed: ParsedRequest, request_id: str
+) -> None:
+    # A cell answers only within its own reply space, so the reply subject is that cell's.
+    reply = subjects.client_reply(state.client_id, request_id)
     message = to_request(
         parsed,
         request_id=request_id,
@@ -154,11 +199,13 @@ async def _publish(state: GatewayState, parsed: ParsedRequest, request_id: str) 
     headers = inject_headers({"Nats-Msg-Id": msg_id, REPLY_HEADER: reply})
     try:
         await state.js.publish(
-            state.subjects.ingress_client(state.client_id),
+            subjects.ingress_client(state.client_id),
             encode(message),
             timeout=state.config.publish_timeout_s,
             headers=headers,
         )
+    except nats.js.errors.NoStreamResponseError:
+        raise
     except nats.errors.MaxPayloadError:
         raise ApiError("body_too_large", "request exceeds the bus's largest message") from None
     except (nats.errors.Error, TimeoutError) as exc:
@@ -247,6 +294,7 @@ def _handler(endpoint: Endpoint) -> Callable[[web.Request], Awaitable[web.Stream
         request_id = state.new_request_id()
         trace.get_current_span().set_attribute("request.id", request_id)
         queue = state.router.open(request_id)
+        cell: Cell | None = None
         try:
             raw = await _read_body(request, state.config.max_body_bytes)
             parsed = parse_body(
@@ -256,7 +304,7 @@ def _handler(endpoint: Endpoint) -> Callable[[web.Request], Awaitable[web.Stream
                 default_max_tokens=state.config.default_max_tokens,
                 max_tokens_limit=state.config.max_tokens_limit,
             )
-            await _publish(state, parsed, request_id)
+            cell = await _publish(state, parsed, request_id)
             return await _answer(request, state, parsed, request_id, queue)
         except ApiError as err:
             return _error_response(err)
@@ -266,6 +314,8 @@ def _handler(endpoint: Endpoint) -> Callable[[web.Request], Awaitable[web.Stream
             raise
         finally:
             state.router.close(request_id)
+            if cell is not None:
+                state.cells.release(cell)
 
     return handle
 

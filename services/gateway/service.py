@@ -15,6 +15,7 @@ from aiohttp import web
 from nats.aio.subscription import Subscription
 
 from services.gateway.app import NAME, GatewayState, build_app
+from services.gateway.cells import CellPicker
 from shared.bus import ensure_ingress_stream
 from shared.config import GatewaySettings, Settings
 from shared.lifecycle import ServiceContext, service_context
@@ -39,12 +40,13 @@ class Gateway:
             # Bound to the NATS user on a secured stack (the only id it may use there).
             client_id=pick_client_id(ctx.nc, None, "gw"),
             chars_per_token=None if tokenizer else config.chars_per_token,
+            cells=CellPicker(config.cells or (ctx.subjects.prefix,), config.cell_retry_s),
             store=ctx.redis,
             keys=ctx.keys,
         )
         self._ctx = ctx
         self._runner: web.AppRunner | None = None
-        self._sub: Subscription | None = None
+        self._subs: list[Subscription] = []
         self.url = ""
         """Base URL once started, e.g. ``http://127.0.0.1:8080`` (clients add ``/v1``)."""
 
@@ -53,9 +55,13 @@ class Gateway:
         if self._runner is not None:
             return self.url
         state = self.state
-        self._sub = await state.nc.subscribe(
-            state.subjects.client_wildcard(state.client_id), cb=state.router.on_message
-        )
+        # Each cell replies within its own namespace: one subscription per cell.
+        for cell in state.cells.cells:
+            self._subs.append(
+                await state.nc.subscribe(
+                    cell.subjects.client_wildcard(state.client_id), cb=state.router.on_message
+                )
+            )
         await ensure_ingress_stream(state.js, state.subjects)
         runner = web.AppRunner(
             build_app(state),
@@ -77,8 +83,8 @@ class Gateway:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
-        sub, self._sub = self._sub, None
-        if sub is not None:
+        subs, self._subs = self._subs, []
+        for sub in subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 

@@ -47,7 +47,8 @@ def test_up_starts_cells_on_one_set_of_servers_and_down_stops_them_all(
 ) -> None:
     """Test ``greenserve up --cells 2``: the second cell joins the first's servers under
     ``ns1`` with its share of the workers and the first's model-time origin, answers on its
-    own OpenAI address, shows in ``status``, and ``down`` stops both, servers last."""
+    own OpenAI address, the first cell's address spreads requests over both cells, the
+    second shows in ``status``, and ``down`` stops both, servers last."""
     state_dir = tmp_path / "gs"
     namespace = f"cells{uuid.uuid4().hex[:6]}"
     argv = ["--workers", "2", "--regions", "PJM", "--speedup", "20", "--cells", "2"]
@@ -60,14 +61,13 @@ def test_up_starts_cells_on_one_set_of_servers_and_down_stops_them_all(
         assert second.namespace == f"{namespace}1"
         assert (first.workers, second.workers) == (1, 1)
         assert second.origin_wall_s == first.origin_wall_s
-        body = {"model": "llama-3-8b", "prompt": "hello", "max_tokens": 3}
-        request = urllib.request.Request(
-            f"{second.gateway_url}/v1/completions",
-            data=json.dumps(body).encode(),
-            headers={"content-type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            assert json.load(response)["usage"]["completion_tokens"] == 3
+        for url in (second.gateway_url, first.gateway_url, first.gateway_url):
+            assert _complete(f"{url}/v1/completions") == 3
+        # Each gateway fronts both cells; idle, the first one's two requests went one each.
+        with urllib.request.urlopen(f"{first.gateway_url}/metrics", timeout=10) as response:
+            metrics = response.read().decode()
+        for cell in (namespace, second.namespace):
+            assert f'greenserve_gateway_cell_requests_total{{cell="{cell}"}} 1.0' in metrics
         capsys.readouterr()
         assert main(["status", "--json", "--state-dir", str(state_dir)]) == 0
         cells = json.loads(capsys.readouterr().out)["cells"]
@@ -79,6 +79,16 @@ def test_up_starts_cells_on_one_set_of_servers_and_down_stops_them_all(
     pids = [*first.pids.values(), *first.server_pids.values(), *second.pids.values()]
     assert not any(alive(pid) for pid in pids)
     assert not (Path(first.cells[0]) / "stack.json").exists()
+
+
+def _complete(url: str) -> int:
+    body = {"model": "llama-3-8b", "prompt": "hello", "max_tokens": 3}
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        tokens: int = json.load(response)["usage"]["completion_tokens"]
+    return tokens
 
 
 def test_up_refuses_cells_on_a_secured_stack(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from greenserve.runner import run_in_process
 from greenserve.stack import StackSpec, stack_launches
+from services.gateway.app import CELL_REQUESTS
 from services.gateway.service import open_gateway
 from shared.config import GatewaySettings
 from shared.counters import ERRORS
@@ -217,3 +218,39 @@ async def test_the_carbon_aware_query_answers_from_the_forecaster_s_forecasts(
     assert all(p["duration"] == 240 and p["value"] > 0 for p in data)
     assert answer["optimalDataPoints"] == [min(data, key=lambda p: p["value"])]
     assert ERRORS.labels("gateway", "location_not_found")._value.get() >= before + 1
+
+
+async def test_a_gateway_over_cells_spreads_requests_and_skips_a_cell_without_ingress(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test ``gateway.cells``: one gateway in front of two whole stacks (cells) and a third
+    namespace with no stack. Every request is answered with its tokens; both live cells
+    take requests (each answers on its own reply space, which the gateway subscribes to);
+    the cell without an ingress stream takes none, is marked down, and costs no request."""
+    cells = [namespace, f"{namespace}b", f"{namespace}ghost"]
+    first, second = (stack_launches(_spec(nats_server, redis_server, c)) for c in cells[:2])
+    config = GatewaySettings(port=0, request_timeout_s=20.0, cells=tuple(cells))
+    before = {c: CELL_REQUESTS.labels(c)._value.get() for c in cells}
+    body = {"model": "llama-3-8b", "prompt": "Say hi", "max_tokens": 3, **EXACT}
+
+    async def ask(http: aiohttp.ClientSession) -> tuple[int, str]:
+        async with http.post("/v1/completions", json=body) as response:
+            answer = await response.json()
+            return response.status, answer["choices"][0]["text"] if "choices" in answer else ""
+
+    async with (
+        run_in_process(first),
+        run_in_process(second),
+        open_gateway(first[0].settings, config) as gateway,
+        aiohttp.ClientSession(gateway.url) as http,
+    ):
+        answers = await asyncio.gather(*(ask(http) for _ in range(12)))
+        ghost = gateway.state.cells.cells[2]
+        in_flight = [c.in_flight for c in gateway.state.cells.cells]
+    assert answers == [(200, PLACEHOLDER * 3)] * 12
+    taken = {c: CELL_REQUESTS.labels(c)._value.get() - before[c] for c in cells}
+    assert taken[cells[0]] + taken[cells[1]] == 12
+    assert min(taken[cells[0]], taken[cells[1]]) >= 3, taken
+    assert taken[cells[2]] == 0
+    assert ghost.down_until > 0.0
+    assert in_flight == [0, 0, 0]  # every request released its cell

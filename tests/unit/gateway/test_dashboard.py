@@ -16,7 +16,11 @@ DASHBOARD = Path(__file__).resolve().parents[3] / "dashboards" / "greenserve.jso
 
 def _exported() -> set[str]:
     # Importing the modules registers their metrics (the names keep the imports used).
-    registered = (shared.counters.ERRORS, services.gateway.app.HTTP_REQUESTS)
+    registered = (
+        shared.counters.ERRORS,
+        services.gateway.app.HTTP_REQUESTS,
+        services.gateway.app.CELL_REQUESTS,
+    )
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
     names: set[str] = set()
     for family in REGISTRY.collect():

@@ -8,6 +8,7 @@ import pytest
 
 from greenserve.commands import up
 from greenserve.commands._stack_args import spec_from_args
+from greenserve.runner import run_in_process
 from greenserve.stack import REQUEST_PATH_SERVICES, StackSpec, identity_for, stack_launches
 from shared.security.identities import COMPOSITE_ROLES
 
@@ -52,3 +53,12 @@ def test_each_request_path_process_gets_the_identity_of_its_role(colocate: bool)
         assert set(REQUEST_PATH_SERVICES) <= roles
         assert "requestpath" not in roles
     assert COMPOSITE_ROLES["requestpath"] == REQUEST_PATH_SERVICES
+
+
+async def test_run_in_process_refuses_two_launches_of_one_name() -> None:
+    """Test that two stacks' launches in one ``run_in_process`` call are refused before any
+    starts: the second service of a name would hide the first, which would never be stopped."""
+    launches = stack_launches(StackSpec(workers=1, regions=("PJM",)))
+    with pytest.raises(ValueError, match="repeat"):
+        async with run_in_process([*launches, *launches]):
+            pass
