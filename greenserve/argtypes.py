@@ -2,14 +2,19 @@
 
 argparse turns the ``ArgumentTypeError`` they raise into a usage error naming the option
 (exit status 2), where a bare ``float()`` deep in a command would end in a traceback or, for
-a zero rate, a division by zero.
+a zero rate, a division by zero. Options that are each valid but do not go together are
+checked by the command, which raises :class:`UsageError` (the same exit status 2).
 """
 
 from __future__ import annotations
 
 import argparse
 
-__all__ = ["positive_float", "positive_floats", "positive_int"]
+__all__ = ["UsageError", "positive_float", "positive_floats", "positive_int"]
+
+
+class UsageError(ValueError):
+    """Options that do not go together; the CLI prints it on one line, exit status 2."""
 
 
 def positive_float(text: str) -> float:

@@ -18,6 +18,7 @@ import pydantic
 import yaml
 
 from greenserve import commands
+from greenserve.argtypes import UsageError
 
 __all__ = ["USER_ERRORS", "build_parser", "main"]
 
@@ -28,6 +29,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     PermissionError,
     yaml.YAMLError,
     pydantic.ValidationError,
+    UsageError,
 )
 """Errors in what the user asked for (missing files, unknown traces, a scenario that does
 not parse or validate): one line on stderr and exit status 2; ``-v`` shows the traceback."""

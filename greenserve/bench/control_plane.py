@@ -10,7 +10,9 @@ up with the offered one (≥ 95 %) and p99 added latency stayed bounded. ``--req
 picks the deployment of classifier, scheduler and router (one co-located process, three
 separate ones, or both alternately for an A/B comparison on the same machine load).
 ``--cells N`` runs N whole stacks on the same servers (each request to one at random) and
-``--clients N`` sends the load from N processes (``loadgen.client_pool``).
+``--clients N`` sends the load from N processes (``loadgen.client_pool``). ``--entry http``
+sends the same requests as OpenAI clients would, ``POST /v1/completions`` to the gateways
+(``loadgen.http_replay``), so the HTTP front door's cost is measured too.
 """
 
 from __future__ import annotations
@@ -21,18 +23,20 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from greenserve.argtypes import positive_float, positive_floats, positive_int
+from greenserve.argtypes import UsageError, positive_float, positive_floats, positive_int
 from greenserve.bench.control_plane_plots import plot_control_plane
 from greenserve.local import LocalStack, start_cells
 from greenserve.stack import StackSpec
 from loadgen.client_pool import ClientPool, split_at_random
+from loadgen.http_replay import replay_http
 from loadgen.replay import ClientRecord, replay_parts
-from loadgen.traces import synthetic_trace
+from loadgen.traces import TraceRequest, synthetic_trace
 from shared.bus import connect_nats
 from shared.config import NatsSettings
 from shared.lifecycle import event_loop_factory
@@ -51,6 +55,8 @@ __all__ = [
 NAME = "control-plane"
 HELP = "sustained req/s and p99 added latency of the control plane with instant workers"
 
+ENTRIES = ("nats", "http")
+"""``nats``: clients publish to the ingress stream; ``http``: OpenAI clients call the gateway."""
 P99_BOUND_MS = 100.0
 """A step whose p99 exceeds this is queueing without bound, not sustaining the rate."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -91,7 +97,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="load-generator processes, each sending a random share of the requests (one "
         "client's own event loop delays the completions it stamps; docs/performance.md)",
     )
-    parser.add_argument("--repeat", type=positive_int, default=1, help="runs per request path")
+    parser.add_argument(
+        "--entry",
+        choices=(*ENTRIES, "both"),
+        default="nats",
+        help="where the load enters: the JetStream ingress (nats), the OpenAI-compatible "
+        "gateway over HTTP (http: a gateway drawn at random per request, each spreading over "
+        "every cell; one client, no --hops), or both alternately for an A/B comparison",
+    )
+    parser.add_argument(
+        "--repeat", type=positive_int, default=1, help="runs per variant (request path or entry)"
+    )
     parser.add_argument(
         "--hops",
         action="store_true",
@@ -200,10 +216,13 @@ async def _step(
     seed: int,
     hops: bool = False,
     clients: int = 1,
+    entry: str = "nats",
 ) -> dict[str, Any]:
     trace = synthetic_trace(
         rate_rps=rate, duration_s=step_s, seed=seed, mean_prompt_tokens=200, mean_output_tokens=16
     )
+    if entry == "http":
+        return await _http_step(stacks, trace, step_s, seed)
     # Each request to a cell drawn at random: a random split of a Poisson stream is Poisson
     # in every cell (a round-robin split would smooth each cell's arrivals, flattering it).
     traces = split_at_random(trace, len(stacks), seed)
@@ -235,32 +254,75 @@ async def _step(
     wall = time.monotonic() - t0
     # One /proc read per process; the stack's total is their sum.
     used = {name: _cpu_s([pid]) - each0[name] for name, pid in named.items()}
-    stack_cpu_s = sum(used.values())
     done = [r for r in records if r.completion is not None]
-    added_ms = np.array([(r.ended_at - r.sent_at) * 1000.0 for r in done])
     dispatch_ms = np.array(
         [(r.completion.accepted_at - r.sent_at) * 1000.0 for r in done if r.completion]
     )
-    span = max(r.ended_at for r in done) - min(r.sent_at for r in done) if done else 1.0
-    step: dict[str, Any] = {
-        "offered_rps": len(trace) / step_s,
-        "achieved_rps": len(done) / max(span, 1e-9),
-        "requests": len(trace),
-        "completed": len(done),
-        "p50_added_ms": float(np.percentile(added_ms, 50)) if len(done) else None,
-        "p99_added_ms": float(np.percentile(added_ms, 99)) if len(done) else None,
-        "p99_dispatch_ms": float(np.percentile(dispatch_ms, 99)) if len(done) else None,
-        "cpu_cores": stack_cpu_s / wall,
-        # Work per request, comparable between deployments whatever CPU share each got.
-        "cpu_ms_per_request": 1000.0 * stack_cpu_s / max(len(done), 1),
-        "loadgen_cpu_cores": (time.process_time() - own0 + clients_cpu_s) / wall,
-        # One event loop per process: the busiest one's share of a core is its utilisation,
-        # which sets how long requests queue in it (docs/performance.md, round 10).
-        "cpu_cores_by_process": {name: round(seconds / wall, 3) for name, seconds in used.items()},
-    }
+    step = _step_result(
+        len(trace) / step_s,
+        [(r.sent_at, r.ended_at) for r in done],
+        used,
+        wall,
+        time.process_time() - own0 + clients_cpu_s,
+    )
+    step["requests"] = len(trace)
+    step["p99_dispatch_ms"] = float(np.percentile(dispatch_ms, 99)) if len(done) else None
     if hops:
         step["hops"] = hop_breakdown(records)
     return step
+
+
+async def _http_step(
+    stacks: list[LocalStack], trace: list[TraceRequest], step_s: float, seed: int
+) -> dict[str, Any]:
+    """One step through the gateways: each request to a gateway drawn at random."""
+    named = _named_pids(stacks)
+    urls = [stack.state.gateway_url or "" for stack in stacks]
+    each0 = {name: _cpu_s([pid]) for name, pid in named.items()}
+    own0, t0 = time.process_time(), time.monotonic()
+    records = await replay_http(urls, trace, model="llama-3-8b", seed=seed)
+    wall = time.monotonic() - t0
+    used = {name: _cpu_s([pid]) - each0[name] for name, pid in named.items()}
+    done = [r for r in records if r.ok]
+    step = _step_result(
+        len(trace) / step_s,
+        [(r.sent_at, r.ended_at) for r in done],
+        used,
+        wall,
+        time.process_time() - own0,
+    )
+    step["requests"] = len(trace)
+    errors = Counter(r.error or str(r.status) for r in records if not r.ok)
+    step["errors"] = dict(errors)
+    return step
+
+
+def _step_result(
+    offered_rps: float,
+    done: list[tuple[float, float]],
+    used_cpu_s: dict[str, float],
+    wall: float,
+    loadgen_cpu_s: float,
+) -> dict[str, Any]:
+    """A step's figures from its answered requests' (sent, ended) wall times and the CPU
+    seconds each stack process used."""
+    added_ms = np.array([(ended - sent) * 1000.0 for sent, ended in done])
+    span = max(e for _, e in done) - min(s for s, _ in done) if done else 1.0
+    stack_cpu_s = sum(used_cpu_s.values())
+    return {
+        "offered_rps": offered_rps,
+        "achieved_rps": len(done) / max(span, 1e-9),
+        "completed": len(done),
+        "p50_added_ms": float(np.percentile(added_ms, 50)) if len(done) else None,
+        "p99_added_ms": float(np.percentile(added_ms, 99)) if len(done) else None,
+        "cpu_cores": stack_cpu_s / wall,
+        # Work per request, comparable between deployments whatever CPU share each got.
+        "cpu_ms_per_request": 1000.0 * stack_cpu_s / max(len(done), 1),
+        "loadgen_cpu_cores": loadgen_cpu_s / wall,
+        # One event loop per process: the busiest one's share of a core is its utilisation,
+        # which sets how long requests queue in it (docs/performance.md, round 10).
+        "cpu_cores_by_process": {name: round(t / wall, 3) for name, t in used_cpu_s.items()},
+    }
 
 
 REQUEST_PATHS = ("colocated", "separate")
@@ -286,6 +348,7 @@ def _sweep(
     hops: bool = False,
     cells: int = 1,
     clients: int = 1,
+    entry: str = "nats",
 ) -> dict[str, Any]:
     """Fresh stacks, the load steps up; the best step that sustained its rate.
 
@@ -311,7 +374,7 @@ def _sweep(
             for i, rate in enumerate(rates):
                 with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
                     result = runner.run(
-                        _step(stacks, rate, step_s, seed=i, hops=hops, clients=clients)
+                        _step(stacks, rate, step_s, i, hops=hops, clients=clients, entry=entry)
                     )
                 print(f"  {rate:g} req/s: {result}", file=sys.stderr, flush=True)
                 steps.append(result)
@@ -365,11 +428,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """
     rates = list(args.rates)
     paths = list(REQUEST_PATHS) if args.request_path == "both" else [args.request_path]
-    runs: dict[str, list[dict[str, Any]]] = {path: [] for path in paths}
+    entries = list(ENTRIES) if args.entry == "both" else [args.entry]
+    if len(paths) > 1 and len(entries) > 1:
+        raise UsageError("compare request paths or entries, not both at once")
+    if "http" in entries and (args.clients > 1 or args.hops):
+        raise UsageError("--entry http sends from one client and takes no --hops")
+    if args.cells > args.workers:
+        raise UsageError(f"{args.cells} cells need at least as many workers, not {args.workers}")
+    # Each variant is one (request path, entry); its label names what differs.
+    variants = [(p, e) for p in paths for e in entries]
+    labels = [e if len(entries) > 1 else p for p, e in variants]
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
     for repeat in range(args.repeat):
-        for path in paths:
-            print(f"request path {path}, run {repeat + 1}", file=sys.stderr, flush=True)
-            runs[path].append(
+        for label, (path, entry) in zip(labels, variants, strict=True):
+            print(f"{label}, run {repeat + 1}", file=sys.stderr, flush=True)
+            runs[label].append(
                 _sweep(
                     _spec(args.workers, path),
                     rates,
@@ -377,10 +450,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     args.hops,
                     args.cells,
                     args.clients,
+                    entry,
                 )
             )
     primary = sorted(
-        runs[paths[0]], key=lambda r: (r["sustained_rps"], -(r["p99_added_ms"] or 1e9))
+        runs[labels[0]], key=lambda r: (r["sustained_rps"], -(r["p99_added_ms"] or 1e9))
     )[(args.repeat - 1) // 2]
     goal = {"sustained_rps": 2000.0, "p99_added_ms": 5.0}
     goal_rps, goal_p99 = goal["sustained_rps"], goal["p99_added_ms"]
@@ -397,11 +471,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cells": args.cells,
         "clients": args.clients,
         "goal_met": _goal_met(primary, goal_rps, goal_p99),
-        "request_path": paths[0],
+        "request_path": variants[0][0],
+        "entry": variants[0][1],
         "steps": primary["steps"],
         "runs": runs,
         "summary": {
-            path: {
+            label: {
                 "sustained_rps": [r["sustained_rps"] for r in rs],
                 "p99_added_ms": [r["p99_added_ms"] for r in rs],
                 "p99_by_rate_ms": [
@@ -413,7 +488,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 ],
                 "goal_met": [_goal_met(r, goal_rps, goal_p99) for r in rs],
             }
-            for path, rs in runs.items()
+            for label, rs in runs.items()
         },
         "goal": goal,
         "plots": plots,

@@ -96,3 +96,23 @@ def test_up_refuses_cells_on_a_secured_stack(tmp_path: Path) -> None:
     argv = ["up", "--cells", "2", "--secure", "--state-dir", str(tmp_path / "gs")]
     assert main(argv) == 2
     assert not (tmp_path / "gs").exists()
+
+
+def test_the_bench_compares_the_nats_and_http_entries_in_one_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Test ``bench control-plane --entry both``: the same steps through the JetStream
+    ingress and through the OpenAI gateway over HTTP, every request answered in both, the
+    gateway's CPU counted in the HTTP runs, and options that do not go together refused."""
+    argv = ["bench", "control-plane", "--json", "--rates", "40", "--step-s", "2"]
+    assert main([*argv, "--entry", "both"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (result["entry"], set(result["runs"])) == ("nats", {"nats", "http"})
+    for entry in ("nats", "http"):
+        [step] = result["runs"][entry][0]["steps"]
+        assert step["requests"] > 0
+        assert step["completed"] == step["requests"], (entry, step)
+    assert result["runs"]["http"][0]["steps"][0]["cpu_cores_by_process"]["gateway"] > 0.0
+    assert main([*argv, "--entry", "http", "--hops"]) == 2
+    assert main([*argv, "--cells", "3"]) == 2
+    assert "3 cells" in capsys.readouterr().err

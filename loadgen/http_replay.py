@@ -1,0 +1,104 @@
+"""Replay a trace through the OpenAI-compatible HTTP gateway, open loop.
+
+What an OpenAI client sees: each request is a ``POST /v1/completions`` sent at its arrival
+time, whatever the earlier ones are doing (an open loop, as :func:`loadgen.replay.replay`
+on NATS), to one of the given gateways drawn at random, as a load balancer over several
+gateways would. The prompt is sized by the trace through the ``prompt_tokens`` extension
+field and ``ignore_eos`` makes the stack generate exactly ``max_tokens``, so the request is
+the same one :func:`loadgen.replay.replay` publishes. Non-streaming: the answer ends when
+the response body has arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import aiohttp
+
+from loadgen.traces import TraceRequest
+
+__all__ = ["HttpRecord", "replay_http"]
+
+
+@dataclass(slots=True)
+class HttpRecord:
+    """What the HTTP client saw of one request (wall-clock seconds)."""
+
+    trace: TraceRequest
+    url: str
+    sent_at: float = 0.0
+    ended_at: float = 0.0
+    status: int | None = None
+    """HTTP status; ``None`` when no response came (connection error, client timeout)."""
+    completion_tokens: int = 0
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Answered 200 with every token asked for."""
+        return self.status == 200 and self.completion_tokens == self.trace.output_tokens
+
+
+async def replay_http(
+    base_urls: Sequence[str],
+    trace: Sequence[TraceRequest],
+    *,
+    model: str,
+    seed: int = 0,
+    timeout_s: float = 60.0,
+) -> list[HttpRecord]:
+    """POST every request of ``trace`` at its arrival time (wall seconds from the start,
+    after one untimed request per gateway) to a gateway of ``base_urls`` drawn at random;
+    one record per request, in trace order.
+
+    Raises:
+        ValueError: no gateway given.
+    """
+    if not base_urls:
+        raise ValueError("replay_http needs at least one gateway URL")
+    pick = random.Random(seed)
+    records = [HttpRecord(tr, pick.choice(base_urls)) for tr in trace]
+    # No connection limit: an open loop must not queue requests in the client's own pool.
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+
+        async def send(record: HttpRecord) -> None:
+            body = {
+                "model": model,
+                "prompt": "x",
+                "max_tokens": record.trace.output_tokens,
+                "prompt_tokens": record.trace.prompt_tokens,
+                "ignore_eos": True,
+            }
+            record.sent_at = time.time()
+            try:
+                async with http.post(f"{record.url}/v1/completions", json=body) as response:
+                    answer = await response.json()
+                    record.ended_at = time.time()
+                    record.status = response.status
+                    if response.status == 200:
+                        record.completion_tokens = int(answer["usage"]["completion_tokens"])
+                    else:
+                        record.error = str(answer.get("error", {}).get("code", ""))
+            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as exc:
+                record.ended_at = time.time()
+                record.error = type(exc).__name__
+
+        # One request per gateway first, untimed: the step measures the steady state, not
+        # the first connection's set-up (a NATS client is connected before its step too).
+        for url in sorted(set(base_urls)):
+            await send(HttpRecord(TraceRequest(0.0, 8, 1), url))
+        started = time.time()
+        tasks = []
+        for record in records:
+            delay = started + record.trace.t_s - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(send(record)))
+        await asyncio.gather(*tasks)
+    return records
