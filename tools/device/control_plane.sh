@@ -17,6 +17,8 @@
 #                             cell last; the stall meter runs beside the first 240 s
 #   control_plane.sh goal     the issue's verdict for 4 cells: 2,050-2,500 req/s, 10-s steps, two
 #                             runs, then 1 cell at 2,050 as the baseline of the same boot
+#   control_plane.sh http     what the OpenAI gateway adds: --entry both (JetStream, then HTTP to
+#                             a gateway drawn at random), 1 and 4 cells
 set -u
 mode=${1:-sweep}
 out=${OUT:-/tmp/greenserve-device}
@@ -42,7 +44,7 @@ bench() { # name, seconds, command prefix..., -- bench args...
     while [ "$1" != "--" ]; do prefix+=("$1"); shift; done
     shift
     echo "== $name: ${prefix[*]} $*" | tee -a "$out/bench.log"
-    timeout "$limit" "${prefix[@]}" python3 -m greenserve.cli bench control-plane --json --hops "$@" \
+    timeout "$limit" "${prefix[@]}" python3 -m greenserve.cli bench control-plane --json ${HOPS---hops} "$@" \
         >"$out/$name.json" 2>>"$out/bench.log"
     echo "   rc=$? $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ('sustained_rps','p99_added_ms','cpu_cores','machine_cores','goal_met')}, d['summary'])" "$out/$name.json" 2>&1 | head -c 1500)"
 }
@@ -107,5 +109,11 @@ goal)
         --step-s 10 --repeat 2 --plots "$out/cells4"
     bench cells1 80 env -- --workers 4 --cells 1 --clients 2 --rates 100,2050 --step-s 10
     ;;
-*) echo "unknown mode $mode (sweep | stalls | profile | cells | repeat | goal)" >&2; exit 2 ;;
+http)
+    # No --hops: the HTTP entry has no per-hop stamps.
+    HOPS="" bench http4 200 env -- --workers 4 --cells 4 --entry both --rates 100,1000,2000,3000 \
+        --plots "$out/http4"
+    HOPS="" bench http1 150 env -- --workers 4 --cells 1 --entry both --rates 100,1000,2000
+    ;;
+*) echo "unknown mode $mode (sweep | stalls | profile | cells | repeat | goal | http)" >&2; exit 2 ;;
 esac
