@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="independent stacks on the same NATS and Redis (namespaces ns, ns1 …), the "
         "workers dealt out among them; every cell's API address spreads requests over all "
-        "of them; `down` stops all "
+        "of them (with --secure each cell has its own servers and serves its own address); "
+        "`down` stops all "
         "(docs/architecture.md, cells)",
     )
     parser.add_argument(
@@ -48,14 +49,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Start the stack (or its cells) and wait until it is ready."""
-    if args.cells > 1 and args.secure:
-        print(
-            "greenserve up failed: --cells with --secure is not supported: a secured stack "
-            "creates its servers' users for its own services; start each secured cell on "
-            "its own servers",
-            file=sys.stderr,
-        )
-        return 2
     stacks: list[LocalStack] = []
     try:
         if args.cells > 1:
@@ -65,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
                 args.cells,
                 nats_url=args.nats_url,
                 redis_url=args.redis_url,
+                secure=args.secure,
+                tls=args.tls,
             )
         else:
             stacks = [
@@ -93,8 +88,16 @@ def run(args: argparse.Namespace) -> int:
         f"speed-up {state.speedup:g}; logs in {args.state_dir / 'logs'}",
         file=sys.stderr,
     )
-    spread = " (spreads requests over every cell)" if len(stacks) > 1 else ""
-    print(f"OpenAI-compatible API: {state.gateway_url}/v1{spread}", file=sys.stderr)
+    if len(stacks) > 1 and state.secure:
+        # Secured cells share no server, so each gateway reaches its own cell only.
+        for i, cell in enumerate(stacks):
+            print(
+                f"OpenAI-compatible API of cell {i} (its own servers): {cell.state.gateway_url}/v1",
+                file=sys.stderr,
+            )
+    else:
+        spread = " (spreads requests over every cell)" if len(stacks) > 1 else ""
+        print(f"OpenAI-compatible API: {state.gateway_url}/v1{spread}", file=sys.stderr)
     if state.secure:
         print(
             f"secure: one identity per service; passwords in {args.state_dir / 'secrets'}",

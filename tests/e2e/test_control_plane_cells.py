@@ -91,11 +91,36 @@ def _complete(url: str) -> int:
     return tokens
 
 
-def test_up_refuses_cells_on_a_secured_stack(tmp_path: Path) -> None:
-    """Test that ``--cells`` with ``--secure`` is refused before anything starts."""
-    argv = ["up", "--cells", "2", "--secure", "--state-dir", str(tmp_path / "gs")]
-    assert main(argv) == 2
-    assert not (tmp_path / "gs").exists()
+def test_up_secures_cells_each_on_its_own_servers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Test ``greenserve up --secure --cells 2``: each cell gets its own secured NATS and
+    Redis (a secured server holds one stack's users), answers on its own address, its
+    gateway fronts only its own cell, and ``down`` stops both cells and all four servers."""
+    state_dir = tmp_path / "gs"
+    namespace = f"sc{uuid.uuid4().hex[:6]}"
+    argv = ["--workers", "2", "--regions", "PJM", "--speedup", "20", "--cells", "2", "--secure"]
+    assert main(["up", *argv, "--namespace", namespace, "--state-dir", str(state_dir)]) == 0
+    first = load_state(state_dir)
+    try:
+        second = load_state(Path(first.cells[0]))
+        assert first.secure
+        assert second.secure
+        assert set(first.server_pids.values()).isdisjoint(second.server_pids.values())
+        assert len(second.server_pids) == 2
+        assert first.nats_url != second.nats_url
+        for url in (first.gateway_url, second.gateway_url):
+            assert _complete(f"{url}/v1/completions") == 3
+        with urllib.request.urlopen(f"{first.gateway_url}/metrics", timeout=10) as response:
+            metrics = response.read().decode()
+        assert f'greenserve_gateway_cell_requests_total{{cell="{namespace}"}} 1.0' in metrics
+        assert second.namespace not in metrics  # no front door over separate servers
+        assert "of cell 1 (its own servers)" in capsys.readouterr().err
+    finally:
+        assert main(["down", "--state-dir", str(state_dir)]) == 0
+    pids = [*first.pids.values(), *first.server_pids.values()]
+    pids += [*second.pids.values(), *second.server_pids.values()]
+    assert not any(alive(pid) for pid in pids)
 
 
 def test_the_bench_compares_the_nats_and_http_entries_in_one_run(
