@@ -29,6 +29,7 @@ from loadgen.replay import ClientRecord, replay_parts
 from loadgen.traces import TraceRequest
 from shared.bus import connect_nats
 from shared.config import NatsSettings
+from shared.gc_pauses import collector_paused
 from shared.lifecycle import event_loop_factory
 
 __all__ = ["ClientPool", "split_at_random"]
@@ -63,18 +64,20 @@ def _client_process(job: _Job, conn: Connection) -> None:
     async def main() -> tuple[list[ClientRecord], float]:
         nc = await connect_nats(NatsSettings(url=job.nats_url), "client-pool")
         try:
-            conn.send("ready")
-            start_at: float = await asyncio.to_thread(conn.recv)
-            await asyncio.sleep(max(0.0, start_at - time.time()))
-            cpu0 = time.process_time()
-            records = await replay_parts(
-                nc,
-                job.parts,
-                model=job.model,
-                settle_timeout_s=job.settle_timeout_s,
-                hops=job.hops,
-            )
-            cpu = time.process_time() - cpu0
+            # No collection in the timed window; the one before it precedes "ready".
+            with collector_paused():
+                conn.send("ready")
+                start_at: float = await asyncio.to_thread(conn.recv)
+                await asyncio.sleep(max(0.0, start_at - time.time()))
+                cpu0 = time.process_time()
+                records = await replay_parts(
+                    nc,
+                    job.parts,
+                    model=job.model,
+                    settle_timeout_s=job.settle_timeout_s,
+                    hops=job.hops,
+                )
+                cpu = time.process_time() - cpu0
         finally:
             await nc.close()
         return records, cpu

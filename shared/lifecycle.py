@@ -26,6 +26,7 @@ from proto.subjects import Subjects
 from shared.bus import connect_nats
 from shared.clock import ModelClock
 from shared.config import Settings, load_settings
+from shared.gc_pauses import freeze_startup_heap
 from shared.logs import setup_logging
 from shared.metrics_http import start_metrics_server
 from shared.store import connect_redis
@@ -125,6 +126,9 @@ def run_service(
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, ctx.stop.set)
+            # Imports, settings and connections live as long as the process: a full
+            # collection need not walk them again (shared/gc_pauses.py).
+            freeze_startup_heap()
             logger.info("%s started (namespace %s)", name, settings.namespace)
             await serve(ctx)
             logger.info("%s stopping", name)

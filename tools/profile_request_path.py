@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -52,6 +53,15 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     except ImportError:
         return None
     return event_loop_factory()
+
+
+def _collector_paused() -> contextlib.AbstractContextManager[None]:
+    # Older commits have no gc_pauses: their load generator ran with the collector on.
+    try:
+        from shared.gc_pauses import collector_paused
+    except ImportError:
+        return contextlib.nullcontext()
+    return collector_paused()
 
 
 def _wait_quiet(pids: list[int], timeout_s: float = 90.0) -> None:
@@ -182,12 +192,13 @@ def main() -> int:
                         stderr=subprocess.DEVNULL,
                     )
             pids["loadgen"] = os.getpid()
-            before = {name: _cpu_ticks(pid) for name, pid in pids.items()}
-            calls_before = {name: _syscalls(pid) for name, pid in pids.items()}
-            t0 = time.monotonic()
-            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-                completed, p99 = runner.run(_load(stack, args.rate, args.seconds))
-            wall = time.monotonic() - t0
+            with _collector_paused():
+                before = {name: _cpu_ticks(pid) for name, pid in pids.items()}
+                calls_before = {name: _syscalls(pid) for name, pid in pids.items()}
+                t0 = time.monotonic()
+                with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+                    completed, p99 = runner.run(_load(stack, args.rate, args.seconds))
+                wall = time.monotonic() - t0
             used = {
                 name: (_cpu_ticks(pid) - before[name]) / CLOCK_TICKS for name, pid in pids.items()
             }

@@ -39,6 +39,7 @@ from loadgen.replay import ClientRecord, replay_parts
 from loadgen.traces import TraceRequest, synthetic_trace
 from shared.bus import connect_nats
 from shared.config import NatsSettings
+from shared.gc_pauses import collector_paused
 from shared.lifecycle import event_loop_factory
 
 __all__ = [
@@ -372,7 +373,11 @@ def _sweep(
             idle = wait_quiet(list(_named_pids(stacks).values()), stacks=len(stacks))
             print(f"  stack settled (idle CPU {idle:.2f} cores)", file=sys.stderr, flush=True)
             for i, rate in enumerate(rates):
-                with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+                # The client's own collector pauses would stamp completions late.
+                with (
+                    collector_paused(),
+                    asyncio.Runner(loop_factory=event_loop_factory()) as runner,
+                ):
                     result = runner.run(
                         _step(stacks, rate, step_s, i, hops=hops, clients=clients, entry=entry)
                     )
