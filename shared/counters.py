@@ -9,6 +9,7 @@ from prometheus_client import Counter, Gauge, Histogram
 __all__ = [
     "DECISIONS",
     "ERRORS",
+    "GC_PAUSE_S",
     "GPU_CLOCK_MHZ",
     "GPU_CO2_G",
     "GPU_ENERGY_J",
@@ -64,4 +65,12 @@ PLANNER_SOLVE_S: Final = Histogram(
     "Wall time of one epoch's plan solve (MILP and any fallback), by outcome",
     ["status"],
     buckets=(0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0),
+)
+
+GC_PAUSE_S: Final = Histogram(
+    "greenserve_gc_pause_seconds",
+    "Wall time of each cyclic garbage collection, during which the service's event loop "
+    "runs nothing, by service and generation (shared/gc_pauses.py)",
+    ["service", "generation"],
+    buckets=(0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3),
 )

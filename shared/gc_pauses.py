@@ -14,16 +14,23 @@ nothing. Two uses, measured in ``docs/performance.md`` (round 12):
   plane. A fleet of real clients does not pause together. The window is short (a bench
   step), reference counting still frees everything acyclic, and the cycles it leaves are
   collected when the window closes. Not for a service: its window never closes.
+
+:func:`observe_pauses` times every collection a service makes into
+``greenserve_gc_pause_seconds``, so an operator reading a latency tail can rule pauses in or
+out.
 """
 
 from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["GC_ENV", "collector_paused", "freeze_startup_heap"]
+from shared.counters import GC_PAUSE_S
+
+__all__ = ["GC_ENV", "collector_paused", "freeze_startup_heap", "observe_pauses"]
 
 GC_ENV = "GREENSERVE_GC"
 """``plain`` leaves the collector as CPython sets it up, for A/B runs of this module."""
@@ -61,3 +68,24 @@ def collector_paused() -> Iterator[None]:
     finally:
         gc.enable()
         gc.collect()
+
+
+def observe_pauses(service: str) -> Callable[[], None]:
+    """Time every collection of this process into ``greenserve_gc_pause_seconds``.
+
+    Returns the function that stops it. The callback runs inside the collection (the
+    collector does not start another meanwhile) and only adds to pre-bound histogram
+    children, whose locks are held around float additions that cannot start a collection.
+    """
+    children = [GC_PAUSE_S.labels(service, str(generation)) for generation in range(3)]
+    started = 0.0
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        nonlocal started
+        if phase == "start":
+            started = time.perf_counter()
+        else:
+            children[info["generation"]].observe(time.perf_counter() - started)
+
+    gc.callbacks.append(callback)
+    return lambda: gc.callbacks.remove(callback)

@@ -26,7 +26,7 @@ from proto.subjects import Subjects
 from shared.bus import connect_nats
 from shared.clock import ModelClock
 from shared.config import Settings, load_settings
-from shared.gc_pauses import freeze_startup_heap
+from shared.gc_pauses import freeze_startup_heap, observe_pauses
 from shared.logs import setup_logging
 from shared.metrics_http import start_metrics_server
 from shared.store import connect_redis
@@ -129,6 +129,7 @@ def run_service(
             # Imports, settings and connections live as long as the process: a full
             # collection need not walk them again (shared/gc_pauses.py).
             freeze_startup_heap()
+            observe_pauses(name)
             logger.info("%s started (namespace %s)", name, settings.namespace)
             await serve(ctx)
             logger.info("%s stopping", name)

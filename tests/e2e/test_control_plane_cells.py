@@ -68,6 +68,8 @@ def test_up_starts_cells_on_one_set_of_servers_and_down_stops_them_all(
             metrics = response.read().decode()
         for cell in (namespace, second.namespace):
             assert f'greenserve_gateway_cell_requests_total{{cell="{cell}"}} 1.0' in metrics
+        # Every service process times its collector's pauses (shared/gc_pauses.py).
+        assert 'greenserve_gc_pause_seconds_count{generation="2",service="gateway"}' in metrics
         capsys.readouterr()
         assert main(["status", "--json", "--state-dir", str(state_dir)]) == 0
         cells = json.loads(capsys.readouterr().out)["cells"]

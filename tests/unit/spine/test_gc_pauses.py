@@ -7,8 +7,9 @@ import weakref
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import REGISTRY
 
-from shared.gc_pauses import GC_ENV, collector_paused, freeze_startup_heap
+from shared.gc_pauses import GC_ENV, collector_paused, freeze_startup_heap, observe_pauses
 
 
 class Node:
@@ -81,3 +82,24 @@ def test_freezing_moves_the_live_heap_out_of_collections() -> None:
     watched = _cycle()
     gc.collect()
     assert watched() is None
+
+
+def test_every_collection_is_timed_into_the_pause_histogram_until_stopped() -> None:
+    """Test that a full collection adds one generation-2 observation, and none once stopped."""
+
+    def count() -> float:
+        value = REGISTRY.get_sample_value(
+            "greenserve_gc_pause_seconds_count", {"service": "test-gc", "generation": "2"}
+        )
+        return value or 0.0
+
+    stop = observe_pauses("test-gc")
+    try:
+        before = count()
+        gc.collect()
+        gc.collect()
+        assert count() == before + 2
+    finally:
+        stop()
+    gc.collect()
+    assert count() == before + 2
