@@ -307,6 +307,8 @@ class RequestProgress(_Message, tag="gs.v1.request_progress", frozen=True, kw_on
     """The request's cap: where throttLL'eM moves a request that outgrew its prediction."""
     deadline_s: Finite
     """Model time by which the request should finish (the classifier's deadline)."""
+    tbt_slo_s: NonNeg = 0.0
+    """Its class's time-between-tokens SLO (0: unknown; the agent's own bound applies)."""
 
 
 class InstanceState(_Message, tag="gs.v1.instance_state", frozen=True, kw_only=True):

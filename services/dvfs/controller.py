@@ -71,6 +71,8 @@ class RequestState:
     """Absolute model time by which the last token is due (arrival + E2E SLO)."""
     running: bool = True
     """False while the request waits in the engine's queue (its prefill is pending)."""
+    tbt_slo_s: float | None = None
+    """Its class's mean time-between-tokens bound; ``None``: the controller's own."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -89,6 +89,7 @@ def with_requests(observation: Observation, state: InstanceState) -> Observation
             predicted_remaining_tokens=remaining_tokens(r),
             deadline_s=r.deadline_s,
             running=r.generated_tokens > 0,
+            tbt_slo_s=r.tbt_slo_s or None,
         )
         for r in state.requests
     )

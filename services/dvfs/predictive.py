@@ -6,7 +6,8 @@ learned IPS model (:mod:`services.dvfs.perf_model`), and binary-search the suppo
 for the lowest one at which
 
 - the mean projected time between tokens, mean(1 / T[j]) over the horizon, stays within
-  the TBT SLO (throttLL'eM: 200 ms), and
+  the TBT SLO (throttLL'eM: 200 ms; GreenServe: the strictest class SLO the instance holds,
+  see :func:`tbt_bound`), and
 - every request's projected finish, now + T̂_R[l_i] with T̂_R the cumulative sum of 1/T
   (Eq. 3) and l_i its last iteration, lands before its deadline (Eq. 4).
 
@@ -35,7 +36,7 @@ Two extensions of ours close the gap between the paper's projection and a loaded
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -54,6 +55,7 @@ __all__ = [
     "PredictiveController",
     "PrefillBudget",
     "lowest_feasible_clock",
+    "tbt_bound",
 ]
 
 PrefillBudget = Callable[[float], tuple[float, float]]
@@ -75,7 +77,8 @@ class PredictiveConfig:
     """Parameters of predictive control (defaults: throttLL'eM's SLOs)."""
 
     tbt_slo_s: float = 0.2
-    """Mean time-between-tokens bound (throttLL'eM: 200 ms; FREESH Table 7: 150 ms)."""
+    """Mean time-between-tokens bound for requests that carry no class SLO of their own
+    (throttLL'eM: 200 ms; FREESH Table 7: 150 ms)."""
     period_s: float = 1.0
     min_clock_mhz: float | None = None
     """Lowest clock the search may return; ``None``: the GPU's lowest supported clock."""
@@ -159,6 +162,17 @@ def _project_times(
     mean_tbt = float(np.dot(seconds_per_iteration, projection.iterations)) / projection.horizon
     elapsed = np.cumsum(np.repeat(seconds_per_iteration, projection.iterations))  # Eq. 3
     return mean_tbt, backlog_s + elapsed[projection.finish_iteration]
+
+
+def tbt_bound(requests: Iterable[RequestState], default_s: float) -> float:
+    """The TBT bound of a batch: the strictest SLO among the requests it holds.
+
+    Every request in a continuous batch advances one token per iteration, so all of them
+    see the same time between tokens; the batch meets each request's class SLO only if it
+    meets the smallest. throttLL'eM has one SLO for all requests (``default_s``); a request
+    that carries none (the dvfs bench's instance, an older worker) is held to it.
+    """
+    return min((r.tbt_slo_s or default_s for r in requests), default=default_s)
 
 
 def lowest_feasible_clock(
@@ -285,7 +299,7 @@ class PredictiveController:
             projection,
             slack,
             clocks,
-            tbt_slo_s=cfg.tbt_slo_s,
+            tbt_slo_s=tbt_bound(observation.requests, cfg.tbt_slo_s),
             lost_policy=cfg.lost_policy,
             prefill=self._prefill_budget(observation, stream),
             arrivals=stream,
@@ -323,7 +337,9 @@ class PredictiveController:
         slack = np.fromiter((r.deadline_s - start for r in present), np.float64, len(present))
         _, alone, _ = finishes(present)
         tbt, joint, kv = finishes((*present, candidate))
-        if kv > observation.kv_blocks_total or tbt > cfg.tbt_slo_s:
+        if kv > observation.kv_blocks_total or tbt > tbt_bound(
+            (*present, candidate), cfg.tbt_slo_s
+        ):
             return False
         keep = alone <= slack  # requests already lost stay out of the check
         return bool((joint[:-1][keep] <= slack[keep]).all())

@@ -43,6 +43,7 @@ def build_state(
             predicted_output_tokens=s.request.predicted_output_tokens,
             max_tokens=s.request.request.max_tokens,
             deadline_s=s.request.deadline_s,
+            tbt_slo_s=s.request.tbt_slo_ms / 1000.0,
         )
         for s in streams
     ]

@@ -8,7 +8,12 @@ from numpy.typing import NDArray
 
 from services.dvfs.controller import Observation, RequestState
 from services.dvfs.perf_model import IpsModel, PrefillModel, ProfileData, evaluate_ips_model
-from services.dvfs.predictive import PredictiveConfig, PredictiveController, lowest_feasible_clock
+from services.dvfs.predictive import (
+    PredictiveConfig,
+    PredictiveController,
+    lowest_feasible_clock,
+    tbt_bound,
+)
 from services.dvfs.projection import project
 from shared.engine import EngineConfig
 
@@ -230,3 +235,70 @@ def test_admission_refuses_a_request_that_would_break_another_deadline() -> None
     assert controller.admits(loose, heavy)  # with slack the same request fits
     full = _observe(_batch(4, 100, deadline=30.0), kv_blocks_total=100)
     assert not controller.admits(full, heavy)  # 20,000 prompt tokens overflow the KV cache
+
+
+class SlowIps:
+    """LinearIps at a tenth of its speed: 8 it/s at 1410 MHz, so TBT bounds bind."""
+
+    def predict_ips(
+        self, batch: FloatArray, kv_blocks: FloatArray, clock_mhz: FloatArray
+    ) -> FloatArray:
+        """Return a tenth of :class:`LinearIps`."""
+        return LinearIps().predict_ips(batch, kv_blocks, clock_mhz) / 10.0
+
+
+def _mean_tbt(requests: list[RequestState], clock: float) -> float:
+    projection = project(requests, block_size=16)
+    ips = SlowIps().predict_ips(
+        projection.batch, projection.kv_blocks, np.full(projection.batch.size, clock)
+    )
+    return float(np.dot(1.0 / ips, projection.iterations)) / projection.horizon
+
+
+def _with_slo(requests: list[RequestState], tbt_slo_s: float | None) -> list[RequestState]:
+    return [
+        RequestState(
+            request_id=r.request_id,
+            prompt_tokens=r.prompt_tokens,
+            generated_tokens=r.generated_tokens,
+            predicted_remaining_tokens=r.predicted_remaining_tokens,
+            deadline_s=r.deadline_s,
+            tbt_slo_s=tbt_slo_s,
+        )
+        for r in requests
+    ]
+
+
+def test_the_batch_is_held_to_the_strictest_class_tbt_slo_it_holds() -> None:
+    """Test that one 150 ms request raises the clock a 200 ms default would allow."""
+    loose = _batch(4, 100, deadline=1e4)
+    default_clock = PredictiveController(SlowIps()).decide(_observe(loose))
+    strict = _with_slo(loose[:1], 0.15) + loose[1:]
+    strict_clock = PredictiveController(SlowIps()).decide(_observe(strict))
+    assert strict_clock > default_clock
+    below = A100[A100.index(strict_clock) - 1]
+    assert _mean_tbt(strict, strict_clock) <= 0.15 < _mean_tbt(strict, below)
+    below_default = A100[A100.index(default_clock) - 1]
+    assert _mean_tbt(loose, default_clock) <= 0.2 < _mean_tbt(loose, below_default)
+    # A looser class SLO than the default is the class's to have.
+    relaxed_clock = PredictiveController(SlowIps()).decide(_observe(_with_slo(loose, 0.3)))
+    assert relaxed_clock < default_clock
+
+
+def test_tbt_bound_takes_the_smallest_slo_and_falls_back_to_the_default() -> None:
+    """Test the bound: min over requests, a request without a class SLO counts as default."""
+    batch = _batch(2, 10, deadline=5.0)
+    assert tbt_bound([], 0.2) == 0.2
+    assert tbt_bound(batch, 0.2) == 0.2
+    assert tbt_bound(_with_slo(batch[:1], 0.1) + batch[1:], 0.2) == 0.1
+    assert tbt_bound(_with_slo(batch, 0.3), 0.2) == 0.3
+
+
+def test_admission_refuses_a_candidate_whose_own_tbt_slo_the_batch_would_miss() -> None:
+    """Test that a 100 ms candidate is refused where the 200 ms default would admit it."""
+    controller = PredictiveController(SlowIps())
+    present = _observe(_batch(4, 100, deadline=1e4), kv_blocks_total=10**6)
+    candidate = _batch(1, 100, deadline=1e4)[0]
+    assert controller.admits(present, candidate)
+    (strict,) = _with_slo([candidate], 0.1)
+    assert not controller.admits(present, strict)

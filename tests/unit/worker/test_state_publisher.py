@@ -49,6 +49,7 @@ def test_the_state_carries_each_request_and_the_engine_and_survives_the_wire() -
     assert (first.prompt_tokens, first.generated_tokens) == (1000, 120)
     assert (first.predicted_output_tokens, first.max_tokens, first.deadline_s) == (300, 400, 50.0)
     assert (second.request_id, second.generated_tokens) == ("r2", 0)
+    assert first.tbt_slo_s == 0.1  # the factory's class: 100 ms between tokens
 
 
 def test_the_agent_projects_from_the_state_and_caps_an_overrun_at_max_tokens() -> None:
@@ -59,6 +60,13 @@ def test_the_agent_projects_from_the_state_and_caps_an_overrun_at_max_tokens() -
     assert (r1.predicted_remaining_tokens, r1.running, r1.deadline_s) == (180, True, 50.0)
     assert (r2.predicted_remaining_tokens, r2.running) == (5, False)
     assert (observation.kv_blocks_used, observation.block_size) == (70, 16)
+    assert r1.tbt_slo_s == 0.1
+    # A worker that sends no class SLO (0, the field's default) leaves the agent's own bound.
+    anonymous = msgspec.structs.replace(
+        state, requests=[msgspec.structs.replace(state.requests[0], tbt_slo_s=0.0)]
+    )
+    plain = with_requests(observation_for(worker_stats("w0"), {}, 20.0), anonymous)
+    assert plain.requests[0].tbt_slo_s is None
     # Past its prediction a request may run to its cap (throttLL'eM §1.5).
     overrun = msgspec.structs.replace(state.requests[0], generated_tokens=350)
     assert remaining_tokens(overrun) == 50
