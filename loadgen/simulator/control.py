@@ -97,7 +97,11 @@ class ControlLoops:
         if sim.policy.scaling == "reactive":
             sim.schedule_tick(control.scale_period_s, self._scale_tick)
         if sim.policy.router_view == "stats":
-            sim.schedule_tick(control.stats_period_s, self._stats_tick)
+            # The heartbeat's phase against the trace is whatever the workers' start-up made it.
+            sim.schedule_tick(
+                control.stats_phase_s % control.stats_period_s or control.stats_period_s,
+                self._stats_tick,
+            )
         if self.planner is not None:
             sim.schedule_tick(0.0, self._plan_tick)
 

@@ -193,3 +193,23 @@ def test_class_instance_counts_give_one_each_and_the_rest_by_share() -> None:
     assert class_instance_counts({"A": 0.7, "B": 0.2, "C": 0.1}, 10) == {"A": 6, "B": 2, "C": 2}
     with pytest.raises(ValueError):
         class_instance_counts({"A": 0.5, "B": 0.5}, 1)
+
+
+def _stats_view_run(phase_s: float) -> SimResult:
+    """live-defaults (BF-IO on a heartbeat-old KV view) with the heartbeat at ``phase_s``."""
+    control = {"sample_period_s": 5.0, "stats_period_s": 2.5, "stats_phase_s": phase_s}
+    scenario = _scenario(3, control=control)
+    carbon = CarbonClock({"R": np.full(48, INTENSITY)}, start_offset_s=3600.0)
+    trace = synthetic_trace(
+        rate_rps=6.0, duration_s=20.0, seed=11, mean_prompt_tokens=800, mean_output_tokens=60
+    )
+    policy = policy_by_name("live-defaults", tp=1)
+    return ClusterSimulator(scenario, policy, trace, carbon=carbon).run()
+
+
+def test_the_heartbeat_phase_changes_what_the_stats_view_router_sees() -> None:
+    """Test that the phase moves first tokens, and that a whole period is phase 0 again."""
+    at_zero = _stats_view_run(0.0)
+    assert np.array_equal(at_zero.columns.first_token_s, _stats_view_run(2.5).columns.first_token_s)
+    shifted = [_stats_view_run(phase).columns.first_token_s for phase in (0.6, 1.3, 1.9)]
+    assert any(not np.array_equal(at_zero.columns.first_token_s, s) for s in shifted)
