@@ -1,4 +1,4 @@
-"""``greenserve bench dvfs``: MIAD and predictive clock control against max clock.
+"""``greenserve bench dvfs``: MIAD, predictive and profile clock control against max clock.
 
 One simulated instance (Llama3-8B, one A100-80GB, TP1) runs as a pure discrete loop
 (:func:`services.dvfs.instance_sim.run_instance`) in two settings:
@@ -45,14 +45,17 @@ from services.dvfs.predictive import (
     PredictiveConfig,
     PredictiveController,
 )
+from services.dvfs.profile_build import build_profile_table
+from services.dvfs.profile_policy import ProfilePolicy, ProfilePolicyConfig
 from services.dvfs.workloads import freesh_ss_workload, throttllem_workload, with_predicted_lengths
 from shared.engine import EngineConfig, create_engine
+from shared.engine.profiler import RequestClass
 from shared.metrics.latency import e2e_s, latency_stats, mean_tbt_s, ttft_s
 
 __all__ = ["HELP", "NAME", "add_arguments", "run", "trained_ips_model"]
 
 NAME = "dvfs"
-HELP = "MIAD and predictive clock control vs max clock (FREESH Table 10, throttLL'eM settings)"
+HELP = "MIAD, predictive and profile clock control vs max clock (FREESH Table 10, throttLL'eM)"
 
 PAPER_TABLE10: Final = {
     "fixed-1410": {
@@ -197,6 +200,44 @@ def _predictive_makers(
     }
 
 
+DYNAMOLLM_PERIOD_S: Final = 5.0
+"""DynamoLLM's instance manager re-chooses the clock every 5 s (seed 001 §2.4)."""
+
+
+def _profile_makers(
+    config: EngineConfig,
+    arrivals: Sequence[Arrival],
+    *,
+    ttft_slo_s: float,
+    tbt_slo_s: float,
+    e2e_slo_s: float,
+) -> dict[str, Callable[[], ClockController]]:
+    """DynamoLLM's instance manager on a profile of this workload's lengths, as published
+    (``profile-dynamollm``: TTFT and TBT only) and with GreenServe's E2E bound (``profile``).
+
+    The profile (P99 TTFT, TBT and E2E, power, at six loads × the 200-MHz clock levels) is
+    swept on the engine simulator with the workload's own prompt and output lengths, as
+    DynamoLLM profiles each request class before deployment.
+    """
+    request_class = RequestClass(
+        partition="bench",
+        name="workload",
+        prompt_tokens=tuple(a.prompt_tokens for a in arrivals),
+        output_tokens=tuple(a.output_tokens for a in arrivals),
+    )
+    began = time.perf_counter()
+    table = build_profile_table(config, request_class)
+    print(f"  profile table: {time.perf_counter() - began:.1f} s", file=sys.stderr)
+    published = ProfilePolicyConfig(
+        ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s, period_s=DYNAMOLLM_PERIOD_S
+    )
+    bounded = replace(published, e2e_slo_s=e2e_slo_s)
+    return {
+        "profile-dynamollm": functools.partial(ProfilePolicy, table, published),
+        "profile": functools.partial(ProfilePolicy, table, bounded),
+    }
+
+
 def _pct(values: np.ndarray[Any, Any], scale: float = 1000.0) -> list[float | None]:
     stats = latency_stats(values)
     return [
@@ -268,6 +309,11 @@ def _freesh(
         makers[f"miad-{factor}-{step:g}"] = functools.partial(MiadController, miad)
     predictive = PredictiveConfig(tbt_slo_s=slo.tbt_s, period_s=args.period_s)
     makers.update(_predictive_makers(model, prefill, predictive, margin))
+    makers.update(
+        _profile_makers(
+            config, arrivals, ttft_slo_s=slo.ttft_s, tbt_slo_s=slo.tbt_s, e2e_slo_s=slo.e2e_s
+        )
+    )
     configs: dict[str, dict[str, Any]] = {}
     for name, make in makers.items():
         run_ = _simulate(config, arrivals, make(), name)
@@ -368,6 +414,13 @@ def _throttllem(
             )
         ),
         **_predictive_makers(model, prefill, predictive, margin),
+        **_profile_makers(
+            config,
+            arrivals,
+            ttft_slo_s=MLPERF_TTFT_P99_S,
+            tbt_slo_s=tbt_slo,
+            e2e_slo_s=e2e_slo,
+        ),
     }
     configs: dict[str, dict[str, Any]] = {}
     late_at_max: np.ndarray[Any, Any] | None = None
@@ -428,6 +481,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "the observed arrival stream and the model's held-out p95 time error as margin. "
             "The E2E SLO is the max-clock run's own p99, so max clock sits exactly at it; "
             "late_also_at_max_clock counts the misses no clock could avoid. See docs/dvfs.md.",
+            "profile-dynamollm is DynamoLLM's instance manager (every 5 s: drop the profiled "
+            "clocks whose P99 TTFT or TBT breaks the SLO at the measured load, take the least "
+            "power) on a profile swept on the engine simulator with the workload's lengths; "
+            "it has no E2E term, as published; profile adds the profiled P99 E2E against the "
+            "setting's E2E SLO (GreenServe's extension).",
         ],
         "summary": {
             "miad_energy_saving_pct": f_cfg["miad-2.0-100"]["energy_saving_pct"],
@@ -453,5 +511,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "predictive_margin": round(margin, 4),
             "predictive_energy_saving_pct_freesh_setting": f_cfg["predictive"]["energy_saving_pct"],
             "miad_energy_saving_pct_throttllem_setting": t_cfg["miad-2.0-100"]["energy_saving_pct"],
+            "profile_dynamollm_energy_saving_pct": f_cfg["profile-dynamollm"]["energy_saving_pct"],
+            "profile_dynamollm_violation_pct": f_cfg["profile-dynamollm"]["violation_pct"],
+            "profile_energy_saving_pct": f_cfg["profile"]["energy_saving_pct"],
+            "profile_violation_pct": f_cfg["profile"]["violation_pct"],
+            "profile_energy_saving_pct_throttllem_setting": t_cfg["profile"]["energy_saving_pct"],
+            "profile_violation_pct_throttllem_setting": t_cfg["profile"]["violation_pct"],
         },
     }

@@ -4,11 +4,15 @@ From a profile of the instance (load × clock → energy, TTFT, TBT), interpolat
 profiled clock's row at the measured load (DynamoLLM interpolates loads with SciPy
 ``interp1d``; linear interpolation is the same here), drop the clocks whose TTFT or TBT
 breaks the SLO, and pick the one with the least energy. When no clock meets the SLO the
-highest clock is the best effort. Loads beyond the profile are clamped to its ends.
+highest clock is the best effort. GreenServe's extension: the profile may also carry the
+P99 E2E of each point and the SLO an E2E bound (DynamoLLM filters on TTFT and TBT only;
+without the bound, ``e2e_slo_s = inf``, the policy is the published one).
+Loads beyond the profile are clamped to its ends.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,6 +36,8 @@ class ProfilePoint:
     """Energy of the instance over the profiling run (or per second: only order matters)."""
     ttft_s: float
     tbt_s: float
+    e2e_s: float = 0.0
+    """End-to-end latency at that point (0: not profiled; only an E2E bound reads it)."""
 
 
 class ProfileTable:
@@ -47,10 +53,10 @@ class ProfileTable:
         clocks = sorted({p.clock_mhz for p in points})
         if not loads or len(points) != len(loads) * len(clocks):
             raise ValueError("profile points must cover every load at every clock exactly once")
-        grid = np.full((3, len(clocks), len(loads)), np.nan)
+        grid = np.full((4, len(clocks), len(loads)), np.nan)
         for p in points:
             row, col = clocks.index(p.clock_mhz), loads.index(p.load_rps)
-            grid[:, row, col] = (p.energy_j, p.ttft_s, p.tbt_s)
+            grid[:, row, col] = (p.energy_j, p.ttft_s, p.tbt_s, p.e2e_s)
         if np.isnan(grid).any():
             raise ValueError("profile points must cover every load at every clock exactly once")
         self._loads = np.asarray(loads, dtype=np.float64)
@@ -70,6 +76,10 @@ class ProfileTable:
         )
         return energy, ttft, tbt
 
+    def e2e_at_load(self, load_rps: float) -> FloatArray:
+        """Return the E2E latency per profiled clock, interpolated at ``load_rps``."""
+        return np.array([np.interp(load_rps, self._loads, row) for row in self._grid[3]])
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProfilePolicyConfig:
@@ -80,6 +90,8 @@ class ProfilePolicyConfig:
     period_s: float = 5.0
     load_headroom: float = 1.0
     """Multiplies the measured load before the lookup (>1 plans for growth)."""
+    e2e_slo_s: float = math.inf
+    """GreenServe's extension: also drop clocks whose profiled E2E exceeds this."""
 
 
 class ProfilePolicy:
@@ -97,8 +109,11 @@ class ProfilePolicy:
 
     def choose_clock(self, load_rps: float) -> float:
         """Return the profiled clock with least energy among those meeting the SLO."""
-        energy, ttft, tbt = self._table.at_load(load_rps * self._config.load_headroom)
+        load = load_rps * self._config.load_headroom
+        energy, ttft, tbt = self._table.at_load(load)
         feasible = (ttft <= self._config.ttft_slo_s) & (tbt <= self._config.tbt_slo_s)
+        if math.isfinite(self._config.e2e_slo_s):
+            feasible &= self._table.e2e_at_load(load) <= self._config.e2e_slo_s
         if not feasible.any():
             return self._table.clocks_mhz[-1]
         candidates = np.flatnonzero(feasible)

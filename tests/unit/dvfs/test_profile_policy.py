@@ -85,3 +85,20 @@ def test_incomplete_profile_grid_is_rejected() -> None:
     ]
     with pytest.raises(ValueError, match="every load"):
         ProfileTable(points)
+
+
+def test_an_e2e_bound_drops_clocks_the_published_policy_would_keep() -> None:
+    """Test GreenServe's E2E bound: the cheapest clock is refused when its E2E is too long."""
+    points = [
+        ProfilePoint(load_rps=load, clock_mhz=c, energy_j=e, ttft_s=0.1, tbt_s=0.03, e2e_s=e2e)
+        for load in (1.0, 4.0)
+        for c, e, e2e in ((810.0, 40.0, 9.0), (1110.0, 55.0, 6.0), (1410.0, 70.0, 4.5))
+    ]
+    table = ProfileTable(points)
+    published = ProfilePolicyConfig(ttft_slo_s=0.3, tbt_slo_s=0.15)
+    assert ProfilePolicy(table, published).choose_clock(2.0) == 810.0
+    bounded = ProfilePolicyConfig(ttft_slo_s=0.3, tbt_slo_s=0.15, e2e_slo_s=7.0)
+    assert ProfilePolicy(table, bounded).choose_clock(2.0) == 1110.0
+    assert table.e2e_at_load(2.0).tolist() == [9.0, 6.0, 4.5]
+    tight = ProfilePolicyConfig(ttft_slo_s=0.3, tbt_slo_s=0.15, e2e_slo_s=1.0)
+    assert ProfilePolicy(table, tight).choose_clock(2.0) == 1410.0  # none meets it: best effort
