@@ -202,6 +202,9 @@ def _predictive_makers(
 
 DYNAMOLLM_PERIOD_S: Final = 5.0
 """DynamoLLM's instance manager re-chooses the clock every 5 s (seed 001 §2.4)."""
+EMERGENCY_SHARE: Final = 0.9
+"""Our detector for DynamoLLM's "SLO miss imminent" (§4.4 leaves it open): a request of the
+last period within 10 % of a bound. Chosen before any run, not tuned on the benches."""
 
 
 def _profile_makers(
@@ -212,8 +215,10 @@ def _profile_makers(
     tbt_slo_s: float,
     e2e_slo_s: float,
 ) -> dict[str, Callable[[], ClockController]]:
-    """DynamoLLM's instance manager on a profile of this workload's lengths, as published
-    (``profile-dynamollm``: TTFT and TBT only) and with GreenServe's E2E bound (``profile``).
+    """DynamoLLM's instance manager on a profile of this workload's lengths: its filter
+    alone (``profile-filter``: TTFT and TBT, least power), with step 2 of its emergency
+    ladder (``profile-dynamollm``: maximum clock for a period after a request came within
+    ``EMERGENCY_SHARE`` of a bound) and with GreenServe's E2E bound on top (``profile``).
 
     The profile (P99 TTFT, TBT and E2E, power, at six loads × the 200-MHz clock levels) is
     swept on the engine simulator with the workload's own prompt and output lengths, as
@@ -228,11 +233,13 @@ def _profile_makers(
     began = time.perf_counter()
     table = build_profile_table(config, request_class)
     print(f"  profile table: {time.perf_counter() - began:.1f} s", file=sys.stderr)
-    published = ProfilePolicyConfig(
+    filter_only = ProfilePolicyConfig(
         ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s, period_s=DYNAMOLLM_PERIOD_S
     )
+    published = replace(filter_only, emergency_share=EMERGENCY_SHARE)
     bounded = replace(published, e2e_slo_s=e2e_slo_s)
     return {
+        "profile-filter": functools.partial(ProfilePolicy, table, filter_only),
         "profile-dynamollm": functools.partial(ProfilePolicy, table, published),
         "profile": functools.partial(ProfilePolicy, table, bounded),
     }
@@ -481,11 +488,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "the observed arrival stream and the model's held-out p95 time error as margin. "
             "The E2E SLO is the max-clock run's own p99, so max clock sits exactly at it; "
             "late_also_at_max_clock counts the misses no clock could avoid. See docs/dvfs.md.",
-            "profile-dynamollm is DynamoLLM's instance manager (every 5 s: drop the profiled "
+            "profile-filter is DynamoLLM's instance manager (every 5 s: drop the profiled "
             "clocks whose P99 TTFT or TBT breaks the SLO at the measured load, take the least "
             "power) on a profile swept on the engine simulator with the workload's lengths; "
-            "it has no E2E term, as published; profile adds the profiled P99 E2E against the "
-            "setting's E2E SLO (GreenServe's extension).",
+            "it has no E2E term, as published. profile-dynamollm adds its emergency step 2 "
+            "(maximum clock for a period after a request within 10 % of a bound; the detector "
+            "is ours), profile also the profiled P99 E2E against the setting's E2E SLO "
+            "(GreenServe's extension).",
         ],
         "summary": {
             "miad_energy_saving_pct": f_cfg["miad-2.0-100"]["energy_saving_pct"],
@@ -511,10 +520,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "predictive_margin": round(margin, 4),
             "predictive_energy_saving_pct_freesh_setting": f_cfg["predictive"]["energy_saving_pct"],
             "miad_energy_saving_pct_throttllem_setting": t_cfg["miad-2.0-100"]["energy_saving_pct"],
+            "profile_filter_energy_saving_pct": f_cfg["profile-filter"]["energy_saving_pct"],
+            "profile_filter_violation_pct": f_cfg["profile-filter"]["violation_pct"],
             "profile_dynamollm_energy_saving_pct": f_cfg["profile-dynamollm"]["energy_saving_pct"],
             "profile_dynamollm_violation_pct": f_cfg["profile-dynamollm"]["violation_pct"],
             "profile_energy_saving_pct": f_cfg["profile"]["energy_saving_pct"],
             "profile_violation_pct": f_cfg["profile"]["violation_pct"],
+            "profile_dynamollm_energy_saving_pct_throttllem_setting": t_cfg["profile-dynamollm"][
+                "energy_saving_pct"
+            ],
+            "profile_dynamollm_violation_pct_throttllem_setting": t_cfg["profile-dynamollm"][
+                "violation_pct"
+            ],
             "profile_energy_saving_pct_throttllem_setting": t_cfg["profile"]["energy_saving_pct"],
             "profile_violation_pct_throttllem_setting": t_cfg["profile"]["violation_pct"],
         },

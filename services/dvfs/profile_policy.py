@@ -92,6 +92,11 @@ class ProfilePolicyConfig:
     """Multiplies the measured load before the lookup (>1 plans for growth)."""
     e2e_slo_s: float = math.inf
     """GreenServe's extension: also drop clocks whose profiled E2E exceeds this."""
+    emergency_share: float = math.inf
+    """DynamoLLM §4.4, step 2 of its emergency ladder: the maximum clock for the next
+    period when a miss is imminent. The paper leaves the detector open; ours: a request of
+    the last period whose TTFT, mean TBT or E2E exceeded this share of its bound (a bound
+    that is infinite never fires). ``inf``: no emergencies."""
 
 
 class ProfilePolicy:
@@ -119,7 +124,26 @@ class ProfilePolicy:
         candidates = np.flatnonzero(feasible)
         return self._table.clocks_mhz[int(candidates[np.argmin(energy[candidates])])]
 
+    def emergency(self, observation: Observation) -> bool:
+        """Whether the last period saw a request near a bound (``emergency_share``)."""
+        cfg = self._config
+        share = cfg.emergency_share
+        if not math.isfinite(share):
+            return False
+        return any(
+            max(samples, default=0.0) > share * bound
+            for window in observation.latencies.values()
+            for samples, bound in (
+                (window.ttft_s, cfg.ttft_slo_s),
+                (window.tbt_s, cfg.tbt_slo_s),
+                (window.e2e_s, cfg.e2e_slo_s),
+            )
+        )
+
     def decide(self, observation: Observation) -> float:
-        """Choose by the load of the last period and snap to a supported clock."""
+        """Choose by the load of the last period and snap to a supported clock; the maximum
+        clock in an emergency."""
+        if self.emergency(observation):
+            return observation.max_clock_mhz
         chosen = self.choose_clock(observation.arrival_rate_rps)
         return snap_clock(chosen, observation.supported_clocks_mhz)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.dvfs.controller import Observation
+from services.dvfs.controller import LatencyWindow, Observation
 from services.dvfs.profile_policy import (
     ProfilePoint,
     ProfilePolicy,
@@ -102,3 +102,33 @@ def test_an_e2e_bound_drops_clocks_the_published_policy_would_keep() -> None:
     assert table.e2e_at_load(2.0).tolist() == [9.0, 6.0, 4.5]
     tight = ProfilePolicyConfig(ttft_slo_s=0.3, tbt_slo_s=0.15, e2e_slo_s=1.0)
     assert ProfilePolicy(table, tight).choose_clock(2.0) == 1410.0  # none meets it: best effort
+
+
+def test_a_request_near_its_bound_raises_an_emergency_to_the_maximum_clock() -> None:
+    """Test DynamoLLM's emergency step 2: a sample over the share of a bound → max clock."""
+    config = ProfilePolicyConfig(ttft_slo_s=0.3, tbt_slo_s=0.1, e2e_slo_s=10.0, emergency_share=0.8)
+    policy = ProfilePolicy(_table(), config)
+    calm = LatencyWindow(ttft_s=(0.2,), tbt_s=(0.07,), e2e_s=(7.9,))
+    observation = Observation(
+        now_s=0.0,
+        clock_mhz=1110.0,
+        supported_clocks_mhz=A100,
+        arrival_rate_rps=2.0,
+        latencies={"SS": calm},
+    )
+    assert policy.decide(observation) == 1110.0
+    for late in (
+        LatencyWindow(ttft_s=(0.25,)),
+        LatencyWindow(tbt_s=(0.085,)),
+        LatencyWindow(e2e_s=(8.5,)),
+    ):
+        urgent = Observation(
+            now_s=0.0,
+            clock_mhz=1110.0,
+            supported_clocks_mhz=A100,
+            arrival_rate_rps=2.0,
+            latencies={"SS": calm, "LL": late},
+        )
+        assert policy.emergency(urgent)
+        assert policy.decide(urgent) == max(A100)
+    assert not _policy().emergency(urgent)  # no share set: the published default
