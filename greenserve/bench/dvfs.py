@@ -25,10 +25,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 
+from greenserve.bench.dvfs_plots import plot_dvfs
 from services.dvfs.controller import ClockController, FixedClockController, SloThresholds
 from services.dvfs.instance_sim import Arrival, InstanceRun, run_instance
 from services.dvfs.miad import FREESH_TABLE7, MiadConfig, MiadController
@@ -143,6 +145,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--period-s", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--plots", type=Path, default=None, help="write dvfs.png (saving vs late, clocks) here"
+    )
 
 
 @functools.cache
@@ -467,7 +472,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     freesh = _freesh(args, config, model, prefill, margin)
     throttllem = _throttllem(args, config, model, prefill, margin)
     f_cfg, t_cfg = freesh["configs"], throttllem["configs"]
-    return {
+    report: dict[str, Any] = {
         "engine": {
             "gpu": args.gpu,
             "model": args.model,
@@ -536,3 +541,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "profile_violation_pct_throttllem_setting": t_cfg["profile"]["violation_pct"],
         },
     }
+    if args.plots is not None:
+        report["plots"] = [str(plot_dvfs(report, args.plots / "dvfs.png"))]
+    return report

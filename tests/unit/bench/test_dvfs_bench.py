@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 from greenserve.bench import dvfs
 
@@ -17,11 +18,16 @@ ROWS = (
 )
 
 
-def test_a_short_run_reports_every_policy_and_the_profile_rows_keep_their_promises() -> None:
-    """Test the report: rows, energy accounting, and the profile rows' SLO terms at work."""
+def test_a_short_run_reports_every_policy_and_the_profile_rows_keep_their_promises(
+    tmp_path: Path,
+) -> None:
+    """Test the report: rows, energy accounting, the profile rows' SLO terms, the plot."""
     parser = argparse.ArgumentParser()
     dvfs.add_arguments(parser)
-    report = dvfs.run(parser.parse_args(["--freesh-minutes", "1", "--throttllem-minutes", "3"]))
+    argv = ["--freesh-minutes", "1", "--throttllem-minutes", "3", "--plots", str(tmp_path)]
+    report = dvfs.run(parser.parse_args(argv))
+    assert report["plots"] == [str(tmp_path / "dvfs.png")]
+    assert (tmp_path / "dvfs.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     for setting in ("freesh_table10", "throttllem"):
         configs = report[setting]["configs"]
         assert set(ROWS) <= set(configs)
