@@ -221,6 +221,12 @@ class DvfsSettings(_Section):
     period_s: float = 1.0
     """Model-time control period (scaled by the speed-up in the live stack)."""
     allowed_issuers: tuple[str, ...] = ("dvfs", "planner")
+    profile_min_requests: int = Field(default=64, ge=1)
+    """``profile`` mode: completions of an engine seen before its profile is swept with
+    their lengths (services/dvfs/profile_live.py)."""
+    profile_window_s: float = Field(default=5.0, gt=0.0)
+    """``profile`` mode: model seconds over which a worker's load is counted (DynamoLLM's
+    instance manager: 5 s)."""
 
 
 class ForecasterSettings(_Section):

@@ -48,7 +48,11 @@ from services.dvfs.predictive import (
     PredictiveController,
 )
 from services.dvfs.profile_build import build_profile_table
-from services.dvfs.profile_policy import ProfilePolicy, ProfilePolicyConfig
+from services.dvfs.profile_policy import (
+    DEFAULT_EMERGENCY_SHARE,
+    ProfilePolicy,
+    ProfilePolicyConfig,
+)
 from services.dvfs.workloads import freesh_ss_workload, throttllem_workload, with_predicted_lengths
 from shared.engine import EngineConfig, create_engine
 from shared.engine.profiler import RequestClass
@@ -207,9 +211,6 @@ def _predictive_makers(
 
 DYNAMOLLM_PERIOD_S: Final = 5.0
 """DynamoLLM's instance manager re-chooses the clock every 5 s (seed 001 §2.4)."""
-EMERGENCY_SHARE: Final = 0.9
-"""Our detector for DynamoLLM's "SLO miss imminent" (§4.4 leaves it open): a request of the
-last period within 10 % of a bound. Chosen before any run, not tuned on the benches."""
 
 
 def _profile_makers(
@@ -223,7 +224,7 @@ def _profile_makers(
     """DynamoLLM's instance manager on a profile of this workload's lengths: its filter
     alone (``profile-filter``: TTFT and TBT, least power), with step 2 of its emergency
     ladder (``profile-dynamollm``: maximum clock for a period after a request came within
-    ``EMERGENCY_SHARE`` of a bound) and with GreenServe's E2E bound on top (``profile``).
+    ``DEFAULT_EMERGENCY_SHARE`` of a bound) and with GreenServe's E2E bound on top (``profile``).
 
     The profile (P99 TTFT, TBT and E2E, power, at six loads × the 200-MHz clock levels) is
     swept on the engine simulator with the workload's own prompt and output lengths, as
@@ -241,7 +242,7 @@ def _profile_makers(
     filter_only = ProfilePolicyConfig(
         ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s, period_s=DYNAMOLLM_PERIOD_S
     )
-    published = replace(filter_only, emergency_share=EMERGENCY_SHARE)
+    published = replace(filter_only, emergency_share=DEFAULT_EMERGENCY_SHARE)
     bounded = replace(published, e2e_slo_s=e2e_slo_s)
     return {
         "profile-filter": functools.partial(ProfilePolicy, table, filter_only),

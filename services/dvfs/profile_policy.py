@@ -13,15 +13,26 @@ Loads beyond the profile are clamped to its ends.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 from numpy.typing import NDArray
 
 from services.dvfs.controller import Observation, snap_clock
 
-__all__ = ["ProfilePoint", "ProfilePolicy", "ProfilePolicyConfig", "ProfileTable"]
+__all__ = [
+    "DEFAULT_EMERGENCY_SHARE",
+    "ProfilePoint",
+    "ProfilePolicy",
+    "ProfilePolicyConfig",
+    "ProfileTable",
+]
+
+DEFAULT_EMERGENCY_SHARE: Final = 0.9
+"""Our detector for DynamoLLM's "SLO miss imminent" (§4.4 leaves it open): a request of the
+last period within 10 % of a bound. Chosen before any run, not tuned on the benches."""
 
 FloatArray = NDArray[np.float64]
 
@@ -97,6 +108,9 @@ class ProfilePolicyConfig:
     period when a miss is imminent. The paper leaves the detector open; ours: a request of
     the last period whose TTFT, mean TBT or E2E exceeded this share of its bound (a bound
     that is infinite never fires). ``inf``: no emergencies."""
+    class_bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    """Per request class, its own (TTFT, TBT) bounds for the emergency check; a class not
+    listed is held to ``ttft_slo_s`` and ``tbt_slo_s``."""
 
 
 class ProfilePolicy:
@@ -106,6 +120,11 @@ class ProfilePolicy:
         """Use ``table`` (this instance's profile) under ``config``'s SLO."""
         self._table = table
         self._config = config
+
+    @property
+    def config(self) -> ProfilePolicyConfig:
+        """The SLO, period and emergency settings."""
+        return self._config
 
     @property
     def period_s(self) -> float:
@@ -130,15 +149,16 @@ class ProfilePolicy:
         share = cfg.emergency_share
         if not math.isfinite(share):
             return False
-        return any(
-            max(samples, default=0.0) > share * bound
-            for window in observation.latencies.values()
+        for name, window in observation.latencies.items():
+            ttft_bound, tbt_bound = cfg.class_bounds.get(name, (cfg.ttft_slo_s, cfg.tbt_slo_s))
             for samples, bound in (
-                (window.ttft_s, cfg.ttft_slo_s),
-                (window.tbt_s, cfg.tbt_slo_s),
+                (window.ttft_s, ttft_bound),
+                (window.tbt_s, tbt_bound),
                 (window.e2e_s, cfg.e2e_slo_s),
-            )
-        )
+            ):
+                if max(samples, default=0.0) > share * bound:
+                    return True
+        return False
 
     def decide(self, observation: Observation) -> float:
         """Choose by the load of the last period and snap to a supported clock; the maximum

@@ -4,18 +4,20 @@ Modes: ``fixed`` (every instance at ``dvfs.clock_mhz``, or its maximum), ``miad`
 (FREESH Eq. 5: ×2 on congestion against Table 7, −100 MHz otherwise, every ``period_s``
 of model time) and ``predictive`` (throttLL'eM §3.3 with GreenServe's arrival, prefill and
 model-margin extensions: the lowest clock at which every request's projected finish meets
-its deadline). MIAD judges congestion from the latencies of requests that finished on the
-instance during the period. Predictive control reads each worker's
-:class:`proto.messages.InstanceState` (published by the workers only in this mode) and an
-IPS model profiled and fitted once per (GPU, model, TP) on the engine simulator, in a
-thread, at the first sight of such a worker (about 1–2 s); it is the same
-:class:`services.dvfs.predictive.PredictiveController` the ``dvfs`` bench measures.
+its deadline) and ``profile`` (DynamoLLM's instance manager: the least-power clock whose
+profiled TTFT and TBT meet the SLO at the worker's load, the maximum clock after a request
+came near its class's bound; the profile is swept on the engine simulator with the lengths
+the node's workers served, :mod:`services.dvfs.profile_live`). MIAD judges congestion from
+the latencies of requests that finished on the instance during the period. Predictive
+control reads each worker's :class:`proto.messages.InstanceState` (published by the workers
+only in this mode) and an IPS model profiled and fitted once per (GPU, model, TP) on the
+engine simulator, in a thread, at the first sight of such a worker (about 1–2 s); it is the
+same :class:`services.dvfs.predictive.PredictiveController` the ``dvfs`` bench measures.
 
 Clock changes go to the worker as ClockCommands on the node-bound subject
 ``clock.v2.<node>.<worker>`` (the NATS ACL lets an agent publish only to its own node);
-the worker's backend applies them to the simulator (or, opt-in, through NVML). The
-profile-based controller needs profiles the live stack does not build yet; it runs in the
-offline simulator. A ClockOverride from the scheduler's emergency ladder holds a pool at its
+the worker's backend applies them to the simulator (or, opt-in, through NVML). A
+ClockOverride from the scheduler's emergency ladder holds a pool at its
 maximum clock for a bounded time (:mod:`services.dvfs.clock_override`). Under a MILP plan
 the pool's planned clock caps every controller's choice
 (:func:`services.planner.parking.pool_clock_caps`).
@@ -29,6 +31,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import nats.errors
 from nats.aio.msg import Msg
@@ -44,6 +47,7 @@ from proto.messages import (
     Plan,
     WorkerStats,
 )
+from services.classifier.classes import default_slos, scheme_by_name
 from services.dvfs.clock_override import ClockOverrides, max_clock_of, subscribe_overrides
 from services.dvfs.controller import ClockController, FixedClockController
 from services.dvfs.miad import MiadConfig, MiadController
@@ -54,6 +58,7 @@ from services.dvfs.predictive import (
     PredictiveConfig,
     PredictiveController,
 )
+from services.dvfs.profile_live import LoadMeter, ProfileBook, live_profile_policy
 from services.planner.parking import pool_clock_caps
 from shared.bus import request
 from shared.engine import EngineConfig, create_engine
@@ -65,7 +70,7 @@ __all__ = ["ISSUER", "MODES", "NAME", "ModelBook", "make_controller", "serve", "
 
 NAME = "dvfs"
 ISSUER = "dvfs"
-MODES = ("fixed", "miad", "predictive")
+MODES = ("fixed", "miad", "predictive", "profile")
 CLOCK_TOLERANCE_MHZ = 15.0
 """Clocks within one NVML step of the target count as applied."""
 STALE_STATE_PERIODS = 3.0
@@ -98,6 +103,8 @@ def make_controller(
         return FixedClockController(clock_mhz, period_s)
     if mode == "miad":
         return MiadController(MiadConfig(period_s=period_s, max_clock_mhz=clock_mhz))
+    if mode == "profile":
+        raise ValueError("profile control is built per worker from its profile")
     if mode == "predictive":
         if models is None:
             raise ValueError("predictive control needs the instance's fitted models")
@@ -158,8 +165,12 @@ async def serve(ctx: ServiceContext) -> None:
     """Run until ``ctx.stop`` is set."""
     cfg = ctx.settings.dvfs
     predictive = cfg.mode == "predictive"
-    if not predictive:
+    profiled = cfg.mode == "profile"
+    if not predictive and not profiled:
         make_controller(cfg.mode, cfg.clock_mhz, cfg.period_s)  # fail fast on a bad mode
+    profiles = ProfileBook(cfg.profile_min_requests)
+    loads = LoadMeter(cfg.profile_window_s)
+    slos = default_slos(scheme_by_name(ctx.settings.classifier.scheme))
     latest: dict[str, WorkerStats] = {}
     states: dict[str, InstanceState] = {}
     models = ModelBook()
@@ -181,8 +192,14 @@ async def serve(ctx: ServiceContext) -> None:
     async def on_done(msg: Msg) -> None:
         with contextlib.suppress(DecodeError):
             for done in request_endings(msg.data):
-                if isinstance(done, Completion) and done.worker_id in latest:
-                    collector.add(done)
+                if not isinstance(done, Completion) or done.worker_id not in latest:
+                    continue
+                collector.add(done)
+                if profiled:
+                    stats = latest[done.worker_id]
+                    key = (stats.gpu, stats.model, stats.tp)
+                    profiles.add(key, done.request_class, done.input_tokens, done.output_tokens)
+                    loads.add(done.worker_id, ctx.clock.now())
 
     async def on_state(msg: Msg) -> None:
         with contextlib.suppress(DecodeError):
@@ -223,6 +240,16 @@ async def serve(ctx: ServiceContext) -> None:
                     controller = controllers[worker_id] = make_controller(
                         cfg.mode, cfg.clock_mhz, cfg.period_s, fitted
                     )
+            elif profiled:
+                observation = replace(observation, arrival_rate_rps=loads.rate(worker_id, now))
+                if controller is None:
+                    key = (stats.gpu, stats.model, stats.tp)
+                    table = profiles.get(key)
+                    if table is None:
+                        continue  # too few lengths seen yet, or the profile is being swept
+                    controller = controllers[worker_id] = live_profile_policy(
+                        table, slos, profiles.classes(key), period_s=cfg.period_s
+                    )
             elif controller is None:
                 controller = controllers[worker_id] = make_controller(
                     cfg.mode, cfg.clock_mhz, cfg.period_s
@@ -254,6 +281,7 @@ async def serve(ctx: ServiceContext) -> None:
         )
     finally:
         models.close()
+        profiles.close()
         for sub in subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
