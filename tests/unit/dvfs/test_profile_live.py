@@ -87,4 +87,3 @@ def test_the_filter_takes_the_loosest_ttft_and_strictest_tbt_and_classes_keep_th
     assert math.isinf(policy.config.e2e_slo_s)  # live requests carry their own deadlines
     with pytest.raises(ValueError, match="no SLO"):
         live_profile_policy(_table(), slos, frozenset({"XL"}), period_s=1.0)
-
