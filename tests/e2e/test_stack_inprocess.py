@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
@@ -152,3 +153,55 @@ async def test_predictive_dvfs_lowers_clocks_when_light_and_raises_them_under_a_
     assert after
     assert min(before) < 1000.0, before  # light load: well below the 1410 MHz maximum
     assert max(after) >= 1300.0, after  # the burst's deadlines need (nearly) full speed
+
+
+async def test_profile_dvfs_learns_the_lengths_then_runs_light_load_low_and_a_burst_high(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test DynamoLLM's instance manager live: profile swept from served lengths, then clocks.
+
+    The agent sweeps the worker's profile once 8 completions have told it the lengths; the
+    trickle after that runs at a low clock, and the burst's long first tokens raise an
+    emergency (maximum clock) with none lost.
+    """
+    speedup = 5.0
+    burst_at_s = 44.0
+    light = [TraceRequest(t_s=1.0 * i, prompt_tokens=200, output_tokens=120) for i in range(40)]
+    burst = [TraceRequest(t_s=burst_at_s, prompt_tokens=1500, output_tokens=250)] * 60
+    spec = StackSpec(
+        namespace=namespace,
+        nats_url=nats_server.url,
+        redis_url=redis_server.url,
+        workers=1,
+        regions=("PJM",),
+        speedup=speedup,
+        origin_wall_s=time.time(),
+        extra={"dvfs": {"mode": "profile", "profile_min_requests": 8}},
+    )
+    nc: Client = await connect_nats(NatsSettings(url=nats_server.url), "test-client")
+    clocks: list[tuple[float, float]] = []
+
+    async def on_stats(msg: Msg) -> None:
+        stats = decode(msg.data, WorkerStats)
+        clocks.append((stats.at, stats.clock_mhz))
+
+    try:
+        subjects = Subjects(namespace)
+        await nc.subscribe(subjects.worker_stats_wildcard, cb=on_stats)
+        async with run_in_process(stack_launches(spec)):
+            started = time.time()
+            result = await replay(nc, subjects, [*light, *burst], model=spec.model, speedup=speedup)
+    finally:
+        await nc.close()
+    assert all(r.completion is not None for r in result.records)
+    burst_wall = started + burst_at_s / speedup
+    changes = [(round((at - started) * speedup, 1), mhz) for at, mhz in clocks]
+    changes = [c for i, c in enumerate(changes) if i == 0 or c[1] != changes[i - 1][1]]
+    print(f"clock changes (model s from the start, MHz): {changes}", file=sys.stderr)
+    before = [mhz for at, mhz in clocks if started < at < burst_wall]
+    after = [mhz for at, mhz in clocks if at > burst_wall]
+    assert before
+    assert after
+    assert before[0] == pytest.approx(1410.0)  # no profile yet: the clock is left at its max
+    assert min(before) < 1000.0, before  # the trickle, once profiled: well below 1410 MHz
+    assert max(after) >= 1300.0, after  # the burst: an emergency, or its load, needs full speed
