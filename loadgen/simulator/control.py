@@ -18,6 +18,9 @@ from loadgen.simulator.policies import instances_needed, miad_available
 from shared.metrics.energy import JOULES_PER_KWH
 from shared.metrics.latency import SLO_WINDOW_FACTOR
 
+PROFILE_PERIOD_S = 5.0
+"""DynamoLLM's instance manager re-chooses each instance's clock every 5 s (seed 001 §2.4)."""
+
 if TYPE_CHECKING:
     from loadgen.simulator.cluster import ClusterSimulator
 
@@ -46,14 +49,22 @@ class ControlLoops:
         self.sim = sim
         control = sim.scenario.control
         self.use_miad = sim.policy.clock == "miad" and miad_available()
+        self.use_profile = sim.policy.clock == "profile"
         self.clock_note = (
             "miad"
             if self.use_miad
+            else "profile"
+            if self.use_profile
             else ("max (services.dvfs MIAD not available)" if sim.policy.clock == "miad" else "max")
         )
+        # DynamoLLM's instance manager decides every 5 s, MIAD every dvfs period.
+        self.clock_period_s = PROFILE_PERIOD_S if self.use_profile else control.dvfs_period_s
         self.wake_bound_s = min(
-            control.sample_period_s, control.dvfs_period_s if self.use_miad else float("inf")
+            control.sample_period_s,
+            self.clock_period_s if self.use_miad or self.use_profile else float("inf"),
         )
+        self._profiles: dict[tuple[str, str, int], Any] = {}
+        """Profile table per (GPU, model, TP), swept once with the trace's lengths."""
         self.series = Series()
         self.energy_j = 0.0
         self.co2_g = 0.0
@@ -92,8 +103,8 @@ class ControlLoops:
         sim.update_routes(0.0)
         control = sim.scenario.control
         sim.schedule_tick(control.sample_period_s, self._sample_tick)
-        if self.use_miad:
-            sim.schedule_tick(control.dvfs_period_s, self._dvfs_tick)
+        if self.use_miad or self.use_profile:
+            sim.schedule_tick(self.clock_period_s, self._dvfs_tick)
         if sim.policy.scaling == "reactive":
             sim.schedule_tick(control.scale_period_s, self._scale_tick)
         if sim.policy.router_view == "stats":
@@ -115,6 +126,8 @@ class ControlLoops:
 
     def _new(self, pool: Any, t_s: float, *, warm: bool) -> SimInstance | None:
         instance = self.sim.start_instance(pool, t_s, warm=warm)
+        if instance is not None and self.use_profile:
+            instance.controller = self._profile_policy(instance.engine.config)
         if instance is not None and self.use_miad:
             from services.dvfs.miad import MiadConfig, MiadController
 
@@ -127,6 +140,26 @@ class ControlLoops:
                 )
             )
         return instance
+
+    def _profile_policy(self, config: Any) -> Any:
+        """DynamoLLM's instance manager for an instance of ``config`` (profile swept once).
+
+        The profile is swept with the trace's own lengths (DynamoLLM profiles the classes it
+        will serve before deployment) and the policy holds it to the scheme's loosest TTFT
+        and strictest TBT SLO, each class's own bounds driving the emergency, as the live
+        agent's ``profile`` mode does (``services/dvfs/profile_live.py``).
+        """
+        from services.dvfs.profile_live import live_profile_policy, simulator_profile
+
+        sim = self.sim
+        key = (config.gpu, config.model, config.tp)
+        table = self._profiles.get(key)
+        if table is None:
+            prompts = tuple(t.prompt_tokens for t in sim.trace)
+            outputs = tuple(t.output_tokens for t in sim.trace)
+            table = self._profiles[key] = simulator_profile(key, prompts, outputs)
+        served = frozenset(sim.slos)
+        return live_profile_policy(table, sim.slos, served, period_s=self.clock_period_s)
 
     def _floor(self, config: Any) -> float:
         """MIAD's f_min: FREESH's 300 MHz, or the SLO floor when the policy asks for it."""
@@ -281,7 +314,11 @@ class ControlLoops:
                 )
                 for name, s in instance.take_samples().items()
             }
-            observation = engine_observation(engine, now_s=t_s, latencies=windows)
+            load_rps = instance.placed / self.clock_period_s
+            instance.placed = 0
+            observation = engine_observation(
+                engine, now_s=t_s, latencies=windows, arrival_rate_rps=load_rps
+            )
             target = instance.controller.decide(observation)  # type: ignore[attr-defined]
             if self.planner is not None and instance.pool_id in self.planner.clock_caps:
                 # The plan's clock caps MIAD (the live dvfs agent's pool_clock_caps), but never
@@ -292,7 +329,7 @@ class ControlLoops:
                 engine.set_clock_mhz(target)
                 instance.stall(stall)
                 self.clock_changes += 1
-        sim.schedule_tick(t_s + sim.scenario.control.dvfs_period_s, self._dvfs_tick)
+        sim.schedule_tick(t_s + self.clock_period_s, self._dvfs_tick)
         return False
 
     # -- scaling ------------------------------------------------------------------------

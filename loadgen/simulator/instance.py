@@ -95,6 +95,7 @@ class SimInstance:
         "kv_seen",
         "on_finish",
         "origin_s",
+        "placed",
         "pool_id",
         "ready_s",
         "region",
@@ -134,6 +135,8 @@ class SimInstance:
         self.controller: object | None = None
         self.kv_seen = 0
         """KV blocks in use at the last stats heartbeat (the live router's view)."""
+        self.placed = 0
+        """Requests handed to the engine since the clock controller last looked (its load)."""
 
     @property
     def now_s(self) -> float:
@@ -166,6 +169,7 @@ class SimInstance:
         state.instance = self
         state.placed_s = now_s
         self.requests[state.request_id] = state
+        self.placed += 1
 
     def advance(self, t_s: float) -> None:
         """Run iterations (or idle) until engine time reaches cluster time ``t_s``."""

@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 Pooling = Literal["single", "region", "class"]
-ClockMode = Literal["max", "miad"]
+ClockMode = Literal["max", "miad", "profile"]
 Scaling = Literal["static", "reactive", "planned", "shard"]
 ObjectiveName = Literal["carbon", "energy"]
 RegionChoice = Literal["all", "carbon"]
@@ -180,6 +180,14 @@ POLICY_SETS: Final[dict[str, PolicySet]] = {
             description="DynamoLLM ScaleFreq: static TP4 pools, FCFS, least-loaded, MIAD clock",
             placer="least-loaded",
             clock="miad",
+        ),
+        PolicySet(
+            name="scale-freq-profile",
+            description="DynamoLLM ScaleFreq with its own instance manager: static TP4 pools, "
+            "FCFS, least-loaded, every 5 s the least-power clock whose profiled P99 TTFT and TBT "
+            "meet the SLO at the instance's load, maximum clock after a request near its bound",
+            placer="least-loaded",
+            clock="profile",
         ),
         PolicySet(
             name="scale-inst",

@@ -213,3 +213,14 @@ def test_the_heartbeat_phase_changes_what_the_stats_view_router_sees() -> None:
     assert np.array_equal(at_zero.columns.first_token_s, _stats_view_run(2.5).columns.first_token_s)
     shifted = [_stats_view_run(phase).columns.first_token_s for phase in (0.6, 1.3, 1.9)]
     assert any(not np.array_equal(at_zero.columns.first_token_s, s) for s in shifted)
+
+
+def test_dynamollm_instance_managers_lower_the_clock_at_light_load_and_serve_everything() -> None:
+    """Test clock="profile": each instance's profile-based manager moves its clock off max."""
+    trace = _trace(n_s=60.0, seed=7)
+    result = _run(trace, policy="scale-freq-profile", gpus=4)
+    assert result.completed == len(trace)
+    assert result.clock_changes > 0
+    assert result.clock_mode == "profile"
+    at_max = _run(trace, policy="max-clock-fcfs-rr", gpus=4)
+    assert result.energy_j < at_max.energy_j
