@@ -20,14 +20,13 @@ gap); each class's own TTFT and TBT bounds drive the emergency.
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
+import functools
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from services.classifier.classes import ClassSLO
+from services.dvfs.background_builds import BackgroundBuilds
 from services.dvfs.profile_build import build_profile_table
 from services.dvfs.profile_policy import (
     DEFAULT_EMERGENCY_SHARE,
@@ -39,8 +38,6 @@ from shared.engine import EngineConfig
 from shared.engine.profiler import RequestClass
 
 __all__ = ["LoadMeter", "ProfileBook", "live_profile_policy", "simulator_profile"]
-
-logger = logging.getLogger(__name__)
 
 EngineKey = tuple[str, str, int]
 """(GPU, model, TP)."""
@@ -80,8 +77,7 @@ class ProfileBook:
         self._min = max(1, min_requests)
         self._build = build
         self._lengths: dict[EngineKey, _Lengths] = defaultdict(_Lengths)
-        self._tables: dict[EngineKey, ProfileTable] = {}
-        self._pending: dict[EngineKey, asyncio.Task[None]] = {}
+        self._tables: BackgroundBuilds[EngineKey, ProfileTable] = BackgroundBuilds("the profile")
 
     def add(self, key: EngineKey, request_class: str, prompt: int, output: int) -> None:
         """Record one completion's lengths and class."""
@@ -96,36 +92,16 @@ class ProfileBook:
 
     def get(self, key: EngineKey) -> ProfileTable | None:
         """The engine's profile, or None while too few lengths are known or it is swept."""
-        table = self._tables.get(key)
         lengths = self._lengths.get(key)
-        ready = lengths is not None and len(lengths.prompts) >= self._min
-        if table is None and ready and key not in self._pending:
-            assert lengths is not None
+        sweep = None
+        if lengths is not None and len(lengths.prompts) >= self._min:
             prompts, outputs = tuple(lengths.prompts), tuple(lengths.outputs)
-            self._pending[key] = asyncio.create_task(self._sweep(key, prompts, outputs))
-        return table
-
-    async def _sweep(
-        self, key: EngineKey, prompts: tuple[int, ...], outputs: tuple[int, ...]
-    ) -> None:
-        try:
-            began = time.perf_counter()
-            self._tables[key] = await asyncio.to_thread(self._build, key, prompts, outputs)
-            logger.info(
-                "swept the profile of %s from %d requests in %.1f s",
-                key,
-                len(prompts),
-                time.perf_counter() - began,
-            )
-        except Exception:
-            logger.exception("sweeping the profile of %s failed", key)
-        finally:
-            self._pending.pop(key, None)
+            sweep = functools.partial(self._build, key, prompts, outputs)
+        return self._tables.get(key, sweep)
 
     def close(self) -> None:
         """Cancel sweeps still running."""
-        for task in self._pending.values():
-            task.cancel()
+        self._tables.close()
 
 
 class LoadMeter:

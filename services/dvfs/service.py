@@ -25,7 +25,6 @@ the pool's planned clock caps every controller's choice
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
@@ -48,6 +47,7 @@ from proto.messages import (
     WorkerStats,
 )
 from services.classifier.classes import default_slos, scheme_by_name
+from services.dvfs.background_builds import BackgroundBuilds
 from services.dvfs.clock_override import ClockOverrides, max_clock_of, subscribe_overrides
 from services.dvfs.controller import ClockController, FixedClockController
 from services.dvfs.miad import MiadConfig, MiadController
@@ -123,30 +123,17 @@ class ModelBook:
     def __init__(self, fit: Callable[[EngineKey], PredictiveModels] | None = None) -> None:
         """Fit with ``fit`` (default: profile the engine simulator of that key)."""
         self._fit = fit or simulator_models
-        self._models: dict[EngineKey, PredictiveModels] = {}
-        self._pending: dict[EngineKey, asyncio.Task[None]] = {}
+        self._models: BackgroundBuilds[EngineKey, PredictiveModels] = BackgroundBuilds(
+            "the IPS model"
+        )
 
     def get(self, key: EngineKey) -> PredictiveModels | None:
         """The models of ``key`` if fitted; otherwise start fitting them and return None."""
-        models = self._models.get(key)
-        if models is None and key not in self._pending:
-            self._pending[key] = asyncio.create_task(self._load(key))
-        return models
-
-    async def _load(self, key: EngineKey) -> None:
-        try:
-            began = time.perf_counter()
-            self._models[key] = await asyncio.to_thread(self._fit, key)
-            logger.info("fitted the IPS model of %s in %.1f s", key, time.perf_counter() - began)
-        except Exception:
-            logger.exception("fitting the IPS model of %s failed", key)
-        finally:
-            self._pending.pop(key, None)
+        return self._models.get(key, functools.partial(self._fit, key))
 
     def close(self) -> None:
         """Cancel fits still running."""
-        for task in self._pending.values():
-            task.cancel()
+        self._models.close()
 
 
 @functools.cache

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 
 import pytest
 from nats.aio.client import Client
@@ -11,7 +12,7 @@ from nats.aio.msg import Msg
 
 from greenserve.runner import run_in_process
 from greenserve.stack import StackSpec, stack_launches
-from loadgen.replay import replay
+from loadgen.replay import ReplayResult, replay
 from loadgen.report import build_report
 from loadgen.traces import TraceRequest, load_azure_trace, resolve_trace
 from proto.codec import decode
@@ -99,21 +100,29 @@ async def test_miad_lowers_worker_clocks_in_the_live_stack(
     assert min(clocks) < 1000.0
 
 
-async def test_predictive_dvfs_lowers_clocks_when_light_and_raises_them_under_a_burst(
-    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
-) -> None:
-    """Test that predictive dvfs runs a trickle below max clock and a burst near it, losing none.
+@dataclass(slots=True)
+class ClockedReplay:
+    """A replay on one sim worker under a dvfs mode, with what the worker reported."""
 
-    Workers publish their InstanceState; the agent projects it with the IPS model (fitted
-    before the stack starts, as the agent's first sight of the worker would) and sends
-    clocks on the node-bound v2 subject.
-    """
-    speedup = 5.0  # control-plane wall delays count ×K against model-time deadlines
-    simulator_models(("A100-80GB", "llama-3-8b", 1))
-    burst_at_s = 24.0
-    light = [TraceRequest(t_s=2.0 * i, prompt_tokens=200, output_tokens=120) for i in range(12)]
-    burst = [TraceRequest(t_s=burst_at_s, prompt_tokens=1500, output_tokens=250)] * 60
-    origin = time.time()
+    result: ReplayResult
+    started: float
+    """Wall time the replay began."""
+    clocks: list[tuple[float, float]]
+    """(wall time, MHz) of every stats heartbeat."""
+    states: list[InstanceState]
+    """Every InstanceState published (predictive mode only)."""
+
+
+async def _replay_on_one_worker(
+    nats_server: ServerProcess,
+    redis_server: ServerProcess,
+    namespace: str,
+    trace: list[TraceRequest],
+    *,
+    speedup: float,
+    dvfs: dict[str, object],
+) -> ClockedReplay:
+    """Replay ``trace`` through a one-worker (PJM) in-process stack with these dvfs settings."""
     spec = StackSpec(
         namespace=namespace,
         nats_url=nats_server.url,
@@ -121,8 +130,8 @@ async def test_predictive_dvfs_lowers_clocks_when_light_and_raises_them_under_a_
         workers=1,
         regions=("PJM",),
         speedup=speedup,
-        origin_wall_s=origin,
-        extra={"dvfs": {"mode": "predictive"}},
+        origin_wall_s=time.time(),
+        extra={"dvfs": dvfs},
     )
     nc: Client = await connect_nats(NatsSettings(url=nats_server.url), "test-client")
     clocks: list[tuple[float, float]] = []
@@ -141,9 +150,29 @@ async def test_predictive_dvfs_lowers_clocks_when_light_and_raises_them_under_a_
         await nc.subscribe(subjects.instance_state_wildcard, cb=on_state)
         async with run_in_process(stack_launches(spec)):
             started = time.time()
-            result = await replay(nc, subjects, [*light, *burst], model=spec.model, speedup=speedup)
+            result = await replay(nc, subjects, trace, model=spec.model, speedup=speedup)
     finally:
         await nc.close()
+    return ClockedReplay(result, started, clocks, states)
+
+
+async def test_predictive_dvfs_lowers_clocks_when_light_and_raises_them_under_a_burst(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that predictive dvfs runs a trickle below max clock and a burst near it, losing none.
+
+    Workers publish their InstanceState; the agent projects it with the IPS model (fitted
+    before the stack starts, as the agent's first sight of the worker would) and sends
+    clocks on the node-bound v2 subject.
+    """
+    speedup = 5.0  # control-plane wall delays count ×K against model-time deadlines
+    simulator_models(("A100-80GB", "llama-3-8b", 1))
+    burst_at_s = 24.0
+    light = [TraceRequest(t_s=2.0 * i, prompt_tokens=200, output_tokens=120) for i in range(12)]
+    burst = [TraceRequest(t_s=burst_at_s, prompt_tokens=1500, output_tokens=250)] * 60
+    run = await _replay_on_one_worker(nats_server, redis_server, namespace, [*light, *burst],
+                                      speedup=speedup, dvfs={"mode": "predictive"})  # fmt: skip
+    result, started, clocks, states = run.result, run.started, run.clocks, run.states
     assert all(r.completion is not None for r in result.records)
     assert max(len(s.requests) for s in states) >= 30  # the burst reached the agent
     burst_wall = started + burst_at_s / speedup
@@ -168,31 +197,10 @@ async def test_profile_dvfs_learns_the_lengths_then_runs_light_load_low_and_a_bu
     burst_at_s = 44.0
     light = [TraceRequest(t_s=1.0 * i, prompt_tokens=200, output_tokens=120) for i in range(40)]
     burst = [TraceRequest(t_s=burst_at_s, prompt_tokens=1500, output_tokens=250)] * 60
-    spec = StackSpec(
-        namespace=namespace,
-        nats_url=nats_server.url,
-        redis_url=redis_server.url,
-        workers=1,
-        regions=("PJM",),
-        speedup=speedup,
-        origin_wall_s=time.time(),
-        extra={"dvfs": {"mode": "profile", "profile_min_requests": 8}},
-    )
-    nc: Client = await connect_nats(NatsSettings(url=nats_server.url), "test-client")
-    clocks: list[tuple[float, float]] = []
-
-    async def on_stats(msg: Msg) -> None:
-        stats = decode(msg.data, WorkerStats)
-        clocks.append((stats.at, stats.clock_mhz))
-
-    try:
-        subjects = Subjects(namespace)
-        await nc.subscribe(subjects.worker_stats_wildcard, cb=on_stats)
-        async with run_in_process(stack_launches(spec)):
-            started = time.time()
-            result = await replay(nc, subjects, [*light, *burst], model=spec.model, speedup=speedup)
-    finally:
-        await nc.close()
+    dvfs: dict[str, object] = {"mode": "profile", "profile_min_requests": 8}
+    run = await _replay_on_one_worker(nats_server, redis_server, namespace, [*light, *burst],
+                                      speedup=speedup, dvfs=dvfs)  # fmt: skip
+    result, started, clocks = run.result, run.started, run.clocks
     assert all(r.completion is not None for r in result.records)
     burst_wall = started + burst_at_s / speedup
     changes = [(round((at - started) * speedup, 1), mhz) for at, mhz in clocks]

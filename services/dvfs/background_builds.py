@@ -1,0 +1,53 @@
+"""Values built once per key in a worker thread, for the live agent's per-engine models.
+
+Predictive control's IPS model and profile control's profile both take 0.4–2 s of CPU to
+build per (GPU, model, TP); the agent's loop must not stall for them, so each is built in a
+thread at first demand and the caller leaves the clock alone until it is ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+__all__ = ["BackgroundBuilds"]
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+logger = logging.getLogger(__name__)
+
+
+class BackgroundBuilds(Generic[K, V]):
+    """One value per key, built in a thread on first demand; a failed build is retried."""
+
+    def __init__(self, what: str) -> None:
+        """``what`` names the values in log lines ("the IPS model")."""
+        self._what = what
+        self._values: dict[K, V] = {}
+        self._pending: dict[K, asyncio.Task[None]] = {}
+
+    def get(self, key: K, build: Callable[[], V] | None) -> V | None:
+        """The value of ``key`` if built; else start ``build`` (unless None) and return None."""
+        value = self._values.get(key)
+        if value is None and build is not None and key not in self._pending:
+            self._pending[key] = asyncio.create_task(self._build(key, build))
+        return value
+
+    async def _build(self, key: K, build: Callable[[], V]) -> None:
+        try:
+            began = time.perf_counter()
+            self._values[key] = await asyncio.to_thread(build)
+            logger.info("built %s of %s in %.1f s", self._what, key, time.perf_counter() - began)
+        except Exception:
+            logger.exception("building %s of %s failed", self._what, key)
+        finally:
+            self._pending.pop(key, None)
+
+    def close(self) -> None:
+        """Cancel builds still running."""
+        for task in self._pending.values():
+            task.cancel()
