@@ -19,6 +19,10 @@ Each solver call gets what is left of ``settings.time_limit_s`` for the whole ca
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -86,8 +90,30 @@ def _objectives(model: PlannerModel, settings: PlannerSettings) -> list[pulp.LpA
     return stages
 
 
+@functools.cache
+def _highs_banner_to_stderr() -> None:
+    """Make this process's first HiGHS instance with its C stdout pointed at stderr.
+
+    highspy prints a two-line banner on the C library's stdout when the first ``Highs`` of a
+    process is made, whatever ``msg`` says, so ``greenserve bench cluster --json`` began with
+    it and could not be piped into a JSON reader. Later instances print nothing.
+    """
+    import highspy
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        highspy.Highs()  # type: ignore[no-untyped-call]
+        ctypes.CDLL(None).fflush(None)  # what the banner left in the C buffer goes to stderr
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _make_solver(settings: PlannerSettings, time_limit_s: float) -> pulp.LpSolver:
     if settings.solver is Solver.HIGHS and pulp.HiGHS().available():
+        _highs_banner_to_stderr()
         return pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=settings.mip_rel_gap)
     return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=settings.mip_rel_gap)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 
@@ -204,3 +206,27 @@ def test_exclusive_class_groups_keep_each_pool_to_one_group() -> None:
         hosts.setdefault(a.gpu_type, set()).add(a.request_class)
     assert sorted(len(classes) for classes in hosts.values()) == [1, 1]
     assert split.costs.energy_wh == pytest.approx((100.0 + 150.0) * 0.5)
+
+
+def test_a_highs_solve_leaves_stdout_to_the_caller() -> None:
+    """Test that HiGHS's start-up banner goes to stderr, so a bench's --json stays JSON.
+
+    The banner is printed once per process by the first ``Highs`` made, from C, so the
+    check runs in a fresh interpreter and reads its real stdout.
+    """
+    script = "\n".join(
+        (
+            "from services.planner.milp import solve_plan",
+            "from services.planner.problem import PlannerSettings, Solver",
+            "from tests.unit.planner.test_milp import LARGE, SMALL, problem",
+            "p = problem([SMALL, LARGE], demand={('a', 'SS'): 2.5},",
+            "            inventory={('r1', 'A100'): 8}, intensity={'r1': 100.0})",
+            "plan = solve_plan(p, PlannerSettings(solver=Solver.HIGHS))",
+            "print('plan', plan.status.value)",
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.splitlines() == [f"plan {PlanStatus.OPTIMAL.value}"]
+    assert "HiGHS" in done.stderr  # the banner still reaches the operator, on stderr
