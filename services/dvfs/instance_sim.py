@@ -72,7 +72,7 @@ class _Window:
 
 @dataclass(frozen=True, slots=True)
 class InstanceRun:
-    """Outcome of one run: per-request columns, energy and the clock history."""
+    """Outcome of one run: per-request columns, energy, mean clocks and decision cost."""
 
     columns: RecordColumns
     energy_j: float
