@@ -47,7 +47,7 @@ from services.dvfs.predictive import (
     PredictiveConfig,
     PredictiveController,
 )
-from services.dvfs.profile_build import build_profile_table
+from services.dvfs.profile_build import profile_of_lengths
 from services.dvfs.profile_policy import (
     DEFAULT_EMERGENCY_SHARE,
     ProfilePolicy,
@@ -55,7 +55,6 @@ from services.dvfs.profile_policy import (
 )
 from services.dvfs.workloads import freesh_ss_workload, throttllem_workload, with_predicted_lengths
 from shared.engine import EngineConfig, create_engine
-from shared.engine.profiler import RequestClass
 from shared.metrics.latency import e2e_s, latency_stats, mean_tbt_s, ttft_s
 
 __all__ = ["HELP", "NAME", "add_arguments", "run", "trained_ips_model"]
@@ -209,10 +208,6 @@ def _predictive_makers(
     }
 
 
-DYNAMOLLM_PERIOD_S: Final = 5.0
-"""DynamoLLM's instance manager re-chooses the clock every 5 s (seed 001 §2.4)."""
-
-
 def _profile_makers(
     config: EngineConfig,
     arrivals: Sequence[Arrival],
@@ -230,18 +225,12 @@ def _profile_makers(
     swept on the engine simulator with the workload's own prompt and output lengths, as
     DynamoLLM profiles each request class before deployment.
     """
-    request_class = RequestClass(
-        partition="bench",
-        name="workload",
-        prompt_tokens=tuple(a.prompt_tokens for a in arrivals),
-        output_tokens=tuple(a.output_tokens for a in arrivals),
-    )
+    prompts = [a.prompt_tokens for a in arrivals]
+    outputs = [a.output_tokens for a in arrivals]
     began = time.perf_counter()
-    table = build_profile_table(config, request_class)
+    table = profile_of_lengths(config, prompts, outputs, partition="bench", name="workload")
     print(f"  profile table: {time.perf_counter() - began:.1f} s", file=sys.stderr)
-    filter_only = ProfilePolicyConfig(
-        ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s, period_s=DYNAMOLLM_PERIOD_S
-    )
+    filter_only = ProfilePolicyConfig(ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s)
     published = replace(filter_only, emergency_share=DEFAULT_EMERGENCY_SHARE)
     bounded = replace(published, e2e_slo_s=e2e_slo_s)
     return {

@@ -18,9 +18,6 @@ from loadgen.simulator.policies import instances_needed, miad_available
 from shared.metrics.energy import JOULES_PER_KWH
 from shared.metrics.latency import SLO_WINDOW_FACTOR
 
-PROFILE_PERIOD_S = 5.0
-"""DynamoLLM's instance manager re-chooses each instance's clock every 5 s (seed 001 §2.4)."""
-
 if TYPE_CHECKING:
     from loadgen.simulator.cluster import ClusterSimulator
 
@@ -58,7 +55,11 @@ class ControlLoops:
             else ("max (services.dvfs MIAD not available)" if sim.policy.clock == "miad" else "max")
         )
         # DynamoLLM's instance manager decides every 5 s, MIAD every dvfs period.
-        self.clock_period_s = PROFILE_PERIOD_S if self.use_profile else control.dvfs_period_s
+        self.clock_period_s = control.dvfs_period_s
+        if self.use_profile:
+            from services.dvfs.profile_policy import DYNAMOLLM_PERIOD_S
+
+            self.clock_period_s = DYNAMOLLM_PERIOD_S
         self.wake_bound_s = min(
             control.sample_period_s,
             self.clock_period_s if self.use_miad or self.use_profile else float("inf"),

@@ -29,7 +29,13 @@ from shared.engine.hardware import gpu_spec
 from shared.engine.profile_sim import SimulatedProfileBackend, SimWindow
 from shared.engine.profiler import LoadMeasurement, ProfileTarget, RequestClass
 
-__all__ = ["DYNAMOLLM_CLOCK_STEP_MHZ", "ProfileGrid", "build_profile_table", "profile_clocks"]
+__all__ = [
+    "DYNAMOLLM_CLOCK_STEP_MHZ",
+    "ProfileGrid",
+    "build_profile_table",
+    "profile_clocks",
+    "profile_of_lengths",
+]
 
 DYNAMOLLM_CLOCK_STEP_MHZ: Final = 200.0
 """DynamoLLM §3.1: 800–1980 MHz in 200-MHz steps on the H100."""
@@ -114,3 +120,21 @@ def build_profile_table(
             measured = backend.measure(target, request_class, load)
             points.append(_point(measured, load, clock, grid.quantile))
     return ProfileTable(points)
+
+
+def profile_of_lengths(
+    config: EngineConfig,
+    prompts: Sequence[int],
+    outputs: Sequence[int],
+    *,
+    partition: str,
+    name: str,
+) -> ProfileTable:
+    """Sweep the profile of requests drawn from these prompt and output lengths.
+
+    ``partition`` and ``name`` name the request class, and so seed the profile's draws.
+    """
+    request_class = RequestClass(
+        partition=partition, name=name, prompt_tokens=tuple(prompts), output_tokens=tuple(outputs)
+    )
+    return build_profile_table(config, request_class)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from services.classifier.classes import ClassSLO
 from services.dvfs.background_builds import BackgroundBuilds
-from services.dvfs.profile_build import build_profile_table
+from services.dvfs.profile_build import profile_of_lengths
 from services.dvfs.profile_policy import (
     DEFAULT_EMERGENCY_SHARE,
     ProfilePolicy,
@@ -35,7 +35,6 @@ from services.dvfs.profile_policy import (
     ProfileTable,
 )
 from shared.engine import EngineConfig
-from shared.engine.profiler import RequestClass
 
 __all__ = ["LoadMeter", "ProfileBook", "live_profile_policy", "simulator_profile"]
 
@@ -57,10 +56,8 @@ def simulator_profile(
 ) -> ProfileTable:
     """Sweep the engine simulator of ``key`` with these lengths (DynamoLLM §3.1)."""
     gpu, model, tp = key
-    request_class = RequestClass(
-        partition="live", name="served", prompt_tokens=prompts, output_tokens=outputs
-    )
-    return build_profile_table(EngineConfig(gpu=gpu, model=model, tp=tp), request_class)
+    config = EngineConfig(gpu=gpu, model=model, tp=tp)
+    return profile_of_lengths(config, prompts, outputs, partition="live", name="served")
 
 
 class ProfileBook:

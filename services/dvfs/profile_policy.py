@@ -24,12 +24,15 @@ from services.dvfs.controller import Observation, snap_clock
 
 __all__ = [
     "DEFAULT_EMERGENCY_SHARE",
+    "DYNAMOLLM_PERIOD_S",
     "ProfilePoint",
     "ProfilePolicy",
     "ProfilePolicyConfig",
     "ProfileTable",
 ]
 
+DYNAMOLLM_PERIOD_S: Final = 5.0
+"""DynamoLLM's instance manager re-chooses the clock every 5 s (seed 001 §2.4)."""
 DEFAULT_EMERGENCY_SHARE: Final = 0.9
 """Our detector for DynamoLLM's "SLO miss imminent" (§4.4 leaves it open): a request of the
 last period within 10 % of a bound. Chosen before any run, not tuned on the benches."""
@@ -98,7 +101,7 @@ class ProfilePolicyConfig:
 
     ttft_slo_s: float
     tbt_slo_s: float
-    period_s: float = 5.0
+    period_s: float = DYNAMOLLM_PERIOD_S
     load_headroom: float = 1.0
     """Multiplies the measured load before the lookup (>1 plans for growth)."""
     e2e_slo_s: float = math.inf
