@@ -64,8 +64,8 @@ class ControlLoops:
             control.sample_period_s,
             self.clock_period_s if self.use_miad or self.use_profile else float("inf"),
         )
-        self._profiles: dict[tuple[str, str, int], Any] = {}
-        """Profile table per (GPU, model, TP), swept once with the trace's lengths."""
+        self._profiles: dict[Any, Any] = {}
+        """Profile table per engine configuration, swept once with the trace's lengths."""
         self.series = Series()
         self.energy_j = 0.0
         self.co2_g = 0.0
@@ -143,22 +143,25 @@ class ControlLoops:
         return instance
 
     def _profile_policy(self, config: Any) -> Any:
-        """DynamoLLM's instance manager for an instance of ``config`` (profile swept once).
+        """DynamoLLM's instance manager for an instance of ``config`` (profile swept once, on
+        that configuration: the scenario's batch limits, not the engine defaults).
 
         The profile is swept with the trace's own lengths (DynamoLLM profiles the classes it
         will serve before deployment) and the policy holds it to the scheme's loosest TTFT
         and strictest TBT SLO, each class's own bounds driving the emergency, as the live
         agent's ``profile`` mode does (``services/dvfs/profile_live.py``).
         """
-        from services.dvfs.profile_live import live_profile_policy, simulator_profile
+        from services.dvfs.profile_build import profile_of_lengths
+        from services.dvfs.profile_live import live_profile_policy
 
         sim = self.sim
-        key = (config.gpu, config.model, config.tp)
-        table = self._profiles.get(key)
+        table = self._profiles.get(config)
         if table is None:
-            prompts = tuple(t.prompt_tokens for t in sim.trace)
-            outputs = tuple(t.output_tokens for t in sim.trace)
-            table = self._profiles[key] = simulator_profile(key, prompts, outputs)
+            prompts = [t.prompt_tokens for t in sim.trace]
+            outputs = [t.output_tokens for t in sim.trace]
+            table = self._profiles[config] = profile_of_lengths(
+                config, prompts, outputs, partition="cluster", name="trace"
+            )
         served = frozenset(sim.slos)
         return live_profile_policy(table, sim.slos, served, period_s=self.clock_period_s)
 
