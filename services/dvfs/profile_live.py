@@ -3,9 +3,10 @@
 DynamoLLM (seed 001 §3.1) profiles each model's request classes before deployment. The live
 agent does not know in advance which lengths a worker will serve, so it learns them: it keeps
 the prompt and output lengths of the completions its node's workers report per engine
-(GPU, model, TP), and once ``min_requests`` have been seen sweeps a profile with them on the
-engine simulator (:func:`services.dvfs.profile_build.build_profile_table`, 0.4–2 s, in a
-thread) and keeps it for the life of the process.
+(GPU, model, TP and batch limit, from the worker's stats), and once ``min_requests`` have
+been seen sweeps a profile with them on the engine simulator
+(:func:`services.dvfs.profile_build.build_profile_table`, 0.4–2 s, in a thread) and keeps
+it for the life of the process.
 
 The instance manager's load is requests per second over DynamoLLM's 5-s window (model time).
 The agent sees completions, not arrivals, so it counts completions: the same rate in a
@@ -25,6 +26,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from proto.messages import WorkerStats
 from services.classifier.classes import ClassSLO
 from services.dvfs.background_builds import BackgroundBuilds
 from services.dvfs.profile_build import profile_of_lengths
@@ -36,10 +38,17 @@ from services.dvfs.profile_policy import (
 )
 from shared.engine import EngineConfig
 
-__all__ = ["LoadMeter", "ProfileBook", "live_profile_policy", "simulator_profile"]
+__all__ = [
+    "LoadMeter",
+    "ProfileBook",
+    "live_profile_policy",
+    "profile_key",
+    "simulator_profile",
+]
 
-EngineKey = tuple[str, str, int]
-"""(GPU, model, TP)."""
+EngineKey = tuple[str, str, int, int]
+"""(GPU, model, TP, max_num_seqs) of a worker, as its stats report them: the profile is of
+the engine that serves, batch limit included."""
 MAX_SAMPLES = 4096
 """Lengths kept per engine: enough for the profile's draws, bounded for a long-lived agent."""
 
@@ -51,12 +60,17 @@ class _Lengths:
     classes: set[str] = field(default_factory=set)
 
 
+def profile_key(stats: WorkerStats) -> EngineKey:
+    """The engine a worker's stats describe, as far as its profile depends on it."""
+    return (stats.gpu, stats.model, stats.tp, stats.max_num_seqs)
+
+
 def simulator_profile(
     key: EngineKey, prompts: tuple[int, ...], outputs: tuple[int, ...]
 ) -> ProfileTable:
     """Sweep the engine simulator of ``key`` with these lengths (DynamoLLM §3.1)."""
-    gpu, model, tp = key
-    config = EngineConfig(gpu=gpu, model=model, tp=tp)
+    gpu, model, tp, max_num_seqs = key
+    config = EngineConfig(gpu=gpu, model=model, tp=tp, max_num_seqs=max_num_seqs)
     return profile_of_lengths(config, prompts, outputs, partition="live", name="served")
 
 

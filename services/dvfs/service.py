@@ -58,7 +58,7 @@ from services.dvfs.predictive import (
     PredictiveConfig,
     PredictiveController,
 )
-from services.dvfs.profile_live import LoadMeter, ProfileBook, live_profile_policy
+from services.dvfs.profile_live import LoadMeter, ProfileBook, live_profile_policy, profile_key
 from services.planner.parking import pool_clock_caps
 from shared.bus import request
 from shared.engine import EngineConfig, create_engine
@@ -183,8 +183,7 @@ async def serve(ctx: ServiceContext) -> None:
                     continue
                 collector.add(done)
                 if profiled:
-                    stats = latest[done.worker_id]
-                    key = (stats.gpu, stats.model, stats.tp)
+                    key = profile_key(latest[done.worker_id])
                     profiles.add(key, done.request_class, done.input_tokens, done.output_tokens)
                     loads.add(done.worker_id, ctx.clock.now())
 
@@ -230,7 +229,7 @@ async def serve(ctx: ServiceContext) -> None:
             elif profiled:
                 observation = replace(observation, arrival_rate_rps=loads.rate(worker_id, now))
                 if controller is None:
-                    key = (stats.gpu, stats.model, stats.tp)
+                    key = profile_key(stats)
                     table = profiles.get(key)
                     if table is None:
                         continue  # too few lengths seen yet, or the profile is being swept

@@ -12,7 +12,7 @@ from services.dvfs.controller import LatencyWindow, Observation
 from services.dvfs.profile_live import LoadMeter, ProfileBook, live_profile_policy
 from services.dvfs.profile_policy import ProfilePoint, ProfileTable
 
-KEY = ("A100-80GB", "llama-3-8b", 1)
+KEY = ("A100-80GB", "llama-3-8b", 1, 64)
 CLOCKS = (210.0, 810.0, 1410.0)
 
 
