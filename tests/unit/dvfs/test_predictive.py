@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from numpy.typing import NDArray
@@ -256,17 +258,7 @@ def _mean_tbt(requests: list[RequestState], clock: float) -> float:
 
 
 def _with_slo(requests: list[RequestState], tbt_slo_s: float | None) -> list[RequestState]:
-    return [
-        RequestState(
-            request_id=r.request_id,
-            prompt_tokens=r.prompt_tokens,
-            generated_tokens=r.generated_tokens,
-            predicted_remaining_tokens=r.predicted_remaining_tokens,
-            deadline_s=r.deadline_s,
-            tbt_slo_s=tbt_slo_s,
-        )
-        for r in requests
-    ]
+    return [dataclasses.replace(r, tbt_slo_s=tbt_slo_s) for r in requests]
 
 
 def test_the_batch_is_held_to_the_strictest_class_tbt_slo_it_holds() -> None:
