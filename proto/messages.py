@@ -280,6 +280,8 @@ class WorkerStats(_Message, tag="gs.v1.worker_stats", frozen=True, kw_only=True)
     running: NonNegInt
     waiting: NonNegInt
     max_num_seqs: NonNegInt
+    """Sequences the worker takes now: its engine's limit, or its in-flight count while its
+    admission gate is closed (so the router offers nothing more)."""
     free_slots: NonNegInt
     kv_blocks_used: NonNegInt
     kv_blocks_total: NonNegInt
@@ -291,6 +293,14 @@ class WorkerStats(_Message, tag="gs.v1.worker_stats", frozen=True, kw_only=True)
     backend: str = "sim"
     draining: bool = False
     kv_block_size: Annotated[int, Meta(ge=1)] = 16
+    engine_max_num_seqs: NonNegInt = 0
+    """The engine's configured batch limit, constant for the worker's life: what profiles and
+    capacities are keyed by. 0 from senders that predate the field (see ``engine_limit``)."""
+
+    @property
+    def engine_limit(self) -> int:
+        """The engine's batch limit, not the gate-lowered ``max_num_seqs``."""
+        return self.engine_max_num_seqs or self.max_num_seqs
 
 
 class RequestProgress(_Message, tag="gs.v1.request_progress", frozen=True, kw_only=True):

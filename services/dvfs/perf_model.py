@@ -113,9 +113,10 @@ def profile_engine(
     """
     rng = np.random.default_rng(seed)
     rows: list[tuple[int, int, float, float]] = []
-    for wanted_batch in batch_sizes:
+    limit = make_engine().config.max_num_seqs
+    # A smaller engine caps several sizes to its limit: sweep that batch once, not once each.
+    for b in sorted({min(wanted, limit) for wanted in batch_sizes}):
         probe = make_engine()
-        b = min(wanted_batch, probe.config.max_num_seqs)
         capacity = probe.kv_blocks_total * probe.config.block_size
         final_context = min(capacity // b, max_context_tokens)
         # Long sweeps are cut into runs that start at spread-out prompt lengths, so the KV

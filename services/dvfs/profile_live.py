@@ -47,8 +47,8 @@ __all__ = [
 ]
 
 EngineKey = tuple[str, str, int, int]
-"""(GPU, model, TP, max_num_seqs) of a worker, as its stats report them: the profile is of
-the engine that serves, batch limit included."""
+"""(GPU, model, TP, batch limit) of a worker: the profile is of the engine that serves, its
+configured ``max_num_seqs`` included (``WorkerStats.engine_limit``, not the gate-lowered one)."""
 MAX_SAMPLES = 4096
 """Lengths kept per engine: enough for the profile's draws, bounded for a long-lived agent."""
 
@@ -62,7 +62,7 @@ class _Lengths:
 
 def profile_key(stats: WorkerStats) -> EngineKey:
     """The engine a worker's stats describe, as far as its profile depends on it."""
-    return (stats.gpu, stats.model, stats.tp, stats.max_num_seqs)
+    return (stats.gpu, stats.model, stats.tp, stats.engine_limit)
 
 
 def simulator_profile(

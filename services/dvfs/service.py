@@ -58,7 +58,13 @@ from services.dvfs.predictive import (
     PredictiveConfig,
     PredictiveController,
 )
-from services.dvfs.profile_live import LoadMeter, ProfileBook, live_profile_policy, profile_key
+from services.dvfs.profile_live import (
+    EngineKey,
+    LoadMeter,
+    ProfileBook,
+    live_profile_policy,
+    profile_key,
+)
 from services.planner.parking import pool_clock_caps
 from shared.bus import request
 from shared.engine import EngineConfig, create_engine
@@ -77,9 +83,6 @@ STALE_STATE_PERIODS = 3.0
 """An instance state older than this many periods is not acted on (worker gone or slow)."""
 
 logger = logging.getLogger(__name__)
-
-EngineKey = tuple[str, str, int]
-"""(GPU, model, TP): what one IPS model is fitted for."""
 
 
 def make_controller(
@@ -138,13 +141,15 @@ class ModelBook:
 
 @functools.cache
 def simulator_models(key: EngineKey) -> PredictiveModels:
-    """Profile and fit on the engine simulator of (GPU, model, TP), once per process.
+    """Profile and fit on the engine simulator of (GPU, model, TP, batch limit), once per process.
 
-    A real engine would be profiled the same way through the ``Engine`` API; the live
+    The batch limit is the worker's own (``WorkerStats.engine_limit``): a fit on the engine
+    simulator's 256-sequence default would spend most of its rows on batches the worker never
+    runs. A real engine would be profiled the same way through the ``Engine`` API; the live
     agent uses the simulator's model for every backend (see ``docs/dvfs.md``).
     """
-    gpu, model, tp = key
-    config = EngineConfig(gpu=gpu, model=model, tp=tp)
+    gpu, model, tp, max_num_seqs = key
+    config = EngineConfig(gpu=gpu, model=model, tp=tp, max_num_seqs=max_num_seqs)
     return fit_predictive_models(lambda: create_engine(config))
 
 
@@ -220,7 +225,7 @@ async def serve(ctx: ServiceContext) -> None:
                     continue  # nothing recent to project: leave the clock where it is
                 observation = with_requests(observation, state)
                 if controller is None:
-                    fitted = models.get((stats.gpu, stats.model, stats.tp))
+                    fitted = models.get(profile_key(stats))
                     if fitted is None:
                         continue  # the model is being fitted
                     controller = controllers[worker_id] = make_controller(

@@ -153,7 +153,7 @@ class LivePlanner:
             if raw:
                 with contextlib.suppress(DecodeError):
                     stats.append(decode(as_bytes(raw), WorkerStats))
-        self._max_num_seqs = {s.pool_id: s.max_num_seqs for s in stats}
+        self._max_num_seqs = {s.pool_id: s.engine_limit for s in stats}
         return pools_from_stats(stats)
 
     def _class_groups(self, pools: dict[str, LivePool]) -> dict[str, str]:

@@ -220,7 +220,7 @@ class LadderBook:
             if other == pool_id or not live:
                 continue
             ahead = queued.get(other, ())
-            capacity = sum(s.max_num_seqs for s in live)
+            capacity = sum(s.engine_limit for s in live)
             free = sum(s.free_slots for s in live) - len(ahead)
             ratio = 1.0
             if here is not None and here.tbt_s and pool.tbt_s:

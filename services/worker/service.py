@@ -372,6 +372,7 @@ class WorkerShim:
             running=snap.running,
             waiting=snap.waiting,
             max_num_seqs=self._gate.advertised_slots(cfg.max_num_seqs, len(self._book)),
+            engine_max_num_seqs=cfg.max_num_seqs,
             free_slots=0 if self._gate.closed else max(0, cfg.max_num_seqs - len(self._book)),
             kv_blocks_used=snap.kv_blocks_used,
             kv_blocks_total=snap.kv_blocks_total,

@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from greenserve.runner import run_in_process
 from greenserve.stack import StackSpec, stack_launches
 from loadgen.replay import ReplayResult, replay
 from loadgen.traces import synthetic_trace
+from proto.codec import decode
+from proto.messages import WorkerStats
 from proto.subjects import Subjects
 from services.scheduler.laxity import ALPHA_LLF, BETA_SLO
 from shared.bus import connect_nats
@@ -76,6 +79,8 @@ class Outcome:
     violations: int
     """Completed requests with E2E > 5·Lat (FREESH Eq. 10)."""
     shed_reasons: tuple[str, ...]
+    limits: frozenset[tuple[int, int]] = frozenset()
+    """(max_num_seqs, engine_max_num_seqs) pairs the worker's stats reported."""
 
     @property
     def miss_rate(self) -> float:
@@ -113,7 +118,14 @@ async def _run(nats_url: str, redis_url: str, namespace: str, extra: dict[str, A
         extra=extra,
     )
     nc: Client = await connect_nats(NatsSettings(url=nats_url), "test-client")
+    limits: set[tuple[int, int]] = set()
+
+    async def on_stats(msg: Msg) -> None:
+        stats = decode(msg.data, WorkerStats)
+        limits.add((stats.max_num_seqs, stats.engine_max_num_seqs))
+
     try:
+        await nc.subscribe(Subjects(namespace).worker_stats_wildcard, cb=on_stats)
         async with run_in_process(stack_launches(spec)):
             result = await replay(
                 nc,
@@ -125,7 +137,7 @@ async def _run(nats_url: str, redis_url: str, namespace: str, extra: dict[str, A
             )
     finally:
         await nc.close()
-    return _outcome(result)
+    return replace(_outcome(result), limits=frozenset(limits))
 
 
 async def test_protection_cuts_deadline_misses_of_admitted_requests(
@@ -152,3 +164,8 @@ async def test_protection_cuts_deadline_misses_of_admitted_requests(
     assert on.shed > 0
     assert all(reason.startswith("slo_unmeetable") for reason in on.shed_reasons)
     assert on.miss_rate < off.miss_rate
+    # A closed gate lowers the advertised limit (the router offers nothing more) while the
+    # engine's own limit, which profiles and capacities are keyed by, stays put.
+    assert {engine for _, engine in off.limits | on.limits} == {256}
+    assert {advertised for advertised, _ in off.limits} == {256}
+    assert min(advertised for advertised, _ in on.limits) < 256

@@ -166,7 +166,7 @@ async def test_predictive_dvfs_lowers_clocks_when_light_and_raises_them_under_a_
     clocks on the node-bound v2 subject.
     """
     speedup = 5.0  # control-plane wall delays count ×K against model-time deadlines
-    simulator_models(("A100-80GB", "llama-3-8b", 1))
+    simulator_models(("A100-80GB", "llama-3-8b", 1, 64))
     burst_at_s = 24.0
     light = [TraceRequest(t_s=2.0 * i, prompt_tokens=200, output_tokens=120) for i in range(12)]
     burst = [TraceRequest(t_s=burst_at_s, prompt_tokens=1500, output_tokens=250)] * 60
