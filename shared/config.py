@@ -227,6 +227,10 @@ class DvfsSettings(_Section):
     profile_window_s: float = Field(default=5.0, gt=0.0)
     """``profile`` mode: model seconds over which a worker's load is counted (DynamoLLM's
     instance manager: 5 s)."""
+    profile_drift_window: int = Field(default=256, ge=0)
+    """``profile`` mode: completions per test of the served lengths against the profile's
+    (KS, services/dvfs/profile_drift.py); a drift sweeps the profile again with the latest
+    window's lengths. 0: sweep once per process."""
 
 
 class ForecasterSettings(_Section):

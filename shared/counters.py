@@ -49,6 +49,13 @@ REQUEST_LATENCY_S: Final = Histogram(
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
 
+PROFILE_SWEEPS: Final = Counter(
+    "greenserve_dvfs_profile_sweeps_total",
+    "Profiles the dvfs agent swept in profile mode: first (enough lengths seen) or drift "
+    "(the served mix moved)",
+    ["reason"],
+)
+
 GPU_CLOCK_MHZ: Final = Gauge("greenserve_gpu_clock_mhz", "SM clock per instance", ["worker"])
 GPU_POWER_W: Final = Gauge("greenserve_gpu_power_watts", "Power per instance", ["worker"])
 GPU_ENERGY_J: Final = Gauge(

@@ -99,6 +99,10 @@ class Observation:
     """Prompt tokens per second that arrived over the last period (prefill load)."""
     requests: Sequence[RequestState] = ()
     """Requests on the instance; filled for predictive control only."""
+    finished: Sequence[tuple[str, int, int]] = ()
+    """(type, prompt tokens, output tokens) of the requests that finished in the period: the
+    served mix, for a policy that learns it (the instance simulator fills it; the live agent
+    reads completions from the bus instead)."""
 
     def __post_init__(self) -> None:
         if not self.supported_clocks_mhz:

@@ -68,6 +68,7 @@ class _Window:
     """Mean token gap in the period of requests that finished during it."""
     arrivals: int = 0
     prompt_tokens: int = 0
+    finished: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +216,8 @@ def _record(
         finish[state.index] = end
         produced[state.index] = state.tokens
         window.e2e[state.arrival.request_type].append(end - state.arrival.arrival_s)
+        arrival = state.arrival
+        window.finished.append((arrival.request_type, arrival.prompt_tokens, state.tokens))
         if state.window_gaps:  # its last gaps still count for this period's TBT
             window.tbt[state.arrival.request_type].append(state.window_gap_s / state.window_gaps)
 
@@ -244,6 +247,7 @@ def engine_observation(
     arrival_rate_rps: float = 0.0,
     prompt_tokens_per_s: float = 0.0,
     requests: Sequence[RequestState] = (),
+    finished: Sequence[tuple[str, int, int]] = (),
 ) -> Observation:
     """What a clock controller sees of a simulated engine: its clock, queue and KV now
     (at ``now_s`` if given, else the engine's time), plus what the caller measured."""
@@ -260,6 +264,7 @@ def engine_observation(
         arrival_rate_rps=arrival_rate_rps,
         prompt_tokens_per_s=prompt_tokens_per_s,
         requests=requests,
+        finished=finished,
     )
 
 
@@ -293,4 +298,5 @@ def _observe(engine: Engine, live: dict[str, _Live], window: _Window, period: fl
         arrival_rate_rps=window.arrivals / period,
         prompt_tokens_per_s=window.prompt_tokens / period,
         requests=tuple(requests),
+        finished=tuple(window.finished),
     )

@@ -5,8 +5,11 @@ agent does not know in advance which lengths a worker will serve, so it learns t
 the prompt and output lengths of the completions its node's workers report per engine
 (GPU, model, TP and batch limit, from the worker's stats), and once ``min_requests`` have
 been seen sweeps a profile with them on the engine simulator
-(:func:`services.dvfs.profile_build.build_profile_table`, 0.4–2 s, in a thread) and keeps
-it for the life of the process.
+(:func:`services.dvfs.profile_build.build_profile_table`, 0.4–2 s, in a thread). Every
+``drift_window`` completions after that it tests the latest window's lengths against the
+ones the profile was swept with (:mod:`services.dvfs.profile_drift`) and, when the mix has
+moved, sweeps again with the window's lengths; the old profile serves until the new one is
+ready.
 
 The instance manager's load is requests per second over DynamoLLM's 5-s window (model time).
 The agent sees completions, not arrivals, so it counts completions: the same rate in a
@@ -22,14 +25,16 @@ gap); each class's own TTFT and TBT bounds drive the emergency.
 from __future__ import annotations
 
 import functools
+import logging
 from collections import defaultdict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from proto.messages import WorkerStats
 from services.classifier.classes import ClassSLO
-from services.dvfs.background_builds import BackgroundBuilds
+from services.dvfs.background_builds import BackgroundBuilds, Builds
 from services.dvfs.profile_build import profile_of_lengths
+from services.dvfs.profile_drift import DRIFT_ALPHA, length_drift
 from services.dvfs.profile_policy import (
     DEFAULT_EMERGENCY_SHARE,
     ProfilePolicy,
@@ -39,8 +44,10 @@ from services.dvfs.profile_policy import (
 from shared.engine import EngineConfig
 
 __all__ = [
+    "DEFAULT_DRIFT_WINDOW",
     "LoadMeter",
     "ProfileBook",
+    "ProfileControllers",
     "live_profile_policy",
     "profile_key",
     "simulator_profile",
@@ -51,13 +58,30 @@ EngineKey = tuple[str, str, int, int]
 configured ``max_num_seqs`` included (``WorkerStats.engine_limit``, not the gate-lowered one)."""
 MAX_SAMPLES = 4096
 """Lengths kept per engine: enough for the profile's draws, bounded for a long-lived agent."""
+DEFAULT_DRIFT_WINDOW = 256
+"""Completions per drift test: enough for the KS test to see a change of mix (critical
+statistic 0.13–0.27 against a 64–4,096-length profile), few enough to react within a minute
+at tens of requests per second."""
+
+logger = logging.getLogger(__name__)
+
+Served = tuple[str, int, int]
+"""(class, prompt tokens, output tokens) of one completion."""
 
 
 @dataclass(slots=True)
 class _Lengths:
-    prompts: deque[int] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
-    outputs: deque[int] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
+    served: deque[Served] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
+    """Completions since the profile's sample began (all of them before the first sweep)."""
+    swept: tuple[Served, ...] = ()
+    """What the current (or the sweeping) profile was swept with."""
+    fresh: int = 0
+    """Completions since the last sweep or drift test."""
     classes: set[str] = field(default_factory=set)
+    """Classes served since the profile's sample began."""
+
+    def columns(self, rows: Sequence[Served]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return tuple(p for _, p, _ in rows), tuple(o for _, _, o in rows)
 
 
 def profile_key(stats: WorkerStats) -> EngineKey:
@@ -75,7 +99,7 @@ def simulator_profile(
 
 
 class ProfileBook:
-    """Per engine: the lengths served so far, then the profile swept with them."""
+    """Per engine: the lengths served, the profile swept with them, and again on drift."""
 
     def __init__(
         self,
@@ -83,32 +107,77 @@ class ProfileBook:
         build: Callable[[EngineKey, tuple[int, ...], tuple[int, ...]], ProfileTable] = (
             simulator_profile
         ),
+        *,
+        drift_window: int = DEFAULT_DRIFT_WINDOW,
+        drift_alpha: float = DRIFT_ALPHA,
+        builds: Builds[EngineKey, ProfileTable] | None = None,
+        on_sweep: Callable[[EngineKey, str], None] | None = None,
     ) -> None:
-        """Sweep once ``min_requests`` completions of an engine have been seen."""
+        """Sweep once ``min_requests`` completions of an engine have been seen, then test
+        every ``drift_window`` completions (0: never) and sweep again when the mix moved.
+
+        ``builds`` runs the sweeps (default: a worker thread each); ``on_sweep`` hears of
+        each sweep started, with its reason (``first`` or ``drift``).
+        """
         self._min = max(1, min_requests)
         self._build = build
+        self._window = max(0, drift_window)
+        self._alpha = drift_alpha
         self._lengths: dict[EngineKey, _Lengths] = defaultdict(_Lengths)
-        self._tables: BackgroundBuilds[EngineKey, ProfileTable] = BackgroundBuilds("the profile")
+        self._tables: Builds[EngineKey, ProfileTable] = builds or BackgroundBuilds("the profile")
+        self._on_sweep = on_sweep or (lambda key, reason: None)
+        self.resweeps = 0
+        """Sweeps started because the served mix drifted."""
 
     def add(self, key: EngineKey, request_class: str, prompt: int, output: int) -> None:
         """Record one completion's lengths and class."""
         lengths = self._lengths[key]
-        lengths.prompts.append(prompt)
-        lengths.outputs.append(max(1, output))
+        lengths.served.append((request_class, prompt, max(1, output)))
         lengths.classes.add(request_class)
+        lengths.fresh += 1
 
     def classes(self, key: EngineKey) -> frozenset[str]:
-        """The request classes an engine has served."""
+        """The request classes an engine has served since its profile's sample began."""
         return frozenset(self._lengths[key].classes)
 
     def get(self, key: EngineKey) -> ProfileTable | None:
-        """The engine's profile, or None while too few lengths are known or it is swept."""
+        """The engine's profile, or None while too few lengths are known or it is swept;
+        starts a sweep when there are enough, and a new one when the mix has drifted."""
         lengths = self._lengths.get(key)
-        sweep = None
-        if lengths is not None and len(lengths.prompts) >= self._min:
-            prompts, outputs = tuple(lengths.prompts), tuple(lengths.outputs)
-            sweep = functools.partial(self._build, key, prompts, outputs)
-        return self._tables.get(key, sweep)
+        if lengths is None:
+            return None
+        if not lengths.swept:
+            if len(lengths.served) < self._min:
+                return None
+            lengths.swept, lengths.fresh = tuple(lengths.served), 0
+            self._on_sweep(key, "first")
+            return self._tables.get(key, self._sweep(key, lengths.swept))
+        # Passing the sweep again retries one that failed; a built or running one is kept.
+        table = self._tables.get(key, self._sweep(key, lengths.swept))
+        if self._window and lengths.fresh >= self._window:
+            lengths.fresh = 0
+            recent = tuple(lengths.served)[-self._window :]
+            drift = length_drift(
+                lengths.columns(lengths.swept), lengths.columns(recent), self._alpha
+            )
+            if drift.drifted:
+                self.resweeps += 1
+                self._on_sweep(key, "drift")
+                logger.info(
+                    "served lengths of %s drifted (KS prompt %.2f, output %.2f > %.2f): "
+                    "sweeping its profile again",
+                    key, drift.prompt_d, drift.output_d, drift.critical,
+                )  # fmt: skip
+                lengths.served = deque(recent, maxlen=MAX_SAMPLES)
+                lengths.swept = recent
+                lengths.classes = {name for name, _, _ in recent}
+                self._tables.rebuild(key, self._sweep(key, recent))
+                table = self._tables.get(key, None)
+        return table
+
+    def _sweep(self, key: EngineKey, rows: Sequence[Served]) -> Callable[[], ProfileTable]:
+        prompts, outputs = self._lengths[key].columns(rows)
+        return functools.partial(self._build, key, prompts, outputs)
 
     def close(self) -> None:
         """Cancel sweeps still running."""
@@ -161,3 +230,46 @@ def live_profile_policy(
         class_bounds={name: (s.ttft_ms / 1000.0, s.tbt_ms / 1000.0) for name, s in slos.items()},
     )
     return ProfilePolicy(table, config)
+
+
+class ProfileControllers:
+    """Per worker: the instance manager built from its engine's current profile and served
+    classes, rebuilt when a re-sweep (the mix drifted) or a new class changes either.
+
+    The policy keeps no state between periods, so a rebuild loses nothing.
+    """
+
+    def __init__(
+        self,
+        book: ProfileBook,
+        slos: Mapping[str, ClassSLO],
+        *,
+        period_s: float,
+        emergency_share: float = DEFAULT_EMERGENCY_SHARE,
+    ) -> None:
+        """Build from ``book``'s profiles under ``slos``."""
+        self._book = book
+        self._slos = slos
+        self._period_s = period_s
+        self._emergency_share = emergency_share
+        self._built: dict[str, tuple[ProfilePolicy, ProfileTable, frozenset[str]]] = {}
+        self.rebuilds = 0
+        """Policies rebuilt after their first (new profile or new class)."""
+
+    def get(self, worker_id: str, key: EngineKey) -> ProfilePolicy | None:
+        """The worker's policy, or None while its engine has no profile yet."""
+        table = self._book.get(key)
+        if table is None:
+            return None
+        served = self._book.classes(key)
+        built = self._built.get(worker_id)
+        if built is not None and built[1] is table and built[2] == served:
+            return built[0]
+        if built is not None:
+            self.rebuilds += 1
+        policy = live_profile_policy(
+            table, self._slos, served, period_s=self._period_s,
+            emergency_share=self._emergency_share,
+        )  # fmt: skip
+        self._built[worker_id] = (policy, table, served)
+        return policy

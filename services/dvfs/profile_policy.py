@@ -82,6 +82,11 @@ class ProfileTable:
         """Profiled clocks, ascending."""
         return self._clocks
 
+    @property
+    def loads_rps(self) -> tuple[float, ...]:
+        """Profiled loads, ascending."""
+        return tuple(float(load) for load in self._loads)
+
     def at_load(self, load_rps: float) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Return (energy, TTFT, TBT) per profiled clock, interpolated at ``load_rps``."""
         energy, ttft, tbt = (

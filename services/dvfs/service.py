@@ -7,7 +7,8 @@ model-margin extensions: the lowest clock at which every request's projected fin
 its deadline) and ``profile`` (DynamoLLM's instance manager: the least-power clock whose
 profiled TTFT and TBT meet the SLO at the worker's load, the maximum clock after a request
 came near its class's bound; the profile is swept on the engine simulator with the lengths
-the node's workers served, :mod:`services.dvfs.profile_live`). MIAD judges congestion from
+the node's workers served, and again when that mix drifts, :mod:`services.dvfs.profile_live`).
+MIAD judges congestion from
 the latencies of requests that finished on the instance during the period. Predictive
 control reads each worker's :class:`proto.messages.InstanceState` (published by the workers
 only in this mode) and an IPS model profiled and fitted once per (GPU, model, TP) on the
@@ -62,11 +63,12 @@ from services.dvfs.profile_live import (
     EngineKey,
     LoadMeter,
     ProfileBook,
-    live_profile_policy,
+    ProfileControllers,
     profile_key,
 )
 from services.planner.parking import pool_clock_caps
 from shared.bus import request
+from shared.counters import PROFILE_SWEEPS
 from shared.engine import EngineConfig, create_engine
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
@@ -160,13 +162,18 @@ async def serve(ctx: ServiceContext) -> None:
     profiled = cfg.mode == "profile"
     if not predictive and not profiled:
         make_controller(cfg.mode, cfg.clock_mhz, cfg.period_s)  # fail fast on a bad mode
-    profiles = ProfileBook(cfg.profile_min_requests)
+    profiles = ProfileBook(
+        cfg.profile_min_requests,
+        drift_window=cfg.profile_drift_window,
+        on_sweep=lambda key, reason: PROFILE_SWEEPS.labels(reason).inc(),
+    )
     loads = LoadMeter(cfg.profile_window_s)
     slos = default_slos(scheme_by_name(ctx.settings.classifier.scheme))
     latest: dict[str, WorkerStats] = {}
     states: dict[str, InstanceState] = {}
     models = ModelBook()
     controllers: dict[str, ClockController] = {}
+    profile_controllers = ProfileControllers(profiles, slos, period_s=cfg.period_s)
     collector = LatencyCollector(ctx.settings.clock.speedup)
     overrides = ClockOverrides()  # the scheduler's emergency max clock, bounded in time
     caps: dict[str, float] = {}
@@ -233,14 +240,10 @@ async def serve(ctx: ServiceContext) -> None:
                     )
             elif profiled:
                 observation = replace(observation, arrival_rate_rps=loads.rate(worker_id, now))
-                if controller is None:
-                    key = profile_key(stats)
-                    table = profiles.get(key)
-                    if table is None:
-                        continue  # too few lengths seen yet, or the profile is being swept
-                    controller = controllers[worker_id] = live_profile_policy(
-                        table, slos, profiles.classes(key), period_s=cfg.period_s
-                    )
+                policy = profile_controllers.get(worker_id, profile_key(stats))
+                if policy is None:
+                    continue  # too few lengths seen yet, or the profile is being swept
+                controller = controllers[worker_id] = policy
             elif controller is None:
                 controller = controllers[worker_id] = make_controller(
                     cfg.mode, cfg.clock_mhz, cfg.period_s
