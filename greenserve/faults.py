@@ -43,12 +43,16 @@ ALL_SCENARIOS = (
     "term:worker-0",
     "restart:nats",
     "restart:redis",
+    "kill:router+drop:worker-0",
+    "kill:requestpath+drop:worker-0",
 )
 """``kill:<process>`` = SIGKILL then restart; ``drop:<worker>`` = SIGKILL, no restart;
 ``term:<process>`` = SIGTERM (graceful drain), no restart;
 ``restart:<server>`` = SIGKILL the server and start it again on the same port and store.
 ``requestpath`` is the co-located classifier + scheduler + router process; a scenario that
-names it runs on a stack with the request path co-located."""
+names it runs on a stack with the request path co-located. ``a+b`` injects both faults at
+once and restarts what ``kill:`` or ``restart:`` names after the downtime: a worker lost
+while the router that placed its requests is down (only Redis knows what it held)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +77,17 @@ class ScenarioResult:
         return dataclasses.asdict(self)
 
 
+def _faults(scenario: str) -> list[tuple[str, str]]:
+    """(kind, target) of each fault of a scenario, in injection order."""
+    return [(part.split(":", 1)[0], part.split(":", 1)[1]) for part in scenario.split("+")]
+
+
 def _inject(stack: LocalStack, spec: StackSpec, scenario: str, folder: Path) -> None:
-    kind, target = scenario.split(":", 1)
+    for kind, target in _faults(scenario):
+        _inject_one(stack, kind, target, scenario)
+
+
+def _inject_one(stack: LocalStack, kind: str, target: str, scenario: str) -> None:
     if kind in ("kill", "drop"):
         proc = stack.group.procs[target]
         os.kill(proc.pid, signal.SIGKILL)
@@ -89,7 +102,11 @@ def _inject(stack: LocalStack, spec: StackSpec, scenario: str, folder: Path) -> 
 
 
 def _recover(stack: LocalStack, spec: StackSpec, scenario: str, folder: Path) -> None:
-    kind, target = scenario.split(":", 1)
+    for kind, target in _faults(scenario):
+        _recover_one(stack, spec, kind, target, folder)
+
+
+def _recover_one(stack: LocalStack, spec: StackSpec, kind: str, target: str, folder: Path) -> None:
     if kind == "kill":
         full = dataclasses.replace(
             spec,
@@ -167,7 +184,7 @@ async def _run(
             fault_at = time.time()
             await asyncio.to_thread(_inject, stack, spec, scenario, folder)
             restored_at = fault_at
-            if scenario.split(":", 1)[0] in ("kill", "restart"):
+            if any(kind in ("kill", "restart") for kind, _ in _faults(scenario)):
                 await asyncio.sleep(downtime_s)
                 await asyncio.to_thread(_recover, stack, spec, scenario, folder)
                 restored_at = time.time()
@@ -175,9 +192,9 @@ async def _run(
         finally:
             await nc.close()
         exit_codes: dict[str, int | None] = {}
-        if scenario.startswith("term:"):
-            target = stack.group.procs[scenario.split(":", 1)[1]]
-            exit_codes[scenario] = await asyncio.to_thread(target.wait, 15)
+        for kind, name in _faults(scenario):
+            if kind == "term":
+                exit_codes[scenario] = await asyncio.to_thread(stack.group.procs[name].wait, 15)
     finally:
         await asyncio.to_thread(stack.stop)
     return _score(scenario, result, fault_at, restored_at, exit_codes)
@@ -198,7 +215,7 @@ def run_scenario(
     ``requestpath``.
     """
     colocate = (
-        scenario.endswith(":requestpath")
+        any(target == "requestpath" for _, target in _faults(scenario))
         if colocate_request_path is None
         else colocate_request_path
     )

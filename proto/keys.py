@@ -17,6 +17,16 @@ class Keys:
         """Worker registration: its encoded WorkerStats, with a TTL renewed by each heartbeat."""
         return f"{self.prefix}:worker:{worker_id}"
 
+    def ended(self, worker_id: str) -> str:
+        """Sorted set request id → wall time a worker ended it (completion or error): what
+        a router adopting placements needs once the worker is gone."""
+        return f"{self.prefix}:ended:{worker_id}"
+
+    @property
+    def ended_pattern(self) -> str:
+        """Pattern over every worker's ended set (read access for routers)."""
+        return f"{self.prefix}:ended:*"
+
     @property
     def worker_pattern(self) -> str:
         """SCAN pattern over every registered worker."""

@@ -18,6 +18,7 @@ from msgspec import Meta, Struct
 
 __all__ = [
     "MAX_TOKENS_LIMIT",
+    "UNPLACED_WORKER",
     "Assignment",
     "ClassifiedRequest",
     "ClockCommand",
@@ -181,6 +182,10 @@ class RequeueRequest(_Message, tag="gs.v1.requeue", frozen=True, kw_only=True):
     """Router returns requests it could not place (workers vanished or refused)."""
 
     requests: list[ClassifiedRequest]
+
+
+UNPLACED_WORKER: Final = "-"
+"""``Assignment.worker_id`` of a request a router pulled but has not placed yet."""
 
 
 class Assignment(_Message, tag="gs.v1.assignment", frozen=True, kw_only=True):

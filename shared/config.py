@@ -195,6 +195,10 @@ class WorkerSettings(_Section):
     stats_period_s: float = 0.5
     """Wall period of stats/heartbeat publishing."""
     heartbeat_ttl_s: float = 3.0
+    ended_retention_s: float = Field(default=600.0, gt=0.0)
+    """How long the worker's record of the requests it ended stays in Redis (trimmed to it;
+    the key expires that long after the last write): a router that adopts placements later
+    than this after the worker died runs an ended request again (services/worker/ended_log)."""
     stream_flush_ms: float = 50.0
     """Tokens of one request produced within this wall window go out in one chunk."""
     vllm_url: str = "http://127.0.0.1:8000"

@@ -7,6 +7,7 @@ from typing import Final
 from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = [
+    "ADOPTED",
     "DECISIONS",
     "ERRORS",
     "GC_PAUSE_S",
@@ -16,6 +17,7 @@ __all__ = [
     "GPU_POWER_W",
     "MESSAGES",
     "PLANNER_SOLVE_S",
+    "PROFILE_SWEEPS",
     "QUEUE_DEPTH",
     "REQUESTS",
     "REQUEST_LATENCY_S",
@@ -47,6 +49,11 @@ REQUEST_LATENCY_S: Final = Histogram(
     "Wall-clock latency seen by the worker, by phase (ttft, e2e) and class",
     ["phase", "request_class"],
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+
+ADOPTED: Final = Counter(
+    "greenserve_router_adopted_total",
+    "Placements a starting router took over from Redis and dispatched again to confirm",
 )
 
 PROFILE_SWEEPS: Final = Counter(

@@ -132,6 +132,7 @@ async def serve(ctx: ServiceContext) -> None:
         *await scheduler.serve_subjects(requeue_only=True),
         *await router.subscribe(done=False, ready=False),
     ]
+    await router.adopt()  # what this process placed before it restarted
     logger.info("request path co-located: classifier, scheduler and router in one process")
     try:
         async with asyncio.TaskGroup() as tg:

@@ -47,7 +47,10 @@ class WorkerRegistry:
         """Record a heartbeat."""
         worker = self._workers.get(stats.worker_id)
         if worker is None:
-            self._workers[stats.worker_id] = _Worker(stats, now_wall_s)
+            # Requests placed before its first heartbeat (adopted after a restart) count as
+            # its own from now on, so they take its slots and are orphaned if it goes silent.
+            mine = {rid for rid, f in self._inflight.items() if f.worker_id == stats.worker_id}
+            self._workers[stats.worker_id] = _Worker(stats, now_wall_s, mine)
         else:
             worker.stats = stats
             worker.seen_wall_s = now_wall_s

@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 
 from proto.codec import DecodeError, decode, encode, request_endings
 from proto.messages import (
+    UNPLACED_WORKER,
     Assignment,
     ClassifiedRequest,
     DispatchBatch,
@@ -33,9 +34,10 @@ from services.router.placement import Candidate, make_placer
 from services.router.registry import WorkerRegistry
 from services.router.scheduler_link import NatsSchedulerLink, SchedulerLink
 from shared.bus import HOPS_KEY, add_hops, request, tracing_active
-from shared.counters import DECISIONS, ERRORS
+from shared.counters import ADOPTED, DECISIONS, ERRORS
 from shared.lifecycle import ServiceContext
 from shared.loops import MAX_BACKOFF_S, raise_if_cancelled, sleep_or_stop, wait_event
+from shared.store import as_bytes
 from shared.telemetry import extract_context, request_attributes
 
 __all__ = ["NAME", "RouterShell", "serve"]
@@ -73,6 +75,8 @@ class RouterShell:
         self._senders: dict[str, set[asyncio.Task[None]]] = {}
         """Dispatch loops per worker with requests to send (up to ``batches_in_flight``)."""
         self._in_flight = ctx.settings.router.batches_in_flight
+        self._adopted: set[str] = set()
+        """Adopted placements not settled yet (:meth:`adopt`)."""
 
     def mark_ready(self, pool_id: str) -> None:
         """The scheduler holds work for a pool."""
@@ -233,16 +237,60 @@ class RouterShell:
         for rid, wid in pairs:
             registry.placed(by_id[rid], wid, now_model)
             self._outbox.setdefault(wid, []).append(by_id[rid])
-        # One new sender per worker and round at most: the first to run takes the whole
-        # outbox, so a second one started for the same round would find it empty.
-        for wid in {wid for _, wid in pairs}:
-            senders = self._senders.setdefault(wid, set())
-            if len(senders) < self._in_flight:
-                senders.add(asyncio.create_task(self._send_loop(wid)))
+        self._start_senders({wid for _, wid in pairs})
         unplaced = [r for rid, r in by_id.items() if rid not in placed_ids]
         if unplaced:
             await self._scheduler.requeue(unplaced)
         return queued > 0 or bool(unplaced)
+
+    def _start_senders(self, worker_ids: set[str]) -> None:
+        """One new sender per worker and round at most: the first to run takes the whole
+        outbox, so a second one started for the same round would find it empty."""
+        for wid in worker_ids:
+            senders = self._senders.setdefault(wid, set())
+            if len(senders) < self._in_flight:
+                senders.add(asyncio.create_task(self._send_loop(wid)))
+
+    async def adopt(self) -> int:
+        """Take over the placements recorded in Redis (by this router's previous run).
+
+        A restarted router knew nothing of what its predecessor had placed: a worker lost
+        while it was down, or after, orphaned those requests with nobody to re-queue them.
+        Each recorded placement is dispatched to its worker again. A worker answers one it
+        holds without a second run, and one it finished by sending the same completion
+        again (the client drops the repeat). One it refuses (it restarted) or does not
+        answer (it is gone) goes back to the queue unless the worker's record of ended
+        requests in Redis names it (:mod:`services.worker.ended_log`): a request that
+        ended while the bookkeeping was down must not run twice. Pulled but unplaced
+        records stay the scheduler reaper's. One router per cell: a second would re-queue
+        the first one's orphans too.
+
+        Returns:
+            How many placements were adopted (0 when Redis cannot be read).
+        """
+        try:
+            records = await self._ctx.redis.hgetall(self._ctx.keys.dispatched)
+        except RedisError as exc:
+            logger.warning("could not read recorded placements to adopt: %s", exc)
+            return 0
+        now_model = self._ctx.clock.now()
+        workers: set[str] = set()
+        adopted = 0
+        for raw in records.values():
+            with contextlib.suppress(DecodeError):
+                held = decode(as_bytes(raw), Assignment)
+                if held.worker_id == UNPLACED_WORKER:
+                    continue
+                if self.registry.placed(held.request, held.worker_id, now_model):
+                    self._outbox.setdefault(held.worker_id, []).append(held.request)
+                    self._adopted.add(held.request.request.request_id)
+                    workers.add(held.worker_id)
+                    adopted += 1
+        if adopted:
+            logger.info("adopting %d recorded placements on %d workers", adopted, len(workers))
+            ADOPTED.inc(adopted)
+            self._start_senders(workers)
+        return adopted
 
     async def _send_loop(self, worker_id: str) -> None:
         """Dispatch a worker's placed requests, one batch in flight at a time.
@@ -286,13 +334,22 @@ class RouterShell:
     ) -> None:
         """Record accepted placements; release and re-queue refused ones."""
         refused: list[ClassifiedRequest] = []
-        for (req, _), held in zip(placed, results, strict=True):
+        adopted_back: list[tuple[ClassifiedRequest, str]] = []
+        for (req, worker_id), held in zip(placed, results, strict=True):
+            rid = req.request.request_id
+            adopted = rid in self._adopted
+            self._adopted.discard(rid)
             if isinstance(held, Assignment):
-                self._unrecorded[req.request.request_id] = encode(held)
+                self._unrecorded[rid] = encode(held)
                 self._record_wake.set()
-            elif held is None and self.registry.release(req.request.request_id) is not None:
+            elif held is None and self.registry.release(rid) is not None:
                 # Only a placement still held goes back (it was not expired and re-queued).
-                refused.append(req)
+                if adopted:
+                    adopted_back.append((req, worker_id))
+                else:
+                    refused.append(req)
+        if adopted_back:
+            refused += await self._not_ended(adopted_back)
         if refused:
             try:
                 await self._scheduler.requeue(refused)
@@ -300,6 +357,30 @@ class RouterShell:
                 ERRORS.labels(NAME, "requeue").inc(len(refused))
                 logger.exception("re-queueing %d refused requests failed", len(refused))
             self._wake.set()
+
+    async def _not_ended(
+        self, adopted: list[tuple[ClassifiedRequest, str]]
+    ) -> list[ClassifiedRequest]:
+        """Adopted placements their worker did not take back: those it had not ended go back
+        to the queue; the record of those it had ended is deleted."""
+        keys = self._ctx.keys
+        pipe = self._ctx.redis.pipeline(transaction=False)
+        for req, worker_id in adopted:
+            pipe.zscore(keys.ended(worker_id), req.request.request_id)
+        try:
+            scores = await pipe.execute()
+        except RedisError as exc:
+            # Unknown: running it again may answer twice, not running it may lose it.
+            logger.warning("could not read ended records; re-queueing %d adopted: %s",
+                           len(adopted), exc)  # fmt: skip
+            return [req for req, _ in adopted]
+        ended = [req.request.request_id for (req, _), s in zip(adopted, scores, strict=True)
+                 if s is not None]  # fmt: skip
+        if ended:
+            logger.info("%d adopted placements had ended on their lost workers", len(ended))
+            with contextlib.suppress(RedisError):
+                await self._ctx.redis.hdel(keys.dispatched, *ended)
+        return [req for (req, _), s in zip(adopted, scores, strict=True) if s is None]
 
     async def record(self, assignments: dict[str, bytes]) -> None:
         """Write the placed requests' Assignments (the record only serves recovery)."""
@@ -437,6 +518,7 @@ async def serve(ctx: ServiceContext) -> None:
     """Run until ``ctx.stop`` is set."""
     shell = RouterShell(ctx)
     subs = await shell.subscribe()
+    await shell.adopt()
     try:
         await shell.run()
     finally:

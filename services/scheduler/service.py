@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 
 from nats.aio.msg import Msg
@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 
 from proto.codec import DecodeError, decode, encode, request_endings
 from proto.messages import (
+    UNPLACED_WORKER,
     Assignment,
     ClassifiedRequest,
     PullReply,
@@ -46,9 +47,9 @@ from shared.telemetry import extract_context, request_attributes
 __all__ = ["NAME", "UNPLACED_WORKER", "SchedulerShell", "serve"]
 
 NAME = "scheduler"
-UNPLACED_WORKER = "-"
-"""Worker id of an Assignment pulled by a router but not yet placed."""
 SEEN_TTL_S = 6 * 3600
+FORGET_AGAIN_S = 1.0
+"""Delay of the second delete of an ended request's record (:meth:`SchedulerShell.forget_ended`)."""
 ENDED_MEMORY_S = 60.0
 """How long the scheduler remembers an ended request (to drop a late requeue of it)."""
 ENDED_MEMORY_MAX = 200_000
@@ -126,6 +127,8 @@ class SchedulerShell:
         self._on_ready = on_ready or self._publish_ready
         self._tracer = tracer or ctx.tracer
         self._ended_ids: set[str] = set()
+        self._forget_again: deque[tuple[float, list[str]]] = deque()
+        """Ids deleted from Redis, with when: deleted once more after ``FORGET_AGAIN_S``."""
         self._recently_ended: OrderedDict[str, float] = OrderedDict()
         """Ended ids of the last :data:`ENDED_MEMORY_S` (wall): a late requeue is dropped."""
 
@@ -256,17 +259,30 @@ class SchedulerShell:
         self.state.remove(request_id)
 
     async def forget_ended(self) -> None:
-        """Delete ended requests from Redis, batched: one round trip per period."""
-        if not self._ended_ids:
+        """Delete ended requests from Redis, batched: one round trip per period.
+
+        Each id is deleted from ``dispatched`` once more ``FORGET_AGAIN_S`` later: a router
+        writes a placement's record after the worker accepted it, and a request that ended
+        while that write was on its way could have its record written after this delete,
+        left for a restarted router to adopt.
+        """
+        now = time.monotonic()
+        again: list[str] = []
+        while self._forget_again and now - self._forget_again[0][0] >= FORGET_AGAIN_S:
+            again += self._forget_again.popleft()[1]
+        if not self._ended_ids and not again:
             return
         done = list(self._ended_ids)
         pipe = self._ctx.redis.pipeline(transaction=False)
-        pipe.hdel(self._ctx.keys.dispatched, *done)
-        # Also from ``queued``: a request the co-located router placed but had not
-        # recorded yet when it ended is still there, and would run again after a restart.
-        pipe.hdel(self._ctx.keys.queued, *done)
+        pipe.hdel(self._ctx.keys.dispatched, *done, *again)
+        if done:
+            # Also from ``queued``: a request the co-located router placed but had not
+            # recorded yet when it ended is still there, and would run again after a restart.
+            pipe.hdel(self._ctx.keys.queued, *done)
         await pipe.execute()
         self._ended_ids.difference_update(done)
+        if done:
+            self._forget_again.append((now, done))
 
     async def remind(self) -> None:
         """Repeat the ready signal of every pool with a backlog (covers lost signals)."""

@@ -46,6 +46,7 @@ from services.planner.parking import PlanFollower
 from services.worker.admission_gate import REFUSAL_REASON, AdmissionGate, limits_of
 from services.worker.backend import BackendRefusalError, OutputBatch, WorkerBackend
 from services.worker.co2 import RegionCarbon
+from services.worker.ended_log import EndedLog
 from services.worker.factory import build_backend
 from services.worker.outbox import ReplyOutbox
 from services.worker.state_publisher import PREDICTIVE_MODE, publish_states
@@ -109,6 +110,13 @@ class WorkerShim:
         """Hop stamps of requests in flight that asked for them (bench ``--hops``)."""
         self._outbox = ReplyOutbox()
         """Recent client replies, sent again after a NATS outage (:mod:`.outbox`)."""
+        self.ended_log = EndedLog(
+            ctx.redis,
+            ctx.keys.ended(self._cfg.worker_id),
+            retention_s=self._cfg.ended_retention_s,
+            service=NAME,
+        )
+        """Ended request ids in Redis, for a router that adopts placements (:mod:`.ended_log`)."""
         self._finished: OrderedDict[str, tuple[str, bytes, bytes]] = OrderedDict()
         """Recently finished requests: reply subject, client's and request.done's copy of
         the completion, so a repeated dispatch is answered without a second run."""
@@ -177,6 +185,7 @@ class WorkerShim:
                 request=req.request,
                 done_subject=self._done_subject,
             )
+            self.ended_log.add((rid,))
             return reply
         self._book.open(req, now)
         # --- opt-in hop stamps (bench --hops): echoed on the completion ---
@@ -263,6 +272,8 @@ class WorkerShim:
             self._finished[done.request_id] = (subject, to_client, payload)
             while len(self._finished) > FINISHED_MEMORY:
                 self._finished.popitem(last=False)
+        if completions:
+            self.ended_log.add(done.request_id for _, done in completions)
         if len(completions) == 1:
             await nc.publish(self._done_subject, self._finished[done.request_id][2])
         elif completions:
@@ -291,6 +302,7 @@ class WorkerShim:
                 request=stream.request.request,
                 done_subject=self._done_subject,
             )
+            self.ended_log.add((request_id,))
         if not len(self._book):
             self._emptied.set()
 
@@ -487,7 +499,9 @@ async def _serve_with(ctx: ServiceContext, shim: WorkerShim) -> None:
         ),
         await watch_plan(ctx, shim.on_plan),
     ]
+    ended_stop = asyncio.Event()  # after the drain: what ends while draining is recorded too
     async with asyncio.TaskGroup() as tg:
+        tg.create_task(shim.ended_log.run(ended_stop))
         engine_task = tg.create_task(shim.backend.run())
         flush_task = tg.create_task(shim.flush_loop())
         resend_task = tg.create_task(shim.resend_loop())
@@ -496,6 +510,7 @@ async def _serve_with(ctx: ServiceContext, shim: WorkerShim) -> None:
             tg.create_task(publish_states(ctx, shim.book.streams, shim.backend.snapshot))
         await ctx.stop.wait()
         await shim.drain(ctx.settings.shutdown_timeout_s)
+        ended_stop.set()
         engine_task.cancel()
         flush_task.cancel()
         resend_task.cancel()

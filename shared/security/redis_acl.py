@@ -5,8 +5,8 @@ Derived from the key table of ``docs/protocol.md`` and the services' calls:
 | role | keys | commands |
 |---|---|---|
 | scheduler | ``queued``, ``dispatched``, ``seen:*`` | HGETALL HSET HDEL, MULTI/EXEC, script * |
-| router | ``dispatched`` | HSET |
-| worker | its own ``worker:<id>``; ``plan``, ``forecast:*`` read only | SET (with PX), DEL, GET |
+| router | ``dispatched``; ``ended:*`` read only | HSET HGETALL HDEL ZSCORE |
+| worker | own ``worker:<id>``, ``ended:<id>``; ``plan``, ``forecast:*`` (R) | SET DEL GET ZADD† |
 | planner | ``plan``; ``worker:*``, ``forecast:*`` read only | SET, GET, MGET, SCAN |
 | forecaster | ``forecast:*`` | SET |
 | classifier, dvfs | ``plan`` (read only) | GET |
@@ -15,6 +15,7 @@ Derived from the key table of ``docs/protocol.md`` and the services' calls:
 | others | none | connection only |
 
 (*) the store-new script: EVALSHA, EVAL, SCRIPT LOAD/EXISTS, with SET and HSET inside.
+(†) with EXPIRE and ZREMRANGEBYSCORE: its record of ended requests (R: read only).
 The scheduler also GETs ``plan`` (read only): its emergency ladder re-steers by the plan's
 classes.
 Every user may PING (health checks) and HELLO; the ``default`` user is switched off, so an
@@ -82,9 +83,17 @@ def _role_grants(keys: Keys, identity: Identity) -> tuple[list[str], list[str]]:
         )
         key_rules.append(f"%R~{keys.plan}")  # the ladder's re-steer follows the plan's classes
     elif role == "router":
-        key_rules, commands = _grant([keys.dispatched], ["hset"])
+        # HGETALL: a starting router adopts the placements its predecessor recorded; HDEL
+        # and ZSCORE on the workers' ended sets: an adopted placement whose worker is gone
+        # but had ended it is dropped, not run again.
+        key_rules, commands = _grant([keys.dispatched], ["hset", "hgetall", "hdel", "zscore"])
+        key_rules.append(f"%R~{keys.ended_pattern}")
     elif role == "worker":
-        key_rules, commands = _grant([keys.worker(identity.scope or "")], ["set", "del", "get"])
+        scope = identity.scope or ""
+        key_rules, commands = _grant(
+            [keys.worker(scope), keys.ended(scope)],
+            ["set", "del", "get", "zadd", "expire", "zremrangebyscore"],
+        )
         key_rules.append(f"%R~{keys.plan}")  # reads the plan to know whether to park
         # Reads its region's carbon forecast for the CO2 metric; the identity names no region,
         # and forecasts are no secret, so every region's is readable.

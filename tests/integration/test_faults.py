@@ -22,6 +22,10 @@ SCENARIOS = [
     "restart:nats",
     "drop:worker-0",  # the router re-queues the silent worker's requests elsewhere
     "term:worker-0",  # graceful drain: finish or hand back, then exit 0
+    # A worker lost while the router that placed its requests is down: only Redis knows
+    # what it held; the restarted router adopts the records and re-dispatches them.
+    "kill:router+drop:worker-0",
+    "kill:requestpath+drop:worker-0",
 ]
 
 

@@ -37,10 +37,24 @@ def test_only_the_planner_writes_the_plan_and_the_classifier_reads_it() -> None:
     assert f"%R~{K.worker_pattern}" in _keys("planner")
 
 
-def test_a_worker_writes_only_its_own_heartbeat() -> None:
-    """Test that worker w1 may SET/DEL gs:worker:w1 and only read the plan and forecasts."""
-    assert _keys("worker") == {f"~{K.worker('w1')}", f"%R~{K.plan}", f"%R~{K.forecast('*')}"}
-    assert _commands("worker") == {"ping", "hello", "set", "del", "get"}
+def test_a_worker_writes_only_its_own_heartbeat_and_ended_record() -> None:
+    """Test that worker w1 may write gs:worker:w1 and gs:ended:w1 and only read the plan and
+    forecasts."""
+    assert _keys("worker") == {
+        f"~{K.worker('w1')}",
+        f"~{K.ended('w1')}",
+        f"%R~{K.plan}",
+        f"%R~{K.forecast('*')}",
+    }
+    assert _commands("worker") == {
+        "ping", "hello", "set", "del", "get", "zadd", "expire", "zremrangebyscore",
+    }  # fmt: skip
+
+
+def test_a_router_reads_placements_and_the_workers_ended_records_only() -> None:
+    """Test the router's grant: its placement hash, and the ended sets read only."""
+    assert _keys("router") == {f"~{K.dispatched}", f"%R~{K.ended_pattern}"}
+    assert _commands("router") == {"ping", "hello", "hset", "hgetall", "hdel", "zscore"}
 
 
 def test_the_scheduler_gets_its_hashes_dedup_keys_and_script_commands() -> None:

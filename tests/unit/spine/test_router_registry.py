@@ -78,3 +78,15 @@ def test_a_request_that_ends_before_its_dispatch_reply_is_not_recorded() -> None
     reg.ended("fast")
     assert not reg.placed(_classified("fast", 1), "w1", 0.0)
     assert reg.loads("p", 0.0)[0].free_slots == 2
+
+
+def test_a_request_placed_before_its_workers_first_heartbeat_counts_as_its_own() -> None:
+    """Test that an adopted placement on a worker not heard of yet takes its slot once the
+    worker's stats arrive, and is orphaned with it."""
+    reg = WorkerRegistry(timeout_s=3.0)
+    assert reg.placed(_classified("a", 10), "w1", 0.0)  # adopted at a router's start
+    assert reg.confirm("a")
+    reg.update(_stats("w1"), now_wall_s=1.0)
+    assert reg.loads("p", 0.0)[0].free_slots == 1
+    orphans = reg.expire(now_wall_s=5.0)
+    assert [o.request.request.request_id for o in orphans] == ["a"]

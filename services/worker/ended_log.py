@@ -1,0 +1,94 @@
+"""The worker's record of the requests it ended, in Redis, for a router that adopts placements.
+
+A restarted router reads back the placements recorded in Redis and dispatches each again
+(:meth:`services.router.service.RouterShell.adopt`). A worker that is alive answers from its
+own memory; one that is gone cannot, and only this record tells a request it ended (its
+client has the answer: running it again would answer twice) from one that died with it (which
+must run again). The bookkeeping that normally forgets ended placements lives in the request
+path, which may have been down when the request ended, and it forgets in 50-ms batches.
+
+The record is a sorted set per worker (``Keys.ended``): request id → the wall time it ended,
+written right after the completion (or error) is published, at most one write in flight (so
+writes batch under load by themselves), trimmed to ``retention_s`` and expiring that long
+after the worker's last write. A worker killed between publishing an ending and writing it
+leaves a window of about one Redis round trip in which an adopting router would run the
+request again; a Redis outage widens it to the outage (the ids wait, bounded, for the next
+write).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from typing import Final
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from shared.counters import ERRORS
+from shared.loops import wait_event
+
+__all__ = ["PENDING_MAX", "EndedLog"]
+
+PENDING_MAX: Final = 65_536
+"""Ids kept for the next write while Redis is unreachable; the oldest go first beyond it."""
+TRIM_EVERY_S: Final = 5.0
+
+logger = logging.getLogger(__name__)
+
+
+class EndedLog:
+    """Ended request ids, written to the worker's sorted set in Redis."""
+
+    def __init__(self, redis: Redis, key: str, *, retention_s: float, service: str) -> None:
+        """Write to ``key``, keeping ``retention_s`` seconds of endings."""
+        self._redis = redis
+        self._key = key
+        self._retention_s = retention_s
+        self._service = service
+        self._pending: dict[str, float] = {}
+        self._wake = asyncio.Event()
+        self._trimmed_at = 0.0
+
+    def add(self, request_ids: Iterable[str]) -> None:
+        """Note endings just published; the writer sends them at once."""
+        now = time.time()
+        for rid in request_ids:
+            self._pending[rid] = now
+        while len(self._pending) > PENDING_MAX:
+            del self._pending[next(iter(self._pending))]
+        if self._pending:
+            self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Write until ``stop`` is set, then once more."""
+        while not stop.is_set():
+            await wait_event(self._wake, 0.5)
+            self._wake.clear()
+            if not await self.flush():
+                await asyncio.sleep(0.2)  # Redis away: retry without spinning
+        await self.flush()
+
+    async def flush(self) -> bool:
+        """Write what is pending; False (ids kept) when Redis failed."""
+        if not self._pending:
+            return True
+        batch, self._pending = self._pending, {}
+        now = time.time()
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.zadd(self._key, batch)
+        pipe.expire(self._key, max(1, int(self._retention_s)))
+        if now - self._trimmed_at >= TRIM_EVERY_S:
+            pipe.zremrangebyscore(self._key, "-inf", now - self._retention_s)
+        try:
+            await pipe.execute()
+        except (RedisError, OSError) as exc:
+            ERRORS.labels(self._service, "ended_log").inc()
+            logger.warning("could not record %d ended requests: %s", len(batch), exc)
+            self._pending = {**batch, **self._pending}
+            return False
+        if now - self._trimmed_at >= TRIM_EVERY_S:
+            self._trimmed_at = now
+        return True
