@@ -285,6 +285,14 @@ async def test_redis_users_are_held_to_their_keys_and_commands(stack: SecureStac
             await worker.set(keys.worker("worker-1"), b"x")
         with pytest.raises(NoPermissionError):
             await worker.hgetall(keys.queued)
+        # Its record of ended requests, written the way EndedLog writes it; not another's.
+        pipe = worker.pipeline(transaction=False)
+        pipe.zadd(keys.ended("worker-0"), {"r1": 1.0})
+        pipe.expire(keys.ended("worker-0"), 60)
+        pipe.zremrangebyscore(keys.ended("worker-0"), "-inf", 0.5)
+        assert await pipe.execute() == [1, True, 0]
+        with pytest.raises(NoPermissionError):
+            await worker.zadd(keys.ended("worker-1"), {"r1": 1.0})
         await classifier.get(keys.plan)  # may read the plan (no NoPermissionError) ...
         with pytest.raises(NoPermissionError):
             await classifier.set(keys.plan, b"forged plan")  # ... but not write it
