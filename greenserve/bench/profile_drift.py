@@ -124,70 +124,74 @@ def _phase_arrivals(
     ]  # fmt: skip
 
 
-class _Learning:
-    """The live agent's profile mode on one instance: learn, sweep, re-sweep on drift."""
+class _Controller:
+    """What both profile controllers share: DynamoLLM's period, the live agent's load (the
+    completions of the last period) and a log of the clocks chosen."""
 
-    def __init__(
-        self, key: EngineKey, slos: Mapping[str, ClassSLO], *, min_requests: int, window: int
-    ) -> None:
-        self._key = key
-        self.book = ProfileBook(min_requests, simulator_profile, drift_window=window,
-                                builds=ImmediateBuilds())  # fmt: skip
-        self._policies = ProfileControllers(self.book, slos, period_s=DYNAMOLLM_PERIOD_S)
+    def __init__(self) -> None:
         self._loads = LoadMeter(DYNAMOLLM_PERIOD_S)
         self.clocks: list[tuple[float, float]] = []
-        self.tables: list[tuple[float, int]] = []
-        """(model time, profile's identity) whenever the policy's profile changed."""
 
     @property
     def period_s(self) -> float:
         return DYNAMOLLM_PERIOD_S
 
-    def decide(self, observation: Observation) -> float:
+    def _choose(self, policy: ProfilePolicy | None, observation: Observation) -> float:
         now = observation.now_s
-        for request_class, prompt, output in observation.finished:
-            self.book.add(self._key, request_class, prompt, output)
-            self._loads.add(WORKER, now)
-        policy = self._policies.get(WORKER, self._key)
         if policy is None:
             clock = observation.clock_mhz  # no profile yet: the clock is left alone
         else:
-            table = id(self.book.get(self._key))
-            if not self.tables or self.tables[-1][1] != table:
-                self.tables.append((now, table))
             rate = self._loads.rate(WORKER, now)
             clock = policy.decide(replace(observation, arrival_rate_rps=rate))
         self.clocks.append((now, clock))
         return clock
 
+    def _count(self, observation: Observation) -> None:
+        for _ in observation.finished:
+            self._loads.add(WORKER, observation.now_s)
 
-class _PerPhase:
+
+class _Learning(_Controller):
+    """The live agent's profile mode on one instance: learn, sweep, re-sweep on drift."""
+
+    def __init__(
+        self, key: EngineKey, slos: Mapping[str, ClassSLO], *, min_requests: int, window: int
+    ) -> None:
+        super().__init__()
+        self._key = key
+        self.book = ProfileBook(min_requests, simulator_profile, drift_window=window,
+                                builds=ImmediateBuilds())  # fmt: skip
+        self._policies = ProfileControllers(self.book, slos, period_s=DYNAMOLLM_PERIOD_S)
+        self.tables: list[tuple[float, int]] = []
+        """(model time, profile's identity) whenever the policy's profile changed."""
+
+    def decide(self, observation: Observation) -> float:
+        self._count(observation)
+        for request_class, prompt, output in observation.finished:
+            self.book.add(self._key, request_class, prompt, output)
+        policy = self._policies.get(WORKER, self._key)
+        if policy is not None:
+            table = id(self.book.get(self._key))
+            if not self.tables or self.tables[-1][1] != table:
+                self.tables.append((observation.now_s, table))
+        return self._choose(policy, observation)
+
+
+class _PerPhase(_Controller):
     """Each phase's own profile from its first request (profiled before deployment)."""
 
     def __init__(self, phases: Sequence[_Phase], slos: Mapping[str, ClassSLO]) -> None:
+        super().__init__()
+        period = DYNAMOLLM_PERIOD_S
         self._phases = [
-            (
-                p.start_s,
-                live_profile_policy(p.profile, slos, p.classes, period_s=DYNAMOLLM_PERIOD_S),
-            )
+            (p.start_s, live_profile_policy(p.profile, slos, p.classes, period_s=period))
             for p in phases
         ]
-        self._loads = LoadMeter(DYNAMOLLM_PERIOD_S)
-        self.clocks: list[tuple[float, float]] = []
-
-    @property
-    def period_s(self) -> float:
-        return DYNAMOLLM_PERIOD_S
 
     def decide(self, observation: Observation) -> float:
-        now = observation.now_s
-        for _ in observation.finished:
-            self._loads.add(WORKER, now)
-        policy: ProfilePolicy = [p for start, p in self._phases if start <= now][-1]
-        rate = self._loads.rate(WORKER, now)
-        clock = policy.decide(replace(observation, arrival_rate_rps=rate))
-        self.clocks.append((now, clock))
-        return clock
+        self._count(observation)
+        policy = [p for start, p in self._phases if start <= observation.now_s][-1]
+        return self._choose(policy, observation)
 
 
 @dataclass
