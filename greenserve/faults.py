@@ -31,6 +31,9 @@ from shared.servers import start_nats, start_redis
 
 __all__ = ["ALL_SCENARIOS", "ScenarioResult", "run_scenario"]
 
+RESTART_TIMEOUT_S = 30.0
+"""``router.worker_timeout_s`` of a scenario that kills and restarts a worker."""
+
 ALL_SCENARIOS = (
     "kill:classifier",
     "kill:scheduler",
@@ -40,6 +43,7 @@ ALL_SCENARIOS = (
     "kill:forecaster",
     "kill:dvfs-node-pjm",
     "drop:worker-0",
+    "kill:worker-0",
     "term:worker-0",
     "restart:nats",
     "restart:redis",
@@ -47,7 +51,9 @@ ALL_SCENARIOS = (
     "kill:requestpath+drop:worker-0",
 )
 """``kill:<process>`` = SIGKILL then restart; ``drop:<worker>`` = SIGKILL, no restart;
-``term:<process>`` = SIGTERM (graceful drain), no restart;
+``term:<process>`` = SIGTERM (graceful drain), no restart; ``kill:worker-<i>`` runs with a
+router heartbeat timeout (:data:`RESTART_TIMEOUT_S`) the restart beats, so the router sees
+the same worker id come back with a new ``started_at``;
 ``restart:<server>`` = SIGKILL the server and start it again on the same port and store.
 ``requestpath`` is the co-located classifier + scheduler + router process; a scenario that
 names it runs on a stack with the request path co-located. ``a+b`` injects both faults at
@@ -219,12 +225,18 @@ def run_scenario(
         if colocate_request_path is None
         else colocate_request_path
     )
+    restarts_worker = any(
+        kind == "kill" and target.startswith("worker-") for kind, target in _faults(scenario)
+    )
     spec = StackSpec(
         namespace="faults",
         workers=workers,
         regions=("PJM",),
         speedup=speedup,
         colocate_request_path=colocate,
+        # The restarted worker must be back before the router would call it silent (else
+        # this is ``drop:`` again): what it held is lost to the restart, not to silence.
+        extra={"router": {"worker_timeout_s": RESTART_TIMEOUT_S}} if restarts_worker else {},
     )
     with tempfile.TemporaryDirectory(prefix="gs-faults-") as folder:
         return asyncio.run(_run(scenario, trace, spec, Path(folder), downtime_s))

@@ -301,6 +301,10 @@ class WorkerStats(_Message, tag="gs.v1.worker_stats", frozen=True, kw_only=True)
     engine_max_num_seqs: NonNegInt = 0
     """The engine's configured batch limit, constant for the worker's life: what profiles and
     capacities are keyed by. 0 from senders that predate the field (see ``engine_limit``)."""
+    started_at: NonNeg = 0.0
+    """Wall time (the worker's clock) its process started: a later value under the same
+    worker id is a restarted worker, which holds none of what the earlier one accepted.
+    0 from senders that predate the field."""
 
     @property
     def engine_limit(self) -> int:

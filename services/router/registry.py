@@ -24,6 +24,8 @@ class InFlight:
     placed_model_s: float
     confirmed: bool = False
     """The worker accepted it (until then its dispatch is on the wire)."""
+    accepted_at: float = 0.0
+    """Wall time the worker accepted it (its own clock, as its ``started_at``)."""
 
 
 @dataclass(slots=True)
@@ -42,10 +44,30 @@ class WorkerRegistry:
         self._inflight: dict[str, InFlight] = {}
         # Ids that ended before their dispatch reply was processed (a very short request).
         self._ended_early: set[str] = set()
+        self._lost_to_restarts: list[InFlight] = []
+        """Requests an earlier run of a restarted worker had accepted (see :meth:`update`)."""
 
     def update(self, stats: WorkerStats, now_wall_s: float) -> None:
-        """Record a heartbeat."""
+        """Record a heartbeat.
+
+        A worker restarted under the same id within the heartbeat timeout never looks
+        silent, yet holds none of what its earlier run accepted: a later ``started_at``
+        orphans those requests (:meth:`expire` hands them back with the silent workers').
+        """
         worker = self._workers.get(stats.worker_id)
+        if worker is not None and stats.started_at > worker.stats.started_at > 0.0:
+            lost = [
+                flight
+                for rid in worker.requests
+                if (flight := self._inflight.get(rid)) is not None
+                and flight.confirmed
+                and flight.accepted_at < stats.started_at
+            ]
+            for flight in lost:
+                rid = flight.request.request.request_id
+                del self._inflight[rid]
+                worker.requests.discard(rid)
+            self._lost_to_restarts += lost
         if worker is None:
             # Requests placed before its first heartbeat (adopted after a restart) count as
             # its own from now on, so they take its slots and are orphaned if it goes silent.
@@ -84,12 +106,14 @@ class WorkerRegistry:
                 worker.requests.discard(request_id)
         return flight
 
-    def confirm(self, request_id: str) -> bool:
-        """The worker accepted the request; False if it has ended (or was released) since."""
+    def confirm(self, request_id: str, accepted_at: float = 0.0) -> bool:
+        """The worker accepted the request (at ``accepted_at``, its wall clock); False if it
+        has ended (or was released) since."""
         flight = self._inflight.get(request_id)
         if flight is None:
             return False
         flight.confirmed = True
+        flight.accepted_at = accepted_at
         return True
 
     def release(self, request_id: str) -> InFlight | None:
@@ -105,8 +129,9 @@ class WorkerRegistry:
         return flight
 
     def expire(self, now_wall_s: float) -> list[InFlight]:
-        """Drop workers silent for longer than the timeout; return their orphaned requests."""
-        orphans: list[InFlight] = []
+        """Drop workers silent for longer than the timeout; return their orphaned requests
+        and those of restarted workers."""
+        orphans, self._lost_to_restarts = self._lost_to_restarts, []
         for worker_id, worker in list(self._workers.items()):
             if now_wall_s - worker.seen_wall_s > self._timeout_s:
                 del self._workers[worker_id]

@@ -509,7 +509,7 @@ class RouterShell:
         if not reply.accepted:
             logger.info("worker %s refused %s: %s", worker_id, req.request.request_id, reply.reason)
             return None
-        if not self.registry.confirm(req.request.request_id):
+        if not self.registry.confirm(req.request.request_id, reply.accepted_at):
             return True  # it already finished; nothing left to record
         return Assignment(request=req, worker_id=worker_id, dispatched_at=reply.accepted_at)
 

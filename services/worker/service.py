@@ -103,6 +103,7 @@ class WorkerShim:
             self._cfg.worker_id, self._cfg.pool_id, self._cfg.heartbeat_ttl_s
         )
         self._tokens_out = 0
+        self._started_at = time.time()
         self._gate = AdmissionGate(enabled=self._cfg.admission, hold_s=self._cfg.admission_hold_s)
         self._trace_parents: dict[str, otel_context.Context] = {}
         self._latency_by_class: dict[str, tuple[Histogram, Histogram]] = {}
@@ -385,6 +386,7 @@ class WorkerShim:
             waiting=snap.waiting,
             max_num_seqs=self._gate.advertised_slots(cfg.max_num_seqs, len(self._book)),
             engine_max_num_seqs=cfg.max_num_seqs,
+            started_at=self._started_at,
             free_slots=0 if self._gate.closed else max(0, cfg.max_num_seqs - len(self._book)),
             kv_blocks_used=snap.kv_blocks_used,
             kv_blocks_total=snap.kv_blocks_total,

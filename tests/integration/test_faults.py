@@ -21,6 +21,8 @@ SCENARIOS = [
     # a dispatch whose reply was lost is not run twice (worker memory, scheduler's ends).
     "restart:nats",
     "drop:worker-0",  # the router re-queues the silent worker's requests elsewhere
+    # Back within the heartbeat timeout: its new start time tells the router it lost them.
+    "kill:worker-0",
     "term:worker-0",  # graceful drain: finish or hand back, then exit 0
     # A worker lost while the router that placed its requests is down: only Redis knows
     # what it held; the restarted router adopts the records and re-dispatches them.

@@ -90,3 +90,21 @@ def test_a_request_placed_before_its_workers_first_heartbeat_counts_as_its_own()
     assert reg.loads("p", 0.0)[0].free_slots == 1
     orphans = reg.expire(now_wall_s=5.0)
     assert [o.request.request.request_id for o in orphans] == ["a"]
+
+
+def test_a_worker_restarted_within_the_timeout_hands_back_what_its_earlier_run_held() -> None:
+    """Test that a later ``started_at`` under the same id orphans the requests the earlier
+    run accepted, and keeps those the new run accepted."""
+    reg = WorkerRegistry(timeout_s=3.0)
+    reg.update(worker_stats("w1", max_num_seqs=4, started_at=100.0), now_wall_s=0.0)
+    reg.placed(_classified("old", 10), "w1", 0.0)
+    assert reg.confirm("old", accepted_at=150.0)
+    reg.placed(_classified("new", 10), "w1", 0.0)
+    assert reg.confirm("new", accepted_at=201.0)  # its reply came from the restarted run
+    reg.update(worker_stats("w1", max_num_seqs=4, started_at=100.0), now_wall_s=0.5)
+    assert reg.expire(now_wall_s=0.6) == []  # the same run: nothing lost
+    reg.update(worker_stats("w1", max_num_seqs=4, started_at=200.0), now_wall_s=1.0)
+    orphans = reg.expire(now_wall_s=1.1)
+    assert [o.request.request.request_id for o in orphans] == ["old"]
+    assert reg.loads("p", 0.0)[0].free_slots == 3
+    assert reg.expire(now_wall_s=1.2) == []
