@@ -85,7 +85,7 @@ class ScenarioResult:
 
 def _faults(scenario: str) -> list[tuple[str, str]]:
     """(kind, target) of each fault of a scenario, in injection order."""
-    return [(part.split(":", 1)[0], part.split(":", 1)[1]) for part in scenario.split("+")]
+    return [(kind, target) for kind, _, target in (p.partition(":") for p in scenario.split("+"))]
 
 
 def _inject(stack: LocalStack, spec: StackSpec, scenario: str, folder: Path) -> None:

@@ -27,6 +27,7 @@ The learning controllers run the live agent's own ``ProfileBook``, ``ProfileCont
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -91,6 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+@functools.cache
 def _trace_lengths(mix: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     frame = pd.read_csv(data_path("traces", MIXES[mix]))
     prompts = frame["ContextTokens"].to_numpy(np.int64)
@@ -171,7 +173,7 @@ class _Learning(_Controller):
             self.book.add(self._key, request_class, prompt, output)
         policy = self._policies.get(WORKER, self._key)
         if policy is not None:
-            table = id(self.book.get(self._key))
+            table = id(policy.table)
             if not self.tables or self.tables[-1][1] != table:
                 self.tables.append((observation.now_s, table))
         return self._choose(policy, observation)

@@ -48,8 +48,8 @@ __all__ = [
     "LoadMeter",
     "ProfileBook",
     "ProfileControllers",
+    "engine_key",
     "live_profile_policy",
-    "profile_key",
     "simulator_profile",
 ]
 
@@ -80,12 +80,15 @@ class _Lengths:
     classes: set[str] = field(default_factory=set)
     """Classes served since the profile's sample began."""
 
-    def columns(self, rows: Sequence[Served]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        return tuple(p for _, p, _ in rows), tuple(o for _, _, o in rows)
+
+def _columns(rows: Sequence[Served]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(prompts, outputs) of served rows."""
+    return tuple(p for _, p, _ in rows), tuple(o for _, _, o in rows)
 
 
-def profile_key(stats: WorkerStats) -> EngineKey:
-    """The engine a worker's stats describe, as far as its profile depends on it."""
+def engine_key(stats: WorkerStats) -> EngineKey:
+    """The engine a worker's stats describe, as far as its profile and its predictive models
+    depend on it."""
     return (stats.gpu, stats.model, stats.tp, stats.engine_limit)
 
 
@@ -157,9 +160,7 @@ class ProfileBook:
         if self._window and lengths.fresh >= self._window:
             lengths.fresh = 0
             recent = tuple(lengths.served)[-self._window :]
-            drift = length_drift(
-                lengths.columns(lengths.swept), lengths.columns(recent), self._alpha
-            )
+            drift = length_drift(_columns(lengths.swept), _columns(recent), self._alpha)
             if drift.drifted:
                 self.resweeps += 1
                 self._on_sweep(key, "drift")
@@ -176,7 +177,7 @@ class ProfileBook:
         return table
 
     def _sweep(self, key: EngineKey, rows: Sequence[Served]) -> Callable[[], ProfileTable]:
-        prompts, outputs = self._lengths[key].columns(rows)
+        prompts, outputs = _columns(rows)
         return functools.partial(self._build, key, prompts, outputs)
 
     def close(self) -> None:

@@ -135,6 +135,11 @@ class ProfilePolicy:
         return self._config
 
     @property
+    def table(self) -> ProfileTable:
+        """The profile it chooses from."""
+        return self._table
+
+    @property
     def period_s(self) -> float:
         """The control period."""
         return self._config.period_s

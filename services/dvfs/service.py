@@ -8,12 +8,12 @@ its deadline) and ``profile`` (DynamoLLM's instance manager: the least-power clo
 profiled TTFT and TBT meet the SLO at the worker's load, the maximum clock after a request
 came near its class's bound; the profile is swept on the engine simulator with the lengths
 the node's workers served, and again when that mix drifts, :mod:`services.dvfs.profile_live`).
-MIAD judges congestion from
-the latencies of requests that finished on the instance during the period. Predictive
-control reads each worker's :class:`proto.messages.InstanceState` (published by the workers
-only in this mode) and an IPS model profiled and fitted once per (GPU, model, TP) on the
-engine simulator, in a thread, at the first sight of such a worker (about 1–2 s); it is the
-same :class:`services.dvfs.predictive.PredictiveController` the ``dvfs`` bench measures.
+MIAD judges congestion from the latencies of requests that finished on the instance during
+the period. Predictive control reads each worker's :class:`proto.messages.InstanceState`
+(published by the workers only in this mode) and an IPS model profiled and fitted once per
+(GPU, model, TP, batch limit) on the engine simulator, in a thread, at the first sight of
+such a worker (about 1–2 s); it is the same :class:`services.dvfs.predictive.PredictiveController`
+the ``dvfs`` bench measures.
 
 Clock changes go to the worker as ClockCommands on the node-bound subject
 ``clock.v2.<node>.<worker>`` (the NATS ACL lets an agent publish only to its own node);
@@ -64,7 +64,7 @@ from services.dvfs.profile_live import (
     LoadMeter,
     ProfileBook,
     ProfileControllers,
-    profile_key,
+    engine_key,
 )
 from services.planner.parking import pool_clock_caps
 from shared.bus import request
@@ -195,7 +195,7 @@ async def serve(ctx: ServiceContext) -> None:
                     continue
                 collector.add(done)
                 if profiled:
-                    key = profile_key(latest[done.worker_id])
+                    key = engine_key(latest[done.worker_id])
                     profiles.add(key, done.request_class, done.input_tokens, done.output_tokens)
                     loads.add(done.worker_id, ctx.clock.now())
 
@@ -232,7 +232,7 @@ async def serve(ctx: ServiceContext) -> None:
                     continue  # nothing recent to project: leave the clock where it is
                 observation = with_requests(observation, state)
                 if controller is None:
-                    fitted = models.get(profile_key(stats))
+                    fitted = models.get(engine_key(stats))
                     if fitted is None:
                         continue  # the model is being fitted
                     controller = controllers[worker_id] = make_controller(
@@ -240,7 +240,7 @@ async def serve(ctx: ServiceContext) -> None:
                     )
             elif profiled:
                 observation = replace(observation, arrival_rate_rps=loads.rate(worker_id, now))
-                policy = profile_controllers.get(worker_id, profile_key(stats))
+                policy = profile_controllers.get(worker_id, engine_key(stats))
                 if policy is None:
                     continue  # too few lengths seen yet, or the profile is being swept
                 controller = controllers[worker_id] = policy

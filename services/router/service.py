@@ -374,13 +374,18 @@ class RouterShell:
             logger.warning("could not read ended records; re-queueing %d adopted: %s",
                            len(adopted), exc)  # fmt: skip
             return [req for req, _ in adopted]
-        ended = [req.request.request_id for (req, _), s in zip(adopted, scores, strict=True)
-                 if s is not None]  # fmt: skip
+        ended: list[str] = []
+        back: list[ClassifiedRequest] = []
+        for (req, _), score in zip(adopted, scores, strict=True):
+            if score is None:
+                back.append(req)
+            else:
+                ended.append(req.request.request_id)
         if ended:
             logger.info("%d adopted placements had ended on their lost workers", len(ended))
             with contextlib.suppress(RedisError):
                 await self._ctx.redis.hdel(keys.dispatched, *ended)
-        return [req for (req, _), s in zip(adopted, scores, strict=True) if s is None]
+        return back
 
     async def record(self, assignments: dict[str, bytes]) -> None:
         """Write the placed requests' Assignments (the record only serves recovery)."""

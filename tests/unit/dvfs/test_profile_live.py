@@ -9,7 +9,7 @@ import pytest
 
 from services.classifier.classes import ClassSLO
 from services.dvfs.controller import LatencyWindow, Observation
-from services.dvfs.profile_live import LoadMeter, ProfileBook, live_profile_policy, profile_key
+from services.dvfs.profile_live import LoadMeter, ProfileBook, engine_key, live_profile_policy
 from services.dvfs.profile_policy import ProfilePoint, ProfileTable
 from tests.factories import worker_stats
 
@@ -90,10 +90,10 @@ def test_the_filter_takes_the_loosest_ttft_and_strictest_tbt_and_classes_keep_th
         live_profile_policy(_table(), slos, frozenset({"XL"}), period_s=1.0)
 
 
-def test_the_profile_key_is_the_engines_limit_not_the_gate_lowered_one() -> None:
+def test_the_engine_key_is_the_engines_limit_not_the_gate_lowered_one() -> None:
     """Test that a closed admission gate (max_num_seqs down to in-flight) keeps the key."""
     open_gate = worker_stats(max_num_seqs=64, engine_max_num_seqs=64)
     closed_gate = worker_stats(max_num_seqs=37, engine_max_num_seqs=64)
-    assert profile_key(open_gate) == profile_key(closed_gate) == ("A100-80GB", "llama-3-8b", 1, 64)
+    assert engine_key(open_gate) == engine_key(closed_gate) == ("A100-80GB", "llama-3-8b", 1, 64)
     # A sender from before the field: its advertised limit is all there is.
-    assert profile_key(worker_stats(max_num_seqs=48))[-1] == 48
+    assert engine_key(worker_stats(max_num_seqs=48))[-1] == 48
