@@ -24,13 +24,18 @@ from greenserve.runner import start_process
 from greenserve.stack import StackSpec, stack_launches
 from loadgen.replay import ReplayResult, replay
 from loadgen.traces import TraceRequest
+from proto.keys import Keys
 from proto.subjects import Subjects
 from shared.bus import connect_nats
-from shared.config import NatsSettings
+from shared.config import NatsSettings, RedisSettings
 from shared.servers import start_nats, start_redis
+from shared.store import connect_redis
 
 __all__ = ["ALL_SCENARIOS", "ScenarioResult", "run_scenario"]
 
+CONSISTENT_WITHIN_S = 12.0
+"""After the replay ends, how long the stack may take to forget every ended request: two
+periods of the scheduler's audit of endings it never heard (``shared/ended_lookup.py``)."""
 RESTART_TIMEOUT_S = 30.0
 """``router.worker_timeout_s`` of a scenario that kills and restarts a worker."""
 
@@ -77,6 +82,10 @@ class ScenarioResult:
     """Completed requests whose delivered tokens differ from what they asked for."""
     exit_codes: dict[str, int | None] = dataclasses.field(default_factory=dict)
     """Exit status of processes stopped gracefully (``term:``); 0 is a clean drain."""
+    leftover_records: int = 0
+    """Requests still recorded as queued or placed in Redis :data:`CONSISTENT_WITHIN_S`
+    after every request ended: state a restart would act on (re-queue, re-dispatch) though
+    nothing is left to do. A consistent stack holds none."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -135,6 +144,7 @@ def _score(
     fault_at: float,
     restored_at: float,
     exit_codes: dict[str, int | None],
+    leftover: int,
 ) -> ScenarioResult:
     records = result.records
     after = [
@@ -165,7 +175,24 @@ def _score(
             if r.completion is not None and len(r.token_times) != r.trace.output_tokens
         ),
         exit_codes=exit_codes,
+        leftover_records=leftover,
     )
+
+
+async def _leftover_records(redis_url: str, namespace: str, within_s: float) -> int:
+    """Requests still in ``queued`` or ``dispatched`` once ``within_s`` has passed (0 as soon
+    as both are empty)."""
+    keys = Keys(namespace)
+    redis = connect_redis(RedisSettings(url=redis_url))
+    try:
+        deadline = time.monotonic() + within_s
+        while True:
+            left = int(await redis.hlen(keys.queued)) + int(await redis.hlen(keys.dispatched))
+            if left == 0 or time.monotonic() >= deadline:
+                return left
+            await asyncio.sleep(0.2)
+    finally:
+        await redis.aclose()
 
 
 async def _run(
@@ -195,6 +222,9 @@ async def _run(
                 await asyncio.to_thread(_recover, stack, spec, scenario, folder)
                 restored_at = time.time()
             result = await replaying
+            leftover = await _leftover_records(
+                stack.state.redis_url, spec.namespace, CONSISTENT_WITHIN_S
+            )
         finally:
             await nc.close()
         exit_codes: dict[str, int | None] = {}
@@ -203,7 +233,7 @@ async def _run(
                 exit_codes[scenario] = await asyncio.to_thread(stack.group.procs[name].wait, 15)
     finally:
         await asyncio.to_thread(stack.stop)
-    return _score(scenario, result, fault_at, restored_at, exit_codes)
+    return _score(scenario, result, fault_at, restored_at, exit_codes, leftover)
 
 
 def run_scenario(

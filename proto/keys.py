@@ -19,12 +19,13 @@ class Keys:
 
     def ended(self, worker_id: str) -> str:
         """Sorted set request id → wall time a worker ended it (completion or error): what
-        a router adopting placements needs once the worker is gone."""
+        a router adopting placements needs once the worker is gone, and where the router and
+        the scheduler find endings whose ``request.done`` they missed."""
         return f"{self.prefix}:ended:{worker_id}"
 
     @property
     def ended_pattern(self) -> str:
-        """Pattern over every worker's ended set (read access for routers)."""
+        """Pattern over every worker's ended set (read access for routers and schedulers)."""
         return f"{self.prefix}:ended:*"
 
     @property

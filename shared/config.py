@@ -146,6 +146,9 @@ class SchedulerSettings(_Section):
     """While a pool has queued work, remind routers this often (covers lost events)."""
     unplaced_timeout_s: float = 3.0
     """A request a router pulled but never placed (the router died) is re-queued after this."""
+    ended_audit_period_s: float = Field(default=5.0, gt=0.0)
+    """Placement records older than this are looked up in the workers' ended records this
+    often, and those of ended requests deleted (``shared/ended_lookup.py``)."""
     ladder: bool = True
     """Run DynamoLLM's emergency ladder over each pool's queue every ready period
     (reorder → max clock → re-steer → shed; ``docs/scheduling.md``)."""
@@ -174,6 +177,10 @@ class RouterSettings(_Section):
     """Wall period of the placement loop when woken by no event."""
     worker_timeout_s: float = 3.0
     """A worker silent this long is considered gone; its requests are re-queued."""
+    ended_audit_period_s: float = Field(default=5.0, gt=0.0)
+    """Accepted placements older than this are looked up in the workers' ended records this
+    often: an ending whose ``request.done`` this router missed frees its slot within two
+    periods (``shared/ended_lookup.py``)."""
     batches_in_flight: int = Field(default=4, ge=1, le=64)
     """Dispatch batches one worker may have unanswered at once. With 1, a request placed
     while its worker's batch awaits the reply waits a round trip (docs/performance.md,

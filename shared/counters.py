@@ -16,6 +16,7 @@ __all__ = [
     "GPU_ENERGY_J",
     "GPU_POWER_W",
     "MESSAGES",
+    "MISSED_ENDINGS",
     "PLANNER_SOLVE_S",
     "PROFILE_SWEEPS",
     "QUEUE_DEPTH",
@@ -54,6 +55,13 @@ REQUEST_LATENCY_S: Final = Histogram(
 ADOPTED: Final = Counter(
     "greenserve_router_adopted_total",
     "Placements a starting router took over from Redis and dispatched again to confirm",
+)
+
+MISSED_ENDINGS: Final = Counter(
+    "greenserve_missed_endings_total",
+    "Requests a service still held as placed although their worker had ended them (its "
+    "request.done never arrived), found in the workers' ended records",
+    ["service"],
 )
 
 PROFILE_SWEEPS: Final = Counter(

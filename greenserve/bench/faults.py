@@ -40,8 +40,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "lost": sum(r.lost for r in results),
         "duplicated": sum(r.duplicated for r in results),
         "failed": sum(r.failed for r in results),
+        "leftover_records": sum(r.leftover_records for r in results),
         "max_recovery_s": max(recoveries) if recoveries else None,
         "unrecovered": [r.scenario for r in results if r.recovery_s is None],
         "per_scenario": {r.scenario: r.as_dict() for r in results},
-        "goal": {"lost": 0, "duplicated": 0, "max_recovery_s": 5.0},
+        "goal": {"lost": 0, "duplicated": 0, "max_recovery_s": 5.0, "leftover_records": 0},
     }

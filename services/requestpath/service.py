@@ -77,6 +77,11 @@ class InMemoryScheduler:
         """Queue requests again (unplaced, refused, orphaned)."""
         await self._scheduler.requeue(requests)
 
+    def ended_unheard(self, request_ids: list[str]) -> None:
+        """The scheduler forgets them as if their ``request.done`` had arrived."""
+        for rid in request_ids:
+            self._scheduler.ended(rid)
+
 
 async def serve(ctx: ServiceContext) -> None:
     """Run classifier, scheduler and router until ``ctx.stop`` is set."""

@@ -7,6 +7,7 @@ last slot); the worker's stats add KV use and liveness.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from proto.messages import ClassifiedRequest, WorkerStats
@@ -26,6 +27,8 @@ class InFlight:
     """The worker accepted it (until then its dispatch is on the wire)."""
     accepted_at: float = 0.0
     """Wall time the worker accepted it (its own clock, as its ``started_at``)."""
+    placed_wall_s: float = 0.0
+    """Wall time this router placed it (its own clock)."""
 
 
 @dataclass(slots=True)
@@ -87,7 +90,7 @@ class WorkerRegistry:
         if rid in self._ended_early:
             self._ended_early.discard(rid)
             return False
-        self._inflight[rid] = InFlight(request, worker_id, now_model_s)
+        self._inflight[rid] = InFlight(request, worker_id, now_model_s, placed_wall_s=time.time())
         worker = self._workers.get(worker_id)
         if worker is not None:
             worker.requests.add(rid)
@@ -143,6 +146,15 @@ class WorkerRegistry:
                     if rid in self._inflight and self._inflight[rid].confirmed
                 )
         return orphans
+
+    def confirmed_before(self, cutoff_wall_s: float) -> list[tuple[str, str]]:
+        """(request id, worker id) of the accepted placements made before ``cutoff_wall_s``:
+        those whose ending may have gone unheard (:mod:`shared.ended_lookup`)."""
+        return [
+            (rid, flight.worker_id)
+            for rid, flight in self._inflight.items()
+            if flight.confirmed and flight.placed_wall_s < cutoff_wall_s
+        ]
 
     def workers_of(self, pool_id: str) -> list[str]:
         """Ids of a pool's live, non-draining workers."""

@@ -34,6 +34,11 @@ class SchedulerLink(Protocol):
         """Hand requests back to the scheduler."""
         ...
 
+    def ended_unheard(self, request_ids: list[str]) -> None:
+        """Requests the router found ended in the workers' records, their ``request.done``
+        never heard (:meth:`services.router.service.RouterShell.audit_endings`)."""
+        ...
+
 
 class NatsSchedulerLink:
     """The scheduler of a separate process, by request/reply."""
@@ -63,6 +68,10 @@ class NatsSchedulerLink:
     async def requeue(self, requests: list[ClassifiedRequest]) -> None:
         """Return requests by ``scheduler.requeue``."""
         await _requeue(self._ctx, requests)
+
+    def ended_unheard(self, request_ids: list[str]) -> None:
+        """Nothing to tell: a separate scheduler audits its own records
+        (:meth:`services.scheduler.service.SchedulerShell.audit_endings`)."""
 
 
 async def _requeue(ctx: ServiceContext, requests: list[ClassifiedRequest]) -> None:

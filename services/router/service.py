@@ -31,12 +31,19 @@ from proto.messages import (
     WorkerStats,
 )
 from services.router.placement import Candidate, make_placer
-from services.router.registry import WorkerRegistry
+from services.router.registry import InFlight, WorkerRegistry
 from services.router.scheduler_link import NatsSchedulerLink, SchedulerLink
 from shared.bus import HOPS_KEY, add_hops, request, tracing_active
-from shared.counters import ADOPTED, DECISIONS, ERRORS
+from shared.counters import ADOPTED, DECISIONS, ERRORS, MISSED_ENDINGS
+from shared.ended_lookup import ended_among
 from shared.lifecycle import ServiceContext
-from shared.loops import MAX_BACKOFF_S, raise_if_cancelled, sleep_or_stop, wait_event
+from shared.loops import (
+    MAX_BACKOFF_S,
+    raise_if_cancelled,
+    run_periodic,
+    sleep_or_stop,
+    wait_event,
+)
 from shared.store import as_bytes
 from shared.telemetry import extract_context, request_attributes
 
@@ -124,8 +131,7 @@ class RouterShell:
         """Re-queue orphans of silent workers, then pull and place for every ready pool."""
         orphans = self.registry.expire(time.time())
         if orphans:
-            logger.warning("%d requests orphaned by silent workers; re-queueing", len(orphans))
-            await self._scheduler.requeue([o.request for o in orphans])
+            await self._requeue_orphans(orphans)
         for pool_id in self.registry.pools() & self._ready:
             if all(
                 len(self._senders.get(w, ())) >= self._in_flight
@@ -152,6 +158,15 @@ class RouterShell:
         """Placement and recording until ``ctx.stop``."""
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._record_loop())
+            tg.create_task(
+                run_periodic(
+                    self._ctx.stop,
+                    self._ctx.settings.router.ended_audit_period_s,
+                    self.audit_endings,
+                    service=NAME,
+                    name="audit",
+                )
+            )
             await self._place_loop()
             if self._senders:  # their accepted placements must still be recorded
                 await asyncio.gather(
@@ -273,19 +288,33 @@ class RouterShell:
         except RedisError as exc:
             logger.warning("could not read recorded placements to adopt: %s", exc)
             return 0
-        now_model = self._ctx.clock.now()
-        workers: set[str] = set()
-        adopted = 0
+        placements: list[Assignment] = []
         for raw in records.values():
             with contextlib.suppress(DecodeError):
                 held = decode(as_bytes(raw), Assignment)
-                if held.worker_id == UNPLACED_WORKER:
-                    continue
-                if self.registry.placed(held.request, held.worker_id, now_model):
-                    self._outbox.setdefault(held.worker_id, []).append(held.request)
-                    self._adopted.add(held.request.request.request_id)
-                    workers.add(held.worker_id)
-                    adopted += 1
+                if held.worker_id != UNPLACED_WORKER:
+                    placements.append(held)
+        # One its worker already ended (its done event went unheard) is not sent again: a
+        # worker that has forgotten it would run it a second time.
+        ended = await ended_among(
+            self._ctx.redis,
+            self._ctx.keys,
+            ((a.request.request.request_id, a.worker_id) for a in placements),
+        )
+        if ended:
+            await self._forget_records(sorted(ended))
+        now_model = self._ctx.clock.now()
+        workers: set[str] = set()
+        adopted = 0
+        for held in placements:
+            rid = held.request.request.request_id
+            if ended and rid in ended:
+                continue
+            if self.registry.placed(held.request, held.worker_id, now_model):
+                self._outbox.setdefault(held.worker_id, []).append(held.request)
+                self._adopted.add(rid)
+                workers.add(held.worker_id)
+                adopted += 1
         if adopted:
             logger.info("adopting %d recorded placements on %d workers", adopted, len(workers))
             ADOPTED.inc(adopted)
@@ -363,29 +392,71 @@ class RouterShell:
     ) -> list[ClassifiedRequest]:
         """Adopted placements their worker did not take back: those it had not ended go back
         to the queue; the record of those it had ended is deleted."""
-        keys = self._ctx.keys
-        pipe = self._ctx.redis.pipeline(transaction=False)
-        for req, worker_id in adopted:
-            pipe.zscore(keys.ended(worker_id), req.request.request_id)
-        try:
-            scores = await pipe.execute()
-        except RedisError as exc:
+        ended = await ended_among(
+            self._ctx.redis, self._ctx.keys, ((r.request.request_id, w) for r, w in adopted)
+        )
+        if ended is None:
             # Unknown: running it again may answer twice, not running it may lose it.
-            logger.warning("could not read ended records; re-queueing %d adopted: %s",
-                           len(adopted), exc)  # fmt: skip
+            logger.warning("re-queueing %d adopted placements unchecked", len(adopted))
             return [req for req, _ in adopted]
-        ended: list[str] = []
-        back: list[ClassifiedRequest] = []
-        for (req, _), score in zip(adopted, scores, strict=True):
-            if score is None:
-                back.append(req)
-            else:
-                ended.append(req.request.request_id)
         if ended:
             logger.info("%d adopted placements had ended on their lost workers", len(ended))
-            with contextlib.suppress(RedisError):
-                await self._ctx.redis.hdel(keys.dispatched, *ended)
-        return back
+            await self._forget_records(sorted(ended))
+        return [req for req, _ in adopted if req.request.request_id not in ended]
+
+    async def _requeue_orphans(self, orphans: list[InFlight]) -> None:
+        """Re-queue the requests of silent or restarted workers, except those the worker's
+        record names as ended: their ``request.done`` went unheard, and they must not run
+        twice. A Redis outage re-queues them all (losing one would be worse)."""
+        ended = await ended_among(
+            self._ctx.redis,
+            self._ctx.keys,
+            ((o.request.request.request_id, o.worker_id) for o in orphans),
+        )
+        back = [
+            o.request for o in orphans if not ended or o.request.request.request_id not in ended
+        ]
+        if ended:
+            self._ended_unheard(sorted(ended))  # already out of the registry
+        if back:
+            logger.warning("%d requests orphaned by silent workers; re-queueing", len(back))
+            await self._scheduler.requeue(back)
+
+    async def audit_endings(self) -> None:
+        """Free the slots of placements whose ending this router never heard.
+
+        A ``request.done`` published while this router's connection was down is gone, and
+        its request would hold its worker's slot for good (and run again should the worker
+        later go silent). Accepted placements older than one audit period are looked up in
+        the workers' ended records (:mod:`shared.ended_lookup`): one Redis round trip per
+        period, none while every placement is younger.
+        """
+        period = self._ctx.settings.router.ended_audit_period_s
+        suspects = self.registry.confirmed_before(time.time() - period)
+        if not suspects:
+            return
+        ended = await ended_among(self._ctx.redis, self._ctx.keys, suspects)
+        if not ended:
+            return
+        for rid in ended:
+            self.ended(rid)
+        self._ended_unheard(sorted(ended))
+
+    def _ended_unheard(self, request_ids: list[str]) -> None:
+        """Count and log requests found ended in the workers' records; the scheduler
+        forgets them."""
+        logger.warning(
+            "%d placed requests had ended unheard (their request.done was lost); freeing them",
+            len(request_ids),
+        )
+        MISSED_ENDINGS.labels(NAME).inc(len(request_ids))
+        self._scheduler.ended_unheard(request_ids)
+
+    async def _forget_records(self, request_ids: list[str]) -> None:
+        """Delete the placement records of ended requests (best effort: the scheduler's
+        audit deletes what this misses)."""
+        with contextlib.suppress(RedisError):
+            await self._ctx.redis.hdel(self._ctx.keys.dispatched, *request_ids)
 
     async def record(self, assignments: dict[str, bytes]) -> None:
         """Write the placed requests' Assignments (the record only serves recovery)."""

@@ -38,7 +38,8 @@ from services.scheduler.ladder_shell import start_ladder
 from services.scheduler.pool_queues import SchedulerState
 from shared.bus import serve as serve_subject
 from shared.bus import tracing_active
-from shared.counters import QUEUE_DEPTH
+from shared.counters import MISSED_ENDINGS, QUEUE_DEPTH
+from shared.ended_lookup import ended_among
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
 from shared.store import as_bytes
@@ -284,6 +285,31 @@ class SchedulerShell:
         if done:
             self._forget_again.append((now, done))
 
+    async def audit_endings(self) -> None:
+        """Forget the placement records of requests their workers ended unheard.
+
+        A scheduler that was down or disconnected when a request ended never heard its
+        ``request.done``, and the request's ``dispatched`` record would stay for good (a
+        restarted router would adopt it and dispatch it again). Records older than one
+        audit period are looked up in the workers' ended records
+        (:mod:`shared.ended_lookup`); those found are forgotten as on ``request.done``.
+        """
+        ctx = self._ctx
+        cutoff = time.time() - ctx.settings.scheduler.ended_audit_period_s
+        placed: list[tuple[str, str]] = []
+        for raw in (await ctx.redis.hgetall(ctx.keys.dispatched)).values():
+            with contextlib.suppress(DecodeError):
+                held = decode(as_bytes(raw), Assignment)
+                if held.worker_id != UNPLACED_WORKER and held.dispatched_at < cutoff:
+                    placed.append((held.request.request.request_id, held.worker_id))
+        ended = await ended_among(ctx.redis, ctx.keys, placed)
+        if not ended:
+            return
+        logger.warning("forgetting %d placed requests that had ended unheard", len(ended))
+        MISSED_ENDINGS.labels(NAME).inc(len(ended))
+        for rid in ended:
+            self.ended(rid)
+
     async def remind(self) -> None:
         """Repeat the ready signal of every pool with a backlog (covers lost signals)."""
         for pool_id in self.state.backlog():
@@ -354,6 +380,15 @@ class SchedulerShell:
                 tg.create_task(
                     run_periodic(ctx.stop, period, ladder_tick, service=NAME, name="ladder")
                 )
+            tg.create_task(
+                run_periodic(
+                    ctx.stop,
+                    cfg.ended_audit_period_s,
+                    self.audit_endings,
+                    service=NAME,
+                    name="audit",
+                )
+            )
             tg.create_task(
                 run_periodic(
                     ctx.stop,

@@ -4,8 +4,8 @@ Derived from the key table of ``docs/protocol.md`` and the services' calls:
 
 | role | keys | commands |
 |---|---|---|
-| scheduler | ``queued``, ``dispatched``, ``seen:*`` | HGETALL HSET HDEL, MULTI/EXEC, script * |
-| router | ``dispatched``; ``ended:*`` read only | HSET HGETALL HDEL ZSCORE |
+| scheduler | ``queued``, ``dispatched``, ``seen:*``, ``ended:*`` (R) | HGETALL HSET HDEL ZMSCORE*|
+| router | ``dispatched``; ``ended:*`` (R) | HSET HGETALL HDEL ZMSCORE |
 | worker | own ``worker:<id>``, ``ended:<id>``; ``plan``, ``forecast:*`` (R) | SET DEL GET ZADD† |
 | planner | ``plan``; ``worker:*``, ``forecast:*`` read only | SET, GET, MGET, SCAN |
 | forecaster | ``forecast:*`` | SET |
@@ -14,7 +14,8 @@ Derived from the key table of ``docs/protocol.md`` and the services' calls:
 | monitor | ``worker:*``, ``plan``, ``forecast:*`` (read only) | GET SCAN EXISTS |
 | others | none | connection only |
 
-(*) the store-new script: EVALSHA, EVAL, SCRIPT LOAD/EXISTS, with SET and HSET inside.
+(*) MULTI/EXEC and the store-new script: EVALSHA, EVAL, SCRIPT LOAD/EXISTS, with SET and
+HSET inside.
 (†) with EXPIRE and ZREMRANGEBYSCORE: its record of ended requests (R: read only).
 The scheduler also GETs ``plan`` (read only): its emergency ladder re-steers by the plan's
 classes.
@@ -79,14 +80,18 @@ def _role_grants(keys: Keys, identity: Identity) -> tuple[list[str], list[str]]:
     if role == "scheduler":
         key_rules, commands = _grant(
             [keys.queued, keys.dispatched, keys.seen("*")],
-            ["hgetall", "hset", "hdel", "set", "get", *_SCRIPT, *_TRANSACTION],
+            ["hgetall", "hset", "hdel", "set", "get", "zmscore", *_SCRIPT, *_TRANSACTION],
         )
         key_rules.append(f"%R~{keys.plan}")  # the ladder's re-steer follows the plan's classes
+        # ZMSCORE on the workers' ended sets: its audit forgets records of requests whose
+        # request.done it never heard (shared/ended_lookup.py).
+        key_rules.append(f"%R~{keys.ended_pattern}")
     elif role == "router":
         # HGETALL: a starting router adopts the placements its predecessor recorded; HDEL
-        # and ZSCORE on the workers' ended sets: an adopted placement whose worker is gone
-        # but had ended it is dropped, not run again.
-        key_rules, commands = _grant([keys.dispatched], ["hset", "hgetall", "hdel", "zscore"])
+        # and ZMSCORE on the workers' ended sets: an adopted or orphaned placement its worker
+        # had ended is dropped, not run again, and the audit frees the slots of endings
+        # whose request.done was lost (shared/ended_lookup.py).
+        key_rules, commands = _grant([keys.dispatched], ["hset", "hgetall", "hdel", "zmscore"])
         key_rules.append(f"%R~{keys.ended_pattern}")
     elif role == "worker":
         scope = identity.scope or ""

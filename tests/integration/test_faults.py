@@ -33,13 +33,16 @@ SCENARIOS = [
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 async def test_fault_during_replay_loses_and_duplicates_nothing(scenario: str) -> None:
-    """Test that the stack recovers from the fault with every request answered exactly once."""
+    """Test that the stack recovers from the fault with every request answered exactly once
+    and ends consistent (no placement records of ended requests)."""
     trace = load_azure_trace(resolve_trace("conv"), max_requests=150)
     outcome = await asyncio.to_thread(run_scenario, scenario, trace)
     assert outcome.lost == 0, outcome
     assert outcome.duplicated == 0, outcome
     assert outcome.completed == len(trace), outcome
     assert outcome.token_mismatch == 0, outcome
+    # Every ended request forgotten: nothing a later restart would re-queue or re-dispatch.
+    assert outcome.leftover_records == 0, outcome
     assert outcome.recovery_s is not None
     assert outcome.recovery_s < 10.0
     assert all(code == 0 for code in outcome.exit_codes.values()), outcome

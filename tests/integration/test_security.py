@@ -276,6 +276,8 @@ async def test_redis_users_are_held_to_their_keys_and_commands(stack: SecureStac
     keys = Keys(stack.namespace)
     worker = connect_redis(stack.redis_settings("worker-0"))
     classifier = connect_redis(stack.redis_settings("classifier"))
+    router = connect_redis(stack.redis_settings("router"))
+    scheduler = connect_redis(stack.redis_settings("scheduler"))
     anonymous = connect_redis(RedisSettings(url=stack.redis_url))
     try:
         assert await worker.set(keys.worker("worker-0"), b"x", px=1000)
@@ -293,13 +295,19 @@ async def test_redis_users_are_held_to_their_keys_and_commands(stack: SecureStac
         assert await pipe.execute() == [1, True, 0]
         with pytest.raises(NoPermissionError):
             await worker.zadd(keys.ended("worker-1"), {"r1": 1.0})
+        # The router and the scheduler read the ended records (their audits of endings they
+        # missed, shared/ended_lookup.py) and cannot write them.
+        for reader in (router, scheduler):
+            assert await reader.zmscore(keys.ended("worker-0"), ["r1", "r2"]) == [1.0, None]
+            with pytest.raises(NoPermissionError):
+                await reader.zadd(keys.ended("worker-0"), {"forged": 1.0})
         await classifier.get(keys.plan)  # may read the plan (no NoPermissionError) ...
         with pytest.raises(NoPermissionError):
             await classifier.set(keys.plan, b"forged plan")  # ... but not write it
         with pytest.raises((AuthenticationError, ResponseError)):
             await anonymous.get(keys.plan)
     finally:
-        for client in (worker, classifier, anonymous):
+        for client in (worker, classifier, router, scheduler, anonymous):
             await client.aclose()
 
 

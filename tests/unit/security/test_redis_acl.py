@@ -54,7 +54,7 @@ def test_a_worker_writes_only_its_own_heartbeat_and_ended_record() -> None:
 def test_a_router_reads_placements_and_the_workers_ended_records_only() -> None:
     """Test the router's grant: its placement hash, and the ended sets read only."""
     assert _keys("router") == {f"~{K.dispatched}", f"%R~{K.ended_pattern}"}
-    assert _commands("router") == {"ping", "hello", "hset", "hgetall", "hdel", "zscore"}
+    assert _commands("router") == {"ping", "hello", "hset", "hgetall", "hdel", "zmscore"}
 
 
 def test_the_scheduler_gets_its_hashes_dedup_keys_and_script_commands() -> None:
@@ -64,8 +64,9 @@ def test_the_scheduler_gets_its_hashes_dedup_keys_and_script_commands() -> None:
         f"~{K.dispatched}",
         f"~{K.seen('*')}",
         f"%R~{K.plan}",
+        f"%R~{K.ended_pattern}",  # its audit of placements whose ending it missed
     }
-    assert {"hgetall", "hset", "hdel", "set", "evalsha", "script|load", "multi", "exec"} <= (
+    assert {"hgetall", "hset", "hdel", "set", "zmscore", "evalsha", "script|load", "exec"} <= (
         _commands("scheduler")
     )
 
