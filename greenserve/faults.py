@@ -18,10 +18,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from greenserve.local import LocalStack, start_local_stack
 from greenserve.runner import start_process
 from greenserve.stack import StackSpec, stack_launches
+from loadgen.http_replay import HttpRecord, replay_http
 from loadgen.replay import ReplayResult, replay
 from loadgen.traces import TraceRequest
 from proto.keys import Keys
@@ -36,6 +38,8 @@ __all__ = ["ALL_SCENARIOS", "ScenarioResult", "run_scenario"]
 CONSISTENT_WITHIN_S = 12.0
 """After the replay ends, how long the stack may take to forget every ended request: two
 periods of the scheduler's audit of endings it never heard (``shared/ended_lookup.py``)."""
+HTTP_TIMEOUT_S = 30.0
+"""An HTTP request unanswered this long (wall) counts as lost."""
 RESTART_TIMEOUT_S = 30.0
 """``router.worker_timeout_s`` of a scenario that kills and restarts a worker."""
 
@@ -47,6 +51,7 @@ ALL_SCENARIOS = (
     "kill:planner",
     "kill:forecaster",
     "kill:dvfs-node-pjm",
+    "kill:gateway",
     "drop:worker-0",
     "kill:worker-0",
     "term:worker-0",
@@ -61,9 +66,12 @@ router heartbeat timeout (:data:`RESTART_TIMEOUT_S`) the restart beats, so the r
 the same worker id come back with a new ``started_at``;
 ``restart:<server>`` = SIGKILL the server and start it again on the same port and store.
 ``requestpath`` is the co-located classifier + scheduler + router process; a scenario that
-names it runs on a stack with the request path co-located. ``a+b`` injects both faults at
-once and restarts what ``kill:`` or ``restart:`` names after the downtime: a worker lost
-while the router that placed its requests is down (only Redis knows what it held)."""
+names it runs on a stack with the request path co-located; one that names ``gateway``
+replays through the OpenAI-compatible HTTP gateway instead of the ingress stream
+(:func:`_score_http`: what an HTTP client sees of a gateway that dies). ``a+b`` injects
+both faults at once and restarts what ``kill:`` or ``restart:`` names after the downtime:
+a worker lost while the router that placed its requests is down (only Redis knows what it
+held)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +136,8 @@ def _recover_one(stack: LocalStack, spec: StackSpec, kind: str, target: str, fol
             nats_url=stack.state.nats_url,
             redis_url=stack.state.redis_url,
             origin_wall_s=stack.state.origin_wall_s,
+            # A restarted gateway listens where its clients (and their balancer) send.
+            gateway_port=urlsplit(stack.state.gateway_url or "").port or 0,
         )
         launch = next(x for x in stack_launches(full) if x.name == target)
         stack.group.procs[target] = start_process(launch, folder)
@@ -179,6 +189,40 @@ def _score(
     )
 
 
+def _score_http(
+    scenario: str,
+    records: list[HttpRecord],
+    fault_at: float,
+    restored_at: float,
+    leftover: int,
+) -> ScenarioResult:
+    """An HTTP client's view: a request is completed when answered 200 (``token_mismatch``
+    when with fewer tokens than asked), *failed* when it ended with an explicit error (an
+    error status, the connection refused or cut while the gateway was down: the client
+    knows to retry) and *lost* when no answer came before the client's timeout (the gateway
+    took it and never answered). One response per request: nothing can end twice."""
+    completed = [r for r in records if r.status == 200]
+    lost = [r for r in records if r.error == TimeoutError.__name__]
+    errors: dict[str, int] = {}
+    for r in records:
+        if r.status != 200 and r not in lost:
+            code = r.error or f"http_{r.status}"
+            errors[code] = errors.get(code, 0) + 1
+    after = [r.ended_at for r in completed if r.sent_at >= fault_at and r.ended_at >= restored_at]
+    return ScenarioResult(
+        scenario=scenario,
+        requests=len(records),
+        completed=len(completed),
+        failed=len(records) - len(completed) - len(lost),
+        lost=len(lost),
+        duplicated=0,
+        recovery_s=(min(after) - restored_at) if after else None,
+        errors=errors,
+        token_mismatch=sum(1 for r in completed if not r.ok),
+        leftover_records=leftover,
+    )
+
+
 async def _leftover_records(redis_url: str, namespace: str, within_s: float) -> int:
     """Requests still in ``queued`` or ``dispatched`` once ``within_s`` has passed (0 as soon
     as both are empty)."""
@@ -198,21 +242,33 @@ async def _leftover_records(redis_url: str, namespace: str, within_s: float) -> 
 async def _run(
     scenario: str, trace: list[TraceRequest], spec: StackSpec, folder: Path, downtime_s: float
 ) -> ScenarioResult:
+    over_http = any(target == "gateway" for _, target in _faults(scenario))
     stack = await asyncio.to_thread(start_local_stack, spec, folder)
     try:
         await asyncio.to_thread(stack.wait_ready)
         nc = await connect_nats(NatsSettings(url=stack.state.nats_url), "faults-client")
         try:
-            replaying = asyncio.create_task(
-                replay(
-                    nc,
-                    Subjects(spec.namespace),
-                    trace,
-                    model=spec.model,
-                    speedup=spec.speedup,
-                    settle_timeout_s=30,
+            replaying: asyncio.Task[ReplayResult | list[HttpRecord]]
+            if over_http:
+                replaying = asyncio.create_task(
+                    replay_http(
+                        [stack.state.gateway_url or ""],
+                        [dataclasses.replace(r, t_s=r.t_s / spec.speedup) for r in trace],
+                        model=spec.model,
+                        timeout_s=HTTP_TIMEOUT_S,
+                    )
                 )
-            )
+            else:
+                replaying = asyncio.create_task(
+                    replay(
+                        nc,
+                        Subjects(spec.namespace),
+                        trace,
+                        model=spec.model,
+                        speedup=spec.speedup,
+                        settle_timeout_s=30,
+                    )
+                )
             await asyncio.sleep(trace[len(trace) // 3].t_s / spec.speedup)
             fault_at = time.time()
             await asyncio.to_thread(_inject, stack, spec, scenario, folder)
@@ -233,6 +289,8 @@ async def _run(
                 exit_codes[scenario] = await asyncio.to_thread(stack.group.procs[name].wait, 15)
     finally:
         await asyncio.to_thread(stack.stop)
+    if isinstance(result, list):
+        return _score_http(scenario, result, fault_at, restored_at, leftover)
     return _score(scenario, result, fault_at, restored_at, exit_codes, leftover)
 
 

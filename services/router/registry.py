@@ -156,6 +156,16 @@ class WorkerRegistry:
             if flight.confirmed and flight.placed_wall_s < cutoff_wall_s
         ]
 
+    def holds(self, request_id: str, worker_id: str) -> bool:
+        """Whether the request is still placed on that worker (not ended, released or
+        orphaned since)."""
+        flight = self._inflight.get(request_id)
+        return flight is not None and flight.worker_id == worker_id
+
+    def alive(self, worker_id: str) -> bool:
+        """Whether the worker has not gone silent (nor was never heard of)."""
+        return worker_id in self._workers
+
     def workers_of(self, pool_id: str) -> list[str]:
         """Ids of a pool's live, non-draining workers."""
         return [

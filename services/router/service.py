@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import time
+from typing import Final, TypeAlias
 
 import msgspec
 import nats.errors
@@ -51,6 +53,23 @@ __all__ = ["NAME", "RouterShell", "serve"]
 
 NAME = "router"
 
+DISPATCH_RETRIES: Final = 3
+"""Times an unanswered dispatch goes to the same worker again before the request is
+re-queued: a repeat is answered without a second run, another worker would run it twice."""
+
+
+class Unanswered(enum.Enum):
+    """A dispatch whose reply never came (a timeout, a NATS outage, the worker gone): the
+    worker may hold the request, or may have run it already."""
+
+    NO_REPLY = "no reply"
+
+
+UNANSWERED: Final = Unanswered.NO_REPLY
+Outcome: TypeAlias = Assignment | bool | Unanswered | None
+"""Of one dispatch: the Assignment (accepted), True (it had already ended), ``UNANSWERED``,
+or None (refused: it did not run there)."""
+
 logger = logging.getLogger(__name__)
 
 
@@ -84,6 +103,8 @@ class RouterShell:
         self._in_flight = ctx.settings.router.batches_in_flight
         self._adopted: set[str] = set()
         """Adopted placements not settled yet (:meth:`adopt`)."""
+        self._redispatches: dict[str, int] = {}
+        """Unanswered dispatches sent to their worker again, by request id."""
 
     def mark_ready(self, pool_id: str) -> None:
         """The scheduler holds work for a pool."""
@@ -348,7 +369,7 @@ class RouterShell:
                 except Exception:  # task boundary: the unanswered go back to the queue
                     ERRORS.labels(NAME, "dispatch_failed").inc(len(placed))
                     logger.exception("dispatching %d requests failed", len(placed))
-                    results = [None] * len(placed)
+                    results = [UNANSWERED] * len(placed)
                 await self._settle_round(placed, results)
         finally:
             senders = self._senders.get(worker_id)
@@ -359,26 +380,37 @@ class RouterShell:
             self._wake.set()  # a pool whose workers were all sending may be placed now
 
     async def _settle_round(
-        self, placed: list[tuple[ClassifiedRequest, str]], results: list[Assignment | bool | None]
+        self, placed: list[tuple[ClassifiedRequest, str]], results: list[Outcome]
     ) -> None:
-        """Record accepted placements; release and re-queue refused ones."""
+        """Record accepted placements; re-queue refused ones; settle unanswered ones.
+
+        An unanswered dispatch may have been accepted (its reply lost), and its request may
+        even have ended (its ``request.done`` lost too, as in a NATS restart): sent to
+        another worker it would run twice. So the worker's ended record is read first; one
+        not ended goes to the same worker again while that worker is alive (up to
+        :data:`DISPATCH_RETRIES` times: a worker answers a repeat without a second run), and
+        only then back to the queue. An adopted placement its worker refused or left
+        unanswered gets the same check (:meth:`adopt`).
+        """
         refused: list[ClassifiedRequest] = []
-        adopted_back: list[tuple[ClassifiedRequest, str]] = []
+        unsure: list[tuple[ClassifiedRequest, str, bool]] = []
         for (req, worker_id), held in zip(placed, results, strict=True):
             rid = req.request.request_id
             adopted = rid in self._adopted
             self._adopted.discard(rid)
             if isinstance(held, Assignment):
+                self._redispatches.pop(rid, None)
                 self._unrecorded[rid] = encode(held)
                 self._record_wake.set()
-            elif held is None and self.registry.release(rid) is not None:
+            elif held is True:
+                self._redispatches.pop(rid, None)
+            elif held is UNANSWERED or adopted:
+                unsure.append((req, worker_id, held is UNANSWERED))
+            elif self.registry.release(rid) is not None:
                 # Only a placement still held goes back (it was not expired and re-queued).
-                if adopted:
-                    adopted_back.append((req, worker_id))
-                else:
-                    refused.append(req)
-        if adopted_back:
-            refused += await self._not_ended(adopted_back)
+                refused.append(req)
+        if unsure:
+            refused += await self._settle_unanswered(unsure)
         if refused:
             try:
                 await self._scheduler.requeue(refused)
@@ -387,22 +419,43 @@ class RouterShell:
                 logger.exception("re-queueing %d refused requests failed", len(refused))
             self._wake.set()
 
-    async def _not_ended(
-        self, adopted: list[tuple[ClassifiedRequest, str]]
+    async def _settle_unanswered(
+        self, unsure: list[tuple[ClassifiedRequest, str, bool]]
     ) -> list[ClassifiedRequest]:
-        """Adopted placements their worker did not take back: those it had not ended go back
-        to the queue; the record of those it had ended is deleted."""
+        """Forget the ended; send the unanswered (third item True) to their live worker
+        again; return the rest to re-queue."""
         ended = await ended_among(
-            self._ctx.redis, self._ctx.keys, ((r.request.request_id, w) for r, w in adopted)
+            self._ctx.redis, self._ctx.keys, ((r.request.request_id, w) for r, w, _ in unsure)
         )
         if ended is None:
             # Unknown: running it again may answer twice, not running it may lose it.
-            logger.warning("re-queueing %d adopted placements unchecked", len(adopted))
-            return [req for req, _ in adopted]
+            logger.warning(
+                "%d unanswered placements not checked against ended records", len(unsure)
+            )
+            ended = set()
+        back: list[ClassifiedRequest] = []
+        again: set[str] = set()
+        for req, worker_id, unanswered in unsure:
+            rid = req.request.request_id
+            tries = self._redispatches.pop(rid, 0)
+            if rid not in ended and (
+                unanswered
+                and tries < DISPATCH_RETRIES
+                and self.registry.alive(worker_id)
+                and self.registry.holds(rid, worker_id)
+            ):
+                self._redispatches[rid] = tries + 1
+                self._outbox.setdefault(worker_id, []).append(req)
+                again.add(worker_id)
+            elif self.registry.release(rid) is not None and rid not in ended:
+                back.append(req)
         if ended:
-            logger.info("%d adopted placements had ended on their lost workers", len(ended))
+            self._ended_unheard(sorted(ended))
             await self._forget_records(sorted(ended))
-        return [req for req, _ in adopted if req.request.request_id not in ended]
+        if again:
+            logger.info("dispatching unanswered requests again to %s", sorted(again))
+            self._start_senders(again)
+        return back
 
     async def _requeue_orphans(self, orphans: list[InFlight]) -> None:
         """Re-queue the requests of silent or restarted workers, except those the worker's
@@ -475,9 +528,7 @@ class RouterShell:
         except RedisError as exc:
             logger.warning("could not record %d assignments in redis: %s", len(assignments), exc)
 
-    async def dispatch_all(
-        self, placed: list[tuple[ClassifiedRequest, str]]
-    ) -> list[Assignment | bool | None]:
+    async def dispatch_all(self, placed: list[tuple[ClassifiedRequest, str]]) -> list[Outcome]:
         """Dispatch a round's placements (their slots already taken in the registry): one
         batch per worker where possible.
 
@@ -492,7 +543,7 @@ class RouterShell:
                 by_worker.setdefault(worker_id, []).append(i)
         batches = {w: idx for w, idx in by_worker.items() if len(idx) > 1}
         batched = {i for idx in batches.values() for i in idx}
-        results: list[Assignment | bool | None] = [None] * len(placed)
+        results: list[Outcome] = [None] * len(placed)
         singles = [i for i in range(len(placed)) if i not in batched]
         alone, together = await asyncio.gather(
             asyncio.gather(*(self._dispatch(placed[i][0], placed[i][1]) for i in singles)),
@@ -512,7 +563,7 @@ class RouterShell:
 
     async def _dispatch_batch(
         self, worker_id: str, requests: list[ClassifiedRequest]
-    ) -> list[Assignment | bool | None]:
+    ) -> list[Outcome]:
         """Hand several requests to one worker in one request/reply."""
         ctx = self._ctx
         try:
@@ -532,7 +583,7 @@ class RouterShell:
             logger.warning(
                 "dispatch of %d requests to %s failed: %s", len(requests), worker_id, exc
             )
-            return [None] * len(requests)
+            return [UNANSWERED] * len(requests)
         if len(reply.replies) != len(requests):
             ERRORS.labels(NAME, "dispatch_failed").inc(len(requests))
             logger.warning(
@@ -541,15 +592,14 @@ class RouterShell:
                 len(requests),
                 len(reply.replies),
             )
-            return [None] * len(requests)
+            return [UNANSWERED] * len(requests)
         return [
             self._settle(req, worker_id, one)
             for req, one in zip(requests, reply.replies, strict=True)
         ]
 
-    async def _dispatch(self, req: ClassifiedRequest, worker_id: str) -> Assignment | bool | None:
-        """Hand one request to a worker: its Assignment, True if it already ended, None if
-        refused."""
+    async def _dispatch(self, req: ClassifiedRequest, worker_id: str) -> Outcome:
+        """Hand one request to a worker (:data:`Outcome`)."""
         ctx = self._ctx
         rid = req.request.request_id
         # A no-op span still costs a context attach and a header extraction per request.
@@ -574,12 +624,10 @@ class RouterShell:
             except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError) as exc:
                 ERRORS.labels(NAME, "dispatch_failed").inc()
                 logger.warning("dispatch of %s to %s failed: %s", rid, worker_id, exc)
-                return None
+                return UNANSWERED
         return self._settle(req, worker_id, reply)
 
-    def _settle(
-        self, req: ClassifiedRequest, worker_id: str, reply: DispatchReply
-    ) -> Assignment | bool | None:
+    def _settle(self, req: ClassifiedRequest, worker_id: str, reply: DispatchReply) -> Outcome:
         """A worker's answer for one request: its Assignment, True if it already ended, None
         if refused."""
         if not reply.accepted:

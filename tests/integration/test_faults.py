@@ -46,3 +46,20 @@ async def test_fault_during_replay_loses_and_duplicates_nothing(scenario: str) -
     assert outcome.recovery_s is not None
     assert outcome.recovery_s < 10.0
     assert all(code == 0 for code in outcome.exit_codes.values()), outcome
+
+
+async def test_a_gateway_killed_mid_replay_fails_only_what_it_held_and_explicitly() -> None:
+    """Test kill:gateway with OpenAI clients over HTTP: the requests it held or that came
+    while it was down end with an explicit error (the client knows to retry), none waits
+    for ever, the rest complete, and the restarted gateway serves again on its port."""
+    trace = load_azure_trace(resolve_trace("conv"), max_requests=150)
+    outcome = await asyncio.to_thread(run_scenario, "kill:gateway", trace)
+    assert outcome.lost == 0, outcome
+    assert outcome.completed + outcome.failed == len(trace), outcome
+    assert outcome.failed > 0, outcome  # in flight at the kill, or sent while it was down
+    # ... and only by the connection: cut, or refused until the gateway listened again.
+    assert set(outcome.errors) <= {"ServerDisconnectedError", "ClientConnectorError"}, outcome
+    assert outcome.token_mismatch == 0, outcome
+    assert outcome.recovery_s is not None
+    assert outcome.recovery_s < 10.0
+    assert outcome.leftover_records == 0, outcome
