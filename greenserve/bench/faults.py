@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from greenserve.faults import ALL_SCENARIOS, run_scenario
+from greenserve.faults import ALL_SCENARIOS, ScenarioResult, run_scenario
 from loadgen.traces import load_azure_trace, resolve_trace
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
@@ -43,6 +43,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "leftover_records": sum(r.leftover_records for r in results),
         "max_recovery_s": max(recoveries) if recoveries else None,
         "unrecovered": [r.scenario for r in results if r.recovery_s is None],
-        "per_scenario": {r.scenario: r.as_dict() for r in results},
+        "per_scenario": _by_name(results),
         "goal": {"lost": 0, "duplicated": 0, "max_recovery_s": 5.0, "leftover_records": 0},
     }
+
+
+def _by_name(results: list[ScenarioResult]) -> dict[str, dict[str, Any]]:
+    """Each run under its scenario's name; a repeated scenario's later runs as ``name#2`` …"""
+    named: dict[str, dict[str, Any]] = {}
+    for result in results:
+        key, n = result.scenario, 1
+        while key in named:
+            n += 1
+            key = f"{result.scenario}#{n}"
+        named[key] = result.as_dict()
+    return named

@@ -131,12 +131,18 @@ class WorkerRegistry:
                 worker.requests.discard(request_id)
         return flight
 
-    def expire(self, now_wall_s: float) -> list[InFlight]:
+    def expire(self, now_wall_s: float, heard_since_wall_s: float = 0.0) -> list[InFlight]:
         """Drop workers silent for longer than the timeout; return their orphaned requests
-        and those of restarted workers."""
+        and those of restarted workers.
+
+        Silence counts from ``heard_since_wall_s`` at the earliest: since when the router
+        could hear heartbeats (its NATS connection back after an outage). While the router
+        itself was cut off, a worker's silence says nothing about the worker, and orphaning
+        requests it still runs would run them twice.
+        """
         orphans, self._lost_to_restarts = self._lost_to_restarts, []
         for worker_id, worker in list(self._workers.items()):
-            if now_wall_s - worker.seen_wall_s > self._timeout_s:
+            if now_wall_s - max(worker.seen_wall_s, heard_since_wall_s) > self._timeout_s:
                 del self._workers[worker_id]
                 # A request whose dispatch is still on the wire is not orphaned here: its
                 # dispatch either times out (released and re-queued) or is accepted.

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import math
 import time
 from typing import Final, TypeAlias
 
@@ -103,6 +104,9 @@ class RouterShell:
         self._in_flight = ctx.settings.router.batches_in_flight
         self._adopted: set[str] = set()
         """Adopted placements not settled yet (:meth:`adopt`)."""
+        self._heard_since = 0.0
+        """Wall time since when this router's NATS connection has been up (inf while it is
+        down): workers are timed from then at the earliest (``WorkerRegistry.expire``)."""
         self._redispatches: dict[str, int] = {}
         """Unanswered dispatches sent to their worker again, by request id."""
 
@@ -150,7 +154,12 @@ class RouterShell:
 
     async def place_round(self) -> None:
         """Re-queue orphans of silent workers, then pull and place for every ready pool."""
-        orphans = self.registry.expire(time.time())
+        now = time.time()
+        if not self._ctx.nc.is_connected:
+            self._heard_since = math.inf  # cut off: no heartbeat can reach us
+        elif self._heard_since == math.inf:
+            self._heard_since = now
+        orphans = self.registry.expire(now, self._heard_since)
         if orphans:
             await self._requeue_orphans(orphans)
         for pool_id in self.registry.pools() & self._ready:

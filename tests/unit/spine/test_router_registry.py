@@ -108,3 +108,18 @@ def test_a_worker_restarted_within_the_timeout_hands_back_what_its_earlier_run_h
     assert [o.request.request.request_id for o in orphans] == ["old"]
     assert reg.loads("p", 0.0)[0].free_slots == 3
     assert reg.expire(now_wall_s=1.2) == []
+
+
+def test_silence_while_the_router_itself_was_deaf_does_not_expire_a_worker() -> None:
+    """Test that a worker is timed from when the router could hear again (its own NATS
+    connection back), not from its last heartbeat before the outage: their requests are not
+    re-queued to run twice because the router, not the worker, was away."""
+    reg = WorkerRegistry(timeout_s=3.0)
+    reg.update(_stats("w1"), now_wall_s=0.0)
+    reg.placed(_classified("a", 10), "w1", 0.0)
+    assert reg.confirm("a")
+    assert reg.expire(now_wall_s=5.0, heard_since_wall_s=4.0) == []  # deaf until 4.0
+    assert reg.alive("w1")
+    orphans = reg.expire(now_wall_s=7.5, heard_since_wall_s=4.0)  # 3.5 s heard, still silent
+    assert [o.request.request.request_id for o in orphans] == ["a"]
+    assert not reg.alive("w1")
