@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import math
 import time
-from typing import Final, TypeAlias
+from typing import Final
 
 import msgspec
-import nats.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from opentelemetry import trace
@@ -28,15 +26,13 @@ from proto.messages import (
     UNPLACED_WORKER,
     Assignment,
     ClassifiedRequest,
-    DispatchBatch,
-    DispatchBatchReply,
-    DispatchReply,
     WorkerStats,
 )
+from services.router.dispatch import UNANSWERED, Dispatcher, Outcome
 from services.router.placement import Candidate, make_placer
 from services.router.registry import InFlight, WorkerRegistry
 from services.router.scheduler_link import NatsSchedulerLink, SchedulerLink
-from shared.bus import HOPS_KEY, add_hops, request, tracing_active
+from shared.bus import HOPS_KEY, add_hops
 from shared.counters import ADOPTED, DECISIONS, ERRORS, MISSED_ENDINGS
 from shared.ended_lookup import ended_among
 from shared.lifecycle import ServiceContext
@@ -48,7 +44,6 @@ from shared.loops import (
     wait_event,
 )
 from shared.store import as_bytes
-from shared.telemetry import extract_context, request_attributes
 
 __all__ = ["NAME", "RouterShell", "serve"]
 
@@ -58,18 +53,6 @@ DISPATCH_RETRIES: Final = 3
 """Times an unanswered dispatch goes to the same worker again before the request is
 re-queued: a repeat is answered without a second run, another worker would run it twice."""
 
-
-class Unanswered(enum.Enum):
-    """A dispatch whose reply never came (a timeout, a NATS outage, the worker gone): the
-    worker may hold the request, or may have run it already."""
-
-    NO_REPLY = "no reply"
-
-
-UNANSWERED: Final = Unanswered.NO_REPLY
-Outcome: TypeAlias = Assignment | bool | Unanswered | None
-"""Of one dispatch: the Assignment (accepted), True (it had already ended), ``UNANSWERED``,
-or None (refused: it did not run there)."""
 
 logger = logging.getLogger(__name__)
 
@@ -90,13 +73,12 @@ class RouterShell:
         self._tracer = tracer or ctx.tracer
         self.placer = make_placer(ctx.settings.router.placer)
         self.registry = WorkerRegistry(ctx.settings.router.worker_timeout_s)
+        self.dispatcher = Dispatcher(ctx, self.registry, self._tracer, NAME)
         self._wake = asyncio.Event()
         self._ready: set[str] = set()
         self._unrecorded: dict[str, bytes] = {}
         """Encoded Assignments of placed requests not yet written to Redis."""
         self._record_wake = asyncio.Event()
-        self._no_batch: set[str] = set()
-        """Workers that do not serve dispatch batches (older versions)."""
         self._outbox: dict[str, list[ClassifiedRequest]] = {}
         """Placed requests waiting for their worker's batch in flight to be answered."""
         self._senders: dict[str, set[asyncio.Task[None]]] = {}
@@ -374,7 +356,7 @@ class RouterShell:
                 # --- end hop stamps ---
                 placed = [(req, worker_id) for req in batch]
                 try:
-                    results = await self.dispatch_all(placed)
+                    results = await self.dispatcher.dispatch_all(placed)
                 except Exception:  # task boundary: the unanswered go back to the queue
                     ERRORS.labels(NAME, "dispatch_failed").inc(len(placed))
                     logger.exception("dispatching %d requests failed", len(placed))
@@ -536,115 +518,6 @@ class RouterShell:
                 await pipe.execute()
         except RedisError as exc:
             logger.warning("could not record %d assignments in redis: %s", len(assignments), exc)
-
-    async def dispatch_all(self, placed: list[tuple[ClassifiedRequest, str]]) -> list[Outcome]:
-        """Dispatch a round's placements (their slots already taken in the registry): one
-        batch per worker where possible.
-
-        A batch saves a request/reply (two NATS messages, a reply future) per request. A
-        traced request goes alone, so its dispatch span stays the parent of its worker's
-        span; so does a worker's only request of the round, and every request to a worker
-        that does not serve batches (an older version).
-        """
-        by_worker: dict[str, list[int]] = {}
-        for i, (req, worker_id) in enumerate(placed):
-            if worker_id not in self._no_batch and not tracing_active(req.trace):
-                by_worker.setdefault(worker_id, []).append(i)
-        batches = {w: idx for w, idx in by_worker.items() if len(idx) > 1}
-        batched = {i for idx in batches.values() for i in idx}
-        results: list[Outcome] = [None] * len(placed)
-        singles = [i for i in range(len(placed)) if i not in batched]
-        alone, together = await asyncio.gather(
-            asyncio.gather(*(self._dispatch(placed[i][0], placed[i][1]) for i in singles)),
-            asyncio.gather(
-                *(
-                    self._dispatch_batch(w, [placed[i][0] for i in idx])
-                    for w, idx in batches.items()
-                )
-            ),
-        )
-        for i, one in zip(singles, alone, strict=True):
-            results[i] = one
-        for idx, many in zip(batches.values(), together, strict=True):
-            for i, one in zip(idx, many, strict=True):
-                results[i] = one
-        return results
-
-    async def _dispatch_batch(
-        self, worker_id: str, requests: list[ClassifiedRequest]
-    ) -> list[Outcome]:
-        """Hand several requests to one worker in one request/reply."""
-        ctx = self._ctx
-        try:
-            reply = await request(
-                ctx.nc,
-                ctx.subjects.worker_dispatch_batch(worker_id),
-                DispatchBatch(requests=requests),
-                DispatchBatchReply,
-                ctx.settings.nats.request_timeout_s,
-            )
-        except nats.errors.NoRespondersError:
-            logger.info("worker %s serves no dispatch batches; dispatching one by one", worker_id)
-            self._no_batch.add(worker_id)
-            return list(await asyncio.gather(*(self._dispatch(r, worker_id) for r in requests)))
-        except (nats.errors.TimeoutError, DecodeError) as exc:
-            ERRORS.labels(NAME, "dispatch_failed").inc(len(requests))
-            logger.warning(
-                "dispatch of %d requests to %s failed: %s", len(requests), worker_id, exc
-            )
-            return [UNANSWERED] * len(requests)
-        if len(reply.replies) != len(requests):
-            ERRORS.labels(NAME, "dispatch_failed").inc(len(requests))
-            logger.warning(
-                "worker %s answered a batch of %d with %d replies",
-                worker_id,
-                len(requests),
-                len(reply.replies),
-            )
-            return [UNANSWERED] * len(requests)
-        return [
-            self._settle(req, worker_id, one)
-            for req, one in zip(requests, reply.replies, strict=True)
-        ]
-
-    async def _dispatch(self, req: ClassifiedRequest, worker_id: str) -> Outcome:
-        """Hand one request to a worker (:data:`Outcome`)."""
-        ctx = self._ctx
-        rid = req.request.request_id
-        # A no-op span still costs a context attach and a header extraction per request.
-        span: contextlib.AbstractContextManager[object] = (
-            self._tracer.start_as_current_span(
-                "dispatch",
-                context=extract_context(req.trace),
-                attributes={**request_attributes(rid), "worker.id": worker_id},
-            )
-            if tracing_active(req.trace)
-            else contextlib.nullcontext()
-        )
-        with span:
-            try:
-                reply = await request(
-                    ctx.nc,
-                    ctx.subjects.worker_dispatch(worker_id),
-                    req,
-                    DispatchReply,
-                    ctx.settings.nats.request_timeout_s,
-                )
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError) as exc:
-                ERRORS.labels(NAME, "dispatch_failed").inc()
-                logger.warning("dispatch of %s to %s failed: %s", rid, worker_id, exc)
-                return UNANSWERED
-        return self._settle(req, worker_id, reply)
-
-    def _settle(self, req: ClassifiedRequest, worker_id: str, reply: DispatchReply) -> Outcome:
-        """A worker's answer for one request: its Assignment, True if it already ended, None
-        if refused."""
-        if not reply.accepted:
-            logger.info("worker %s refused %s: %s", worker_id, req.request.request_id, reply.reason)
-            return None
-        if not self.registry.confirm(req.request.request_id, reply.accepted_at):
-            return True  # it already finished; nothing left to record
-        return Assignment(request=req, worker_id=worker_id, dispatched_at=reply.accepted_at)
 
 
 async def serve(ctx: ServiceContext) -> None:

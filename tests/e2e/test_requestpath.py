@@ -220,7 +220,7 @@ async def test_router_batches_per_worker_and_falls_back_for_workers_without_batc
         workers = ["new", "new", "new", "old", "old"]
         for req, worker_id in zip(requests, workers, strict=True):
             router.registry.placed(req, worker_id, 0.0)  # a round takes slots before dispatch
-        results = await router.dispatch_all(list(zip(requests, workers, strict=True)))
+        results = await router.dispatcher.dispatch_all(list(zip(requests, workers, strict=True)))
         for sub in subs:
             await sub.unsubscribe()
     assert [r.worker_id if isinstance(r, Assignment) else r for r in results] == workers
@@ -395,7 +395,8 @@ async def test_a_worker_gets_a_second_batch_while_its_first_is_unanswered_only_i
             replying.add(task)
             task.add_done_callback(replying.discard)
 
-        # A round's only request for a worker goes alone (``dispatch_all``), on this subject.
+        # A round's only request for a worker goes alone (``Dispatcher.dispatch_all``), on
+        # this subject.
         sub = await ctx.nc.subscribe(ctx.subjects.worker_dispatch("w"), cb=on_dispatch)
         async with _placing(router):
             await scheduler.submit([classified_request(f"first-{namespace}")])
