@@ -17,7 +17,7 @@ from services.router.service import RouterShell
 from services.scheduler.service import SchedulerShell
 from shared.config import RedisSettings, Settings
 from shared.ended_lookup import ended_among
-from shared.lifecycle import service_context
+from shared.lifecycle import ServiceContext, service_context
 from shared.servers import ServerProcess
 from shared.store import as_bytes, connect_redis
 from tests.factories import classified_request, connected_settings, no_ready, worker_stats
@@ -65,6 +65,19 @@ def _place(shell: RouterShell, worker_id: str, *request_ids: str) -> None:
         assert shell.registry.confirm(rid, time.time())
 
 
+async def _router_on_w1(
+    ctx: ServiceContext, *, placed: tuple[str, ...], ended: str
+) -> tuple[_Link, RouterShell]:
+    """A router with worker ``w1`` (4 slots) holding ``placed``, accepted; ``w1``'s ended
+    record names ``ended``."""
+    link = _Link()
+    shell = RouterShell(ctx, link)
+    shell.registry.update(worker_stats("w1", pool_id="p", max_num_seqs=4), time.time())
+    _place(shell, "w1", *placed)
+    await ctx.redis.zadd(ctx.keys.ended("w1"), {ended: time.time()})
+    return link, shell
+
+
 def _free_slots(shell: RouterShell) -> int:
     return sum(w.free_slots for w in shell.registry.loads("p", 0.0))
 
@@ -97,11 +110,7 @@ async def test_the_router_frees_slots_of_endings_it_never_heard(
     """Test the audit: an accepted placement older than a period that its worker ended is
     freed and handed to the scheduler link; a young one and one still running stay."""
     async with service_context("router", _settings(namespace, nats_server, redis_server)) as ctx:
-        link = _Link()
-        shell = RouterShell(ctx, link)
-        shell.registry.update(worker_stats("w1", pool_id="p", max_num_seqs=4), time.time())
-        _place(shell, "w1", "lost-done", "running")
-        await ctx.redis.zadd(ctx.keys.ended("w1"), {"lost-done": time.time()})
+        link, shell = await _router_on_w1(ctx, placed=("lost-done", "running"), ended="lost-done")
         await shell.audit_endings()
         assert link.unheard == []  # younger than one period: its done may still come
         assert _free_slots(shell) == 2
@@ -120,11 +129,7 @@ async def test_orphans_of_a_silent_worker_that_it_had_ended_are_not_run_again(
     """Test that a silent worker's placements go back to the queue except those its record
     names as ended (they were answered; their done event was lost)."""
     async with service_context("router", _settings(namespace, nats_server, redis_server)) as ctx:
-        link = _Link()
-        shell = RouterShell(ctx, link)
-        shell.registry.update(worker_stats("w1", pool_id="p", max_num_seqs=4), time.time())
-        _place(shell, "w1", "answered", "unfinished")
-        await ctx.redis.zadd(ctx.keys.ended("w1"), {"answered": time.time()})
+        link, shell = await _router_on_w1(ctx, placed=("answered", "unfinished"), ended="answered")
         await asyncio.sleep(AUDIT_S * 1.5)  # past the heartbeat timeout
         await shell.place_round()
         assert link.requeued == ["unfinished"]

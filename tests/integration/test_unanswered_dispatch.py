@@ -37,6 +37,11 @@ class _OneShot(_Link):
         return taken, 0
 
 
+async def _never(_n: int) -> bool:
+    """A worker that never answers."""
+    return False
+
+
 async def _until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
@@ -119,14 +124,11 @@ async def test_an_unanswered_dispatch_the_worker_had_ended_is_forgotten(
     """Test that a request its worker's record names as ended is neither sent again nor
     re-queued (it ran, and its client has the answer)."""
 
-    async def never(_n: int) -> bool:
-        return False
-
     link, calls, _shell = await _route_one(
         nats_server,
         redis_server,
         namespace,
-        never,
+        _never,
         ended_before=True,
         done=lambda link, _calls: bool(link.unheard),
     )
@@ -141,14 +143,11 @@ async def test_a_worker_that_never_answers_gets_its_request_requeued_after_the_r
     """Test that after 1 + DISPATCH_RETRIES unanswered dispatches the request goes back to
     the queue once, and the worker's slot is free again."""
 
-    async def never(_n: int) -> bool:
-        return False
-
     link, calls, shell = await _route_one(
         nats_server,
         redis_server,
         namespace,
-        never,
+        _never,
         done=lambda link, _calls: bool(link.requeued),
     )
     assert len(calls) == 1 + DISPATCH_RETRIES
