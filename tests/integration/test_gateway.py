@@ -14,7 +14,7 @@ import pytest
 from greenserve.runner import run_in_process
 from greenserve.stack import StackSpec, stack_launches
 from services.gateway.app import CELL_REQUESTS
-from services.gateway.service import open_gateway
+from services.gateway.service import Gateway, open_gateway
 from shared.config import GatewaySettings
 from shared.counters import ERRORS
 from shared.servers import ServerProcess
@@ -28,14 +28,16 @@ EXACT = {"prompt_tokens": 24, "ignore_eos": True}
 """Extension fields: known prompt length, exactly max_tokens generated."""
 
 
-def _spec(nats_server: ServerProcess, redis_server: ServerProcess, namespace: str) -> StackSpec:
+def _spec(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str, speedup: float = 50.0
+) -> StackSpec:
     return StackSpec(
         namespace=namespace,
         nats_url=nats_server.url,
         redis_url=redis_server.url,
         workers=1,
         regions=("PJM",),
-        speedup=50.0,
+        speedup=speedup,
         origin_wall_s=time.time(),
         # The classifier's NATS drain waits out this timeout on stop; keep the test short.
         extra={"shutdown_timeout_s": 1.0},
@@ -44,12 +46,12 @@ def _spec(nats_server: ServerProcess, redis_server: ServerProcess, namespace: st
 
 @contextlib.asynccontextmanager
 async def _gateway(
-    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
-) -> AsyncIterator[str]:
-    launches = stack_launches(_spec(nats_server, redis_server, namespace))
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str, speedup: float = 50.0
+) -> AsyncIterator[Gateway]:
+    launches = stack_launches(_spec(nats_server, redis_server, namespace, speedup))
     config = GatewaySettings(port=0, max_body_bytes=64 * 1024, request_timeout_s=20.0)
     async with run_in_process(launches), open_gateway(launches[0].settings, config) as gateway:
-        yield gateway.url
+        yield gateway
 
 
 async def _completions(client: Any) -> dict[str, Any]:
@@ -84,8 +86,8 @@ async def test_openai_client_gets_exact_token_counts_streaming_and_not(
     nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
 ) -> None:
     """Test that completions and chat completions, streamed and not, return the asked tokens."""
-    async with _gateway(nats_server, redis_server, namespace) as url:
-        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    async with _gateway(nats_server, redis_server, namespace) as gateway:
+        client = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
         try:
             done, chat, models = await asyncio.gather(
                 _completions(client), _chats(client), client.models.list()
@@ -156,6 +158,35 @@ BAD_REQUESTS: dict[str, tuple[str, bytes | dict[str, Any], int, str]] = {
 }
 
 
+async def test_a_client_leaving_mid_stream_frees_its_reply_queue_and_the_gateway_serves_on(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that a streaming client that hangs up after the first event leaves nothing open
+    in the gateway (its reply queue is closed) long before its generation would end (real
+    time: 4,000 tokens take about 50 s), and the next client is served in full."""
+    async with _gateway(nats_server, redis_server, namespace, speedup=1.0) as gateway:
+        body = {"model": "llama-3-8b", "prompt": "x", "max_tokens": 4000, "stream": True, **EXACT}
+        async with aiohttp.ClientSession() as session:
+            response = await session.post(f"{gateway.url}/v1/completions", json=body)
+            assert response.status == 200
+            first = await response.content.readline()
+            assert first.startswith(b"data: ")
+            response.close()  # hang up mid-stream
+        for _ in range(200):  # the handler sees the hang-up at its next write
+            if not gateway.state.router:
+                break
+            await asyncio.sleep(0.05)
+        assert len(gateway.state.router) == 0
+        client = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+        try:
+            after = await client.completions.create(
+                model="llama-3-8b", prompt="Say hi", max_tokens=3, extra_body=EXACT
+            )
+        finally:
+            await client.close()
+    assert after.usage.completion_tokens == 3
+
+
 async def test_bad_requests_get_documented_statuses_and_openai_error_bodies(
     nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
 ) -> None:
@@ -163,9 +194,10 @@ async def test_bad_requests_get_documented_statuses_and_openai_error_bodies(
     before = ERRORS.labels("gateway", "invalid_json")._value.get()
     seen: dict[str, tuple[int, str]] = {}
     async with (
-        _gateway(nats_server, redis_server, namespace) as url,
+        _gateway(nats_server, redis_server, namespace) as gateway,
         aiohttp.ClientSession() as session,
     ):
+        url = gateway.url
         for name, (path, body, _, _) in BAD_REQUESTS.items():
             kwargs: dict[str, Any] = {"data": body} if isinstance(body, bytes) else {"json": body}
             async with session.post(f"{url}{path}", **kwargs) as response:
