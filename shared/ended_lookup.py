@@ -1,4 +1,5 @@
-"""Which placed requests did their workers end? A lookup in the workers' ended records.
+"""Which placed requests did their workers end? The placement records, and a lookup of them
+in the workers' ended records.
 
 Endings reach the bookkeeping as ``request.done`` events on core NATS: at most once. A
 subscriber that is disconnected (a nats-server restart, a slow-consumer cut) or not running
@@ -18,11 +19,30 @@ from collections.abc import Iterable
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from proto.codec import DecodeError, decode
 from proto.keys import Keys
+from proto.messages import Assignment
+from shared.store import as_bytes
 
-__all__ = ["ended_among"]
+__all__ = ["ended_among", "placement_records"]
 
 logger = logging.getLogger(__name__)
+
+
+async def placement_records(redis: Redis, keys: Keys) -> list[Assignment]:
+    """Every record of ``dispatched`` that decodes, placed or pulled-but-unplaced
+    (``UNPLACED_WORKER``); one HGETALL.
+
+    Raises:
+        RedisError: the hash could not be read.
+    """
+    records: list[Assignment] = []
+    for raw in (await redis.hgetall(keys.dispatched)).values():
+        try:
+            records.append(decode(as_bytes(raw), Assignment))
+        except DecodeError:
+            continue  # a record no version of ours wrote: nothing to act on
+    return records
 
 
 async def ended_among(

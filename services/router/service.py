@@ -34,7 +34,7 @@ from services.router.registry import InFlight, WorkerRegistry
 from services.router.scheduler_link import NatsSchedulerLink, SchedulerLink
 from shared.bus import HOPS_KEY, add_hops
 from shared.counters import ADOPTED, DECISIONS, ERRORS, MISSED_ENDINGS
-from shared.ended_lookup import ended_among
+from shared.ended_lookup import ended_among, placement_records
 from shared.lifecycle import ServiceContext
 from shared.loops import (
     MAX_BACKOFF_S,
@@ -43,7 +43,6 @@ from shared.loops import (
     sleep_or_stop,
     wait_event,
 )
-from shared.store import as_bytes
 
 __all__ = ["NAME", "RouterShell", "serve"]
 
@@ -296,16 +295,11 @@ class RouterShell:
             How many placements were adopted (0 when Redis cannot be read).
         """
         try:
-            records = await self._ctx.redis.hgetall(self._ctx.keys.dispatched)
+            records = await placement_records(self._ctx.redis, self._ctx.keys)
         except RedisError as exc:
             logger.warning("could not read recorded placements to adopt: %s", exc)
             return 0
-        placements: list[Assignment] = []
-        for raw in records.values():
-            with contextlib.suppress(DecodeError):
-                held = decode(as_bytes(raw), Assignment)
-                if held.worker_id != UNPLACED_WORKER:
-                    placements.append(held)
+        placements = [a for a in records if a.worker_id != UNPLACED_WORKER]
         # One its worker already ended (its done event went unheard) is not sent again: a
         # worker that has forgotten it would run it a second time.
         ended = await ended_among(
@@ -452,14 +446,9 @@ class RouterShell:
         """Re-queue the requests of silent or restarted workers, except those the worker's
         record names as ended: their ``request.done`` went unheard, and they must not run
         twice. A Redis outage re-queues them all (losing one would be worse)."""
-        ended = await ended_among(
-            self._ctx.redis,
-            self._ctx.keys,
-            ((o.request.request.request_id, o.worker_id) for o in orphans),
-        )
-        back = [
-            o.request for o in orphans if not ended or o.request.request.request_id not in ended
-        ]
+        pairs = ((o.request.request.request_id, o.worker_id) for o in orphans)
+        ended = await ended_among(self._ctx.redis, self._ctx.keys, pairs) or set()
+        back = [o.request for o in orphans if o.request.request.request_id not in ended]
         if ended:
             self._ended_unheard(sorted(ended))  # already out of the registry
         if back:

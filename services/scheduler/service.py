@@ -39,7 +39,7 @@ from services.scheduler.pool_queues import SchedulerState
 from shared.bus import serve as serve_subject
 from shared.bus import tracing_active
 from shared.counters import MISSED_ENDINGS, QUEUE_DEPTH
-from shared.ended_lookup import ended_among
+from shared.ended_lookup import ended_among, placement_records
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
 from shared.store import as_bytes
@@ -296,12 +296,11 @@ class SchedulerShell:
         """
         ctx = self._ctx
         cutoff = time.time() - ctx.settings.scheduler.ended_audit_period_s
-        placed: list[tuple[str, str]] = []
-        for raw in (await ctx.redis.hgetall(ctx.keys.dispatched)).values():
-            with contextlib.suppress(DecodeError):
-                held = decode(as_bytes(raw), Assignment)
-                if held.worker_id != UNPLACED_WORKER and held.dispatched_at < cutoff:
-                    placed.append((held.request.request.request_id, held.worker_id))
+        placed = [
+            (held.request.request.request_id, held.worker_id)
+            for held in await placement_records(ctx.redis, ctx.keys)
+            if held.worker_id != UNPLACED_WORKER and held.dispatched_at < cutoff
+        ]
         ended = await ended_among(ctx.redis, ctx.keys, placed)
         if not ended:
             return
@@ -454,12 +453,11 @@ async def _reap_unplaced(
 ) -> None:
     """Re-queue requests a router pulled but never placed (the router died)."""
     now = time.time()
-    stale: list[ClassifiedRequest] = []
-    for raw in (await ctx.redis.hgetall(ctx.keys.dispatched)).values():
-        with contextlib.suppress(DecodeError):
-            held = decode(as_bytes(raw), Assignment)
-            if held.worker_id == UNPLACED_WORKER and now - held.dispatched_at > timeout_s:
-                stale.append(held.request)
+    stale = [
+        held.request
+        for held in await placement_records(ctx.redis, ctx.keys)
+        if held.worker_id == UNPLACED_WORKER and now - held.dispatched_at > timeout_s
+    ]
     if stale:
         logger.warning("re-queueing %d requests pulled but never placed", len(stale))
         await _requeue(ctx, state, stale, on_ready)
