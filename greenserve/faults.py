@@ -39,7 +39,9 @@ CONSISTENT_WITHIN_S = 12.0
 """After the replay ends, how long the stack may take to forget every ended request: two
 periods of the scheduler's audit of endings it never heard (``shared/ended_lookup.py``)."""
 HTTP_TIMEOUT_S = 30.0
-"""An HTTP request unanswered this long (wall) counts as lost."""
+"""An HTTP request unanswered this long (wall) counts as lost; a refused connection is
+retried for as long (:func:`loadgen.http_replay.replay_http`), as OpenAI's client retries
+connection errors."""
 RESTART_TIMEOUT_S = 30.0
 """``router.worker_timeout_s`` of a scenario that kills and restarts a worker."""
 
@@ -68,7 +70,8 @@ the same worker id come back with a new ``started_at``;
 ``requestpath`` is the co-located classifier + scheduler + router process; a scenario that
 names it runs on a stack with the request path co-located; one that names ``gateway``
 replays through the OpenAI-compatible HTTP gateway instead of the ingress stream
-(:func:`_score_http`: what an HTTP client sees of a gateway that dies). ``a+b`` injects
+(:func:`_score_http`: what an HTTP client sees of a gateway that dies, sending again
+what the dead gateway's port refused). ``a+b`` injects
 both faults at once and restarts what ``kill:`` or ``restart:`` names after the downtime:
 a worker lost while the router that placed its requests is down (only Redis knows what it
 held)."""
@@ -198,9 +201,10 @@ def _score_http(
 ) -> ScenarioResult:
     """An HTTP client's view: a request is completed when answered 200 (``token_mismatch``
     when with fewer tokens than asked), *failed* when it ended with an explicit error (an
-    error status, the connection refused or cut while the gateway was down: the client
-    knows to retry) and *lost* when no answer came before the client's timeout (the gateway
-    took it and never answered). One response per request: nothing can end twice."""
+    error status, the connection cut with the request on it, or refused for longer than
+    the client retries: the client knows) and *lost* when no answer came before the
+    client's timeout (the gateway took it and never answered). One response per request:
+    nothing can end twice."""
     completed = [r for r in records if r.status == 200]
     lost = [r for r in records if r.error == TimeoutError.__name__]
     errors: dict[str, int] = {}
@@ -246,16 +250,21 @@ async def _run(
     stack = await asyncio.to_thread(start_local_stack, spec, folder)
     try:
         await asyncio.to_thread(stack.wait_ready)
-        nc = await connect_nats(NatsSettings(url=stack.state.nats_url), "faults-client")
+        nc = (
+            None
+            if over_http
+            else await connect_nats(NatsSettings(url=stack.state.nats_url), "faults-client")
+        )
         try:
             replaying: asyncio.Task[ReplayResult | list[HttpRecord]]
-            if over_http:
+            if nc is None:
                 replaying = asyncio.create_task(
                     replay_http(
                         [stack.state.gateway_url or ""],
                         [dataclasses.replace(r, t_s=r.t_s / spec.speedup) for r in trace],
                         model=spec.model,
                         timeout_s=HTTP_TIMEOUT_S,
+                        connect_retry_s=HTTP_TIMEOUT_S,
                     )
                 )
             else:
@@ -282,7 +291,8 @@ async def _run(
                 stack.state.redis_url, spec.namespace, CONSISTENT_WITHIN_S
             )
         finally:
-            await nc.close()
+            if nc is not None:
+                await nc.close()
         exit_codes: dict[str, int | None] = {}
         for kind, name in _faults(scenario):
             if kind == "term":

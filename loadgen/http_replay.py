@@ -7,6 +7,12 @@ gateways would. The prompt is sized by the trace through the ``prompt_tokens`` e
 field and ``ignore_eos`` makes the stack generate exactly ``max_tokens``, so the request is
 the same one :func:`loadgen.replay.replay` publishes. Non-streaming: the answer ends when
 the response body has arrived.
+
+A refused connection carried nothing, so a client may send the request again: with
+``connect_retry_s`` the replay does, as OpenAI's client retries connection errors, until
+the gateway listens again or that long has passed since the first try (the fault bench's
+``kill:gateway``). A connection cut with the request on it is not retried: the gateway may
+have handed it on, and a second send could run it twice.
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ from loadgen.traces import TraceRequest
 
 __all__ = ["HttpRecord", "replay_http"]
 
+CONNECT_BACKOFF_S = 0.05
+MAX_CONNECT_BACKOFF_S = 1.0
+
 
 @dataclass(slots=True)
 class HttpRecord:
@@ -36,6 +45,8 @@ class HttpRecord:
     """HTTP status; ``None`` when no response came (connection error, client timeout)."""
     completion_tokens: int = 0
     error: str = ""
+    retries: int = 0
+    """Sends again after a refused connection (``connect_retry_s``)."""
 
     @property
     def ok(self) -> bool:
@@ -50,10 +61,12 @@ async def replay_http(
     model: str,
     seed: int = 0,
     timeout_s: float = 60.0,
+    connect_retry_s: float = 0.0,
 ) -> list[HttpRecord]:
     """POST every request of ``trace`` at its arrival time (wall seconds from the start,
     after one untimed request per gateway) to a gateway of ``base_urls`` drawn at random;
-    one record per request, in trace order.
+    one record per request, in trace order. A request whose connection is refused is sent
+    again, after 0.05 s doubling to 1 s, until ``connect_retry_s`` after its first send.
 
     Raises:
         ValueError: no gateway given.
@@ -76,18 +89,25 @@ async def replay_http(
                 "ignore_eos": True,
             }
             record.sent_at = time.time()
-            try:
-                async with http.post(f"{record.url}/v1/completions", json=body) as response:
-                    answer = await response.json()
+            backoff = CONNECT_BACKOFF_S
+            while True:
+                try:
+                    await _post(http, record, body)
+                except aiohttp.ClientConnectorError as exc:
+                    waited = time.time() - record.sent_at
+                    if waited + backoff > connect_retry_s:
+                        record.ended_at = time.time()
+                        record.error = type(exc).__name__
+                        return
+                    record.retries += 1
+                    await asyncio.sleep(backoff)
+                    backoff = min(2 * backoff, MAX_CONNECT_BACKOFF_S)
+                except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as exc:
                     record.ended_at = time.time()
-                    record.status = response.status
-                    if response.status == 200:
-                        record.completion_tokens = int(answer["usage"]["completion_tokens"])
-                    else:
-                        record.error = str(answer.get("error", {}).get("code", ""))
-            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as exc:
-                record.ended_at = time.time()
-                record.error = type(exc).__name__
+                    record.error = type(exc).__name__
+                    return
+                else:
+                    return
 
         # One request per gateway first, untimed: the step measures the steady state, not
         # the first connection's set-up (a NATS client is connected before its step too).
@@ -102,3 +122,14 @@ async def replay_http(
             tasks.append(asyncio.create_task(send(record)))
         await asyncio.gather(*tasks)
     return records
+
+
+async def _post(http: aiohttp.ClientSession, record: HttpRecord, body: dict[str, object]) -> None:
+    async with http.post(f"{record.url}/v1/completions", json=body) as response:
+        answer = await response.json()
+        record.ended_at = time.time()
+        record.status = response.status
+        if response.status == 200:
+            record.completion_tokens = int(answer["usage"]["completion_tokens"])
+        else:
+            record.error = str(answer.get("error", {}).get("code", ""))

@@ -4,7 +4,8 @@ One request/reply per worker and round where possible (a batch saves two NATS me
 and a reply future per request); a traced request goes alone, so its dispatch span stays
 the parent of its worker's span, and so does every request to a worker that serves no
 batches (an older version). Each answer is an :data:`Outcome`; what to do with it
-(record, re-queue, send again) is the router shell's (``services/router/service.py``).
+(record, re-queue) is the router shell's (``services/router/service.py``), and sending
+again what went unanswered is recovery's (``services/router/recovery.py``).
 """
 
 from __future__ import annotations

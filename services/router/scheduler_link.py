@@ -36,7 +36,7 @@ class SchedulerLink(Protocol):
 
     def ended_unheard(self, request_ids: list[str]) -> None:
         """Requests the router found ended in the workers' records, their ``request.done``
-        never heard (:meth:`services.router.service.RouterShell.audit_endings`)."""
+        never heard (:meth:`services.router.recovery.Recovery.audit_endings`)."""
         ...
 
 

@@ -13,7 +13,6 @@ import contextlib
 import logging
 import math
 import time
-from typing import Final
 
 import msgspec
 from nats.aio.msg import Msg
@@ -23,18 +22,17 @@ from redis.exceptions import RedisError
 
 from proto.codec import DecodeError, decode, encode, request_endings
 from proto.messages import (
-    UNPLACED_WORKER,
     Assignment,
     ClassifiedRequest,
     WorkerStats,
 )
 from services.router.dispatch import UNANSWERED, Dispatcher, Outcome
 from services.router.placement import Candidate, make_placer
-from services.router.registry import InFlight, WorkerRegistry
+from services.router.recovery import Recovery, Unsure
+from services.router.registry import WorkerRegistry
 from services.router.scheduler_link import NatsSchedulerLink, SchedulerLink
 from shared.bus import HOPS_KEY, add_hops
-from shared.counters import ADOPTED, DECISIONS, ERRORS, MISSED_ENDINGS
-from shared.ended_lookup import ended_among, placement_records
+from shared.counters import DECISIONS, ERRORS
 from shared.lifecycle import ServiceContext
 from shared.loops import (
     MAX_BACKOFF_S,
@@ -47,10 +45,6 @@ from shared.loops import (
 __all__ = ["NAME", "RouterShell", "serve"]
 
 NAME = "router"
-
-DISPATCH_RETRIES: Final = 3
-"""Times an unanswered dispatch goes to the same worker again before the request is
-re-queued: a repeat is answered without a second run, another worker would run it twice."""
 
 
 logger = logging.getLogger(__name__)
@@ -83,13 +77,17 @@ class RouterShell:
         self._senders: dict[str, set[asyncio.Task[None]]] = {}
         """Dispatch loops per worker with requests to send (up to ``batches_in_flight``)."""
         self._in_flight = ctx.settings.router.batches_in_flight
-        self._adopted: set[str] = set()
-        """Adopted placements not settled yet (:meth:`adopt`)."""
         self._heard_since = 0.0
         """Wall time since when this router's NATS connection has been up (inf while it is
         down): workers are timed from then at the earliest (``WorkerRegistry.expire``)."""
-        self._redispatches: dict[str, int] = {}
-        """Unanswered dispatches sent to their worker again, by request id."""
+        self.recovery = Recovery(
+            ctx,
+            self.registry,
+            self._scheduler,
+            resend=self._resend,
+            free=self.ended,
+            service=NAME,
+        )
 
     def mark_ready(self, pool_id: str) -> None:
         """The scheduler holds work for a pool."""
@@ -142,7 +140,7 @@ class RouterShell:
             self._heard_since = now
         orphans = self.registry.expire(now, self._heard_since)
         if orphans:
-            await self._requeue_orphans(orphans)
+            await self.recovery.requeue_orphans(orphans)
         for pool_id in self.registry.pools() & self._ready:
             if all(
                 len(self._senders.get(w, ())) >= self._in_flight
@@ -278,54 +276,19 @@ class RouterShell:
                 senders.add(asyncio.create_task(self._send_loop(wid)))
 
     async def adopt(self) -> int:
-        """Take over the placements recorded in Redis (by this router's previous run).
+        """Take over the placements recorded by this router's previous run
+        (:meth:`services.router.recovery.Recovery.adopt`)."""
+        return await self.recovery.adopt()
 
-        A restarted router knew nothing of what its predecessor had placed: a worker lost
-        while it was down, or after, orphaned those requests with nobody to re-queue them.
-        Each recorded placement is dispatched to its worker again. A worker answers one it
-        holds without a second run, and one it finished by sending the same completion
-        again (the client drops the repeat). One it refuses (it restarted) or does not
-        answer (it is gone) goes back to the queue unless the worker's record of ended
-        requests in Redis names it (:mod:`services.worker.ended_log`): a request that
-        ended while the bookkeeping was down must not run twice. Pulled but unplaced
-        records stay the scheduler reaper's. One router per cell: a second would re-queue
-        the first one's orphans too.
+    async def audit_endings(self) -> None:
+        """Free placements whose ending went unheard
+        (:meth:`services.router.recovery.Recovery.audit_endings`)."""
+        await self.recovery.audit_endings()
 
-        Returns:
-            How many placements were adopted (0 when Redis cannot be read).
-        """
-        try:
-            records = await placement_records(self._ctx.redis, self._ctx.keys)
-        except RedisError as exc:
-            logger.warning("could not read recorded placements to adopt: %s", exc)
-            return 0
-        placements = [a for a in records if a.worker_id != UNPLACED_WORKER]
-        # One its worker already ended (its done event went unheard) is not sent again: a
-        # worker that has forgotten it would run it a second time.
-        ended = await ended_among(
-            self._ctx.redis,
-            self._ctx.keys,
-            ((a.request.request.request_id, a.worker_id) for a in placements),
-        )
-        if ended:
-            await self._forget_records(sorted(ended))
-        now_model = self._ctx.clock.now()
-        workers: set[str] = set()
-        adopted = 0
-        for held in placements:
-            rid = held.request.request.request_id
-            if ended and rid in ended:
-                continue
-            if self.registry.placed(held.request, held.worker_id, now_model):
-                self._outbox.setdefault(held.worker_id, []).append(held.request)
-                self._adopted.add(rid)
-                workers.add(held.worker_id)
-                adopted += 1
-        if adopted:
-            logger.info("adopting %d recorded placements on %d workers", adopted, len(workers))
-            ADOPTED.inc(adopted)
-            self._start_senders(workers)
-        return adopted
+    def _resend(self, by_worker: dict[str, list[ClassifiedRequest]]) -> None:
+        for worker_id, requests in by_worker.items():
+            self._outbox.setdefault(worker_id, []).extend(requests)
+        self._start_senders(set(by_worker))
 
     async def _send_loop(self, worker_id: str) -> None:
         """Dispatch a worker's placed requests, one batch in flight at a time.
@@ -367,35 +330,27 @@ class RouterShell:
     async def _settle_round(
         self, placed: list[tuple[ClassifiedRequest, str]], results: list[Outcome]
     ) -> None:
-        """Record accepted placements; re-queue refused ones; settle unanswered ones.
-
-        An unanswered dispatch may have been accepted (its reply lost), and its request may
-        even have ended (its ``request.done`` lost too, as in a NATS restart): sent to
-        another worker it would run twice. So the worker's ended record is read first; one
-        not ended goes to the same worker again while that worker is alive (up to
-        :data:`DISPATCH_RETRIES` times: a worker answers a repeat without a second run), and
-        only then back to the queue. An adopted placement its worker refused or left
-        unanswered gets the same check (:meth:`adopt`).
-        """
+        """Record accepted placements; re-queue refused ones; leave unanswered ones, and
+        adopted ones their worker refused, to recovery
+        (:meth:`services.router.recovery.Recovery.settle_unsure`): they may have run."""
         refused: list[ClassifiedRequest] = []
-        unsure: list[tuple[ClassifiedRequest, str, bool]] = []
+        unsure: list[Unsure] = []
         for (req, worker_id), held in zip(placed, results, strict=True):
             rid = req.request.request_id
-            adopted = rid in self._adopted
-            self._adopted.discard(rid)
+            adopted = self.recovery.take_adopted(rid)
             if isinstance(held, Assignment):
-                self._redispatches.pop(rid, None)
+                self.recovery.settled(rid)
                 self._unrecorded[rid] = encode(held)
                 self._record_wake.set()
             elif held is True:
-                self._redispatches.pop(rid, None)
+                self.recovery.settled(rid)
             elif held is UNANSWERED or adopted:
                 unsure.append((req, worker_id, held is UNANSWERED))
             elif self.registry.release(rid) is not None:
                 # Only a placement still held goes back (it was not expired and re-queued).
                 refused.append(req)
         if unsure:
-            refused += await self._settle_unanswered(unsure)
+            refused += await self.recovery.settle_unsure(unsure)
         if refused:
             try:
                 await self._scheduler.requeue(refused)
@@ -403,93 +358,6 @@ class RouterShell:
                 ERRORS.labels(NAME, "requeue").inc(len(refused))
                 logger.exception("re-queueing %d refused requests failed", len(refused))
             self._wake.set()
-
-    async def _settle_unanswered(
-        self, unsure: list[tuple[ClassifiedRequest, str, bool]]
-    ) -> list[ClassifiedRequest]:
-        """Forget the ended; send the unanswered (third item True) to their live worker
-        again; return the rest to re-queue."""
-        ended = await ended_among(
-            self._ctx.redis, self._ctx.keys, ((r.request.request_id, w) for r, w, _ in unsure)
-        )
-        if ended is None:
-            # Unknown: running it again may answer twice, not running it may lose it.
-            logger.warning(
-                "%d unanswered placements not checked against ended records", len(unsure)
-            )
-            ended = set()
-        back: list[ClassifiedRequest] = []
-        again: set[str] = set()
-        for req, worker_id, unanswered in unsure:
-            rid = req.request.request_id
-            tries = self._redispatches.pop(rid, 0)
-            if rid not in ended and (
-                unanswered
-                and tries < DISPATCH_RETRIES
-                and self.registry.alive(worker_id)
-                and self.registry.holds(rid, worker_id)
-            ):
-                self._redispatches[rid] = tries + 1
-                self._outbox.setdefault(worker_id, []).append(req)
-                again.add(worker_id)
-            elif self.registry.release(rid) is not None and rid not in ended:
-                back.append(req)
-        if ended:
-            self._ended_unheard(sorted(ended))
-            await self._forget_records(sorted(ended))
-        if again:
-            logger.info("dispatching unanswered requests again to %s", sorted(again))
-            self._start_senders(again)
-        return back
-
-    async def _requeue_orphans(self, orphans: list[InFlight]) -> None:
-        """Re-queue the requests of silent or restarted workers, except those the worker's
-        record names as ended: their ``request.done`` went unheard, and they must not run
-        twice. A Redis outage re-queues them all (losing one would be worse)."""
-        pairs = ((o.request.request.request_id, o.worker_id) for o in orphans)
-        ended = await ended_among(self._ctx.redis, self._ctx.keys, pairs) or set()
-        back = [o.request for o in orphans if o.request.request.request_id not in ended]
-        if ended:
-            self._ended_unheard(sorted(ended))  # already out of the registry
-        if back:
-            logger.warning("%d requests orphaned by silent workers; re-queueing", len(back))
-            await self._scheduler.requeue(back)
-
-    async def audit_endings(self) -> None:
-        """Free the slots of placements whose ending this router never heard.
-
-        A ``request.done`` published while this router's connection was down is gone, and
-        its request would hold its worker's slot for good (and run again should the worker
-        later go silent). Accepted placements older than one audit period are looked up in
-        the workers' ended records (:mod:`shared.ended_lookup`): one Redis round trip per
-        period, none while every placement is younger.
-        """
-        period = self._ctx.settings.router.ended_audit_period_s
-        suspects = self.registry.confirmed_before(time.time() - period)
-        if not suspects:
-            return
-        ended = await ended_among(self._ctx.redis, self._ctx.keys, suspects)
-        if not ended:
-            return
-        for rid in ended:
-            self.ended(rid)
-        self._ended_unheard(sorted(ended))
-
-    def _ended_unheard(self, request_ids: list[str]) -> None:
-        """Count and log requests found ended in the workers' records; the scheduler
-        forgets them."""
-        logger.warning(
-            "%d placed requests had ended unheard (their request.done was lost); freeing them",
-            len(request_ids),
-        )
-        MISSED_ENDINGS.labels(NAME).inc(len(request_ids))
-        self._scheduler.ended_unheard(request_ids)
-
-    async def _forget_records(self, request_ids: list[str]) -> None:
-        """Delete the placement records of ended requests (best effort: the scheduler's
-        audit deletes what this misses)."""
-        with contextlib.suppress(RedisError):
-            await self._ctx.redis.hdel(self._ctx.keys.dispatched, *request_ids)
 
     async def record(self, assignments: dict[str, bytes]) -> None:
         """Write the placed requests' Assignments (the record only serves recovery)."""

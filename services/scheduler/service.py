@@ -132,6 +132,8 @@ class SchedulerShell:
         """Ids deleted from Redis, with when: deleted once more after ``FORGET_AGAIN_S``."""
         self._recently_ended: OrderedDict[str, float] = OrderedDict()
         """Ended ids of the last :data:`ENDED_MEMORY_S` (wall): a late requeue is dropped."""
+        self._audited_at = time.monotonic()
+        """When :meth:`sweep_records` last audited (the first audit waits one period)."""
 
     async def _publish_ready(self, pool_id: str) -> None:
         await self._ctx.nc.publish(self._ctx.subjects.scheduler_ready(pool_id), b"")
@@ -285,7 +287,21 @@ class SchedulerShell:
         if done:
             self._forget_again.append((now, done))
 
-    async def audit_endings(self) -> None:
+    async def sweep_records(self) -> None:
+        """One read of the placement records for the reaper and, once per audit period,
+        the audit (:meth:`audit_endings`): the ``dispatched`` hash holds every request in
+        flight, and reading and decoding it twice cost twice."""
+        ctx = self._ctx
+        records = await placement_records(ctx.redis, ctx.keys)
+        await _reap_unplaced(
+            ctx, self.state, records, ctx.settings.scheduler.unplaced_timeout_s, self._on_ready
+        )
+        now = time.monotonic()
+        if now - self._audited_at >= ctx.settings.scheduler.ended_audit_period_s:
+            self._audited_at = now
+            await self.audit_endings(records)
+
+    async def audit_endings(self, records: list[Assignment] | None = None) -> None:
         """Forget the placement records of requests their workers ended unheard.
 
         A scheduler that was down or disconnected when a request ended never heard its
@@ -293,14 +309,21 @@ class SchedulerShell:
         restarted router would adopt it and dispatch it again). Records older than one
         audit period are looked up in the workers' ended records
         (:mod:`shared.ended_lookup`); those found are forgotten as on ``request.done``.
+
+        Args:
+            records: the placement records, when the caller has just read them.
         """
         ctx = self._ctx
+        if records is None:
+            records = await placement_records(ctx.redis, ctx.keys)
         cutoff = time.time() - ctx.settings.scheduler.ended_audit_period_s
         placed = [
             (held.request.request.request_id, held.worker_id)
-            for held in await placement_records(ctx.redis, ctx.keys)
+            for held in records
             if held.worker_id != UNPLACED_WORKER and held.dispatched_at < cutoff
         ]
+        if not placed:
+            return
         ended = await ended_among(ctx.redis, ctx.keys, placed)
         if not ended:
             return
@@ -380,22 +403,7 @@ class SchedulerShell:
                     run_periodic(ctx.stop, period, ladder_tick, service=NAME, name="ladder")
                 )
             tg.create_task(
-                run_periodic(
-                    ctx.stop,
-                    cfg.ended_audit_period_s,
-                    self.audit_endings,
-                    service=NAME,
-                    name="audit",
-                )
-            )
-            tg.create_task(
-                run_periodic(
-                    ctx.stop,
-                    1.0,
-                    lambda: _reap_unplaced(ctx, self.state, cfg.unplaced_timeout_s, self._on_ready),
-                    service=NAME,
-                    name="reap",
-                )
+                run_periodic(ctx.stop, 1.0, self.sweep_records, service=NAME, name="records")
             )
 
 
@@ -448,6 +456,7 @@ async def _requeue(
 async def _reap_unplaced(
     ctx: ServiceContext,
     state: SchedulerState,
+    records: list[Assignment],
     timeout_s: float,
     on_ready: Callable[[str], Awaitable[None]],
 ) -> None:
@@ -455,7 +464,7 @@ async def _reap_unplaced(
     now = time.time()
     stale = [
         held.request
-        for held in await placement_records(ctx.redis, ctx.keys)
+        for held in records
         if held.worker_id == UNPLACED_WORKER and now - held.dispatched_at > timeout_s
     ]
     if stale:

@@ -1,7 +1,7 @@
 """The worker's record of the requests it ended, in Redis, for a router that adopts placements.
 
 A restarted router reads back the placements recorded in Redis and dispatches each again
-(:meth:`services.router.service.RouterShell.adopt`). A worker that is alive answers from its
+(:meth:`services.router.recovery.Recovery.adopt`). A worker that is alive answers from its
 own memory; one that is gone cannot, and only this record tells a request it ended (its
 client has the answer: running it again would answer twice) from one that died with it (which
 must run again). The bookkeeping that normally forgets ended placements lives in the request

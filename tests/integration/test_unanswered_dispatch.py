@@ -1,7 +1,7 @@
 """A dispatch whose reply never came (a NATS restart, a slow worker) on real NATS and Redis:
 its request may be running or even done on that worker, so the router reads the worker's
 ended record, then sends it to the same worker again, and re-queues it only after that
-worker left it unanswered :data:`DISPATCH_RETRIES` more times (``services/router``)."""
+worker left it unanswered :data:`DISPATCH_RETRIES` more times (``services/router/recovery.py``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 from nats.aio.msg import Msg
 
 from proto.messages import ClassifiedRequest, DispatchReply
-from services.router.service import DISPATCH_RETRIES, RouterShell
+from services.router.recovery import DISPATCH_RETRIES
+from services.router.service import RouterShell
 from shared.bus import serve
 from shared.lifecycle import service_context
 from shared.servers import ServerProcess
