@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from greenserve.argtypes import positive_float, positive_int
 from greenserve.commands._replay_run import replay_on_stack
 from greenserve.local import start_local_stack
 from greenserve.stack import StackSpec
@@ -26,10 +27,12 @@ HELP = "replay N conversation-trace requests through every live service; losses 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Size of the run."""
-    parser.add_argument("--requests", type=int, default=500, help="requests from the trace start")
+    parser.add_argument(
+        "--requests", type=positive_int, default=500, help="requests from the trace start"
+    )
     parser.add_argument("--trace", default="conv", help="conv, code or an Azure-format CSV")
-    parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--speedup", type=float, default=10.0)
+    parser.add_argument("--workers", type=positive_int, default=4)
+    parser.add_argument("--speedup", type=positive_float, default=10.0)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -41,6 +41,23 @@ def test_the_control_plane_bench_refuses_a_rate_it_cannot_run_as_a_usage_error(
     assert option[0] in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "option", [["--requests", "0"], ["--workers", "0"], ["--speedup", "0"], ["--speedup", "x"]]
+)
+def test_the_e2e_bench_refuses_a_size_it_cannot_run_as_a_usage_error(
+    option: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Test that ``bench e2e`` names the option and exits 2 before starting a stack (with
+    ``--requests 0`` it used to start one and print ``"tokens_per_joule": NaN``)."""
+    parser, _ = build_parser()
+    with pytest.raises(SystemExit) as ended:
+        parser.parse_args(["bench", "e2e", *option])
+    assert ended.value.code == 2
+    assert option[0] in capsys.readouterr().err
+    args = parser.parse_args(["bench", "e2e"])
+    assert (args.requests, args.workers, args.speedup) == (500, 4, 10.0)
+
+
 def test_the_control_plane_bench_defaults_parse() -> None:
     """Test that the string default goes through the converter too."""
     parser, _ = build_parser()
