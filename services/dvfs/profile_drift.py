@@ -8,6 +8,11 @@ when to sweep again: a two-sample Kolmogorov–Smirnov test of the lengths the p
 with against a window of recent completions, prompts and outputs separately. Windows do not
 overlap (the caller tests once per ``window`` new completions), so the false-alarm rate is the
 test's own: ``2·alpha`` per window.
+
+A window that detects a change usually straddles it, and a profile swept with the whole
+window would describe a mixture of the old and the new mix. :func:`change_point` locates
+the change inside the window (one step of binary segmentation with the same test), so the
+re-sweep can use only the completions after it.
 """
 
 from __future__ import annotations
@@ -19,11 +24,23 @@ from typing import Final
 
 import numpy as np
 
-__all__ = ["DRIFT_ALPHA", "LengthDrift", "ks_critical", "ks_statistic", "length_drift"]
+__all__ = [
+    "DRIFT_ALPHA",
+    "MIN_SEGMENT",
+    "ChangePoint",
+    "LengthDrift",
+    "change_point",
+    "ks_critical",
+    "ks_statistic",
+    "length_drift",
+]
 
 DRIFT_ALPHA: Final = 0.001
 """Significance of each of the two tests: at 10 req/s and 256-completion windows, one
 needless re-sweep (0.4–2 s of CPU in a thread, an equivalent profile) every ~3.5 h."""
+MIN_SEGMENT: Final = 32
+"""Fewest completions on either side of a change point: below that the KS test cannot tell
+a change of mix from chance at any useful level (critical statistic > 0.5 at 32 vs 224)."""
 
 
 def ks_statistic(a: Sequence[int], b: Sequence[int]) -> float:
@@ -70,3 +87,52 @@ def length_drift(
         output_d=ks_statistic(swept_outputs, recent_outputs),
         critical=ks_critical(len(swept_prompts), len(recent_prompts), alpha),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ChangePoint:
+    """The most likely split of a window into an older and a newer mix."""
+
+    index: int
+    """Position of the first completion of the newer mix."""
+    statistic: float
+    """The KS statistic between the two sides (the larger of prompts' and outputs')."""
+    critical: float
+    """Its critical value for the two sides' sizes."""
+
+    @property
+    def significant(self) -> bool:
+        """Whether the two sides differ at the test's level."""
+        return self.statistic > self.critical
+
+
+def change_point(
+    prompts: Sequence[int],
+    outputs: Sequence[int],
+    *,
+    min_segment: int = MIN_SEGMENT,
+    alpha: float = DRIFT_ALPHA,
+) -> ChangePoint | None:
+    """Where in a window of completions (in the order they ended) the length mix changed.
+
+    Every split leaving ``min_segment`` completions on each side is scored by the two-sample
+    KS statistic between its sides, standardised by ``sqrt(k (n - k) / n)`` so that splits
+    near the ends, whose statistic is noisier, do not win by chance; prompts and outputs are
+    scored separately and the larger counts. None when the window is too short to split.
+    The significance is the chosen split's own test, which a search over splits makes
+    optimistic; a false split only narrows the re-sweep's sample to newer completions.
+    """
+    n = len(prompts)
+    if n != len(outputs):
+        raise ValueError("prompts and outputs must be of the same completions")
+    if n < 2 * max(1, min_segment):
+        return None
+    best: tuple[float, int, float] | None = None
+    for k in range(max(1, min_segment), n - max(1, min_segment) + 1):
+        d = max(ks_statistic(prompts[:k], prompts[k:]), ks_statistic(outputs[:k], outputs[k:]))
+        score = d * math.sqrt(k * (n - k) / n)
+        if best is None or score > best[0]:
+            best = (score, k, d)
+    assert best is not None
+    _, index, statistic = best
+    return ChangePoint(index, statistic, ks_critical(index, n - index, alpha))

@@ -8,8 +8,9 @@ been seen sweeps a profile with them on the engine simulator
 (:func:`services.dvfs.profile_build.build_profile_table`, 0.4–2 s, in a thread). Every
 ``drift_window`` completions after that it tests the latest window's lengths against the
 ones the profile was swept with (:mod:`services.dvfs.profile_drift`) and, when the mix has
-moved, sweeps again with the window's lengths; the old profile serves until the new one is
-ready.
+moved, sweeps again with the window's completions after the change point inside it
+(:func:`services.dvfs.profile_drift.change_point`; when fewer than ``min_requests`` came
+after it, once that many have); the old profile serves until the new one is ready.
 
 The instance manager's load is requests per second over DynamoLLM's 5-s window (model time).
 The agent sees completions, not arrivals, so it counts completions: the same rate in a
@@ -34,7 +35,7 @@ from proto.messages import WorkerStats
 from services.classifier.classes import ClassSLO
 from services.dvfs.background_builds import BackgroundBuilds, Builds
 from services.dvfs.profile_build import profile_of_lengths
-from services.dvfs.profile_drift import DRIFT_ALPHA, length_drift
+from services.dvfs.profile_drift import DRIFT_ALPHA, change_point, length_drift
 from services.dvfs.profile_policy import (
     DEFAULT_EMERGENCY_SHARE,
     ProfilePolicy,
@@ -79,11 +80,21 @@ class _Lengths:
     """Completions since the last sweep or drift test."""
     classes: set[str] = field(default_factory=set)
     """Classes served since the profile's sample began."""
+    resweep_due: bool = False
+    """The mix changed too late in the window that saw it to sweep with only what came
+    after: the sweep waits until ``served`` holds enough of the new mix."""
 
 
 def _columns(rows: Sequence[Served]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(prompts, outputs) of served rows."""
     return tuple(p for _, p, _ in rows), tuple(o for _, _, o in rows)
+
+
+def _after_change(window: tuple[Served, ...], alpha: float) -> tuple[Served, ...]:
+    """The completions of ``window`` after the change of mix inside it, or all of them when
+    no split is significant (the change came before the window: all of it is new)."""
+    split = change_point(*_columns(window), alpha=alpha)
+    return window[split.index :] if split is not None and split.significant else window
 
 
 def engine_key(stats: WorkerStats) -> EngineKey:
@@ -157,24 +168,42 @@ class ProfileBook:
             return self._tables.get(key, self._sweep(key, lengths.swept))
         # Passing the sweep again retries one that failed; a built or running one is kept.
         table = self._tables.get(key, self._sweep(key, lengths.swept))
-        if self._window and lengths.fresh >= self._window:
+        if lengths.resweep_due:
+            if len(lengths.served) >= self._min:
+                table = self._resweep(key, lengths, tuple(lengths.served))
+        elif self._window and lengths.fresh >= self._window:
             lengths.fresh = 0
             recent = tuple(lengths.served)[-self._window :]
             drift = length_drift(_columns(lengths.swept), _columns(recent), self._alpha)
             if drift.drifted:
                 self.resweeps += 1
                 self._on_sweep(key, "drift")
+                newer = _after_change(recent, self._alpha)
                 logger.info(
                     "served lengths of %s drifted (KS prompt %.2f, output %.2f > %.2f): "
-                    "sweeping its profile again",
-                    key, drift.prompt_d, drift.output_d, drift.critical,
+                    "sweeping its profile again with the last %d of %d completions",
+                    key, drift.prompt_d, drift.output_d, drift.critical, len(newer),
+                    len(recent),
                 )  # fmt: skip
-                lengths.served = deque(recent, maxlen=MAX_SAMPLES)
-                lengths.swept = recent
-                lengths.classes = {name for name, _, _ in recent}
-                self._tables.rebuild(key, self._sweep(key, recent))
-                table = self._tables.get(key, None)
+                if len(newer) >= self._min:
+                    table = self._resweep(key, lengths, newer)
+                else:
+                    lengths.served = deque(newer, maxlen=MAX_SAMPLES)
+                    lengths.resweep_due = True
         return table
+
+    def _resweep(
+        self, key: EngineKey, lengths: _Lengths, rows: tuple[Served, ...]
+    ) -> ProfileTable | None:
+        """Sweep again with ``rows``, the served mix since the change; the old profile
+        serves until the new one is built."""
+        lengths.served = deque(rows, maxlen=MAX_SAMPLES)
+        lengths.swept = rows
+        lengths.fresh = 0
+        lengths.resweep_due = False
+        lengths.classes = {name for name, _, _ in rows}
+        self._tables.rebuild(key, self._sweep(key, rows))
+        return self._tables.get(key, None)
 
     def _sweep(self, key: EngineKey, rows: Sequence[Served]) -> Callable[[], ProfileTable]:
         prompts, outputs = _columns(rows)

@@ -8,7 +8,7 @@ from scipy import stats
 
 from services.classifier.classes import ClassSLO
 from services.dvfs.background_builds import ImmediateBuilds
-from services.dvfs.profile_drift import ks_critical, ks_statistic, length_drift
+from services.dvfs.profile_drift import change_point, ks_critical, ks_statistic, length_drift
 from services.dvfs.profile_live import ProfileBook, ProfileControllers
 from services.dvfs.profile_policy import ProfilePoint, ProfileTable
 
@@ -86,6 +86,65 @@ def test_the_book_sweeps_again_with_the_new_window_when_the_mix_moves() -> None:
     assert book.classes(KEY) == {"code"}
     assert off.resweeps == 0
     assert off.classes(KEY) == {"chat", "code"}
+
+
+def test_the_change_point_is_found_inside_a_window_and_not_in_a_steady_one() -> None:
+    """Test that a window whose mix changes at completion 150 of 256 splits within a few
+    completions of it, significantly, and that a steady window's best split is not
+    significant (nor is any in 100 steady windows more than a handful of times)."""
+    rng = np.random.default_rng(5)
+    found = []
+    for _ in range(20):
+        prompts = rng.lognormal(6.0, 1.0, 150).astype(int).tolist()
+        prompts += rng.lognormal(7.5, 0.8, 106).astype(int).tolist()
+        outputs = rng.integers(20, 400, 256).tolist()
+        split = change_point(prompts, outputs)
+        assert split is not None
+        assert split.significant
+        found.append(split.index)
+    assert all(abs(k - 150) <= 8 for k in found), found
+    steady = [
+        change_point(
+            rng.lognormal(6.0, 1.0, 256).astype(int).tolist(), rng.integers(20, 400, 256).tolist()
+        )
+        for _ in range(100)
+    ]
+    assert sum(1 for c in steady if c is not None and c.significant) <= 5
+    assert change_point([1] * 63, [1] * 63) is None  # too short for two 32-long sides
+    with pytest.raises(ValueError):
+        change_point([1, 2], [1])
+
+
+def test_a_window_straddling_the_change_resweeps_with_what_came_after_it() -> None:
+    """Test that the re-sweep of a window that holds both mixes uses the new mix only: at
+    once when enough of it came after the change, else once enough has."""
+    sweeps: list[tuple[int, ...]] = []
+
+    def build(key: object, prompts: tuple[int, ...], outputs: tuple[int, ...]) -> ProfileTable:
+        sweeps.append(prompts)
+        return _table()
+
+    rng = np.random.default_rng(2)
+    # 200 or 100 code completions end the window: either is a drift (KS ≥ 0.39 > 0.21), and
+    # the second is fewer than the 128 a sweep needs.
+    for chat_in_window, swept_at_once in ((56, True), (156, False)):
+        sweeps.clear()
+        book = ProfileBook(128, build, drift_window=256, builds=ImmediateBuilds())
+        for _ in range(128 + chat_in_window):  # the first sweep, then chat into the window
+            book.add(KEY, "chat", int(rng.integers(100, 400)), 100)
+            book.get(KEY)
+        for _ in range(256 - chat_in_window):
+            book.add(KEY, "code", int(rng.integers(3000, 6000)), 20)
+            book.get(KEY)
+        assert book.resweeps == 1
+        assert len(sweeps) == (2 if swept_at_once else 1)
+        for _ in range(128):
+            book.add(KEY, "code", int(rng.integers(3000, 6000)), 20)
+            book.get(KEY)
+        assert len(sweeps) == 2
+        assert min(sweeps[-1]) >= 3000, chat_in_window  # no chat lengths in the new profile
+        assert len(sweeps[-1]) >= 128
+        assert book.classes(KEY) == {"code"}
 
 
 def test_a_workers_policy_is_rebuilt_on_a_new_profile_or_a_new_class_only() -> None:
