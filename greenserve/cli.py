@@ -13,6 +13,7 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import NoReturn
 
 import pydantic
 import yaml
@@ -35,6 +36,15 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
 not parse or validate): one line on stderr and exit status 2; ``-v`` shows the traceback."""
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """A parser whose usage errors are one line on stderr and exit status 2, as for every
+    other wrong input (argparse would print the whole usage block first, which for a bench
+    is a dozen lines above the one that says what is wrong). Sub-parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _command_modules() -> dict[str, ModuleType]:
     found: dict[str, ModuleType] = {}
     for info in pkgutil.iter_modules(commands.__path__):
@@ -49,7 +59,9 @@ def _command_modules() -> dict[str, ModuleType]:
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
     """Build the top-level parser with one sub-parser per discovered command."""
-    parser = argparse.ArgumentParser(
+    # Typed as the base class: the sub-parsers argparse makes are _OneLineParsers too (it
+    # uses type(parser)), but the commands' functions take plain ArgumentParsers.
+    parser: argparse.ArgumentParser = _OneLineParser(
         prog="greenserve",
         description="Carbon- and energy-aware control plane for LLM serving.",
     )

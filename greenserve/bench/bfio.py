@@ -18,7 +18,12 @@ from typing import Any, Final
 
 import numpy as np
 
-from greenserve.argtypes import positive_floats
+from greenserve.argtypes import (
+    non_negative_int,
+    non_negative_ints,
+    positive_floats,
+    positive_int,
+)
 from services.router.bfio import BalanceFuturePlacer
 from services.router.bfio_milp import allocation_objective, solve_io_milp
 from services.router.decode_sim import DecodeSimConfig, DecodeSimResult, simulate
@@ -55,20 +60,24 @@ POLICIES: Final[tuple[tuple[str, str, dict[str, float]], ...]] = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the benchmark's options."""
     parser.add_argument("--trace", choices=("conv", "code"), default="conv")
-    parser.add_argument("--workers", type=int, default=16)
-    parser.add_argument("--batch", type=int, default=72)
-    parser.add_argument("--steps", type=int, default=4000, help="measured decode steps")
-    parser.add_argument("--warmup-steps", type=int, default=500)
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--reveal-target", type=int, default=0, help="pool size; 0 = G*B")
+    parser.add_argument("--workers", type=positive_int, default=16)
+    parser.add_argument("--batch", type=positive_int, default=72)
+    parser.add_argument("--steps", type=positive_int, default=4000, help="measured decode steps")
+    parser.add_argument("--warmup-steps", type=non_negative_int, default=500)
+    parser.add_argument("--seeds", type=positive_int, default=3)
+    parser.add_argument(
+        "--reveal-target", type=non_negative_int, default=0, help="pool size; 0 = G*B"
+    )
     parser.add_argument("--mode", choices=("disaggregated", "aggregated"), default="disaggregated")
-    parser.add_argument("--horizon", type=int, default=80)
-    parser.add_argument("--decision-workers", type=int, default=64)
-    parser.add_argument("--decision-pool", type=int, default=2000)
-    parser.add_argument("--decision-steps", type=int, default=1500)
-    parser.add_argument("--decision-repeats", type=int, default=3, help="replays per decision")
-    parser.add_argument("--object-trials", type=int, default=200)
-    parser.add_argument("--gap-instances", type=int, default=12)
+    parser.add_argument("--horizon", type=positive_int, default=80)
+    parser.add_argument("--decision-workers", type=positive_int, default=64)
+    parser.add_argument("--decision-pool", type=positive_int, default=2000)
+    parser.add_argument("--decision-steps", type=positive_int, default=1500)
+    parser.add_argument(
+        "--decision-repeats", type=positive_int, default=3, help="replays per decision"
+    )
+    parser.add_argument("--object-trials", type=positive_int, default=200)
+    parser.add_argument("--gap-instances", type=positive_int, default=12)
     parser.add_argument(
         "--wait-caps",
         type=positive_floats,
@@ -76,7 +85,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="waiting budgets (s) for the LLF closure study",
     )
     parser.add_argument(
-        "--sweep-horizons", default="10,20,40", help="extra H values, one seed, with refill"
+        "--sweep-horizons",
+        type=non_negative_ints,
+        default="10,20,40",
+        help="extra H values, one seed, with refill (empty: none)",
     )
 
 
@@ -118,7 +130,7 @@ def _table(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         (f"bfio_h{args.horizon}", "bfio", {"horizon": args.horizon}),
         (f"bfio_h{args.horizon}_refill", "bfio", {"horizon": args.horizon, "refill": 1.0}),
     ]
-    sweep = [int(h) for h in args.sweep_horizons.split(",") if h.strip()]
+    sweep: tuple[int, ...] = args.sweep_horizons
     runs: dict[str, list[DecodeSimResult]] = {label: [] for label, _, _ in policies}
     for seed in range(args.seeds):
         rng = np.random.default_rng(seed)

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from greenserve.argtypes import positive_float
 from loadgen.simulator.compare import run_policies
 from loadgen.simulator.policies import POLICY_SETS
 from loadgen.simulator.report import comparison
@@ -60,7 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Trace, scenario and policy options."""
     parser.add_argument("--trace", default="conv", help="Azure-format CSV or alias (conv, code)")
     parser.add_argument("--scenario", type=Path, default=Path("scenarios/three_region.yaml"))
-    parser.add_argument("--duration", type=float, default=3600.0, help="trace seconds to replay")
+    parser.add_argument(
+        "--duration", type=positive_float, default=3600.0, help="trace seconds to replay"
+    )
     parser.add_argument("--policy", default=DEFAULT_POLICY, choices=sorted(POLICY_SETS))
     parser.add_argument("--baseline", default="single-pool", choices=sorted(POLICY_SETS))
     parser.add_argument(

@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from greenserve.argtypes import non_negative_float, positive_float, seed
 from greenserve.bench.dvfs_plots import plot_dvfs
 from services.dvfs.controller import ClockController, FixedClockController, SloThresholds
 from services.dvfs.instance_sim import Arrival, InstanceRun, run_instance
@@ -121,11 +122,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the bench's options (defaults are the papers' settings)."""
     parser.add_argument("--gpu", default="A100-80GB")
     parser.add_argument("--model", default="llama-3-8b")
-    parser.add_argument("--freesh-minutes", type=float, default=20.0)
-    parser.add_argument("--throttllem-minutes", type=float, default=60.0)
+    parser.add_argument("--freesh-minutes", type=positive_float, default=20.0)
+    parser.add_argument("--throttllem-minutes", type=positive_float, default=60.0)
     parser.add_argument(
         "--calibration-minutes",
-        type=float,
+        type=positive_float,
         default=None,
         help="trace minutes used by the max-load ramp (default: --throttllem-minutes)",
     )
@@ -142,12 +143,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--length-error-p95",
-        type=float,
+        type=non_negative_float,
         default=0.0,
         help="predictor error for predictive control (0: oracle lengths)",
     )
-    parser.add_argument("--period-s", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--period-s", type=positive_float, default=1.0)
+    parser.add_argument("--seed", type=seed, default=0)
     parser.add_argument(
         "--plots", type=Path, default=None, help="write dvfs.png (saving vs late, clocks) here"
     )

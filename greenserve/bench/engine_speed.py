@@ -26,6 +26,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from greenserve.argtypes import positive_int
 from shared.engine import EngineConfig, EngineRequest, SimulatedEngine, create_engine
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
@@ -109,11 +110,11 @@ def _best_of(repeats: int, measure: Callable[[], tuple[float, Any]]) -> tuple[fl
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the bench's options."""
-    parser.add_argument("--iterations", type=int, default=1000, help="iterations to time")
-    parser.add_argument("--running", type=int, default=256, help="sequences decoding")
-    parser.add_argument("--repeats", type=int, default=3, help="best of this many runs")
+    parser.add_argument("--iterations", type=positive_int, default=1000, help="iterations to time")
+    parser.add_argument("--running", type=positive_int, default=256, help="sequences decoding")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="best of this many runs")
     parser.add_argument(
-        "--mixed-requests", type=int, default=1500, help="requests in the mixed stream"
+        "--mixed-requests", type=positive_int, default=1500, help="requests in the mixed stream"
     )
 
 

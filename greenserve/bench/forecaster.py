@@ -22,6 +22,7 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
+from greenserve.argtypes import non_negative_int, positive_int
 from greenserve.bench.forecaster_plots import plot_backtest
 from services.forecaster.backtest import REPORT_BUCKETS, BacktestResult, as_dict, run_backtest
 from services.forecaster.config import ForecasterConfig, config_for
@@ -83,7 +84,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma list of eia:<BA> / em:<ZONE> (or bare names), 'eia', 'em' or 'all'",
     )
     parser.add_argument(
-        "--max-origins", type=int, default=None, help="score at most N daily origins per region"
+        "--max-origins",
+        type=positive_int,
+        default=None,
+        help="score at most N daily origins per region",
     )
     parser.add_argument(
         "--cache-dir",
@@ -109,14 +113,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--refit-days",
-        type=int,
+        type=non_negative_int,
         default=REFIT_DAYS,
         help="EIA: re-estimate the forecaster every N days inside the test span on all data "
         "before the refit origin (expanding-window rolling origin); 0: fit once",
     )
     parser.add_argument(
         "--em-refit-days",
-        type=int,
+        type=non_negative_int,
         default=0,
         help="the same for the Electricity Maps zones (default 0: one fit on 2021-2023; "
         "30 costs 13 fits a zone, about 20 min more on a busy 2-core host)",

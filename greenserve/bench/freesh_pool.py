@@ -16,6 +16,7 @@ from typing import Any, Final
 from rich.console import Console
 from rich.progress import Progress
 
+from greenserve.argtypes import IntBetween, positive_float
 from services.planner.freesh_instance import (
     FREESH_ALPHA,
     FREESH_EPISODES,
@@ -48,10 +49,10 @@ PAPER: Final = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the bench's options."""
     parser.add_argument("--solver", choices=[s.value for s in Solver], default=Solver.HIGHS.value)
-    parser.add_argument("--episodes", type=int, default=FREESH_EPISODES)
-    parser.add_argument("--alpha", type=float, default=FREESH_ALPHA)
-    parser.add_argument("--traffic-divisor", type=float, default=FREESH_TRAFFIC_DIVISOR)
-    parser.add_argument("--time-limit-s", type=float, default=30.0)
+    parser.add_argument("--episodes", type=IntBetween(1, FREESH_EPISODES), default=FREESH_EPISODES)
+    parser.add_argument("--alpha", type=positive_float, default=FREESH_ALPHA)
+    parser.add_argument("--traffic-divisor", type=positive_float, default=FREESH_TRAFFIC_DIVISOR)
+    parser.add_argument("--time-limit-s", type=positive_float, default=30.0)
 
 
 def _day(

@@ -35,6 +35,7 @@ from typing import Any
 
 import msgspec
 
+from greenserve.argtypes import positive_float, positive_int, seed
 from greenserve.bench._fuzz_cases import (
     collect,
     fill,
@@ -63,18 +64,20 @@ KINDS: tuple[type[msgspec.Struct], ...] = tuple(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Case counts, seed and timeouts."""
-    parser.add_argument("--decoder-cases", type=int, default=450, help="per message type")
-    parser.add_argument("--ingress-cases", type=int, default=600)
-    parser.add_argument("--http-cases", type=int, default=600)
+    parser.add_argument("--decoder-cases", type=positive_int, default=450, help="per message type")
+    parser.add_argument("--ingress-cases", type=positive_int, default=600)
+    parser.add_argument("--http-cases", type=positive_int, default=600)
     parser.add_argument(
         "--forecast-query-cases",
-        type=int,
+        type=positive_int,
         default=300,
         help="query strings for GET /emissions/forecasts/current",
     )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--reply-timeout-s", type=float, default=15.0)
-    parser.add_argument("--speedup", type=float, default=200.0, help="simulated GPU speed-up")
+    parser.add_argument("--seed", type=seed, default=0)
+    parser.add_argument("--reply-timeout-s", type=positive_float, default=15.0)
+    parser.add_argument(
+        "--speedup", type=positive_float, default=200.0, help="simulated GPU speed-up"
+    )
 
 
 # --- (a) decoders ---------------------------------------------------------------------------

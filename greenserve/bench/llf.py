@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from greenserve.argtypes import positive_float, positive_int, seed
 from services.scheduler.llf_sim import TickSimConfig, simulate_ticks
 from shared.metrics import gap_fairness, summarize
 from shared.paths import data_path
@@ -102,11 +103,11 @@ PAPER_TABLE5: Final[dict[int, dict[str, dict[str, tuple[float, float, float, flo
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the bench's options (defaults are the FREESH Table 5 setting)."""
-    parser.add_argument("--qps", type=float, nargs="+", default=[15.0, 25.0])
-    parser.add_argument("--requests", type=int, default=100)
-    parser.add_argument("--slots", type=int, default=20)
-    parser.add_argument("--tick-s", type=float, default=0.1)
-    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--qps", type=positive_float, nargs="+", default=[15.0, 25.0])
+    parser.add_argument("--requests", type=positive_int, default=100)
+    parser.add_argument("--slots", type=positive_int, default=20)
+    parser.add_argument("--tick-s", type=positive_float, default=0.1)
+    parser.add_argument("--seed", type=seed, default=42)
     parser.add_argument(
         "--profiles",
         choices=("csv", "repo-sim"),

@@ -25,6 +25,7 @@ from typing import Any, Final
 from rich.console import Console
 from rich.progress import Progress
 
+from greenserve.argtypes import positive_float, positive_int
 from services.planner.freesh_instance import (
     FREESH_EPISODES,
     episode_problem,
@@ -50,10 +51,12 @@ PAPER: Final = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the bench's options."""
-    parser.add_argument("--loads-qps", type=float, nargs="+", default=[100, 200, 300, 400, 500])
-    parser.add_argument("--nodes-per-region", type=int, default=40)
-    parser.add_argument("--regions", type=int, default=3)
-    parser.add_argument("--time-limit-s", type=float, default=10.0)
+    parser.add_argument(
+        "--loads-qps", type=positive_float, nargs="+", default=[100, 200, 300, 400, 500]
+    )
+    parser.add_argument("--nodes-per-region", type=positive_int, default=40)
+    parser.add_argument("--regions", type=positive_int, default=3)
+    parser.add_argument("--time-limit-s", type=positive_float, default=10.0)
 
 
 def _quantile(values: list[float], q: float) -> float:

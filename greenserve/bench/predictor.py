@@ -19,6 +19,7 @@ import sys
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Final
 
+from greenserve.argtypes import fraction, non_negative_float, seed
 from services.classifier.classes import (
     ClassScheme,
     OutputLengthPredictor,
@@ -87,15 +88,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--traces", nargs="+", choices=sorted(TRACE_FILES), default=["conv", "code"]
     )
     parser.add_argument(
-        "--held-out-fraction", type=float, default=0.5, help="share of each trace scored"
+        "--held-out-fraction", type=fraction, default=0.5, help="share of each trace scored"
     )
     parser.add_argument(
         "--feedback-lag-s",
-        type=float,
+        type=non_negative_float,
         default=30.0,
         help="seconds after arrival before a completion's length is learned",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the injected noise")
+    parser.add_argument("--seed", type=seed, default=0, help="seed of the injected noise")
 
 
 def _candidates(

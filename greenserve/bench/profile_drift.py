@@ -38,7 +38,7 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
-from greenserve.argtypes import positive_float, positive_int
+from greenserve.argtypes import positive_float, positive_int, seed
 from services.classifier.classes import ClassScheme, ClassSLO, default_slos, scheme_by_name
 from services.dvfs.background_builds import ImmediateBuilds
 from services.dvfs.controller import ClockController, FixedClockController, Observation
@@ -86,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drift-window", type=positive_int, default=DEFAULT_DRIFT_WINDOW)
     parser.add_argument("--min-requests", type=positive_int, default=64)
     parser.add_argument("--scheme", default="dynamollm9")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed, default=0)
     parser.add_argument(
         "--plots", type=Path, default=None, help="write profile_drift.png (clocks, late) here"
     )

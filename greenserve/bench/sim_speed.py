@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from greenserve.argtypes import positive_float
 from loadgen.simulator.cluster import simulate
 from loadgen.simulator.policies import POLICY_SETS, policy_by_name
 from loadgen.simulator.scenario import load_scenario
@@ -28,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Trace, scenario and policy options."""
     parser.add_argument("--trace", default="conv")
     parser.add_argument("--scenario", type=Path, default=Path("scenarios/three_region.yaml"))
-    parser.add_argument("--duration", type=float, default=3600.0)
+    parser.add_argument("--duration", type=positive_float, default=3600.0)
     parser.add_argument("--policy", default="single-pool", choices=sorted(POLICY_SETS))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from greenserve.argtypes import positive_float, positive_int
+from greenserve.argtypes import non_negative_float, port, positive_float, positive_int
 from greenserve.local import DEFAULT_STATE_DIR
 from greenserve.stack import StackSpec, check_regions
 
@@ -38,14 +38,20 @@ def add_stack_arguments(parser: argparse.ArgumentParser, *, speedup: float = 1.0
     )
     parser.add_argument("--gpu", default="A100-80GB", help="GPU type of the simulated workers")
     parser.add_argument("--model", default="llama-3-8b", help="model served")
-    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel degree per worker")
+    parser.add_argument(
+        "--tp",
+        type=positive_int,
+        choices=(1, 2, 4, 8),
+        default=1,
+        help="tensor-parallel degree per worker",
+    )
     parser.add_argument(
         "--speedup", type=positive_float, default=speedup, help="model seconds per wall second"
     )
     parser.add_argument("--namespace", default="gs", help="subject/key prefix of this stack")
     parser.add_argument(
         "--gateway-port",
-        type=int,
+        type=port,
         default=0,
         help="port of the OpenAI-compatible API (0: any free)",
     )
@@ -85,18 +91,25 @@ def add_replay_arguments(
     parser.add_argument(
         "--trace", default="conv", help="conv, code, or a path to an Azure-format CSV"
     )
-    parser.add_argument("--start", type=float, default=0.0, help="trace offset to start at (s)")
     parser.add_argument(
-        "--duration", type=float, default=duration_s, help="trace seconds to replay"
+        "--start", type=non_negative_float, default=0.0, help="trace offset to start at (s)"
     )
-    parser.add_argument("--max-requests", type=int, default=None, help="replay at most this many")
+    parser.add_argument(
+        "--duration", type=positive_float, default=duration_s, help="trace seconds to replay"
+    )
+    parser.add_argument(
+        "--max-requests", type=positive_int, default=None, help="replay at most this many"
+    )
     parser.add_argument(
         "--synthetic-rate",
-        type=float,
+        type=positive_float,
         default=None,
         help="replay Poisson arrivals at this rate instead",
     )
-    parser.add_argument("--cv", type=float, default=1.0, help="synthetic inter-arrival CV (Gamma)")
+    # A CV of 0 would be a Gamma shape of 1/0.
+    parser.add_argument(
+        "--cv", type=positive_float, default=1.0, help="synthetic inter-arrival CV (Gamma)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the JSON report here")
     parser.add_argument(
         "--plots", type=Path, default=None, help="write latency-CDF and power PNGs to this folder"

@@ -20,7 +20,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from greenserve.argtypes import positive_floats
+from greenserve.argtypes import fraction, positive_float, positive_floats, positive_int, seed
 from shared.engine.hardware import gpu_spec
 from shared.engine.profile_sim import SimulatedProfileBackend, SimWindow
 from shared.engine.profiler import (
@@ -67,17 +67,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--partitions", default="a,b", help="partitions of freesh/partitions.csv")
     parser.add_argument("--classes", default="SS,SL,LS,LL")
-    parser.add_argument("--tbt-ms", type=float, default=150.0, help="TBT limit (FREESH: 150)")
-    parser.add_argument("--percentile", type=float, default=0.9, help="SLO percentile")
-    parser.add_argument("--window-s", type=float, default=90.0, help="arrival window (engine s)")
-    parser.add_argument("--tolerance", type=float, default=0.05, help="relative QPS precision")
+    parser.add_argument(
+        "--tbt-ms", type=positive_float, default=150.0, help="TBT limit (FREESH: 150)"
+    )
+    parser.add_argument(
+        "--percentile", type=fraction, default=0.9, help="SLO percentile, in (0, 1)"
+    )
+    parser.add_argument(
+        "--window-s", type=positive_float, default=90.0, help="arrival window (engine s)"
+    )
+    # The search bisects until the bracket is within this share of its top: 0 never ends.
+    parser.add_argument(
+        "--tolerance", type=fraction, default=0.05, help="relative QPS precision, in (0, 1)"
+    )
     parser.add_argument(
         "--quick",
         action="store_true",
         help="45 s windows and 10 %% precision: a few seconds, noisier",
     )
-    parser.add_argument("--max-num-seqs", type=int, default=256)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-num-seqs", type=positive_int, default=256)
+    parser.add_argument("--seed", type=seed, default=0)
 
 
 def _targets(args: argparse.Namespace) -> list[ProfileTarget]:

@@ -12,6 +12,7 @@ import contextlib
 import signal
 import sys
 
+from greenserve.argtypes import port, positive_float, positive_int
 from services.worker.sim_server import SimEngineServer, start_sim_server
 from shared.engine import GPUS, MODELS, EngineConfig, create_engine
 
@@ -24,14 +25,16 @@ HELP = "serve the engine model over vLLM's OpenAI-compatible HTTP API (with /met
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Engine, speed-up and listening options."""
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument("--port", type=port, default=8000, help="0 picks a free port")
     parser.add_argument("--gpu", default="A100-80GB", help=f"one of {', '.join(GPUS)}")
     parser.add_argument("--model", default="llama-3-8b", help=f"one of {', '.join(MODELS)}")
-    parser.add_argument("--tp", type=int, default=1, choices=(1, 2, 4, 8))
-    parser.add_argument("--speedup", type=float, default=1.0, help="model seconds per wall second")
-    parser.add_argument("--max-num-seqs", type=int, default=256)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    parser.add_argument("--clock-mhz", type=float, default=None, help="initial SM clock")
+    parser.add_argument("--tp", type=positive_int, default=1, choices=(1, 2, 4, 8))
+    parser.add_argument(
+        "--speedup", type=positive_float, default=1.0, help="model seconds per wall second"
+    )
+    parser.add_argument("--max-num-seqs", type=positive_int, default=256)
+    parser.add_argument("--max-num-batched-tokens", type=positive_int, default=8192)
+    parser.add_argument("--clock-mhz", type=positive_float, default=None, help="initial SM clock")
     parser.add_argument(
         "--served-model-name", default=None, help="name clients send (default: --model)"
     )

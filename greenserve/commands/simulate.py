@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from greenserve.argtypes import non_negative_float, positive_float
 from loadgen.simulator.compare import run_policies
 from loadgen.simulator.policies import POLICY_SETS
 from loadgen.simulator.report import comparison, print_table, write_json
@@ -31,8 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="policy set to run (repeatable; default: the scenario's list)",
     )
     parser.add_argument("--baseline", default="single-pool", help="policy the savings refer to")
-    parser.add_argument("--start", type=float, default=0.0, help="trace window start (s)")
-    parser.add_argument("--duration", type=float, default=None, help="trace window length (s)")
+    parser.add_argument(
+        "--start", type=non_negative_float, default=0.0, help="trace window start (s)"
+    )
+    parser.add_argument(
+        "--duration", type=positive_float, default=None, help="trace window length (s)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="folder for report.json and PNGs")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from redis.exceptions import RedisError
+from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from greenserve.local import DEFAULT_STATE_DIR, StackState, alive, load_state
@@ -28,7 +30,17 @@ HELP = "show the embedded stack: processes, workers, plan"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """State dir and output format."""
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON object on stdout, also when no stack runs ({"running": false, '
+        '"healthy": false, "error": ...})',
+    )
+    parser.epilog = (
+        "exit status: 0 when a stack runs with every process alive; 1 when none is recorded "
+        "in --state-dir or one of its processes has exited (with --json too); 2 for a usage "
+        "error"
+    )
 
 
 async def _read(state: StackState) -> dict[str, Any]:
@@ -73,11 +85,22 @@ async def _read(state: StackState) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the status."""
+    """Print the status; 0 when a stack runs with every process alive, else 1."""
     try:
         state = load_state(args.state_dir)
     except FileNotFoundError as exc:
-        print(str(exc), file=sys.stderr)
+        if args.json:
+            # A script that asked for JSON parses stdout whatever the answer; the exit status
+            # stays 1 ("no healthy stack"), as for a stack whose processes exited.
+            report = {
+                "running": False,
+                "healthy": False,
+                "state_dir": str(args.state_dir),
+                "error": str(exc),
+            }
+            print(json.dumps(report))
+        else:
+            print(str(exc), file=sys.stderr)
         return 1
     processes = {name: alive(pid) for name, pid in {**state.pids, **state.server_pids}.items()}
     try:
@@ -89,44 +112,103 @@ def run(args: argparse.Namespace) -> int:
     healthy = all(processes.values()) and all(
         not c.get("missing") and c["running"] == c["processes"] for c in cells
     )
-    report = {"namespace": state.namespace, "processes": processes, **live}
+    report = {
+        "running": any(processes.values()),
+        "healthy": healthy,
+        "namespace": state.namespace,
+        "processes": processes,
+        **live,
+    }
     if cells:
         report["cells"] = cells
     if args.json:
         print(json.dumps(report))
-        return 0 if healthy else 1
-    console = Console()
-    table = Table(title=f"GreenServe stack {state.namespace}")
-    table.add_column("process")
+    else:
+        print_report(Console(), report)
+    return 0 if healthy else 1
+
+
+_WORKER_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("worker_id", "worker"),
+    ("pool", "pool"),
+    ("region", "region"),
+    ("running", "run"),
+    ("waiting", "wait"),
+    ("clock_mhz", "clock\nMHz"),
+    ("power_w", "power\nW"),
+    ("energy_wh", "energy\nWh"),
+)
+"""Report key and header of each workers column; headers are short, with the unit on a
+second line, so that eight columns fit 80 characters with the ids whole."""
+
+_TEXT_COLUMNS = frozenset({"worker_id", "pool", "region"})
+
+_DROPPED_WHEN_NARROW = ("region", "energy_wh", "power_w", "waiting")
+"""Left out, in this order, while the table is wider than the terminal: the region is
+usually in the pool's name (``pjm-a100``), the energy is a running total, and the power and
+queue matter less than which worker runs what at which clock; ``--json`` keeps them all."""
+
+
+def _workers_table(workers: list[dict[str, Any]], console: Console) -> Table:
+    keys = [key for key, _ in _WORKER_COLUMNS]
+    for dropped in (None, *_DROPPED_WHEN_NARROW):
+        if dropped is not None:
+            keys.remove(dropped)
+        table = _table_of(workers, keys)
+        # The width the table wants, not the one it would be squeezed into.
+        wanted = Measurement.get(console, console.options.update_width(10_000), table).maximum
+        if wanted <= console.width:
+            break
+    return table
+
+
+def _table_of(workers: list[dict[str, Any]], keys: list[str]) -> Table:
+    headers = dict(_WORKER_COLUMNS)
+    table = Table(title="workers", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for key in keys:
+        if key == "worker_id":
+            # The id is what an operator greps the logs for: whole on one line while the
+            # terminal holds it, the other columns giving way first.
+            table.add_column(headers[key], no_wrap=True, min_width=_longest(workers, key))
+        elif key in _TEXT_COLUMNS:
+            # Broken over lines when the terminal is too narrow, rather than cut to "pj…".
+            table.add_column(
+                headers[key], overflow="fold", min_width=min(_longest(workers, key), 8)
+            )
+        else:
+            table.add_column(headers[key], justify="right", no_wrap=True)
+    for worker in workers:
+        table.add_row(*(_shown(key, worker[key]) for key in keys))
+    return table
+
+
+def _longest(workers: list[dict[str, Any]], key: str) -> int:
+    return max((len(str(w[key])) for w in workers), default=0)
+
+
+def _shown(key: str, value: Any) -> str:
+    if key == "clock_mhz" and isinstance(value, float):
+        return f"{value:.0f}"
+    return str(value)
+
+
+def print_report(console: Console, report: dict[str, Any]) -> None:
+    """Render a status report (as ``run`` builds it) as tables for a terminal."""
+    table = Table(title=f"GreenServe stack {report['namespace']}")
+    table.add_column("process", no_wrap=True)
     table.add_column("state")
-    for name, up in processes.items():
+    for name, up in report["processes"].items():
         table.add_row(name, "running" if up else "[red]exited[/red]")
     console.print(table)
-    workers = Table(title="workers")
-    columns = (
-        "worker_id",
-        "pool",
-        "region",
-        "running",
-        "waiting",
-        "clock_mhz",
-        "power_w",
-        "energy_wh",
-    )
-    for col in columns:
-        workers.add_column(col)
-    for w in live["workers"]:
-        workers.add_row(*(str(w[c]) for c in columns))
-    console.print(workers)
-    console.print(f"plan: {live['plan']}")
-    if "error" in live:
-        console.print(f"[red]{live['error']}[/red]")
-    for cell in cells:
+    console.print(_workers_table(report["workers"], console))
+    console.print(f"plan: {report['plan']}")
+    if "error" in report:
+        console.print(f"[red]{report['error']}[/red]")
+    for cell in report.get("cells", []):
         console.print(
             f"cell {cell['namespace']}: {cell['running']}/{cell['processes']} processes "
             f"running; details: greenserve status --state-dir {cell['state_dir']}"
         )
-    return 0 if healthy else 1
 
 
 def _cell(folder: Path) -> dict[str, Any]:
