@@ -109,6 +109,8 @@ class GatewayState:
 
 
 STATE: web.AppKey[GatewayState] = web.AppKey("state", GatewayState)
+STREAMING: web.RequestKey[bool] = web.RequestKey("streaming", bool)
+"""Set once a response's headers are sent: from then on an error can only be an SSE event."""
 
 
 def _error_response(err: ApiError) -> web.Response:
@@ -140,6 +142,19 @@ async def _observe(
         except web.HTTPException as exc:
             code = "not_found" if exc.status == 404 else "method_not_allowed"
             response = _error_response(ApiError(code, exc.reason, status=exc.status))
+            if "Allow" in exc.headers:  # a 405 says which methods the route has
+                response.headers["Allow"] = exc.headers["Allow"]
+        except ConnectionResetError:
+            raise  # the client is gone: there is no one to answer
+        except Exception as exc:
+            if request.get(STREAMING):
+                raise  # headers are out; a second response would corrupt the stream
+            # A bug must still reach an OpenAI client as its error shape, not aiohttp's text.
+            logger.exception("%s %s failed", request.method, request.path)
+            span.record_exception(exc)
+            response = _error_response(
+                ApiError("internal", "the gateway failed to answer this request", status=500)
+            )
         span.set_attribute("http.response.status_code", response.status)
         if response.status >= 500:
             span.set_status(trace.StatusCode.ERROR)
@@ -258,6 +273,7 @@ async def _answer(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await response.prepare(request)
+    request[STREAMING] = True
     if parsed.endpoint == "chat":
         await response.write(_sse(stream_chunk(parsed, request_id, created, text="", role=True)))
     reply = first
@@ -320,10 +336,22 @@ def _handler(endpoint: Endpoint) -> Callable[[web.Request], Awaitable[web.Stream
     return handle
 
 
+def _model(model_id: str) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "greenserve"}
+
+
 async def _models(request: web.Request) -> web.Response:
     models = sorted(request.app[STATE].models)
-    data = [{"id": m, "object": "model", "created": 0, "owned_by": "greenserve"} for m in models]
-    return web.json_response({"object": "list", "data": data})
+    return web.json_response({"object": "list", "data": [_model(m) for m in models]})
+
+
+async def _retrieve_model(request: web.Request) -> web.Response:
+    """OpenAI's ``GET /v1/models/{model}`` (the client's ``models.retrieve``)."""
+    model_id = request.match_info["model"]
+    if model_id not in request.app[STATE].models:
+        err = ApiError("model_not_found", f"the model {model_id!r} does not exist", param="model")
+        return _error_response(err)
+    return web.json_response(_model(model_id))
 
 
 async def _health(request: web.Request) -> web.Response:
@@ -374,6 +402,8 @@ def build_app(state: GatewayState) -> web.Application:
     app.router.add_post("/v1/completions", _handler("completion"))
     app.router.add_post("/v1/chat/completions", _handler("chat"))
     app.router.add_get("/v1/models", _models)
+    # Model ids may hold a slash (``org/name``), which the client sends percent-encoded.
+    app.router.add_get("/v1/models/{model:.+}", _retrieve_model)
     app.router.add_get("/emissions/forecasts/current", _emissions_forecasts)
     app.router.add_get("/healthz", _health)
     app.router.add_get("/metrics", _metrics)

@@ -14,6 +14,7 @@ GATEWAY_STATUS: Final = {
     "invalid_json": 400,
     "invalid_type": 400,
     "invalid_value": 400,
+    "invalid_parameter_combination": 400,
     "missing_field": 400,
     "unsupported": 400,
     "model_not_found": 404,
@@ -41,6 +42,7 @@ UPSTREAM_STATUS: Final = {
 _TYPES: Final = {
     400: "invalid_request_error",
     404: "invalid_request_error",
+    405: "invalid_request_error",
     413: "invalid_request_error",
 }
 

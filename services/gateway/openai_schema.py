@@ -17,6 +17,7 @@ import msgspec
 
 from proto.messages import Request
 from services.gateway.errors import ApiError
+from services.gateway.request_options import CHAT_ROLES, check_options
 
 __all__ = [
     "Endpoint",
@@ -60,13 +61,21 @@ def _int(body: dict[str, Any], name: str, low: int, high: int) -> int | None:
     return value
 
 
-def _bool(body: dict[str, Any], name: str) -> bool:
+def _bool(body: dict[str, Any], name: str, param: str | None = None) -> bool:
     value = body.get(name, False)
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise ApiError("invalid_type", f"{name} must be a boolean", param=name)
+        raise ApiError("invalid_type", f"{param or name} must be a boolean", param=param or name)
     return value
+
+
+def _token_ids(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+    )
 
 
 def _prompt(body: dict[str, Any]) -> tuple[str | None, int | None]:
@@ -76,12 +85,11 @@ def _prompt(body: dict[str, Any]) -> tuple[str | None, int | None]:
         return value, None
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
         return value[0], None
-    if (
-        isinstance(value, list)
-        and value
-        and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
-    ):
+    if _token_ids(value):
         return None, len(value)
+    # The openai client types a batch of token-id prompts as a list of lists: one is one prompt.
+    if isinstance(value, list) and len(value) == 1 and _token_ids(value[0]):
+        return None, len(value[0])
     if isinstance(value, list) and len(value) > 1:
         raise ApiError("unsupported", "one prompt per request (batched prompts)", param="prompt")
     raise ApiError("invalid_type", "prompt must be a string or a list of token ids", param="prompt")
@@ -94,6 +102,12 @@ def _content(message: Any, index: int) -> tuple[str, str]:
     role = message.get("role")
     if not isinstance(role, str) or not role:
         raise ApiError("invalid_type", f"{param}.role must be a string", param=f"{param}.role")
+    if role not in CHAT_ROLES:
+        raise ApiError(
+            "invalid_value",
+            f"{param}.role must be one of {', '.join(sorted(CHAT_ROLES))}, got {role!r}",
+            param=f"{param}.role",
+        )
     content = message.get("content")
     if content is None or isinstance(content, str):
         return role, content or ""
@@ -136,6 +150,10 @@ def parse_body(
         body = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         raise ApiError("invalid_json", f"body is not valid JSON: {exc}") from None
+    except RecursionError:
+        # msgspec gives up on deep nesting (~1,000 levels) with RecursionError, not DecodeError:
+        # a small body of brackets would otherwise escape as a plain-text 500.
+        raise ApiError("invalid_json", "body is nested too deeply") from None
     if not isinstance(body, dict):
         raise ApiError("invalid_type", "body must be a JSON object")
     model = body.get("model")
@@ -147,10 +165,20 @@ def parse_body(
         _int(body, name, 1, 1)  # one choice per request
     if _bool(body, "echo"):
         raise ApiError("unsupported", "echo is not supported", param="echo")
+    check_options(body, endpoint)
     prompt_tokens = _int(body, "prompt_tokens", 1, max_tokens_limit)
     max_tokens = _int(body, "max_tokens", 1, max_tokens_limit)
     if endpoint == "chat":
-        max_tokens = _int(body, "max_completion_tokens", 1, max_tokens_limit) or max_tokens
+        completion_tokens = _int(body, "max_completion_tokens", 1, max_tokens_limit)
+        if completion_tokens is not None and max_tokens is not None:
+            # OpenAI's own answer: with two limits, which one the client meant is a guess.
+            raise ApiError(
+                "invalid_parameter_combination",
+                "Setting 'max_tokens' and 'max_completion_tokens' at the same time is not "
+                "supported.",
+                param="max_tokens",
+            )
+        max_tokens = completion_tokens or max_tokens
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ApiError("missing_field", "messages must be a non-empty list", param="messages")
@@ -160,17 +188,25 @@ def parse_body(
         prompt_tokens = prompt_tokens or id_count
         if prompt is None and prompt_tokens is None:
             raise ApiError("missing_field", "prompt is required", param="prompt")
+    stream = _bool(body, "stream")
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise ApiError("invalid_type", "stream_options must be an object", param="stream_options")
+    if options is not None and not stream:
+        # As OpenAI does: include_usage on a plain response would be silently meaningless.
+        raise ApiError(
+            "invalid_value",
+            "stream_options is only allowed when stream is true",
+            param="stream_options",
+        )
     return ParsedRequest(
         endpoint=endpoint,
         model=model,
         prompt=prompt,
         prompt_tokens=prompt_tokens,
         max_tokens=max_tokens or default_max_tokens,
-        stream=_bool(body, "stream"),
-        include_usage=_bool(options or {}, "include_usage"),
+        stream=stream,
+        include_usage=_bool(options or {}, "include_usage", "stream_options.include_usage"),
         ignore_eos=_bool(body, "ignore_eos"),
     )
 
@@ -284,6 +320,7 @@ def stream_chunk(
         "model": parsed.model,
         "choices": choices,
     }
-    if token_usage is not None:
+    if token_usage is not None or parsed.include_usage:
+        # OpenAI: with include_usage every chunk has the field, null until the last.
         chunk["usage"] = token_usage
     return chunk

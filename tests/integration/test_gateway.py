@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -108,6 +109,9 @@ async def test_openai_client_gets_exact_token_counts_streaming_and_not(
     assert "llama-3-8b" in {m.id for m in models.data}
 
 
+_CHAT = {"model": "llama-3-8b", "messages": [{"role": "user", "content": "x"}]}
+_TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
 BAD_REQUESTS: dict[str, tuple[str, bytes | dict[str, Any], int, str]] = {
     "bad json": ("/v1/completions", b'{"model": "llama-3-8b", "prompt": ', 400, "invalid_json"),
     "not an object": ("/v1/completions", b"[1, 2]", 400, "invalid_type"),
@@ -155,6 +159,56 @@ BAD_REQUESTS: dict[str, tuple[str, bytes | dict[str, Any], int, str]] = {
         "too_long",
     ),
     "unknown route": ("/v1/embeddings", {"model": "llama-3-8b"}, 404, "not_found"),
+    "deeply nested json": ("/v1/completions", b"[" * 5000 + b"]" * 5000, 400, "invalid_json"),
+    "both token limits": (
+        "/v1/chat/completions",
+        {**_CHAT, "max_tokens": 3, "max_completion_tokens": 5},
+        400,
+        "invalid_parameter_combination",
+    ),
+    "stream_options without stream": (
+        "/v1/completions",
+        {"model": "llama-3-8b", "prompt": "x", "stream_options": {"include_usage": True}},
+        400,
+        "invalid_value",
+    ),
+    "logprobs": (
+        "/v1/completions",
+        {"model": "llama-3-8b", "prompt": "x", "logprobs": 2},
+        400,
+        "unsupported",
+    ),
+    "chat logprobs": ("/v1/chat/completions", {**_CHAT, "logprobs": True}, 400, "unsupported"),
+    "json output": (
+        "/v1/chat/completions",
+        {**_CHAT, "response_format": {"type": "json_object"}},
+        400,
+        "unsupported",
+    ),
+    "forced tool call": (
+        "/v1/chat/completions",
+        {**_CHAT, "tools": [_TOOL], "tool_choice": "required"},
+        400,
+        "unsupported",
+    ),
+    "unknown role": (
+        "/v1/chat/completions",
+        {"model": "llama-3-8b", "messages": [{"role": "robot", "content": "x"}]},
+        400,
+        "invalid_value",
+    ),
+    "stop not text": (
+        "/v1/completions",
+        {"model": "llama-3-8b", "prompt": "x", "stop": 5},
+        400,
+        "invalid_type",
+    ),
+    "user not text": (
+        "/v1/completions",
+        {"model": "llama-3-8b", "prompt": "x", "user": 5},
+        400,
+        "invalid_type",
+    ),
 }
 
 
@@ -201,13 +255,17 @@ async def test_bad_requests_get_documented_statuses_and_openai_error_bodies(
         for name, (path, body, _, _) in BAD_REQUESTS.items():
             kwargs: dict[str, Any] = {"data": body} if isinstance(body, bytes) else {"json": body}
             async with session.post(f"{url}{path}", **kwargs) as response:
-                error = (await response.json())["error"]
-                seen[name] = (response.status, error["code"])
+                text = await response.text()
+                # A body that is not OpenAI's error JSON shows as itself in the comparison.
+                is_json = response.content_type == "application/json"
+                answer = json.loads(text) if is_json else {"error": {"code": text[:40]}}
+                code = answer.get("error", {}).get("code", "accepted")
+                seen[name] = (response.status, code)
         async with session.get(f"{url}/healthz") as response:
             health = response.status
     assert seen == {name: (status, code) for name, (_, _, status, code) in BAD_REQUESTS.items()}
     assert health == 200
-    assert ERRORS.labels("gateway", "invalid_json")._value.get() == before + 1
+    assert ERRORS.labels("gateway", "invalid_json")._value.get() == before + 2  # + nested
 
 
 async def test_the_carbon_aware_query_answers_from_the_forecaster_s_forecasts(
@@ -286,3 +344,96 @@ async def test_a_gateway_over_cells_spreads_requests_and_skips_a_cell_without_in
     assert taken[cells[2]] == 0
     assert ghost.down_until > 0.0
     assert in_flight == [0, 0, 0]  # every request released its cell
+
+
+async def test_the_openai_client_retrieves_a_served_model_and_gets_a_404_for_another(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test ``GET /v1/models/{id}`` through ``models.retrieve``: a served model in OpenAI's
+    ``model`` shape, an unknown one a ``NotFoundError`` with code ``model_not_found``."""
+    async with _gateway(nats_server, redis_server, namespace) as gateway:
+        client = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+        try:
+            model = await client.models.retrieve("llama-3-8b")
+            with pytest.raises(openai.NotFoundError) as missing:
+                await client.models.retrieve("gpt-99")
+        finally:
+            await client.close()
+    assert (model.id, model.object, model.owned_by) == ("llama-3-8b", "model", "greenserve")
+    assert missing.value.code == "model_not_found"
+    assert missing.value.param == "model"
+
+
+async def _sse_events(response: aiohttp.ClientResponse) -> list[str]:
+    raw = (await response.read()).decode()
+    assert raw.endswith("\n\n")
+    return [event.removeprefix("data: ") for event in raw.strip().split("\n\n")]
+
+
+async def test_openai_shapes_token_id_batches_usage_nulls_and_405s(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test shapes the openai client or OpenAI's reference define:
+
+    * ``prompt=[[ids]]`` (the client's type for a batch of token-id prompts) with one
+      prompt is served, its length the prompt's;
+    * with ``stream_options.include_usage`` every chunk carries ``usage``, null until the
+      usage-only last one (OpenAI's documented stream shape);
+    * a wrong method is a 405 ``invalid_request_error`` that keeps its ``Allow`` header.
+    """
+    async with (
+        _gateway(nats_server, redis_server, namespace) as gateway,
+        aiohttp.ClientSession(gateway.url) as http,
+    ):
+        client = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+        try:
+            batch = await client.completions.create(
+                model="llama-3-8b",
+                prompt=[[1, 2, 3]],
+                max_tokens=2,
+                extra_body={"ignore_eos": True},
+            )
+        finally:
+            await client.close()
+        body = {**_CHAT, "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}}
+        async with http.post("/v1/chat/completions", json={**body, **EXACT}) as response:
+            events = await _sse_events(response)
+        async with http.delete("/v1/completions") as wrong:
+            wrong_body, allow = await wrong.json(), wrong.headers.get("Allow")
+    assert batch.usage.prompt_tokens == 3
+    assert batch.choices[0].text == PLACEHOLDER * 2
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert all("usage" in c and c["usage"] is None for c in chunks[:-1])
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"]["completion_tokens"] == 3
+    assert wrong.status == 405
+    assert allow == "POST"
+    assert wrong_body["error"]["type"] == "invalid_request_error"
+
+
+async def test_an_internal_failure_is_an_openai_error_body_not_a_text_page(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that a failure the gateway did not foresee (here a stored forecast it cannot
+    decode) is answered as a JSON 500 ``server_error`` in OpenAI's error shape, and the
+    gateway serves on."""
+    async with (
+        _gateway(nats_server, redis_server, namespace) as gateway,
+        aiohttp.ClientSession(gateway.url) as http,
+    ):
+        state = gateway.state
+        assert state.store is not None
+        assert state.keys is not None
+        await state.store.set(state.keys.forecast("XYZ"), b"not a forecast")
+        url = "/emissions/forecasts/current"
+        async with http.get(url, params={"location": "XYZ"}) as response:
+            status, kind, text = response.status, response.content_type, await response.text()
+        async with http.get("/healthz") as health:
+            healthy = health.status
+    assert (status, kind) == (500, "application/json"), text
+    body = json.loads(text)
+    assert body["error"]["type"] == "server_error"
+    assert body["error"]["code"] == "internal"
+    assert healthy == 200

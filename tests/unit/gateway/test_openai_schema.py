@@ -52,18 +52,111 @@ def test_a_token_id_prompt_gives_its_length_as_prompt_tokens() -> None:
     assert (parsed.prompt, parsed.prompt_tokens) == (None, 3)
 
 
-def test_chat_messages_render_into_one_prompt_and_max_completion_tokens_wins() -> None:
+def test_chat_messages_render_into_one_prompt_and_max_completion_tokens_is_used() -> None:
     """Test that chat messages become role-prefixed lines and max_completion_tokens is used."""
     parsed = _parse(
         {
             "model": "llama-3-8b",
             "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-            "max_tokens": 3,
             "max_completion_tokens": 5,
         },
         "chat",
     )
     assert (parsed.prompt, parsed.max_tokens) == (chat_prompt([("user", "hi")]), 5)
+
+
+def test_both_token_limits_are_refused_as_openai_refuses_them() -> None:
+    """Test that max_tokens with max_completion_tokens is OpenAI's 400, not a silent pick."""
+    body = {"model": "llama-3-8b", "messages": [{"role": "user", "content": "x"}]}
+    both = {**body, "max_tokens": 3, "max_completion_tokens": 5}
+    assert _code(both, "chat") == (400, "invalid_parameter_combination", "max_tokens")
+    assert _parse({**body, "max_tokens": 3, "max_completion_tokens": None}, "chat").max_tokens == 3
+
+
+def test_one_token_id_prompt_in_a_batch_is_served_and_several_are_refused() -> None:
+    """Test the openai client's ``Iterable[Iterable[int]]`` prompt: one list is one prompt."""
+    assert _parse({"model": "llama-3-8b", "prompt": [[5, 6, 7, 8]]}).prompt_tokens == 4
+    assert _code({"model": "llama-3-8b", "prompt": [[1], [2]]}) == (400, "unsupported", "prompt")
+
+
+def test_json_nested_past_the_decoder_s_depth_is_invalid_json() -> None:
+    """Test that msgspec's RecursionError on deep nesting is a 400, not an escaping error."""
+    assert _code(b"[" * 5000 + b"]" * 5000) == (400, "invalid_json", None)
+
+
+def test_stream_options_need_stream_and_name_their_field() -> None:
+    """Test that stream_options without stream is refused and a bad include_usage is named."""
+    body = {"model": "llama-3-8b", "prompt": "x", "stream_options": {"include_usage": True}}
+    assert _code(body) == (400, "invalid_value", "stream_options")
+    assert _parse({**body, "stream": True}).include_usage
+    bad = {**body, "stream": True, "stream_options": {"include_usage": 1}}
+    assert _code(bad) == (400, "invalid_type", "stream_options.include_usage")
+
+
+_CHAT = {"model": "llama-3-8b", "messages": [{"role": "user", "content": "x"}]}
+
+
+@pytest.mark.parametrize(
+    ("body", "endpoint", "expected"),
+    [
+        ({"stop": 5}, "completion", (400, "invalid_type", "stop")),
+        ({"stop": ["a"] * 5}, "completion", (400, "invalid_value", "stop")),
+        ({"user": 5}, "completion", (400, "invalid_type", "user")),
+        ({"logprobs": 0}, "completion", (400, "unsupported", "logprobs")),
+        ({"logprobs": "yes"}, "completion", (400, "invalid_type", "logprobs")),
+        ({"logprobs": True}, "chat", (400, "unsupported", "logprobs")),
+        ({"logprobs": 1}, "chat", (400, "invalid_type", "logprobs")),
+        (
+            {"response_format": {"type": "json_schema"}},
+            "chat",
+            (400, "unsupported", "response_format"),
+        ),
+        ({"response_format": "json"}, "chat", (400, "invalid_type", "response_format")),
+        ({"tool_choice": "required"}, "chat", (400, "unsupported", "tool_choice")),
+        (
+            {"tool_choice": {"type": "function", "function": {"name": "f"}}},
+            "chat",
+            (400, "unsupported", "tool_choice"),
+        ),
+        (
+            {"messages": [{"role": "robot", "content": "x"}]},
+            "chat",
+            (400, "invalid_value", "messages[0].role"),
+        ),
+    ],
+)
+def test_fields_that_cannot_be_honoured_or_are_mistyped_are_named(
+    body: dict[str, Any], endpoint: str, expected: tuple[int, str, str | None]
+) -> None:
+    """Test that an optional field asking for an answer shape the gateway cannot give, or of
+    the wrong type, is refused with the field named rather than silently ignored."""
+    base = _CHAT if endpoint == "chat" else {"model": "llama-3-8b", "prompt": "x"}
+    assert _code({**base, **body}, endpoint) == expected
+
+
+def test_fields_that_only_tune_sampling_are_accepted() -> None:
+    """Test that the usual sampling fields, text output and optional tools still pass."""
+    tool = {"type": "function", "function": {"name": "f"}}
+    chat = {
+        **_CHAT,
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": None},
+        ],
+        "stop": ["\n"],
+        "user": "u1",
+        "temperature": 0.2,
+        "logprobs": False,
+        "response_format": {"type": "text"},
+        "tools": [tool],
+        "tool_choice": "auto",
+    }
+    assert _parse(chat, "chat").prompt == chat_prompt(
+        [("system", "be brief"), ("user", "hi"), ("assistant", "")]
+    )
+    plain = _parse({"model": "llama-3-8b", "prompt": "x", "stop": "\n", "logprobs": None})
+    assert plain.prompt == "x"
 
 
 @pytest.mark.parametrize(
@@ -130,6 +223,14 @@ def test_a_usage_only_chunk_has_no_choices() -> None:
     parsed = _parse({"model": "llama-3-8b", "prompt": "x"})
     chunk = stream_chunk(parsed, "r", 0, text=None, token_usage={"total_tokens": 3})
     assert (chunk["choices"], chunk["usage"]) == ([], {"total_tokens": 3})
+
+
+def test_with_include_usage_every_chunk_has_usage_null_until_the_last() -> None:
+    """Test OpenAI's stream shape: usage on every chunk when asked for, absent otherwise."""
+    body = {"model": "llama-3-8b", "prompt": "x", "stream": True}
+    asked = _parse({**body, "stream_options": {"include_usage": True}})
+    assert stream_chunk(asked, "r", 0, text=" a")["usage"] is None
+    assert "usage" not in stream_chunk(_parse(body), "r", 0, text=" a")
 
 
 def _chunk(first: int, n: int, text: str | None = None) -> TokenChunk:
