@@ -57,6 +57,7 @@ __all__ = [
     "HANDOFF_ERRORS",
     "NAME",
     "REPLY_HEADER",
+    "UNCLASSIFIABLE",
     "Submit",
     "build_core",
     "consume",
@@ -77,6 +78,8 @@ and a placement round: alternated runs (4 pairs, docs/performance.md round 4) ga
 400-1,000 req/s."""
 _V1_TOKENS, _V1_STREAM_SEQ = 9, 5
 _V2_TOKENS, _V2_STREAM_SEQ = 12, 7
+UNCLASSIFIABLE = "unclassifiable"
+"""Error code: the classifier's configuration cannot classify this request."""
 REPLY_HEADER = "Gs-Reply"
 """Clients also put their reply subject in this header, so even an undecodable payload
 gets an error reply."""
@@ -291,6 +294,21 @@ async def _classify(
                 ctx.nc, ctx.subjects, service=NAME, code=exc.code, reason=exc.reason, request=req
             )
             await msg.ack()
+            return None
+        except Exception as exc:  # message boundary: the core is pure, a retry fails again
+            # E.g. the trace-replay ``oracle`` predictor given a request without a known
+            # output length. Raised, it failed the whole batch: every request in it waited
+            # for redelivery and came back with this one, until max_deliver dropped them.
+            logger.warning("could not classify %s: %r", req.request_id, exc)
+            await reply_error(
+                ctx.nc,
+                ctx.subjects,
+                service=NAME,
+                code=UNCLASSIFIABLE,
+                reason=f"{type(exc).__name__}: {exc}",
+                request=req,
+            )
+            await msg.term()
             return None
         # The ingress sequence lets the scheduler tell a redelivery from a reused id; the
         # trace context (if traced) must travel with the request through the queue.

@@ -170,6 +170,9 @@ async def serve(ctx: ServiceContext) -> None:
     loads = LoadMeter(cfg.profile_window_s)
     slos = default_slos(scheme_by_name(ctx.settings.classifier.scheme))
     latest: dict[str, WorkerStats] = {}
+    heard: dict[str, float] = {}
+    """Monotonic time of each worker's last heartbeat: one silent past its registration's
+    TTL is gone (or hung) and is forgotten, not reported and commanded every period."""
     states: dict[str, InstanceState] = {}
     models = ModelBook()
     controllers: dict[str, ClockController] = {}
@@ -187,6 +190,7 @@ async def serve(ctx: ServiceContext) -> None:
             stats = decode(msg.data, WorkerStats)
             if stats.node_id == cfg.node_id:
                 latest[stats.worker_id] = stats
+                heard[stats.worker_id] = time.monotonic()
 
     async def on_done(msg: Msg) -> None:
         with contextlib.suppress(DecodeError):
@@ -221,7 +225,18 @@ async def serve(ctx: ServiceContext) -> None:
         )
     stale_wall_s = STALE_STATE_PERIODS * ctx.clock.wall_period(cfg.period_s)
 
+    def forget_departed() -> None:
+        cutoff = time.monotonic() - ctx.settings.worker.heartbeat_ttl_s
+        for worker_id in [w for w, at in heard.items() if at < cutoff]:
+            del heard[worker_id]
+            latest.pop(worker_id, None)
+            states.pop(worker_id, None)
+            controllers.pop(worker_id, None)
+            collector.take(worker_id)
+            logger.info("worker %s sent no heartbeat for its TTL; no longer controlled", worker_id)
+
     async def control() -> None:
+        forget_departed()
         now = ctx.clock.now()
         for worker_id, stats in list(latest.items()):
             observation = observation_for(stats, collector.take(worker_id), now)

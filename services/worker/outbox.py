@@ -20,12 +20,17 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-__all__ = ["RESEND_GRACE_S", "RESEND_WINDOW_S", "OutboxEntry", "ReplyOutbox"]
+__all__ = ["PENDING_MAX", "RESEND_GRACE_S", "RESEND_WINDOW_S", "OutboxEntry", "ReplyOutbox"]
 
 RESEND_WINDOW_S = 1.0
 """Replies published this long before the outage was noticed are sent again too."""
 RESEND_GRACE_S = 1.5
 """Wait after reconnecting before the re-send: clients reconnect every 0.5 s."""
+PENDING_MAX = 50_000
+"""Replies kept for the re-send at most; beyond it the oldest go first. While NATS is down
+the engine keeps producing (about 1,300 chunks/s for 64 streams at the 50 ms window), and an
+outage of minutes must not grow the worker's memory without bound; the newest replies are
+the ones a reconnected client can still use (a completion ends its request)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +51,7 @@ class ReplyOutbox:
         self._window_s = window_s
         self._grace_s = grace_s
         self._recent: deque[OutboxEntry] = deque()
-        self._pending: list[OutboxEntry] = []
+        self._pending: deque[OutboxEntry] = deque(maxlen=PENDING_MAX)
         self._down = False
         self._resend_at: float | None = None
 
@@ -81,5 +86,6 @@ class ReplyOutbox:
             self._resend_at = now + self._grace_s
         if self._resend_at is None or now < self._resend_at:
             return []
-        due, self._pending, self._resend_at = self._pending, [], None
+        due, self._resend_at = list(self._pending), None
+        self._pending.clear()
         return due

@@ -25,6 +25,7 @@ import nats.errors
 from nats.aio.msg import Msg
 from opentelemetry import context as otel_context
 from prometheus_client import Histogram
+from redis.exceptions import RedisError
 
 from proto.codec import DecodeError, decode, encode
 from proto.messages import (
@@ -54,6 +55,7 @@ from services.worker.streams import StreamBook
 from shared.bus import HOPS_HEADER, HOPS_KEY, request, tracing_active
 from shared.bus import serve as serve_subject
 from shared.counters import (
+    ERRORS,
     GPU_CLOCK_MHZ,
     GPU_CO2_G,
     GPU_ENERGY_J,
@@ -121,6 +123,8 @@ class WorkerShim:
         self._finished: OrderedDict[str, tuple[str, bytes, bytes]] = OrderedDict()
         """Recently finished requests: reply subject, client's and request.done's copy of
         the completion, so a repeated dispatch is answered without a second run."""
+        self._publish_failing = False
+        """A publish failed and none succeeded since (one log line per outage)."""
 
     @property
     def backend(self) -> WorkerBackend:
@@ -151,8 +155,8 @@ class WorkerShim:
             # it ran here already. Accept, and end it again with the same completion (the
             # client drops the repeat; request.done frees the router's slot).
             subject, to_client, payload = finished
-            await self._ctx.nc.publish(subject, to_client)
-            await self._ctx.nc.publish(self._done_subject, payload)
+            await self._reply(subject, to_client)
+            await self._publish(self._done_subject, payload)
             return reply
         if self._draining or self._parked or len(self._book) >= self._cfg.max_num_seqs:
             return DispatchReply(
@@ -240,8 +244,11 @@ class WorkerShim:
             logger.info("%s %s", self._cfg.worker_id, "parks" if parked else "serves again")
 
     async def on_output(self, batch: OutputBatch) -> None:
-        """Publish the chunks and completions one backend batch produces."""
-        nc = self._ctx.nc
+        """Publish the chunks and completions one backend batch produces.
+
+        Never raises for a NATS outage: this runs in the engine loop, whose end would end
+        the worker (its task group) with every request it holds.
+        """
         self._tokens_out += len(batch.emitted)
         if self._gate.observe(batch.emitted, batch.finished):
             await self._announce_room()
@@ -276,14 +283,14 @@ class WorkerShim:
         if completions:
             self.ended_log.add(done.request_id for _, done in completions)
         if len(completions) == 1:
-            await nc.publish(self._done_subject, self._finished[done.request_id][2])
+            await self._publish(self._done_subject, self._finished[done.request_id][2])
         elif completions:
             # One event for the iteration: the bookkeeping subscribers (request path, dvfs
             # agent, planner) decode one message instead of one per finished request.
             for start in range(0, len(completions), DONE_BATCH_MAX):
                 part = completions[start : start + DONE_BATCH_MAX]
                 event = CompletionBatch(completions=[done for _, done in part])
-                await nc.publish(self._done_subject, encode(event))
+                await self._publish(self._done_subject, encode(event))
         if not len(self._book):
             self._emptied.set()
 
@@ -294,15 +301,19 @@ class WorkerShim:
         self._hops.pop(request_id, None)
         self._gate.observe((), (request_id,))
         if stream is not None:
-            await reply_error(
-                self._ctx.nc,
-                self._ctx.subjects,
-                service=NAME,
-                code=code,
-                reason=reason,
-                request=stream.request.request,
-                done_subject=self._done_subject,
-            )
+            try:
+                await reply_error(
+                    self._ctx.nc,
+                    self._ctx.subjects,
+                    service=NAME,
+                    code=code,
+                    reason=reason,
+                    request=stream.request.request,
+                    done_subject=self._done_subject,
+                )
+            except nats.errors.Error as exc:  # called from backend tasks nobody awaits
+                ERRORS.labels(NAME, "publish").inc()
+                logger.warning("could not send %s's error %s: %s", request_id, code, exc)
             self.ended_log.add((request_id,))
         if not len(self._book):
             self._emptied.set()
@@ -310,9 +321,35 @@ class WorkerShim:
     async def _reply(
         self, subject: str, payload: bytes, headers: dict[str, str] | None = None
     ) -> None:
-        """Publish a reply to a client and keep it for a re-send should NATS go away."""
-        await self._ctx.nc.publish(subject, payload, headers=headers)
+        """Publish a reply to a client and keep it for a re-send should NATS go away.
+
+        Kept even when the publish failed: the outbox re-sends it once NATS is back.
+        """
+        await self._publish(subject, payload, headers)
         self._outbox.record(subject, payload, headers, time.time())
+
+    async def _publish(
+        self, subject: str, payload: bytes, headers: dict[str, str] | None = None
+    ) -> bool:
+        """Publish; a NATS error is counted, not raised (whether it was sent is returned).
+
+        While nats-server restarts the client buffers publishes only up to its pending limit
+        (2 MiB), then raises ``OutboundBufferLimitError``: a worker streaming to many
+        clients reaches that within seconds of an outage. Chunks and completions are then
+        re-sent from the outbox, a lost ``request.done`` is found in the ended log.
+        """
+        try:
+            await self._ctx.nc.publish(subject, payload, headers=headers)
+        except nats.errors.Error as exc:
+            ERRORS.labels(NAME, "publish").inc()
+            if not self._publish_failing:
+                self._publish_failing = True
+                logger.warning(
+                    "publishing failed (%s: %s); re-sent when NATS is back", type(exc).__name__, exc
+                )
+            return False
+        self._publish_failing = False
+        return True
 
     async def resend_loop(self, period_s: float = 0.05) -> None:
         """Watch the connection; after an outage, send the replies it may have swallowed."""
@@ -328,8 +365,7 @@ class WorkerShim:
 
     async def _announce_room(self) -> None:
         """Publish stats now: the router hears at once that the admission gate closed or opened."""
-        stats = encode(self.stats())
-        await self._ctx.nc.publish(self._stats_subject, stats)
+        await self._publish(self._stats_subject, encode(self.stats()))
 
     async def flush_loop(self) -> None:
         """Send coalesced tokens whose window closed while their request produced no more."""
@@ -431,7 +467,12 @@ class WorkerShim:
     async def drain(self, timeout_s: float) -> None:
         """Stop accepting, let running requests finish, hand the rest back."""
         self._draining = True
-        await self.publish_stats()
+        try:
+            await self.publish_stats()  # routers stop sending here: best effort
+        except (RedisError, OSError, nats.errors.Error) as exc:
+            # Handing the unfinished requests back matters more than the registration.
+            ERRORS.labels(NAME, "drain").inc()
+            logger.warning("draining without announcing it: %s", exc)
         if len(self._book):
             self._emptied.clear()
             await wait_event(self._emptied, timeout_s)
@@ -442,9 +483,7 @@ class WorkerShim:
             self._trace_parents.pop(req.request.request_id, None)
         if leftovers:
             logger.warning("handing %d unfinished requests back to the scheduler", len(leftovers))
-            with contextlib.suppress(
-                nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError
-            ):
+            try:
                 await request(
                     self._ctx.nc,
                     self._ctx.subjects.scheduler_requeue,
@@ -452,7 +491,14 @@ class WorkerShim:
                     SubmitReply,
                     self._ctx.settings.nats.request_timeout_s,
                 )
-        await self._ctx.redis.delete(self._ctx.keys.worker(self._cfg.worker_id))
+            except (nats.errors.Error, DecodeError) as exc:
+                # The router re-queues them as orphans once this worker's heartbeat is gone.
+                ERRORS.labels(NAME, "requeue").inc(len(leftovers))
+                logger.warning("could not hand %d requests back: %s", len(leftovers), exc)
+        try:
+            await self._ctx.redis.delete(self._ctx.keys.worker(self._cfg.worker_id))
+        except (RedisError, OSError) as exc:  # the registration expires with its TTL
+            logger.warning("could not deregister: %s", exc)
 
 
 async def serve(ctx: ServiceContext) -> None:

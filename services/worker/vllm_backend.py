@@ -178,6 +178,13 @@ class VllmBackend:
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             await sink.on_failure(rid, "engine_unavailable", f"{type(exc).__name__}: {exc}")
             return
+        except Exception as exc:  # task boundary: nobody awaits this task
+            # An event of an unexpected shape (``choices`` not a list of objects, say) must
+            # end the request: a task dying here left it in the worker's book for good, a
+            # slot lost and a client never answered, and its exception unobserved.
+            logger.exception("the stream of %s failed", rid)
+            await sink.on_failure(rid, "engine_error", f"{type(exc).__name__}: {exc}")
+            return
         if counter.counted == 0:
             await sink.on_failure(rid, "engine_error", "the stream ended without any token")
             return

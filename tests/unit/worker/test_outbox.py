@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.worker.outbox import ReplyOutbox
+from services.worker.outbox import PENDING_MAX, ReplyOutbox
 
 
 def _subjects(entries: list) -> list[str]:  # type: ignore[type-arg]
@@ -49,3 +49,15 @@ def test_a_second_outage_before_the_resend_keeps_everything() -> None:
     box.record("c", b"3", None, 0.9)
     box.observe(True, 1.0)
     assert _subjects(box.observe(True, 2.5)) == ["a", "b", "c"]
+
+
+def test_the_outbox_holds_a_bounded_number_of_replies_during_an_outage() -> None:
+    """Test that a long outage cannot grow the re-send list without bound."""
+    outbox = ReplyOutbox()
+    outbox.observe(False, 0.0)
+    for i in range(PENDING_MAX + 10):
+        outbox.record("s", str(i).encode(), None, float(i))
+    assert outbox.pending == PENDING_MAX
+    due = outbox.observe(True, 1e9)
+    due += outbox.observe(True, 1e9 + 10.0)
+    assert [e.payload for e in due[:1]] == [b"10"]  # the oldest went first

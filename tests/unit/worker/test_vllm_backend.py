@@ -196,3 +196,46 @@ async def test_the_sim_engine_answers_plain_json_completions_and_health() -> Non
     assert answer["usage"] == {"prompt_tokens": 20, "completion_tokens": 6, "total_tokens": 26}
     assert answer["choices"][0]["finish_reason"] == "length"
     assert 'vllm:generation_tokens_total{model_name="llama-3-8b"} 6.0' in text
+
+
+def _garbling_vllm() -> web.Application:
+    """A server whose stream events have the wrong shapes (a broken proxy, another API)."""
+
+    async def models(_r: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "llama-3-8b"}]})
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        response = web.StreamResponse()
+        await response.prepare(request)
+        # choices not a list of objects: the token counter cannot read them
+        event = {"choices": 5} if body["max_tokens"] == 1 else {"choices": ["a"]}
+        await response.write(f"data: {json.dumps(event)}\n\ndata: [DONE]\n\n".encode())
+        return response
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+    return app
+
+
+async def test_a_stream_of_unexpected_shape_ends_its_request_with_an_error() -> None:
+    """Test that an unreadable event fails the request instead of killing its task silently
+    (the request would hold its worker slot for good and its client would never hear)."""
+    runner = web.AppRunner(_garbling_vllm())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = next(a[1] for a in runner.addresses if isinstance(a, tuple))
+    sink = RecordingSink(expected=2)
+    try:
+        async with backend_on(f"http://127.0.0.1:{port}", sink) as backend:
+            backend.submit(classified("int-choices", max_tokens=1))
+            backend.submit(classified("str-choice", max_tokens=4))
+            await asyncio.wait_for(sink.ended.wait(), 5.0)
+    finally:
+        await runner.cleanup()
+    assert sorted((rid, code) for rid, code, _ in sink.failures) == [
+        ("int-choices", "engine_error"),
+        ("str-choice", "engine_error"),
+    ]

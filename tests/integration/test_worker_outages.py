@@ -1,0 +1,134 @@
+"""A worker keeps serving, and loses no work, when NATS or Redis goes away under it.
+
+While nats-server restarts, nats-py buffers what the worker publishes, but only up to its
+pending limit (2 MiB); beyond it ``publish`` raises ``OutboundBufferLimitError``. A worker
+streaming tokens to many clients fills that in seconds, and an exception there used to end
+the engine loop, and with it the worker's task group and process. At SIGTERM the drain must
+hand unfinished requests back to the scheduler even when Redis is down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+from nats.aio.msg import Msg
+
+from proto.codec import decode, decode_any, encode
+from proto.messages import Completion, RequeueRequest, SubmitReply
+from proto.subjects import Subjects
+from services.worker.backend import OutputBatch
+from services.worker.factory import build_backend
+from services.worker.service import WorkerShim
+from shared.bus import connect_nats
+from shared.config import NatsSettings, Settings
+from shared.lifecycle import service_context
+from shared.servers import ServerProcess, start_nats, start_redis
+from tests.factories import classified_request
+
+pytestmark = pytest.mark.connected
+
+REQUESTS = 40
+TOKENS = 8000
+"""40 requests x 8,000 token times (9 bytes each) ≈ 2.9 MB of chunks: over nats-py's 2 MiB."""
+
+
+def _settings(namespace: str, nats_url: str, redis_url: str) -> Settings:
+    return Settings(
+        namespace=namespace,
+        nats={"url": nats_url, "reconnect_wait_s": 0.1},
+        redis={"url": redis_url, "socket_timeout_s": 0.5},
+        worker={"backend": "instant", "max_num_seqs": REQUESTS, "admission": False},
+    )
+
+
+async def _wait_for(condition: object, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
+async def test_a_nats_outage_with_a_full_publish_buffer_neither_ends_the_worker_nor_its_replies(
+    tmp_path: Path, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that output published while NATS is down and the client's buffer is full raises
+    nothing into the engine loop, and reaches the client after the reconnect."""
+    nats = start_nats(tmp_path / "nats")
+    subjects = Subjects(namespace)
+    settings = _settings(namespace, nats.url, redis_server.url)
+    completions: set[str] = set()
+
+    async def on_reply(msg: Msg) -> None:
+        message = decode_any(msg.data)
+        if isinstance(message, Completion):
+            completions.add(message.request_id)
+
+    try:
+        async with service_context("worker", settings) as ctx:
+            shim = WorkerShim(ctx, build_backend(ctx.settings))
+            resend = asyncio.create_task(shim.resend_loop())
+            ids = [f"r{i}" for i in range(REQUESTS)]
+            for rid in ids:
+                req = classified_request(rid, output_tokens=TOKENS, deadline_s=1e12)
+                req = msgspec.structs.replace(
+                    req,
+                    request=msgspec.structs.replace(
+                        req.request, reply_subject=subjects.client_reply("c", rid)
+                    ),
+                )
+                assert (await shim.on_dispatch(req, None)).accepted  # type: ignore[arg-type]
+            nats.kill()
+            await _wait_for(lambda: not ctx.nc.is_connected)
+            await asyncio.sleep(0.2)  # the outbox has seen the outage
+            now = time.time()
+            batch = OutputBatch(
+                emitted=tuple(rid for rid in ids for _ in range(TOKENS)),
+                finished=tuple(ids),
+                at=now,
+            )
+            await shim.on_output(batch)  # raised OutboundBufferLimitError before the fix
+            assert not len(shim.book)
+            nats = start_nats(tmp_path / "nats", nats.port)
+            client = await connect_nats(NatsSettings(url=nats.url), "test-client")
+            try:
+                await client.subscribe(subjects.client_wildcard("c"), cb=on_reply)
+                await client.flush()
+                await _wait_for(lambda: completions == set(ids), 15.0)
+            finally:
+                await client.close()
+                resend.cancel()
+    finally:
+        nats.stop()
+
+
+async def test_a_drain_while_redis_is_down_still_hands_unfinished_requests_back(
+    tmp_path: Path, nats_server: ServerProcess, namespace: str
+) -> None:
+    """Test that SIGTERM's drain re-queues what did not finish although Redis is down."""
+    redis = start_redis(tmp_path / "redis")
+    subjects = Subjects(namespace)
+    settings = _settings(namespace, nats_server.url, redis.url)
+    requeued: list[RequeueRequest] = []
+
+    async def on_requeue(msg: Msg) -> None:
+        requeued.append(decode(msg.data, RequeueRequest))
+        await msg.respond(encode(SubmitReply(request_id="x", accepted=True)))
+
+    try:
+        async with service_context("worker", settings) as ctx:
+            await ctx.nc.subscribe(subjects.scheduler_requeue, cb=on_requeue)
+            shim = WorkerShim(ctx, build_backend(ctx.settings))  # never run: nothing finishes
+            req = classified_request("r1", deadline_s=1e12)
+            assert (await shim.on_dispatch(req, None)).accepted  # type: ignore[arg-type]
+            redis.kill()
+            await shim.drain(timeout_s=0.2)  # raised ConnectionError before the fix
+            await _wait_for(lambda: bool(requeued), 5.0)
+            assert [r.request.request_id for r in requeued[0].requests] == ["r1"]
+            assert not len(shim.book)
+    finally:
+        redis.stop()
