@@ -6,6 +6,7 @@ import logging
 import time
 
 import msgspec
+import nats.errors
 from nats.aio.client import Client
 
 from proto.codec import encode
@@ -37,6 +38,10 @@ async def reply_error(
     The client's copy carries the client's own request id, ``request.done``'s the
     stack-wide (scoped) one. Without a request (undecodable payload) and no reply subject,
     the error goes to the dead-letter subject so it is still visible and counted.
+
+    Raises:
+        nats.errors.Error: the client's copy could not be sent (the bookkeeping copy is
+            best effort: counted as ``done_unsent``).
     """
     ERRORS.labels(service, code).inc()
     error = ErrorReply(
@@ -59,5 +64,12 @@ async def reply_error(
     else:
         await nc.publish(subjects.errors, payload)
     if request is not None:
-        await nc.publish(done_subject or subjects.request_done_control, payload)
+        try:
+            await nc.publish(done_subject or subjects.request_done_control, payload)
+        except nats.errors.Error as exc:
+            # The client has its answer; only bookkeeping is late, and the audits of
+            # endings nobody heard cover it. Raising here would tell the caller the client
+            # went unanswered, and a caller that keeps the request would answer it twice.
+            ERRORS.labels(service, "done_unsent").inc()
+            logger.warning("request.done of %s not sent: %s", error.request_id, exc)
     logger.info("request %s ended with %s: %s", error.request_id, code, reason)

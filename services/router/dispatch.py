@@ -62,8 +62,10 @@ class Dispatcher:
         self._registry = registry
         self._tracer = tracer
         self._service = service
-        self._no_batch: set[str] = set()
-        """Workers that do not serve dispatch batches (older versions)."""
+        self._no_batch: dict[str, float | None] = {}
+        """Workers whose current run answers single dispatches but not batches (an older
+        version), with that run's ``started_at``: a restart, perhaps an upgrade, is tried
+        with batches again."""
 
     async def dispatch_all(self, placed: list[tuple[ClassifiedRequest, str]]) -> list[Outcome]:
         """Dispatch a round's placements (their slots already taken in the registry): one
@@ -76,7 +78,7 @@ class Dispatcher:
         """
         by_worker: dict[str, list[int]] = {}
         for i, (req, worker_id) in enumerate(placed):
-            if worker_id not in self._no_batch and not tracing_active(req.trace):
+            if not tracing_active(req.trace) and self._serves_batches(worker_id):
                 by_worker.setdefault(worker_id, []).append(i)
         batches = {w: idx for w, idx in by_worker.items() if len(idx) > 1}
         batched = {i for idx in batches.values() for i in idx}
@@ -98,6 +100,15 @@ class Dispatcher:
                 results[i] = one
         return results
 
+    def _serves_batches(self, worker_id: str) -> bool:
+        """False while the worker's run is one seen answering singles but not batches."""
+        if worker_id not in self._no_batch:
+            return True
+        if self._no_batch[worker_id] == self._registry.started_at(worker_id):
+            return False
+        del self._no_batch[worker_id]  # restarted (perhaps upgraded) or gone: try again
+        return True
+
     async def _dispatch_batch(
         self, worker_id: str, requests: list[ClassifiedRequest]
     ) -> list[Outcome]:
@@ -112,9 +123,14 @@ class Dispatcher:
                 ctx.settings.nats.request_timeout_s,
             )
         except nats.errors.NoRespondersError:
-            logger.info("worker %s serves no dispatch batches; dispatching one by one", worker_id)
-            self._no_batch.add(worker_id)
-            return list(await asyncio.gather(*(self._dispatch(r, worker_id) for r in requests)))
+            outcomes = list(await asyncio.gather(*(self._dispatch(r, worker_id) for r in requests)))
+            # Nobody on the batch subject may be an older version, or a worker between runs
+            # (or gone): only one that answers a single dispatch is an older version, else
+            # a restarted worker would lose batching for good.
+            if any(o is not UNANSWERED for o in outcomes):
+                logger.info("worker %s serves no dispatch batches; one by one", worker_id)
+                self._no_batch[worker_id] = self._registry.started_at(worker_id)
+            return outcomes
         except (nats.errors.TimeoutError, DecodeError) as exc:
             ERRORS.labels(self._service, "dispatch_failed").inc(len(requests))
             logger.warning(

@@ -168,6 +168,11 @@ class WorkerRegistry:
         flight = self._inflight.get(request_id)
         return flight is not None and flight.worker_id == worker_id
 
+    def started_at(self, worker_id: str) -> float | None:
+        """When the worker's current run started (its own clock), None if not alive."""
+        worker = self._workers.get(worker_id)
+        return None if worker is None else worker.stats.started_at
+
     def alive(self, worker_id: str) -> bool:
         """Whether the worker has not gone silent (nor was never heard of)."""
         return worker_id in self._workers

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import msgspec
+import nats.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from redis.exceptions import RedisError
@@ -57,7 +58,7 @@ from services.scheduler.emergency import (
 )
 from services.scheduler.queueing import QueueDiscipline, QueuedRequest
 from shared.config import SchedulerSettings
-from shared.counters import DECISIONS
+from shared.counters import DECISIONS, ERRORS
 from shared.lifecycle import ServiceContext
 from shared.plan_watch import watch_plan
 from shared.replies import reply_error
@@ -340,16 +341,25 @@ async def apply_actions(
             req = queues.take(pool_id, action.request_id)
             if req is None:
                 continue
+            # The client's answer first: a shed whose error reply could not be sent stays
+            # queued (and served), where deleting it first would leave its client unanswered.
+            try:
+                await reply_error(
+                    ctx.nc,
+                    ctx.subjects,
+                    service="scheduler",
+                    code=SHED_CODE,
+                    reason=action.reason,
+                    request=req.request,
+                )
+            except nats.errors.Error as exc:
+                queues.push(req)
+                ERRORS.labels("scheduler", "shed_unsent").inc()
+                logger.warning("could not shed %s (%s); it stays queued", action.request_id, exc)
+                continue
+            # If this fails, the shed's own request.done deletes the record (forget_ended).
             with contextlib.suppress(RedisError):
                 await ctx.redis.hdel(ctx.keys.queued, action.request_id)
-            await reply_error(
-                ctx.nc,
-                ctx.subjects,
-                service="scheduler",
-                code=SHED_CODE,
-                reason=action.reason,
-                request=req.request,
-            )
 
 
 async def start_ladder(

@@ -1,13 +1,16 @@
-"""A re-steered request wakes its new pool through the scheduler's own ready hook."""
+"""The ladder's actions in the scheduler: a re-steered request wakes its new pool through
+the scheduler's own ready hook; a shed request leaves only once its client was told."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
 
+import nats.errors
+
 from proto.keys import Keys
 from proto.subjects import Subjects
-from services.scheduler.emergency import ResteerRequest
+from services.scheduler.emergency import ResteerRequest, ShedRequest
 from services.scheduler.ladder_shell import (
     LadderBook,
     SchedulerQueues,
@@ -72,3 +75,47 @@ async def test_without_a_hook_a_resteer_publishes_scheduler_ready() -> None:
     """Test the default (a caller without a hook): scheduler.ready of the new pool."""
     nc, _state = await _resteer(None)
     assert nc.calls == [("publish", Subjects("gs").scheduler_ready("b"))]
+
+
+class _Down(_Recorder):
+    """A NATS connection that cannot send to the client's subject (an outage whose buffer
+    is full), or only not to ``request.done``."""
+
+    def __init__(self, refuse: str) -> None:
+        super().__init__()
+        self._refuse = refuse
+
+    async def publish(self, subject: str, data: bytes) -> None:
+        if self._refuse in subject:
+            raise nats.errors.OutboundBufferLimitError
+        await super().publish(subject, data)
+
+    async def hdel(self, key: str, *fields: str) -> None:
+        self.calls.append(("hdel", key, *fields))
+
+
+async def _shed(nc: _Recorder) -> tuple[_Recorder, SchedulerState]:
+    state = SchedulerState("fcfs")
+    state.push(classified_request("r1", pool_id="a"))
+    redis = _Down("-")
+    book = LadderBook(ladder_config(SchedulerSettings()), shed=True, clock_hold_s=1.0)
+    await apply_actions(
+        _ctx(nc, redis), book, SchedulerQueues(state), [("a", ShedRequest("r1", "late"))]
+    )
+    return redis, state
+
+
+async def test_a_shed_whose_error_cannot_reach_the_client_stays_queued() -> None:
+    """Test that a shed request its client was not told of is neither dropped from the
+    queue nor from Redis (it is served instead of left unanswered)."""
+    redis, state = await _shed(_Down(classified_request("r1").request.reply_subject))
+    assert state.backlog() == {"a": 1}
+    assert redis.calls == []
+
+
+async def test_a_shed_told_to_its_client_is_gone_even_if_its_done_event_is_not_sent() -> None:
+    """Test that once the client has its error the request leaves the queue and Redis,
+    though the bookkeeping copy failed (else it would be answered twice)."""
+    redis, state = await _shed(_Down(".done."))
+    assert state.backlog() == {}
+    assert redis.calls == [("hdel", Keys("gs").queued, "r1")]
