@@ -218,6 +218,14 @@ def test_upstream_codes_map_to_statuses_and_unknown_ones_to_bad_gateway() -> Non
     assert got == [400, 404, 503, 500, 502]
 
 
+def test_an_unclassifiable_request_is_the_client_s_400_not_a_bad_gateway() -> None:
+    """Test that the classifier's ``unclassifiable`` (e.g. the oracle predictor given
+    ignore_eos false) reaches the client as OpenAI's invalid_request_error, not a 502."""
+    err = ApiError("unclassifiable", "classifier: the oracle needs ignore_eos")
+    assert (err.status, err.error_type) == (400, "invalid_request_error")
+    assert err.body()["error"]["code"] == "unclassifiable"
+
+
 def test_a_usage_only_chunk_has_no_choices() -> None:
     """Test that the final usage chunk follows OpenAI: empty choices and a usage object."""
     parsed = _parse({"model": "llama-3-8b", "prompt": "x"})
