@@ -139,9 +139,13 @@ def parse_body(
     *,
     models: frozenset[str],
     default_max_tokens: int,
+    chat_default_max_tokens: int,
     max_tokens_limit: int,
 ) -> ParsedRequest:
     """Validate an HTTP body for ``endpoint``.
+
+    ``default_max_tokens`` caps a completion that names no limit, ``chat_default_max_tokens``
+    a chat completion (``GatewaySettings`` says why they differ).
 
     Raises:
         ApiError: bad JSON, wrong types, values out of range, unknown model, missing prompt.
@@ -178,7 +182,7 @@ def parse_body(
                 "supported.",
                 param="max_tokens",
             )
-        max_tokens = completion_tokens or max_tokens
+        max_tokens = completion_tokens or max_tokens or chat_default_max_tokens
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ApiError("missing_field", "messages must be a non-empty list", param="messages")
