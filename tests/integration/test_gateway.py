@@ -217,6 +217,18 @@ BAD_REQUESTS: dict[str, tuple[str, bytes | dict[str, Any], int, str]] = {
         400,
         "invalid_type",
     ),
+    "temperature out of range": (
+        "/v1/chat/completions",
+        {**_CHAT, "temperature": 2.5},
+        400,
+        "invalid_value",
+    ),
+    "seed not an integer": (
+        "/v1/completions",
+        {"model": "llama-3-8b", "prompt": "x", "seed": "7"},
+        400,
+        "invalid_type",
+    ),
     "user not text": (
         "/v1/completions",
         {"model": "llama-3-8b", "prompt": "x", "user": 5},
