@@ -17,6 +17,8 @@ import msgspec
 from msgspec import Meta, Struct
 
 __all__ = [
+    "MAX_STOP_LENGTH",
+    "MAX_STOP_SEQUENCES",
     "MAX_TOKENS_LIMIT",
     "UNPLACED_WORKER",
     "Assignment",
@@ -43,6 +45,7 @@ __all__ = [
     "RequestProgress",
     "RequeueRequest",
     "RouteWeight",
+    "Sampling",
     "SubmitBatch",
     "SubmitBatchReply",
     "SubmitReply",
@@ -91,6 +94,39 @@ class _Message(Struct, frozen=True, kw_only=True, tag_field="type", forbid_unkno
     """Base of every message: tagged, immutable, keyword-only."""
 
 
+MAX_STOP_SEQUENCES: Final = 4
+"""OpenAI's limit on stop sequences per request."""
+MAX_STOP_LENGTH: Final = 512
+"""Longest stop sequence in characters: far beyond any real one, it bounds the message."""
+Penalty = Annotated[float, Meta(ge=-2.0, le=2.0)]
+StopSequence = Annotated[str, Meta(min_length=1, max_length=MAX_STOP_LENGTH)]
+
+
+class Sampling(_Message, tag="gs.v1.sampling", frozen=True, kw_only=True, omit_defaults=True):
+    """A client's sampling parameters, as OpenAI names and bounds them; only a real engine
+    applies them (the simulated one models timing alone).
+
+    Every field is optional and ``None`` means the engine's default. Unset fields are not
+    written (``omit_defaults``), so the struct costs only what the client set.
+    """
+
+    temperature: Annotated[float, Meta(ge=0.0, le=2.0)] | None = None
+    """``None``: greedy (``0``) on a vLLM worker, which trace replay relies on."""
+    top_p: Annotated[float, Meta(gt=0.0, le=1.0)] | None = None
+    """Nucleus sampling: draw from the smallest set of tokens holding this probability."""
+    stop: (
+        Annotated[list[StopSequence], Meta(min_length=1, max_length=MAX_STOP_SEQUENCES)] | None
+    ) = None
+    """1 to 4 texts (each of 1 to 512 characters) that end generation when produced; the
+    match is left out of the output and the finish reason is ``stop``."""
+    seed: Annotated[int, Meta(ge=-(1 << 63), le=(1 << 63) - 1)] | None = None
+    """Seed of this request's sampler (an int64, as vLLM takes it): reproducible draws."""
+    presence_penalty: Penalty | None = None
+    """Lowers the logit of every token already in the output by this much, once."""
+    frequency_penalty: Penalty | None = None
+    """Lowers the logit of a token by this much per time it is already in the output."""
+
+
 class Request(_Message, tag="gs.v1.request", frozen=True, kw_only=True):
     """A client's inference request, as published on the ingress subject."""
 
@@ -107,6 +143,9 @@ class Request(_Message, tag="gs.v1.request", frozen=True, kw_only=True):
     stream: bool = True
     client_id: Id | None = None
     """The sender; on ``ingress.client.<id>`` the classifier requires ``<id>`` (or fills it in)."""
+    sampling: Sampling | None = None
+    """The client's sampling parameters; ``None`` (and from senders that predate the field):
+    the engine's defaults."""
 
 
 class ClassifiedRequest(_Message, tag="gs.v1.classified", frozen=True, kw_only=True):

@@ -335,7 +335,15 @@ class GatewaySettings(_Section):
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
     """Larger bodies are refused with 413 before they are read (NATS max payload is 1 MiB)."""
     default_max_tokens: int = Field(default=16, ge=1)
-    """Output cap when a request names none (OpenAI's default for completions)."""
+    """Output cap when a completion request names none (OpenAI's default for completions)."""
+    chat_default_max_tokens: int = Field(default=1024, ge=1)
+    """Output cap when a chat request names none. OpenAI's chat API has no small default (an
+    answer runs to its end), so 16 would cut nearly every answer short with ``finish_reason``
+    ``length``; 1024 holds a long answer while keeping a forgotten limit from tying up a
+    batch slot for a whole context. A vLLM worker stops at end-of-sequence first, so a short
+    answer costs only its own tokens; a simulated worker has no end-of-sequence and generates
+    exactly this many. Prompt + cap must fit ``classifier.max_context_tokens`` (8192), so a
+    chat prompt beyond 7168 tokens needs an explicit, smaller ``max_tokens``."""
     max_tokens_limit: int = Field(default=1 << 20, ge=1, le=1 << 20)
     """``max_tokens`` above this is absurd and refused with 400."""
     placeholder_token: str = " tok"
@@ -351,8 +359,13 @@ class GatewaySettings(_Section):
 
     @model_validator(mode="after")
     def _default_within_limit(self) -> GatewaySettings:
-        if self.default_max_tokens > self.max_tokens_limit:
-            raise ValueError("default_max_tokens must not exceed max_tokens_limit")
+        defaults = {
+            "default_max_tokens": self.default_max_tokens,
+            "chat_default_max_tokens": self.chat_default_max_tokens,
+        }
+        for name, value in defaults.items():
+            if value > self.max_tokens_limit:
+                raise ValueError(f"{name} must not exceed max_tokens_limit")
         return self
 
     @model_validator(mode="after")

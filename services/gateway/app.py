@@ -318,6 +318,7 @@ def _handler(endpoint: Endpoint) -> Callable[[web.Request], Awaitable[web.Stream
                 endpoint,
                 models=state.models,
                 default_max_tokens=state.config.default_max_tokens,
+                chat_default_max_tokens=state.config.chat_default_max_tokens,
                 max_tokens_limit=state.config.max_tokens_limit,
             )
             cell = await _publish(state, parsed, request_id)

@@ -32,6 +32,9 @@ UPSTREAM_STATUS: Final = {
     "bad_prompt": 400,
     "too_long": 400,
     "kv_capacity": 400,
+    # The classifier could not classify this request as sent (e.g. the oracle predictor
+    # needs ignore_eos): resending it unchanged fails again, so it is the client's to fix.
+    "unclassifiable": 400,
     "unknown_model": 404,
     "internal": 500,
     "no_plan": 503,

@@ -4,7 +4,8 @@ The body is validated once, here; what passes becomes a :class:`ParsedRequest` a
 ``proto.messages.Request``. Field names and response shapes follow OpenAI's
 ``/v1/completions`` and ``/v1/chat/completions``, with two extension fields for simulated
 runs: ``prompt_tokens`` (the prompt's length when the client knows it) and ``ignore_eos``
-(generate exactly ``max_tokens``; false unless the request sets it).
+(generate exactly ``max_tokens``; false unless the request sets it). The sampling fields
+travel in ``Request.sampling`` (:mod:`services.gateway.sampling`).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from typing import Any, Literal
 
 import msgspec
 
-from proto.messages import Request
+from proto.messages import Request, Sampling
 from services.gateway.errors import ApiError
 from services.gateway.request_options import CHAT_ROLES, check_options
+from services.gateway.sampling import parse_sampling
 
 __all__ = [
     "Endpoint",
@@ -46,6 +48,8 @@ class ParsedRequest:
     stream: bool
     include_usage: bool
     ignore_eos: bool
+    sampling: Sampling | None = None
+    """The client's sampling fields; ``None`` when it set none (the engine's defaults)."""
 
 
 def _int(body: dict[str, Any], name: str, low: int, high: int) -> int | None:
@@ -139,9 +143,13 @@ def parse_body(
     *,
     models: frozenset[str],
     default_max_tokens: int,
+    chat_default_max_tokens: int,
     max_tokens_limit: int,
 ) -> ParsedRequest:
     """Validate an HTTP body for ``endpoint``.
+
+    ``default_max_tokens`` caps a completion that names no limit, ``chat_default_max_tokens``
+    a chat completion (``GatewaySettings`` says why they differ).
 
     Raises:
         ApiError: bad JSON, wrong types, values out of range, unknown model, missing prompt.
@@ -166,6 +174,7 @@ def parse_body(
     if _bool(body, "echo"):
         raise ApiError("unsupported", "echo is not supported", param="echo")
     check_options(body, endpoint)
+    sampling = parse_sampling(body)
     prompt_tokens = _int(body, "prompt_tokens", 1, max_tokens_limit)
     max_tokens = _int(body, "max_tokens", 1, max_tokens_limit)
     if endpoint == "chat":
@@ -178,7 +187,7 @@ def parse_body(
                 "supported.",
                 param="max_tokens",
             )
-        max_tokens = completion_tokens or max_tokens
+        max_tokens = completion_tokens or max_tokens or chat_default_max_tokens
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ApiError("missing_field", "messages must be a non-empty list", param="messages")
@@ -208,6 +217,7 @@ def parse_body(
         stream=stream,
         include_usage=_bool(options or {}, "include_usage", "stream_options.include_usage"),
         ignore_eos=_bool(body, "ignore_eos"),
+        sampling=sampling,
     )
 
 
@@ -245,6 +255,7 @@ def to_request(
         ignore_eos=parsed.ignore_eos,
         stream=parsed.stream,
         client_id=client_id,
+        sampling=parsed.sampling,
     )
 
 

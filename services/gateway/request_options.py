@@ -1,13 +1,13 @@
 """OpenAI fields the gateway does not serve, checked so that no client is silently misled.
 
-The bus request carries a prompt, a length and ``ignore_eos``; nothing else reaches an
-engine. Most other fields (``temperature``, ``seed``, ``stop``…) only tune sampling, so a
-request that sets them is still answered (ignored, as a sampler at its defaults would be),
-but their types are checked as OpenAI checks them. A field whose answer would have a
-*shape* the client relies on and the gateway cannot give (log-probabilities, a forced tool
-call, JSON-constrained output) is refused with 400 ``unsupported`` naming it: a client
-reading ``choice.logprobs.content`` or ``json.loads(message.content)`` would otherwise fail
-later, far from the cause.
+The bus request carries a prompt, a length, ``ignore_eos`` and the sampling fields of
+:mod:`services.gateway.sampling`; nothing else reaches an engine. A field that does not
+change the answer's shape (``user``, ``tools`` with ``tool_choice`` auto) is accepted and
+ignored, its type checked as OpenAI checks it. A field whose answer would have a *shape*
+the client relies on and the gateway cannot give (log-probabilities, a forced tool call,
+JSON-constrained output) is refused with 400 ``unsupported`` naming it: a client reading
+``choice.logprobs.content`` or ``json.loads(message.content)`` would otherwise fail later,
+far from the cause.
 """
 
 from __future__ import annotations
@@ -20,21 +20,6 @@ __all__ = ["CHAT_ROLES", "check_options"]
 
 CHAT_ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 """The message roles OpenAI's chat API accepts."""
-
-_MAX_STOP = 4
-"""OpenAI's limit on stop sequences."""
-
-
-def _stop(body: dict[str, Any]) -> None:
-    stop = body.get("stop")
-    if stop is None or isinstance(stop, str):
-        return
-    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-        raise ApiError("invalid_type", "stop must be a string or a list of strings", param="stop")
-    if len(stop) > _MAX_STOP:
-        raise ApiError(
-            "invalid_value", f"stop has {len(stop)} sequences > {_MAX_STOP}", param="stop"
-        )
 
 
 def _user(body: dict[str, Any]) -> None:
@@ -90,7 +75,6 @@ def check_options(body: dict[str, Any], endpoint: Literal["completion", "chat"])
         ApiError: ``invalid_type`` / ``invalid_value`` for a malformed field,
             ``unsupported`` for one the gateway cannot honour (``param`` names it).
     """
-    _stop(body)
     _user(body)
     _logprobs(body, endpoint)
     if endpoint == "chat":

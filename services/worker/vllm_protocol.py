@@ -13,11 +13,14 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
+
 from proto.messages import ClassifiedRequest
 
 __all__ = [
     "DONE",
     "FILL_TOKEN_ID",
+    "GREEDY_TEMPERATURE",
     "SseEvent",
     "TokenCounter",
     "completion_body",
@@ -33,21 +36,37 @@ Llama-2/3 and Qwen works; the content does not matter for timing."""
 DONE: Final = "[DONE]"
 
 
+GREEDY_TEMPERATURE: Final = 0.0
+"""Temperature of a request that sets none. Greedy, not vLLM's (or OpenAI's) 1.0: trace
+replay sends no sampling fields and relies on a repeatable output for a given prompt."""
+
+
 def completion_body(request: ClassifiedRequest, served_model: str) -> dict[str, Any]:
-    """``POST /v1/completions`` body for one request, streamed with per-chunk usage."""
+    """``POST /v1/completions`` body for one request, streamed with per-chunk usage.
+
+    The client's sampling fields (``Request.sampling``) are passed as vLLM names them, only
+    those it set, so vLLM's own defaults hold for the rest; ``temperature`` defaults to
+    :data:`GREEDY_TEMPERATURE`.
+    """
     req = request.request
     prompt: str | list[int] = (
         req.prompt if req.prompt is not None else [FILL_TOKEN_ID] * request.input_tokens
     )
-    return {
+    body: dict[str, Any] = {
         "model": served_model,
         "prompt": prompt,
         "max_tokens": req.max_tokens,
         "ignore_eos": req.ignore_eos,
         "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-        "temperature": 0.0,
+        "temperature": GREEDY_TEMPERATURE,
     }
+    if req.sampling is not None:
+        # Sampling's field names are OpenAI's, which vLLM's completions API shares; an unset
+        # field is left out rather than sent as null, so vLLM's default applies to it.
+        fields = msgspec.structs.asdict(req.sampling)
+        body.update({name: value for name, value in fields.items() if value is not None})
+    return body
 
 
 SseEvent = dict[str, Any]

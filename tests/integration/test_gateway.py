@@ -11,12 +11,18 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
+from nats.aio.msg import Msg
 
 from greenserve.runner import run_in_process
 from greenserve.stack import StackSpec, stack_launches
+from proto.codec import decode
+from proto.messages import Request, Sampling
+from proto.subjects import Subjects
 from services.gateway.app import CELL_REQUESTS
 from services.gateway.service import Gateway, open_gateway
-from shared.config import GatewaySettings
+from shared.bus import connect_nats
+from shared.config import GatewaySettings, NatsSettings
 from shared.counters import ERRORS
 from shared.servers import ServerProcess
 
@@ -30,7 +36,11 @@ EXACT = {"prompt_tokens": 24, "ignore_eos": True}
 
 
 def _spec(
-    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str, speedup: float = 50.0
+    nats_server: ServerProcess,
+    redis_server: ServerProcess,
+    namespace: str,
+    speedup: float = 50.0,
+    worker: dict[str, Any] | None = None,
 ) -> StackSpec:
     return StackSpec(
         namespace=namespace,
@@ -41,15 +51,19 @@ def _spec(
         speedup=speedup,
         origin_wall_s=time.time(),
         # The classifier's NATS drain waits out this timeout on stop; keep the test short.
-        extra={"shutdown_timeout_s": 1.0},
+        extra={"shutdown_timeout_s": 1.0, **({"worker": worker} if worker else {})},
     )
 
 
 @contextlib.asynccontextmanager
 async def _gateway(
-    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str, speedup: float = 50.0
+    nats_server: ServerProcess,
+    redis_server: ServerProcess,
+    namespace: str,
+    speedup: float = 50.0,
+    worker: dict[str, Any] | None = None,
 ) -> AsyncIterator[Gateway]:
-    launches = stack_launches(_spec(nats_server, redis_server, namespace, speedup))
+    launches = stack_launches(_spec(nats_server, redis_server, namespace, speedup, worker))
     config = GatewaySettings(port=0, max_body_bytes=64 * 1024, request_timeout_s=20.0)
     async with run_in_process(launches), open_gateway(launches[0].settings, config) as gateway:
         yield gateway
@@ -200,6 +214,18 @@ BAD_REQUESTS: dict[str, tuple[str, bytes | dict[str, Any], int, str]] = {
     "stop not text": (
         "/v1/completions",
         {"model": "llama-3-8b", "prompt": "x", "stop": 5},
+        400,
+        "invalid_type",
+    ),
+    "temperature out of range": (
+        "/v1/chat/completions",
+        {**_CHAT, "temperature": 2.5},
+        400,
+        "invalid_value",
+    ),
+    "seed not an integer": (
+        "/v1/completions",
+        {"model": "llama-3-8b", "prompt": "x", "seed": "7"},
         400,
         "invalid_type",
     ),
@@ -437,3 +463,104 @@ async def test_an_internal_failure_is_an_openai_error_body_not_a_text_page(
     assert body["error"]["type"] == "server_error"
     assert body["error"]["code"] == "internal"
     assert healthy == 200
+
+
+@contextlib.asynccontextmanager
+async def _recording_vllm(bodies: list[dict[str, Any]]) -> AsyncIterator[str]:
+    """A scripted vLLM server that records every completion body it is sent.
+
+    It answers as vLLM would: two tokens, then ``finish_reason`` ``stop`` (a stop sequence
+    matched, or end-of-sequence), with cumulative usage on every chunk.
+    """
+
+    async def models(_r: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "llama-3-8b"}]})
+
+    async def metrics(_r: web.Request) -> web.Response:
+        return web.Response(text='vllm:kv_cache_usage_perc{engine="0"} 0.1\n')
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        bodies.append(await request.json())
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for count, reason in ((1, None), (2, "stop")):
+            choice = {"index": 0, "text": "ok", "finish_reason": reason}
+            event = {"choices": [choice], "usage": {"completion_tokens": count}}
+            await response.write(f"data: {json.dumps(event)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = next(a[1] for a in runner.addresses if isinstance(a, tuple))
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_sampling_fields_reach_the_bus_and_a_vllm_worker_s_engine_request(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test the whole path of OpenAI's sampling fields and the chat default.
+
+    An openai client sends a completion with ``stop``, ``temperature`` and ``seed``, and a
+    chat with no limit and no sampling field, through the gateway in front of a stack whose
+    worker is the ``vllm`` backend on a scripted server. The ingress carries the first as
+    a ``Request`` whose ``sampling`` holds exactly those fields and the chat without one;
+    the engine receives them by OpenAI's names (the chat greedy, capped at
+    ``chat_default_max_tokens``); the client sees the engine's ``stop`` finish.
+    """
+    bodies: list[dict[str, Any]] = []
+    published: list[Request] = []
+
+    async def on_ingress(msg: Msg) -> None:
+        published.append(decode(msg.data, Request))
+
+    nc = await connect_nats(NatsSettings(url=nats_server.url), "test-ingress-tap")
+    try:
+        await nc.subscribe(Subjects(namespace).ingress_wildcard, cb=on_ingress)
+        async with _recording_vllm(bodies) as vllm_url:
+            worker = {"backend": "vllm", "vllm_url": vllm_url, "stats_period_s": 0.2}
+            async with _gateway(nats_server, redis_server, namespace, worker=worker) as gateway:
+                client = openai.AsyncOpenAI(
+                    base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0
+                )
+                try:
+                    done = await client.completions.create(
+                        model="llama-3-8b",
+                        prompt="Q: say hi\nA:",
+                        max_tokens=8,
+                        stop=["\nQ:", "###"],
+                        temperature=0.3,
+                        seed=7,
+                    )
+                    chat = await client.chat.completions.create(
+                        model="llama-3-8b", messages=[{"role": "user", "content": "Say hi"}]
+                    )
+                finally:
+                    await client.close()
+    finally:
+        await nc.close()
+    assert (done.choices[0].finish_reason, done.usage.completion_tokens) == ("stop", 2)
+    assert (chat.choices[0].finish_reason, chat.usage.completion_tokens) == ("stop", 2)
+    by_prompt = {r.prompt: r for r in published}
+    assert by_prompt["Q: say hi\nA:"].sampling == Sampling(
+        temperature=0.3, stop=["\nQ:", "###"], seed=7
+    )
+    [chat_request] = [r for r in published if r.prompt != "Q: say hi\nA:"]
+    assert (chat_request.sampling, chat_request.max_tokens) == (None, 1024)
+    sent = {b["prompt"]: b for b in bodies}
+    completion_body = sent["Q: say hi\nA:"]
+    assert (completion_body["stop"], completion_body["temperature"]) == (["\nQ:", "###"], 0.3)
+    assert (completion_body["seed"], completion_body["max_tokens"]) == (7, 8)
+    assert "top_p" not in completion_body
+    [chat_body] = [b for b in bodies if b is not completion_body]
+    assert (chat_body["max_tokens"], chat_body["temperature"]) == (1024, 0.0)
+    assert not {"stop", "seed", "top_p"} & set(chat_body)

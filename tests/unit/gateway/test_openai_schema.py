@@ -18,9 +18,10 @@ from services.gateway.openai_schema import (
     to_request,
 )
 from services.gateway.replies import TokenText
-from shared.config import load_settings
+from shared.config import GatewaySettings, load_settings
 
 MODELS = frozenset({"llama-3-8b"})
+_CHAT = {"model": "llama-3-8b", "messages": [{"role": "user", "content": "x"}]}
 
 
 def _parse(body: Any, endpoint: str = "completion") -> ParsedRequest:
@@ -30,6 +31,7 @@ def _parse(body: Any, endpoint: str = "completion") -> ParsedRequest:
         endpoint,  # type: ignore[arg-type]
         models=MODELS,
         default_max_tokens=16,
+        chat_default_max_tokens=1024,
         max_tokens_limit=1 << 20,
     )
 
@@ -65,6 +67,26 @@ def test_chat_messages_render_into_one_prompt_and_max_completion_tokens_is_used(
     assert (parsed.prompt, parsed.max_tokens) == (chat_prompt([("user", "hi")]), 5)
 
 
+def test_a_chat_without_a_limit_gets_the_chat_default_not_the_completions_16() -> None:
+    """Test that a chat request naming no limit gets chat_default_max_tokens (OpenAI's chat
+    API has no small default), a completion still 16, and an explicit limit wins on both."""
+    assert _parse(_CHAT, "chat").max_tokens == 1024
+    assert _parse({**_CHAT, "max_tokens": None}, "chat").max_tokens == 1024
+    assert _parse({**_CHAT, "max_tokens": 7}, "chat").max_tokens == 7
+    assert _parse({**_CHAT, "max_completion_tokens": 9}, "chat").max_tokens == 9
+    assert _parse({"model": "llama-3-8b", "prompt": "x"}).max_tokens == 16
+
+
+def test_chat_default_max_tokens_must_fit_the_limit() -> None:
+    """Test that GatewaySettings refuses a chat default above max_tokens_limit."""
+    with pytest.raises(ValidationError, match="chat_default_max_tokens"):
+        GatewaySettings(max_tokens_limit=512)
+    assert (
+        GatewaySettings(max_tokens_limit=512, chat_default_max_tokens=512).max_tokens_limit == 512
+    )
+    assert GatewaySettings().chat_default_max_tokens == 1024
+
+
 def test_both_token_limits_are_refused_as_openai_refuses_them() -> None:
     """Test that max_tokens with max_completion_tokens is OpenAI's 400, not a silent pick."""
     body = {"model": "llama-3-8b", "messages": [{"role": "user", "content": "x"}]}
@@ -91,9 +113,6 @@ def test_stream_options_need_stream_and_name_their_field() -> None:
     assert _parse({**body, "stream": True}).include_usage
     bad = {**body, "stream": True, "stream_options": {"include_usage": 1}}
     assert _code(bad) == (400, "invalid_type", "stream_options.include_usage")
-
-
-_CHAT = {"model": "llama-3-8b", "messages": [{"role": "user", "content": "x"}]}
 
 
 @pytest.mark.parametrize(
@@ -216,6 +235,14 @@ def test_upstream_codes_map_to_statuses_and_unknown_ones_to_bad_gateway() -> Non
     """Test the ErrorReply code → HTTP status table, with 502 for codes it does not know."""
     got = [status_of_upstream(c) for c in ("too_long", "unknown_model", "no_plan", "internal", "?")]
     assert got == [400, 404, 503, 500, 502]
+
+
+def test_an_unclassifiable_request_is_the_client_s_400_not_a_bad_gateway() -> None:
+    """Test that the classifier's ``unclassifiable`` (e.g. the oracle predictor given
+    ignore_eos false) reaches the client as OpenAI's invalid_request_error, not a 502."""
+    err = ApiError("unclassifiable", "classifier: the oracle needs ignore_eos")
+    assert (err.status, err.error_type) == (400, "invalid_request_error")
+    assert err.body()["error"]["code"] == "unclassifiable"
 
 
 def test_a_usage_only_chunk_has_no_choices() -> None:

@@ -33,6 +33,7 @@ from proto.messages import (
     RequestProgress,
     RequeueRequest,
     RouteWeight,
+    Sampling,
     SubmitBatch,
     SubmitBatchReply,
     SubmitReply,
@@ -43,6 +44,7 @@ from proto.messages import (
 __all__ = ["KINDS", "SAMPLES", "load_tool", "sample_of"]
 
 _T0 = 1_763_000_000.0
+_SAMPLING = Sampling(temperature=0.7, top_p=0.9, stop=["\n\nUser:", "###"], seed=42)
 _REQUEST = Request(
     request_id="conv-42",
     model="llama-3-8b",
@@ -51,6 +53,7 @@ _REQUEST = Request(
     max_tokens=129,
     prompt_tokens=1020,
     client_id="lg-1",
+    sampling=_SAMPLING,
 )
 _COMPLETION = Completion(
     request_id="conv-42",
@@ -166,6 +169,7 @@ SAMPLES: tuple[msgspec.Struct, ...] = (
     _PROGRESS,
     RequeueRequest(requests=[_CLASSIFIED]),
     RouteWeight(pool_id="pjm-a100", weight=0.5),
+    _SAMPLING,
     SubmitBatch(requests=[_CLASSIFIED]),
     SubmitBatchReply(accepted=["conv-42"], duplicates=["conv-41"]),
     SubmitReply(request_id="conv-42", accepted=True),

@@ -15,6 +15,7 @@ from proto.messages import (
     CompletionBatch,
     ErrorReply,
     Request,
+    Sampling,
 )
 from tests.unit.proto.samples import KINDS, SAMPLES, sample_of
 
@@ -110,6 +111,70 @@ def test_request_fields_beyond_their_limits_are_rejected(field: str, value: obje
     raw = {**_as_dict(sample_of(Request)), field: value}
     with pytest.raises(DecodeError):
         decode(msgspec.msgpack.encode(raw), Request)
+
+
+def test_a_request_from_before_sampling_decodes_with_the_engine_defaults() -> None:
+    """Test that a Request encoded without ``sampling`` (older senders) decodes to None."""
+    raw = _as_dict(sample_of(Request))
+    del raw["sampling"]
+    decoded = decode(msgspec.msgpack.encode(raw), Request)
+    assert decoded.sampling is None
+    assert decoded == msgspec.structs.replace(sample_of(Request), sampling=None)
+
+
+def test_only_the_sampling_fields_a_client_set_are_on_the_wire() -> None:
+    """Test that unset sampling fields cost nothing and decode back as None."""
+    payload = encode(Sampling(stop=["###"]))
+    assert msgspec.msgpack.decode(payload) == {"type": "gs.v1.sampling", "stop": ["###"]}
+    assert decode(payload, Sampling) == Sampling(stop=["###"], temperature=None, seed=None)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("temperature", -0.1),
+        ("temperature", 2.01),
+        ("temperature", float("nan")),
+        ("temperature", "hot"),
+        ("top_p", 0.0),
+        ("top_p", 1.5),
+        ("stop", ["a", "b", "c", "d", "e"]),
+        ("stop", []),
+        ("stop", [""]),
+        ("stop", ["x" * 513]),
+        ("stop", "###"),  # the gateway sends a list even for one string
+        ("seed", 1 << 63),
+        ("seed", (1 << 64) - 1),  # MessagePack carries up to uint64
+        ("seed", 1.5),
+        ("presence_penalty", -2.5),
+        ("frequency_penalty", 2.5),
+    ],
+)
+def test_sampling_values_beyond_openai_s_ranges_are_rejected(field: str, value: object) -> None:
+    """Test that sampling parameters outside OpenAI's documented ranges fail validation,
+    inside a Request too."""
+    with pytest.raises(DecodeError, match=field):
+        decode(msgspec.msgpack.encode({"type": "gs.v1.sampling", field: value}), Sampling)
+    raw = _as_dict(sample_of(Request))
+    raw["sampling"] = {"type": "gs.v1.sampling", field: value}
+    with pytest.raises(DecodeError, match=field):
+        decode(msgspec.msgpack.encode(raw), Request)
+
+
+def test_sampling_values_at_their_limits_are_accepted() -> None:
+    """Test that the range limits are inclusive where OpenAI's are (top_p excludes 0)."""
+    edge = Sampling(
+        temperature=2.0,
+        top_p=1.0,
+        stop=["x" * 512] * 4,
+        seed=-(1 << 63),
+        presence_penalty=-2.0,
+        frequency_penalty=2.0,
+    )
+    assert decode(encode(edge), Sampling) == edge
+    assert decode(encode(Sampling(temperature=0.0, seed=(1 << 63) - 1)), Sampling).seed == (
+        (1 << 63) - 1
+    )
 
 
 def test_a_missing_required_field_is_named_in_the_error() -> None:

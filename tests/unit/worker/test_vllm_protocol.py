@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
+import msgspec
 import pytest
 
+from proto.messages import ClassifiedRequest, Sampling
 from services.worker.vllm_metrics import read_engine_metrics
 from services.worker.vllm_protocol import (
     DONE,
     FILL_TOKEN_ID,
+    GREEDY_TEMPERATURE,
     TokenCounter,
     completion_body,
     error_message,
@@ -27,6 +32,48 @@ def test_a_count_only_prompt_becomes_token_ids_of_exactly_that_length() -> None:
         True,
     )
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+
+
+def test_a_request_without_sampling_is_greedy_with_no_other_sampling_field() -> None:
+    """Test that trace replay (no Request.sampling) keeps temperature 0.0 and sends none of
+    the other sampling fields, so vLLM's defaults hold for them."""
+    body = completion_body(classified("a"), "m")
+    assert body["temperature"] == GREEDY_TEMPERATURE == 0.0
+    assert not {"top_p", "stop", "seed", "presence_penalty", "frequency_penalty"} & set(body)
+
+
+def _with_sampling(sampling: Sampling) -> ClassifiedRequest:
+    request = classified("a", prompt="hello", max_tokens=40)
+    return msgspec.structs.replace(
+        request, request=msgspec.structs.replace(request.request, sampling=sampling)
+    )
+
+
+def test_the_sampling_fields_a_client_set_are_sent_and_only_those() -> None:
+    """Test that the client's stop sequences and temperature reach vLLM under OpenAI's names,
+    an unset field is left out (not null), and the rest of the body is unchanged."""
+    body = completion_body(_with_sampling(Sampling(temperature=0.8, stop=["###"])), "m")
+    assert (body["temperature"], body["stop"]) == (0.8, ["###"])
+    assert not {"top_p", "seed", "presence_penalty", "frequency_penalty"} & set(body)
+    assert (body["prompt"], body["max_tokens"], body["stream"]) == ("hello", 40, True)
+    full = Sampling(
+        temperature=1.2,
+        top_p=0.5,
+        stop=["a", "b"],
+        seed=-7,
+        presence_penalty=0.25,
+        frequency_penalty=-1.5,
+    )
+    sent = completion_body(_with_sampling(full), "m")
+    assert {k: sent[k] for k in msgspec.structs.asdict(full)} == msgspec.structs.asdict(full)
+    assert json.loads(json.dumps(sent)) == sent  # plain JSON, as aiohttp posts it
+
+
+def test_sampling_without_temperature_keeps_the_greedy_default() -> None:
+    """Test that a client setting only stop still gets temperature 0.0 (the documented
+    default), not vLLM's 1.0."""
+    body = completion_body(_with_sampling(Sampling(stop=["\n"], seed=3)), "m")
+    assert (body["temperature"], body["stop"], body["seed"]) == (0.0, ["\n"], 3)
 
 
 def test_a_text_prompt_is_sent_as_text() -> None:
