@@ -34,7 +34,15 @@ from typing import Any
 import msgspec
 
 from proto.codec import DecodeError, decode, encode
-from proto.messages import MAX_TOKENS_LIMIT, ClassifiedRequest, Request, TokenChunk
+from proto.messages import (
+    FINITE_LIMIT,
+    MAX_STOP_LENGTH,
+    MAX_STOP_SEQUENCES,
+    MAX_TOKENS_LIMIT,
+    ClassifiedRequest,
+    Request,
+    TokenChunk,
+)
 
 __all__ = [
     "ManualValidationError",
@@ -47,6 +55,8 @@ __all__ = [
 ]
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_REQUEST_ID = re.compile(r"(?:[A-Za-z0-9_-]{1,128}\.)?[A-Za-z0-9_-]{1,128}")
+_SUBJECT = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 
 
 class ManualValidationError(ValueError):
@@ -72,8 +82,9 @@ def _int(value: Any, lo: int, hi: int | None = None) -> int:
     return value
 
 
-def _float(value: Any, lo: float | None = None) -> float:
-    if type(value) not in (int, float) or (lo is not None and not value >= lo):
+def _float(value: Any, lo: float = -FINITE_LIMIT, hi: float = FINITE_LIMIT) -> float:
+    # The schema's floats are finite and bounded (proto.messages.Finite, NonNeg).
+    if type(value) not in (int, float) or not lo <= value <= hi:
         raise ManualValidationError(f"bad float {value!r}")
     return float(value)
 
@@ -84,8 +95,8 @@ def _str(value: Any, lo: int = 0, hi: int | None = None) -> str:
     return value
 
 
-def _id(value: Any) -> str:
-    if type(value) is not str or _ID.fullmatch(value) is None:
+def _id(value: Any, pattern: re.Pattern[str] | None = None) -> str:
+    if type(value) is not str or (pattern or _ID).fullmatch(value) is None:
         raise ManualValidationError(f"bad id {value!r:.40}")
     return value
 
@@ -102,12 +113,40 @@ def _str_map(value: Any) -> dict[str, str]:
     return {_str(k): _str(v) for k, v in value.items()}
 
 
+def _float_between(value: Any, lo: float, hi: float, *, open_low: bool = False) -> float:
+    number = _float(value, lo)
+    if number > hi or (open_low and number == lo):
+        raise ManualValidationError(f"bad float {value!r}")
+    return number
+
+
+def _check_sampling(obj: Any) -> dict[str, Any]:
+    # A struct field of one struct type (not a union) may leave its tag out, as msgspec reads it.
+    d = _tag({"type": "gs.v1.sampling", **obj} if isinstance(obj, dict) else obj, "gs.v1.sampling")
+    out: dict[str, Any] = {}
+    if d.get("temperature") is not None:
+        out["temperature"] = _float_between(d["temperature"], 0.0, 2.0)
+    if d.get("top_p") is not None:
+        out["top_p"] = _float_between(d["top_p"], 0.0, 1.0, open_low=True)
+    stop = d.get("stop")
+    if stop is not None:
+        if type(stop) is not list or not 1 <= len(stop) <= MAX_STOP_SEQUENCES:
+            raise ManualValidationError(f"bad stop {stop!r:.40}")
+        out["stop"] = [_str(s, 1, MAX_STOP_LENGTH) for s in stop]
+    if d.get("seed") is not None:
+        out["seed"] = _int(d["seed"], -(1 << 63), (1 << 63) - 1)
+    for penalty in ("presence_penalty", "frequency_penalty"):
+        if d.get(penalty) is not None:
+            out[penalty] = _float_between(d[penalty], -2.0, 2.0)
+    return out
+
+
 def _check_request(obj: Any) -> dict[str, Any]:
     d = _tag(obj, "gs.v1.request")
     out: dict[str, Any] = {
-        "request_id": _id(_req(d, "request_id")),
+        "request_id": _id(_req(d, "request_id"), _REQUEST_ID),
         "model": _str(_req(d, "model"), 1, 128),
-        "reply_subject": _str(_req(d, "reply_subject"), 1, 512),
+        "reply_subject": _id(_str(_req(d, "reply_subject"), 1, 512), _SUBJECT),
         "sent_at": _float(_req(d, "sent_at"), 0.0),
         "max_tokens": _int(_req(d, "max_tokens"), 1, MAX_TOKENS_LIMIT),
     }
@@ -121,6 +160,8 @@ def _check_request(obj: Any) -> dict[str, Any]:
     out["stream"] = _bool(d.get("stream", True))
     client_id = d.get("client_id")
     out["client_id"] = None if client_id is None else _id(client_id)
+    sampling = d.get("sampling")
+    out["sampling"] = None if sampling is None else _check_sampling(sampling)
     return out
 
 
@@ -147,6 +188,7 @@ def check_classified_request(obj: Any) -> dict[str, Any]:
         "deadline_s": _float(_req(d, "deadline_s")),
         "classified_at": _float(_req(d, "classified_at"), 0.0),
         "trace": _str_map(d.get("trace", {})),
+        "ingress_seq": _int(d.get("ingress_seq", 0), 0),
     }
 
 
