@@ -209,6 +209,13 @@ class WorkerSettings(_Section):
     stream_flush_ms: float = 50.0
     """Tokens of one request produced within this wall window go out in one chunk."""
     vllm_url: str = "http://127.0.0.1:8000"
+    vllm_read_timeout_s: float = Field(default=60.0, gt=0.0)
+    """Longest silence of a ``vllm`` completion stream (before its headers, between chunks)
+    before the engine is taken as stalled and the request ends with ``engine_error``; without
+    it a stalled engine held the request and its slot for good. Not a limit on the request:
+    the longest normal silence is queueing in the engine plus the prefill of the prompt (no
+    chunk comes before the first token), so it must exceed the prefill of the largest
+    prompt served, seconds to tens of seconds for a long context."""
     clock_url: str | None = None
     """Clock-control endpoint of the ``vllm`` backend (a sim-engine's ``POST /clock``);
     found automatically against a sim-engine, else clock commands are refused."""

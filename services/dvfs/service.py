@@ -26,6 +26,7 @@ the pool's planned clock caps every controller's choice
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -238,6 +239,7 @@ async def serve(ctx: ServiceContext) -> None:
     async def control() -> None:
         forget_departed()
         now = ctx.clock.now()
+        commands: list[tuple[str, float]] = []
         for worker_id, stats in list(latest.items()):
             observation = observation_for(stats, collector.take(worker_id), now)
             controller = controllers.get(worker_id)
@@ -267,7 +269,8 @@ async def serve(ctx: ServiceContext) -> None:
             target = min(target, caps.get(stats.pool_id, target))
             target = overrides.target(stats.pool_id, worker_id, target, max_clock_of(stats), now)
             if abs(stats.clock_mhz - target) >= CLOCK_TOLERANCE_MHZ:
-                await _set_clock(ctx, worker_id, target, cfg.mode)
+                commands.append((worker_id, target))
+        await _set_clocks(ctx, commands, cfg.mode)
         report = DvfsReport(
             node_id=cfg.node_id,
             at=time.time(),
@@ -294,6 +297,32 @@ async def serve(ctx: ServiceContext) -> None:
         for sub in subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+
+async def _set_clocks(ctx: ServiceContext, commands: list[tuple[str, float]], reason: str) -> None:
+    """Send each (worker, clock) command at once, and wait for all the replies.
+
+    One after another, a worker alive by its heartbeat but not answering made every worker
+    after it wait out the request timeout, each control period. Each command still handles
+    its own refusal and timeout (:func:`_set_clock` logs them); any other failure is logged
+    per worker and the first one raised once all have ended, so the control loop counts
+    and backs off as before, and no command is left running unawaited.
+    """
+    results = await asyncio.gather(
+        *(_set_clock(ctx, worker_id, mhz, reason) for worker_id, mhz in commands),
+        return_exceptions=True,
+    )
+    failures = [
+        (worker_id, result)
+        for (worker_id, _mhz), result in zip(commands, results, strict=True)
+        # Exception, not BaseException: only the whole control step is ever cancelled (gather
+        # then raises), and re-raising a stray CancelledError would end the control loop.
+        if isinstance(result, Exception)
+    ]
+    for worker_id, exc in failures[1:]:
+        logger.warning("clock command to %s failed: %r", worker_id, exc)
+    if failures:
+        raise failures[0][1]
 
 
 async def _set_clock(ctx: ServiceContext, worker_id: str, mhz: float, reason: str) -> None:

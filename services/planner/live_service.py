@@ -198,15 +198,37 @@ class LivePlanner:
                 self._measuring[key] = asyncio.create_task(self._measure(key, job))
         return out
 
+    async def close(self) -> None:
+        """Cancel the measurements in progress and end their child processes."""
+        tasks = list(self._measuring.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     async def _measure(self, key: ProfileKey, job: ModeProfileJob) -> tuple[ServingConfig, ...]:
         started = time.perf_counter()
         context = multiprocessing.get_context("spawn")  # no fork of a threaded event loop
         request = job.request
         try:
-            with ProcessPoolExecutor(1, mp_context=context) as pool:
+            pool = ProcessPoolExecutor(1, mp_context=context)
+            done = False
+            try:
                 rows, mixed = await asyncio.get_running_loop().run_in_executor(
                     pool, live_mode_profiles, job
                 )
+                done = True
+            finally:
+                # Not ``with pool``: its shutdown(wait=True) blocked the event loop, when
+                # this task was cancelled at shutdown, until the child's profiling ended.
+                if done:
+                    pool.shutdown(wait=True)  # the child is idle: it exits at once
+                else:
+                    _stop_now(pool)
+        except asyncio.CancelledError:
+            self._measuring.pop(key, None)  # not measured: a later epoch may ask again
+            raise
         except Exception:
             logger.exception("profiling %s tp%d failed; retrying", request.gpu, request.tp)
             del self._measuring[key]
@@ -357,3 +379,21 @@ class LivePlanner:
         """Re-derive the current plan's kept-for-draining pools (between epochs)."""
         if self._running is not None and self.plan is not None:
             self.plan = self._wire(self.plan.epoch, self.plan.issued_at, self.plan.valid_until)
+
+
+def _stop_now(pool: ProcessPoolExecutor) -> None:
+    """Shut ``pool`` down without waiting, and end its child mid-job.
+
+    ``shutdown(wait=False, cancel_futures=True)`` alone leaves a running job running: the
+    child would go on profiling, and at interpreter exit ``concurrent.futures`` joins the
+    executor's manager thread, which waits for that job, so the process would not exit
+    until the measurement ended. Python 3.11's executor has no public way to end a running
+    job (``terminate_workers`` came in 3.14), so the child is terminated through the
+    executor's process table, read before ``shutdown`` drops it. The manager thread then
+    sees the child gone, marks the pool broken, reaps the child and ends.
+    """
+    children = list((pool._processes or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for child in children:
+        if child.is_alive():
+            child.terminate()  # SIGTERM: the job is pure Python, nothing to flush

@@ -118,6 +118,7 @@ async def _serve_milp(ctx: ServiceContext, live: LivePlanner) -> None:
             name="plan",
         )
     finally:
+        await live.close()
         for sub in subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()

@@ -50,4 +50,5 @@ def _vllm_backend(settings: Settings) -> VllmBackend:
         clock_url=cfg.clock_url,
         connect_timeout_s=settings.nats.connect_timeout_s,
         scrape_timeout_s=settings.nats.request_timeout_s,
+        read_timeout_s=cfg.vllm_read_timeout_s,
     )

@@ -58,6 +58,7 @@ class VllmBackend:
         clock_url: str | None = None,
         connect_timeout_s: float = 5.0,
         scrape_timeout_s: float = 2.0,
+        read_timeout_s: float = 60.0,
     ) -> None:
         """Talk to the server at ``base_url``.
 
@@ -72,6 +73,12 @@ class VllmBackend:
                 the server advertises it.
             connect_timeout_s: TCP connect limit of each HTTP call.
             scrape_timeout_s: limit of a ``/metrics`` or ``/clock`` call.
+            read_timeout_s: longest silence of a completion stream (before its headers,
+                between chunks); past it the engine is taken as stalled and the request
+                ends with ``engine_error``. Not a limit on the whole request, which may
+                stream for minutes; the longest silence is queueing plus the prefill of
+                the prompt (no chunk comes before the first token), so it must exceed the
+                prefill of the largest prompt served.
         """
         self._base = base_url.rstrip("/")
         self._gpu, self._model, self._tp = gpu, model, tp
@@ -79,6 +86,7 @@ class VllmBackend:
         self._meter = meter if meter is not None else EnergyMeter()
         self._clock_url = clock_url
         self._connect_timeout_s = connect_timeout_s
+        self._read_timeout_s = read_timeout_s
         self._scrape_timeout = aiohttp.ClientTimeout(total=scrape_timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._sink: OutputSink | None = None
@@ -109,8 +117,14 @@ class VllmBackend:
     async def start(self, sink: OutputSink) -> None:
         """Open the HTTP session, learn the served model name and take a first scrape."""
         self._sink = sink
+        # No total: a stream lasts as long as its output. sock_read bounds each wait for
+        # data instead, or an engine that stalls with its connection open would hold the
+        # request and its worker slot for good, its client never answered. The other
+        # calls pass their own total limit.
         self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s),
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=self._connect_timeout_s, sock_read=self._read_timeout_s
+            ),
             connector=aiohttp.TCPConnector(limit=0),
         )
         try:
@@ -175,6 +189,12 @@ class VllmBackend:
                     new = counter.update(event)
                     if new:
                         await self._emit(sink, rid, new)
+        except aiohttp.SocketTimeoutError:
+            # Before the generic clause (it is a ClientError): the engine took the request
+            # and went silent, it is not unreachable.
+            silence = f"no data from the engine for {self._read_timeout_s:g} s"
+            await sink.on_failure(rid, "engine_error", silence)
+            return
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             await sink.on_failure(rid, "engine_unavailable", f"{type(exc).__name__}: {exc}")
             return

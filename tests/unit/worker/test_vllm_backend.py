@@ -239,3 +239,53 @@ async def test_a_stream_of_unexpected_shape_ends_its_request_with_an_error() -> 
         ("int-choices", "engine_error"),
         ("str-choice", "engine_error"),
     ]
+
+
+def _stalling_vllm(stalled: asyncio.Event, release: asyncio.Event) -> web.Application:
+    """A server that sends one chunk, then keeps the connection open and says nothing until
+    ``release`` is set."""
+
+    async def models(_r: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "llama-3-8b"}]})
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        await request.json()
+        response = web.StreamResponse()
+        await response.prepare(request)
+        event = {"choices": [{"text": "a", "finish_reason": None}]}
+        await response.write(f"data: {json.dumps(event)}\n\n".encode())
+        stalled.set()
+        await release.wait()  # not a long sleep: the runner's cleanup waits for handlers
+        return response
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+    return app
+
+
+async def test_a_stream_that_stalls_mid_way_ends_its_request_after_the_read_timeout() -> None:
+    """Test that an engine silent past the read timeout, connection open, fails the request
+    with engine_error (without a read limit it held the request and its slot for good)."""
+    stalled, release = asyncio.Event(), asyncio.Event()
+    runner = web.AppRunner(_stalling_vllm(stalled, release))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = next(a[1] for a in runner.addresses if isinstance(a, tuple))
+    sink = RecordingSink()
+    backend = VllmBackend(
+        f"http://127.0.0.1:{port}", gpu="A100-80GB", model="llama-3-8b", tp=1, read_timeout_s=0.3
+    )
+    try:
+        await backend.start(sink)
+        backend.submit(classified("stalled", max_tokens=5))
+        await asyncio.wait_for(stalled.wait(), 5.0)
+        await asyncio.wait_for(sink.ended.wait(), 3.0)
+    finally:
+        release.set()
+        await backend.close()
+        await runner.cleanup()
+    assert sink.tokens("stalled") == 1
+    assert [(rid, code) for rid, code, _ in sink.failures] == [("stalled", "engine_error")]
+    assert "0.3 s" in sink.failures[0][2]
