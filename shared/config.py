@@ -349,8 +349,8 @@ class GatewaySettings(_Section):
     ``length``; 1024 holds a long answer while keeping a forgotten limit from tying up a
     batch slot for a whole context. A vLLM worker stops at end-of-sequence first, so a short
     answer costs only its own tokens; a simulated worker has no end-of-sequence and generates
-    exactly this many. Prompt + cap must fit ``classifier.max_context_tokens`` (8192), so a
-    chat prompt beyond 7168 tokens needs an explicit, smaller ``max_tokens``."""
+    exactly this many. Like ``default_max_tokens`` it is cut to what the prompt leaves of
+    ``classifier.max_context_tokens`` (docs/gateway.md)."""
     max_tokens_limit: int = Field(default=1 << 20, ge=1, le=1 << 20)
     """``max_tokens`` above this is absurd and refused with 400."""
     placeholder_token: str = " tok"

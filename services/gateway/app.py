@@ -93,6 +93,8 @@ class GatewayState:
     client_id: str
     chars_per_token: float | None
     """Prompt-length estimate; ``None`` when the classifier tokenises the text itself."""
+    context_tokens: int | None
+    """The classifier's context; a default output limit is cut to fit it."""
     cells: CellPicker
     """The cells this gateway sends requests to (its own stack alone unless configured)."""
     router: ReplyRouter = field(default_factory=ReplyRouter)
@@ -208,6 +210,7 @@ async def _publish_to(
         client_id=state.client_id,
         sent_at=time.time(),
         chars_per_token=state.chars_per_token,
+        context_tokens=state.context_tokens,
     )
     # The stream's de-duplication spans all clients: scope the id as the stack does.
     msg_id = scoped_request_id(state.client_id, request_id)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -22,6 +22,7 @@ from services.gateway.request_options import CHAT_ROLES, check_options
 from services.gateway.sampling import parse_sampling
 
 __all__ = [
+    "CLAMP_CHARS_PER_TOKEN",
     "Endpoint",
     "ParsedRequest",
     "chat_prompt",
@@ -33,6 +34,10 @@ __all__ = [
 ]
 
 Endpoint = Literal["completion", "chat"]
+CLAMP_CHARS_PER_TOKEN: Final = 3.0
+"""Characters per token assumed when only the text is known and a default limit must fit
+the context: fewer than the usual 4 of English text, so the cut errs towards leaving
+room."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,6 +54,9 @@ class ParsedRequest:
     include_usage: bool
     ignore_eos: bool
     sampling: Sampling | None = None
+    limit_given: bool = True
+    """Whether the client set ``max_tokens`` (or ``max_completion_tokens``); a default limit
+    is shortened to fit the context (:func:`to_request`)."""
     """The client's sampling fields; ``None`` when it set none (the engine's defaults)."""
 
 
@@ -187,12 +195,15 @@ def parse_body(
                 "supported.",
                 param="max_tokens",
             )
-        max_tokens = completion_tokens or max_tokens or chat_default_max_tokens
+        max_tokens = completion_tokens or max_tokens
+        limit_given = max_tokens is not None
+        max_tokens = max_tokens or chat_default_max_tokens
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ApiError("missing_field", "messages must be a non-empty list", param="messages")
         prompt: str | None = chat_prompt([_content(m, i) for i, m in enumerate(messages)])
     else:
+        limit_given = max_tokens is not None
         prompt, id_count = _prompt(body)
         prompt_tokens = prompt_tokens or id_count
         if prompt is None and prompt_tokens is None:
@@ -218,6 +229,7 @@ def parse_body(
         include_usage=_bool(options or {}, "include_usage", "stream_options.include_usage"),
         ignore_eos=_bool(body, "ignore_eos"),
         sampling=sampling,
+        limit_given=limit_given,
     )
 
 
@@ -229,6 +241,7 @@ def to_request(
     client_id: str,
     sent_at: float,
     chars_per_token: float | None,
+    context_tokens: int | None = None,
 ) -> Request:
     """The bus message for ``parsed``.
 
@@ -240,16 +253,28 @@ def to_request(
         sent_at: wall time of arrival.
         chars_per_token: estimate the prompt's length from its characters when the
             classifier has no tokenizer; ``None`` sends the text for it to count.
+        context_tokens: the classifier's context (``classifier.max_context_tokens``): a
+            default limit (the client set none) is cut to what the prompt leaves of it, as
+            vLLM does, rather than have the classifier refuse a long prompt as ``too_long``
+            for a limit the client never asked for. The prompt's length is estimated at
+            :data:`CLAMP_CHARS_PER_TOKEN` when the classifier counts it.
     """
     prompt_tokens = parsed.prompt_tokens
     if prompt_tokens is None and chars_per_token is not None and parsed.prompt is not None:
         prompt_tokens = max(1, math.ceil(len(parsed.prompt) / chars_per_token))
+    max_tokens = parsed.max_tokens
+    if context_tokens is not None and not parsed.limit_given:
+        known = prompt_tokens
+        if known is None and parsed.prompt is not None:
+            known = math.ceil(len(parsed.prompt) / CLAMP_CHARS_PER_TOKEN)
+        if known is not None and known < context_tokens:
+            max_tokens = min(max_tokens, context_tokens - known)
     return Request(
         request_id=request_id,
         model=parsed.model,
         reply_subject=reply_subject,
         sent_at=sent_at,
-        max_tokens=parsed.max_tokens,
+        max_tokens=max_tokens,
         prompt_tokens=prompt_tokens,
         prompt=parsed.prompt,
         ignore_eos=parsed.ignore_eos,

@@ -40,6 +40,7 @@ class Gateway:
             # Bound to the NATS user on a secured stack (the only id it may use there).
             client_id=pick_client_id(ctx.nc, None, "gw"),
             chars_per_token=None if tokenizer else config.chars_per_token,
+            context_tokens=ctx.settings.classifier.max_context_tokens,
             cells=CellPicker(config.cells or (ctx.subjects.prefix,), config.cell_retry_s),
             store=ctx.redis,
             keys=ctx.keys,

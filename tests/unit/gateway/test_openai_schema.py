@@ -231,6 +231,34 @@ def test_the_request_estimates_prompt_tokens_only_without_a_tokenizer() -> None:
     assert to_request(parsed, chars_per_token=None, **common).prompt_tokens is None
 
 
+def test_a_default_limit_is_cut_to_what_the_prompt_leaves_of_the_context() -> None:
+    """Test that a long chat prompt without a limit gets the rest of the context (as vLLM
+    does) instead of a default that the classifier would refuse as too_long, and that a
+    limit the client set is left for the classifier to judge."""
+    common: dict[str, Any] = {
+        "request_id": "r1",
+        "reply_subject": "gs.v1.client.c.r1",
+        "client_id": "c",
+        "sent_at": 1.0,
+        "context_tokens": 8192,
+    }
+    long_chat = {"model": "llama-3-8b", "messages": [{"role": "user", "content": "x"}]}
+    parsed = _parse({**long_chat, "prompt_tokens": 7700}, "chat")
+    assert to_request(parsed, chars_per_token=4.0, **common).max_tokens == 492
+    short = _parse({**long_chat, "prompt_tokens": 100}, "chat")
+    assert to_request(short, chars_per_token=4.0, **common).max_tokens == 1024
+    given = _parse({**long_chat, "prompt_tokens": 7700, "max_tokens": 1000}, "chat")
+    assert to_request(given, chars_per_token=4.0, **common).max_tokens == 1000
+    # Only the text known (the classifier tokenises): estimated at 3 characters a token.
+    text = _parse(
+        {"model": "llama-3-8b", "messages": [{"role": "user", "content": "y" * 23000}]}, "chat"
+    )
+    assert to_request(text, chars_per_token=None, **common).max_tokens < 8192 - 23000 // 4
+    # A prompt beyond the context is left to the classifier's too_long.
+    over = _parse({**long_chat, "prompt_tokens": 9000}, "chat")
+    assert to_request(over, chars_per_token=4.0, **common).max_tokens == 1024
+
+
 def test_upstream_codes_map_to_statuses_and_unknown_ones_to_bad_gateway() -> None:
     """Test the ErrorReply code → HTTP status table, with 502 for codes it does not know."""
     got = [status_of_upstream(c) for c in ("too_long", "unknown_model", "no_plan", "internal", "?")]
