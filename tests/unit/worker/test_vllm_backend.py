@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
@@ -29,6 +29,34 @@ async def sim_engine(*, legacy: bool = False) -> AsyncIterator[tuple[str, Simula
         yield f"http://127.0.0.1:{port}", engine
     finally:
         await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """``app`` on a free port, its base URL yielded for the block."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = next(a[1] for a in runner.addresses if isinstance(a, tuple))
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _vllm_app(completions: Handler) -> web.Application:
+    """A vLLM-like server: one served model, and ``completions`` for its completions."""
+
+    async def models(_r: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "llama-3-8b"}]})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+    return app
 
 
 @contextlib.asynccontextmanager
@@ -141,22 +169,14 @@ def _scripted_vllm() -> web.Application:
 
 async def test_a_real_vllm_server_gets_its_served_name_and_clock_commands_are_refused() -> None:
     """Test name discovery, usage top-up, stop reasons, error mapping and clock refusal."""
-    runner = web.AppRunner(_scripted_vllm())
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = next(a[1] for a in runner.addresses if isinstance(a, tuple))
     sink = RecordingSink(expected=3)
-    try:
-        async with backend_on(f"http://127.0.0.1:{port}", sink) as backend:
-            assert backend.served_model == "meta-llama/Meta-Llama-3-8B"
-            for rid, out in (("ok", 3), ("rejected", 13), ("broken", 2)):
-                backend.submit(classified(rid, max_tokens=out))
-            await asyncio.wait_for(sink.ended.wait(), 5.0)
-            outcome = await backend.set_clock(1200.0)
-            snap = backend.snapshot()
-    finally:
-        await runner.cleanup()
+    async with serving(_scripted_vllm()) as url, backend_on(url, sink) as backend:
+        assert backend.served_model == "meta-llama/Meta-Llama-3-8B"
+        for rid, out in (("ok", 3), ("rejected", 13), ("broken", 2)):
+            backend.submit(classified(rid, max_tokens=out))
+        await asyncio.wait_for(sink.ended.wait(), 5.0)
+        outcome = await backend.set_clock(1200.0)
+        snap = backend.snapshot()
     assert sink.tokens("ok") == 3
     assert [b.finish_reasons for b in sink.batches if b.finished] == [{"ok": "stop"}]
     assert sorted((rid, code) for rid, code, _ in sink.failures) == [
@@ -201,9 +221,6 @@ async def test_the_sim_engine_answers_plain_json_completions_and_health() -> Non
 def _garbling_vllm() -> web.Application:
     """A server whose stream events have the wrong shapes (a broken proxy, another API)."""
 
-    async def models(_r: web.Request) -> web.Response:
-        return web.json_response({"data": [{"id": "llama-3-8b"}]})
-
     async def completions(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         response = web.StreamResponse()
@@ -213,28 +230,17 @@ def _garbling_vllm() -> web.Application:
         await response.write(f"data: {json.dumps(event)}\n\ndata: [DONE]\n\n".encode())
         return response
 
-    app = web.Application()
-    app.router.add_get("/v1/models", models)
-    app.router.add_post("/v1/completions", completions)
-    return app
+    return _vllm_app(completions)
 
 
 async def test_a_stream_of_unexpected_shape_ends_its_request_with_an_error() -> None:
     """Test that an unreadable event fails the request instead of killing its task silently
     (the request would hold its worker slot for good and its client would never hear)."""
-    runner = web.AppRunner(_garbling_vllm())
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = next(a[1] for a in runner.addresses if isinstance(a, tuple))
     sink = RecordingSink(expected=2)
-    try:
-        async with backend_on(f"http://127.0.0.1:{port}", sink) as backend:
-            backend.submit(classified("int-choices", max_tokens=1))
-            backend.submit(classified("str-choice", max_tokens=4))
-            await asyncio.wait_for(sink.ended.wait(), 5.0)
-    finally:
-        await runner.cleanup()
+    async with serving(_garbling_vllm()) as url, backend_on(url, sink) as backend:
+        backend.submit(classified("int-choices", max_tokens=1))
+        backend.submit(classified("str-choice", max_tokens=4))
+        await asyncio.wait_for(sink.ended.wait(), 5.0)
     assert sorted((rid, code) for rid, code, _ in sink.failures) == [
         ("int-choices", "engine_error"),
         ("str-choice", "engine_error"),
@@ -244,9 +250,6 @@ async def test_a_stream_of_unexpected_shape_ends_its_request_with_an_error() -> 
 def _stalling_vllm(stalled: asyncio.Event, release: asyncio.Event) -> web.Application:
     """A server that sends one chunk, then keeps the connection open and says nothing until
     ``release`` is set."""
-
-    async def models(_r: web.Request) -> web.Response:
-        return web.json_response({"data": [{"id": "llama-3-8b"}]})
 
     async def completions(request: web.Request) -> web.StreamResponse:
         await request.json()
@@ -258,34 +261,24 @@ def _stalling_vllm(stalled: asyncio.Event, release: asyncio.Event) -> web.Applic
         await release.wait()  # not a long sleep: the runner's cleanup waits for handlers
         return response
 
-    app = web.Application()
-    app.router.add_get("/v1/models", models)
-    app.router.add_post("/v1/completions", completions)
-    return app
+    return _vllm_app(completions)
 
 
 async def test_a_stream_that_stalls_mid_way_ends_its_request_after_the_read_timeout() -> None:
     """Test that an engine silent past the read timeout, connection open, fails the request
     with engine_error (without a read limit it held the request and its slot for good)."""
     stalled, release = asyncio.Event(), asyncio.Event()
-    runner = web.AppRunner(_stalling_vllm(stalled, release))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = next(a[1] for a in runner.addresses if isinstance(a, tuple))
     sink = RecordingSink()
-    backend = VllmBackend(
-        f"http://127.0.0.1:{port}", gpu="A100-80GB", model="llama-3-8b", tp=1, read_timeout_s=0.3
-    )
-    try:
-        await backend.start(sink)
-        backend.submit(classified("stalled", max_tokens=5))
-        await asyncio.wait_for(stalled.wait(), 5.0)
-        await asyncio.wait_for(sink.ended.wait(), 3.0)
-    finally:
-        release.set()
-        await backend.close()
-        await runner.cleanup()
+    async with serving(_stalling_vllm(stalled, release)) as url:
+        backend = VllmBackend(url, gpu="A100-80GB", model="llama-3-8b", tp=1, read_timeout_s=0.3)
+        try:
+            await backend.start(sink)
+            backend.submit(classified("stalled", max_tokens=5))
+            await asyncio.wait_for(stalled.wait(), 5.0)
+            await asyncio.wait_for(sink.ended.wait(), 3.0)
+        finally:
+            release.set()
+            await backend.close()
     assert sink.tokens("stalled") == 1
     assert [(rid, code) for rid, code, _ in sink.failures] == [("stalled", "engine_error")]
     assert "0.3 s" in sink.failures[0][2]
