@@ -7,6 +7,7 @@ never a crash and never a retry.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import ssl
@@ -43,11 +44,16 @@ __all__ = [
     "parse_hops",
     "publish",
     "request",
+    "retry_on_timeout",
     "serve",
     "tracing_active",
 ]
 
 logger = logging.getLogger(__name__)
+
+SETUP_RETRY_S = 60.0
+"""How long a service's start-up keeps asking JetStream (streams, consumers) while its API
+times out: a server busy syncing its file store answers late, not never."""
 
 JS_SUBJECTS_OVERLAP = 10065
 """JetStream API error code: a stream with overlapping subjects already exists."""
@@ -128,6 +134,34 @@ async def connect_nats(settings: NatsSettings, name: str) -> Client:
     client = await nats.connect(**options)
     connected.append(client)
     return client
+
+
+_T = TypeVar("_T")
+
+
+async def retry_on_timeout(
+    call: Callable[[], Awaitable[_T]], what: str, *, within_s: float = SETUP_RETRY_S
+) -> _T:
+    """``call()`` again while it times out, backing off from 0.2 to 5 s, for ``within_s``.
+
+    For idempotent set-up (creating a stream or consumer that may exist): a JetStream API
+    request that timed out under load ended the service at start (seen in CI: the in-process
+    stack's classifier, its stream_info unanswered in 5 s while the suite loaded the host).
+
+    Raises:
+        nats.errors.TimeoutError: still unanswered after ``within_s``.
+    """
+    deadline = time.monotonic() + within_s
+    delay = 0.2
+    while True:
+        try:
+            return await call()
+        except nats.errors.TimeoutError:
+            if time.monotonic() + delay > deadline:
+                raise
+            logger.warning("%s timed out; asking again in %.1f s", what, delay)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 5.0)
 
 
 async def ensure_ingress_stream(

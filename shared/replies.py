@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 import msgspec
 import nats.errors
@@ -14,7 +15,10 @@ from proto.messages import ErrorReply, Request, client_request_id
 from proto.subjects import Subjects
 from shared.counters import ERRORS
 
-__all__ = ["reply_error"]
+__all__ = ["Send", "reply_error"]
+
+Send = Callable[[str, bytes], Awaitable[None]]
+"""Publishes a payload to a subject."""
 
 logger = logging.getLogger(__name__)
 
@@ -29,11 +33,14 @@ async def reply_error(
     request: Request | None = None,
     reply_subject: str | None = None,
     done_subject: str | None = None,
+    send: Send | None = None,
 ) -> None:
     """Send an ErrorReply to the client and to a ``request.done`` bookkeeping subject.
 
     ``done_subject`` is the sender's own (a worker's
     :meth:`~proto.subjects.Subjects.request_done_worker`); by default the control plane's.
+    ``send`` publishes the client's copy in the sender's own way (a worker's keeps it for a
+    re-send after a NATS outage, as it keeps its other replies); by default ``nc.publish``.
 
     The client's copy carries the client's own request id, ``request.done``'s the
     stack-wide (scoped) one. Without a request (undecodable payload) and no reply subject,
@@ -60,7 +67,7 @@ async def reply_error(
     )
     target = request.reply_subject if request else reply_subject
     if target:
-        await nc.publish(target, to_client)
+        await (send or nc.publish)(target, to_client)
     else:
         await nc.publish(subjects.errors, payload)
     if request is not None:

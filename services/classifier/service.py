@@ -44,7 +44,14 @@ from services.classifier.ingress_identity import (
     refuse_reused_id,
 )
 from services.classifier.pipeline import ClassifierCore
-from shared.bus import HOPS_HEADER, add_hops, ensure_ingress_stream, request, tracing_active
+from shared.bus import (
+    HOPS_HEADER,
+    add_hops,
+    ensure_ingress_stream,
+    request,
+    retry_on_timeout,
+    tracing_active,
+)
 from shared.counters import ERRORS, MESSAGES, REQUESTS
 from shared.errors import RequestRejectedError
 from shared.lifecycle import ServiceContext
@@ -172,11 +179,16 @@ async def consume(
 ) -> None:
     """Take pushed ingress messages in batches, classify, hand off by ``submit``, ack."""
     nats_cfg = ctx.settings.nats
-    await ensure_ingress_stream(ctx.js, ctx.subjects)
+    await retry_on_timeout(
+        lambda: ensure_ingress_stream(ctx.js, ctx.subjects), "creating the ingress stream"
+    )
     config = consumer_config(
         ctx.subjects, ack_wait_s=nats_cfg.ack_wait_s, max_deliver=nats_cfg.max_deliver
     )
-    await ensure_ingress_consumer(ctx.js, ctx.subjects, config)
+    await retry_on_timeout(
+        lambda: ensure_ingress_consumer(ctx.js, ctx.subjects, config),
+        "creating the ingress consumer",
+    )
     await _await_first_plan(ctx, core)
     inbox = IngressInbox()
     sub = await subscribe_inbox(ctx.js, ctx.subjects, inbox)

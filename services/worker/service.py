@@ -301,19 +301,18 @@ class WorkerShim:
         self._hops.pop(request_id, None)
         self._gate.observe((), (request_id,))
         if stream is not None:
-            try:
-                await reply_error(
-                    self._ctx.nc,
-                    self._ctx.subjects,
-                    service=NAME,
-                    code=code,
-                    reason=reason,
-                    request=stream.request.request,
-                    done_subject=self._done_subject,
-                )
-            except nats.errors.Error as exc:  # called from backend tasks nobody awaits
-                ERRORS.labels(NAME, "publish").inc()
-                logger.warning("could not send %s's error %s: %s", request_id, code, exc)
+            # Through the outbox like every other reply: an error the outage swallowed is
+            # sent again after it, where the client would wait for its own timeout.
+            await reply_error(
+                self._ctx.nc,
+                self._ctx.subjects,
+                service=NAME,
+                code=code,
+                reason=reason,
+                request=stream.request.request,
+                done_subject=self._done_subject,
+                send=self._reply,
+            )
             self.ended_log.add((request_id,))
         if not len(self._book):
             self._emptied.set()

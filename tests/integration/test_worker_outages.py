@@ -18,7 +18,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from proto.codec import decode, decode_any, encode
-from proto.messages import Completion, RequeueRequest, SubmitReply
+from proto.messages import Completion, ErrorReply, RequeueRequest, SubmitReply
 from proto.subjects import Subjects
 from services.worker.backend import OutputBatch
 from services.worker.factory import build_backend
@@ -41,7 +41,7 @@ def _settings(namespace: str, nats_url: str, redis_url: str) -> Settings:
         namespace=namespace,
         nats={"url": nats_url, "reconnect_wait_s": 0.1},
         redis={"url": redis_url, "socket_timeout_s": 0.5},
-        worker={"backend": "instant", "max_num_seqs": REQUESTS, "admission": False},
+        worker={"backend": "instant", "max_num_seqs": REQUESTS + 1, "admission": False},
     )
 
 
@@ -57,23 +57,27 @@ async def test_a_nats_outage_with_a_full_publish_buffer_neither_ends_the_worker_
     tmp_path: Path, redis_server: ServerProcess, namespace: str
 ) -> None:
     """Test that output published while NATS is down and the client's buffer is full raises
-    nothing into the engine loop, and reaches the client after the reconnect."""
+    nothing into the engine loop, and reaches the client after the reconnect; so does the
+    error of a request that failed meanwhile."""
     nats = start_nats(tmp_path / "nats")
     subjects = Subjects(namespace)
     settings = _settings(namespace, nats.url, redis_server.url)
     completions: set[str] = set()
+    errors: set[str] = set()
 
     async def on_reply(msg: Msg) -> None:
         message = decode_any(msg.data)
         if isinstance(message, Completion):
             completions.add(message.request_id)
+        elif isinstance(message, ErrorReply) and message.request_id:
+            errors.add(message.request_id)
 
     try:
         async with service_context("worker", settings) as ctx:
             shim = WorkerShim(ctx, build_backend(ctx.settings))
             resend = asyncio.create_task(shim.resend_loop())
             ids = [f"r{i}" for i in range(REQUESTS)]
-            for rid in ids:
+            for rid in [*ids, "failed"]:
                 req = classified_request(rid, output_tokens=TOKENS, deadline_s=1e12)
                 req = msgspec.structs.replace(
                     req,
@@ -92,13 +96,14 @@ async def test_a_nats_outage_with_a_full_publish_buffer_neither_ends_the_worker_
                 at=now,
             )
             await shim.on_output(batch)  # raised OutboundBufferLimitError before the fix
+            await shim.on_failure("failed", "engine_error", "the engine went away")
             assert not len(shim.book)
             nats = start_nats(tmp_path / "nats", nats.port)
             client = await connect_nats(NatsSettings(url=nats.url), "test-client")
             try:
                 await client.subscribe(subjects.client_wildcard("c"), cb=on_reply)
                 await client.flush()
-                await _wait_for(lambda: completions == set(ids), 15.0)
+                await _wait_for(lambda: completions == set(ids) and errors == {"failed"}, 15.0)
             finally:
                 await client.close()
                 resend.cancel()
