@@ -39,6 +39,8 @@ __all__ = ["KV_FRACTION_BLOCKS", "VllmBackend"]
 
 logger = logging.getLogger(__name__)
 
+ABORTED: Final = "abort"
+"""vLLM's finish reason for a request it dropped before the end."""
 KV_FRACTION_BLOCKS: Final = 1000
 """When a server publishes KV use but not its block count, blocks are reported in
 thousandths of the cache (``kv_blocks_total`` = 1000)."""
@@ -207,6 +209,12 @@ class VllmBackend:
             return
         if counter.counted == 0:
             await sink.on_failure(rid, "engine_error", "the stream ended without any token")
+            return
+        if counter.finish_reason == ABORTED:
+            # vLLM ends a request it dropped (engine shutdown, preempted past recovery) with
+            # finish_reason "abort": cut short, not finished, and a client must not take
+            # its partial text for a whole answer.
+            await sink.on_failure(rid, "engine_error", "the engine aborted the request")
             return
         await sink.on_output(
             OutputBatch(

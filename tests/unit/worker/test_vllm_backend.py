@@ -282,3 +282,30 @@ async def test_a_stream_that_stalls_mid_way_ends_its_request_after_the_read_time
     assert sink.tokens("stalled") == 1
     assert [(rid, code) for rid, code, _ in sink.failures] == [("stalled", "engine_error")]
     assert "0.3 s" in sink.failures[0][2]
+
+
+def _aborting_vllm() -> web.Application:
+    """A server that streams two tokens, then ends the request with ``abort``."""
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        await request.json()
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for reason in (None, "abort"):
+            event = {"choices": [{"text": "a", "finish_reason": reason}]}
+            await response.write(f"data: {json.dumps(event)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    return _vllm_app(completions)
+
+
+async def test_a_request_the_engine_aborted_is_a_failure_not_a_completion() -> None:
+    """Test that finish_reason "abort" (vLLM dropped the request) ends it with engine_error,
+    where it passed for a finished answer with its partial text."""
+    sink = RecordingSink()
+    async with serving(_aborting_vllm()) as url, backend_on(url, sink) as backend:
+        backend.submit(classified("dropped", max_tokens=8))
+        await asyncio.wait_for(sink.ended.wait(), 5.0)
+    assert [(rid, code) for rid, code, _ in sink.failures] == [("dropped", "engine_error")]
+    assert not [b for b in sink.batches if b.finished]
