@@ -160,7 +160,7 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
         "completed",
         "failed",
         "lost",
-        "throughput rps",
+        "req/s",
         "energy Wh",
         "CO2 kg",
         "tok/J",
@@ -193,7 +193,7 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
     console.print(latency)
     console.print(
         f"SLO attainment {_fmt(report['slo_attainment'], 4)}  violation rate "
-        f"{_fmt(report['violation_rate'], 4)}  Jain {_fmt(report['jain'], 3)}  "
+        f"{_fmt(report['violation_rate'], 4)}  Jain fairness {_fmt(report['jain'], 3)}  "
         f"errors {report['errors']}"
     )
 
