@@ -55,3 +55,46 @@ def test_the_secure_state_dir_is_owner_only(
         assert _mode(state_dir / "redis" / "users.acl") == 0o600
         password = secured.credentials[0].nats_password
         assert password not in (state_dir / "nats" / "nats.conf").read_text()
+
+
+def test_status_reads_a_tls_stack_with_its_own_ca(tmp_path: Path) -> None:
+    """Test that ``greenserve status`` of an ``up --secure --tls`` stack trusts the stack's CA.
+
+    It connected without the CA recorded in the state file, so the local CA's certificate
+    failed verification and status showed ``redis unreachable`` unless the operator exported
+    SSL_CERT_FILE. The output must not show a password either.
+    """
+    import asyncio
+    import shutil
+
+    from greenserve.commands.status import _read
+    from greenserve.local import StackState
+    from shared.security.tls import tls_available
+
+    if not tls_available() or not shutil.which("nats-server") or not shutil.which("redis-server"):
+        pytest.skip("needs cryptography, nats-server and redis-server")
+    secured = local_servers.start_secure_servers(
+        [Identity("scheduler", "scheduler")], "gs", tmp_path / "state", tls=True
+    )
+    try:
+        assert secured.tls is not None
+        state = StackState(
+            namespace="gs",
+            nats_url=secured.tool_nats_url,
+            redis_url=secured.tool_redis_url,
+            speedup=1.0,
+            origin_wall_s=0.0,
+            model="m",
+            workers=0,
+            pids={},
+            server_pids={},
+            secure=True,
+            tls_ca_file=str(secured.tls.ca_file),
+        )
+        report = asyncio.run(_read(state))
+        assert report == {"workers": [], "plan": None}
+        for cred in secured.credentials:
+            assert cred.redis_password not in repr(report)
+    finally:
+        for server in secured.servers:
+            server.stop()
