@@ -1,10 +1,11 @@
 """A secured nats-server and redis-server for one local stack (``greenserve up --secure``).
 
-Issues a password per identity (the stack's processes plus the ``loadgen``, ``monitor`` and
-``admin`` tool identities), writes them owner-only under ``<state_dir>/secrets``, generates
-the NATS configuration and the Redis ACL file from the stack's namespace, optionally a
-local CA for TLS, and starts both servers. It returns, per process, the settings that make
-it connect as itself, and the URLs the command-line tools use.
+Makes the state dir owner-only (0700), issues a password per identity (the stack's processes
+plus the ``loadgen``, ``monitor`` and ``admin`` tool identities), writes them owner-only
+under ``<state_dir>/secrets``, generates the NATS configuration and the Redis ACL file from
+the stack's namespace, optionally a local CA for TLS, and starts both servers. It returns,
+per process, the settings that make it connect as itself, and the URLs the command-line
+tools use.
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ def start_secure_servers(
     Raises:
         RuntimeError: ``tls`` without the ``cryptography`` package, or a server failed.
     """
+    # The state dir holds the service logs, the JetStream store (queued prompts), the
+    # state file, the secrets and the TLS key: owner-only, also when it existed before.
+    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.chmod(0o700)
     everyone = [*identities, *TOOL_IDENTITIES]
     credentials = issue_credentials(everyone)
     files = write_credentials(credentials, state_dir / "secrets")

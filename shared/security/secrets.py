@@ -51,13 +51,25 @@ def write_secret(path: Path, value: str) -> Path:
     return path
 
 
+_TOKEN_SCHEMES = frozenset({"nats", "tls", "ws", "wss"})
+"""Schemes of NATS URLs, where a user part without a password is the auth token."""
+
+
 def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (for logs and messages)."""
+    """``url`` with any password (or NATS token) replaced by ``***`` (for logs and messages).
+
+    nats-py sends the user part of ``nats://<token>@host`` as the auth token, so on a NATS
+    URL a user without a password is hidden whole; a Redis user name alone is no secret.
+    """
     parts = urlsplit(url)
-    if parts.password is None:
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    if not at:
         return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    user, colon, _password = userinfo.partition(":")
+    if colon:
+        netloc = f"{user}:***@{hostport}"
+    elif parts.scheme.lower() in _TOKEN_SCHEMES:
+        netloc = f"***@{hostport}"
+    else:
+        return url
+    return urlunsplit(parts._replace(netloc=netloc))

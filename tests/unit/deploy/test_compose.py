@@ -355,3 +355,52 @@ def test_the_redis_renderer_fills_every_password(tmp_path: Path) -> None:
     assert "${" not in rendered
     for user in _identities():
         assert f"user {user} on >pw-{user} " in rendered
+
+
+def test_the_redis_healthcheck_keeps_the_password_off_the_command_line(tmp_path: Path) -> None:
+    """Test that the healthcheck passes the monitor's password through ``REDISCLI_AUTH``.
+
+    ``redis-cli --pass "$GS_REDIS_PASSWORD_MONITOR"`` put the expanded password in
+    redis-cli's argv every few seconds, where ``ps`` on the Docker host shows it to any
+    user. The command is also run against a local redis-server when one is installed.
+    """
+    import shutil
+    import socket
+    import subprocess
+    import time
+
+    test = _secure()["services"]["redis"]["healthcheck"]["test"]
+    assert test[0] == "CMD-SHELL"
+    command = test[1].replace("$$", "$")
+    cli = command[command.index("redis-cli") :]
+    assert "--pass" not in cli, cli
+    assert " -a " not in cli, cli
+    assert "REDISCLI_AUTH=" in command
+    server = shutil.which("redis-server")
+    if server is None or shutil.which("redis-cli") is None:
+        pytest.skip("no redis-server/redis-cli on this machine")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    acl = tmp_path / "users.acl"
+    acl.write_text("user default off\nuser monitor on >pw-monitor resetkeys -@all +ping +hello\n")
+    proc = subprocess.Popen(
+        [server, "--port", str(port), "--aclfile", str(acl), "--save", ""],
+        stdout=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    try:
+
+        def healthy(password: str) -> bool:
+            env = {"PATH": os.environ["PATH"], "GS_REDIS_PASSWORD_MONITOR": password}
+            local = command.replace("redis-cli", f"redis-cli -p {port}", 1)
+            return subprocess.run(["sh", "-c", local], env=env, check=False).returncode == 0
+
+        deadline = time.monotonic() + 5.0
+        while not healthy("pw-monitor") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert healthy("pw-monitor")
+        assert not healthy("wrong")
+    finally:
+        proc.terminate()
+        proc.wait(5)

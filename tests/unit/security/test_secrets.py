@@ -84,6 +84,23 @@ def test_urls_are_redacted() -> None:
     assert redact_url("nats://127.0.0.1:14222") == "nats://127.0.0.1:14222"
 
 
+def test_a_nats_token_in_a_url_is_redacted() -> None:
+    """Test that a NATS URL's lone user part, which nats-py sends as the auth token, is hidden.
+
+    ``greenserve up --nats-url nats://<token>@host`` printed the token in clear: redact_url
+    only looked for a password.
+    """
+    assert redact_url("nats://s3cr3t-token@10.0.0.1:4222") == "nats://***@10.0.0.1:4222"
+    assert redact_url("tls://s3cr3t-token@nats:4222") == "tls://***@nats:4222"
+    # A Redis user without a password carries no secret.
+    assert redact_url("redis://monitor@127.0.0.1:6379/0") == "redis://monitor@127.0.0.1:6379/0"
+
+
+def test_redacted_urls_keep_ipv6_hosts() -> None:
+    """Test that a redacted IPv6 address keeps its brackets (and stays a valid URL)."""
+    assert redact_url("redis://u:pw@[::1]:6379/0") == "redis://u:***@[::1]:6379/0"
+
+
 def test_generated_passwords_are_long_distinct_and_space_free() -> None:
     """Test the password generator's output shape."""
     passwords = {generate_password() for _ in range(50)}
