@@ -34,6 +34,7 @@ from services.worker.vllm_protocol import (
     error_message,
     parse_sse_line,
 )
+from shared.engine.hardware import GPUS
 
 __all__ = ["KV_FRACTION_BLOCKS", "VllmBackend"]
 
@@ -235,7 +236,13 @@ class VllmBackend:
         return f"{self._base}/clock" if self._metrics.clock_control else None
 
     async def set_clock(self, mhz: float) -> ClockOutcome:
-        """Forward the clock to the clock-control endpoint, or refuse with the reason."""
+        """Forward a supported clock to the clock-control endpoint, or refuse with the reason.
+
+        On a GPU of the engine model's table the clock must lie in its supported range and
+        goes out snapped to its nearest supported step, as NVML would set it: the endpoint
+        drives real hardware, so nothing unsupported is passed on for it to judge. Another
+        GPU's clock is forwarded as asked, and its endpoint must check it.
+        """
         current = self._meter.clock_mhz()
         url = self._clock_endpoint()
         if url is None:
@@ -245,6 +252,16 @@ class VllmBackend:
                 reason="the vllm backend has no clock-control endpoint; GPU clocks are set "
                 "by the dvfs agent through NVML (opt-in)",
             )
+        spec = GPUS.get(self._gpu)
+        if spec is not None:
+            if not spec.min_clock_mhz <= mhz <= spec.max_clock_mhz:
+                return ClockOutcome(
+                    applied_mhz=current,
+                    accepted=False,
+                    reason=f"{mhz:g} MHz is outside {self._gpu}'s supported "
+                    f"{spec.min_clock_mhz:g}-{spec.max_clock_mhz:g} MHz",
+                )
+            mhz = spec.snap_clock(mhz)
         try:
             async with self._http().post(
                 url, json={"clock_mhz": mhz}, timeout=self._scrape_timeout

@@ -309,3 +309,35 @@ async def test_a_request_the_engine_aborted_is_a_failure_not_a_completion() -> N
         await asyncio.wait_for(sink.ended.wait(), 5.0)
     assert [(rid, code) for rid, code, _ in sink.failures] == [("dropped", "engine_error")]
     assert not [b for b in sink.batches if b.finished]
+
+
+async def test_only_a_supported_clock_reaches_the_clock_endpoint_and_snapped() -> None:
+    """Test that a clock outside the GPU's range is refused without being forwarded, and an
+    in-range one goes out on the GPU's 15-MHz grid (the endpoint drives real hardware)."""
+    received: list[float] = []
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        return web.json_response({})
+
+    async def clock(request: web.Request) -> web.Response:
+        asked = float((await request.json())["clock_mhz"])
+        received.append(asked)
+        return web.json_response({"applied_mhz": asked})
+
+    app = _vllm_app(completions)
+    app.router.add_post("/clock", clock)
+    async with serving(app) as url:
+        clock_url = f"{url}/clock"
+        backend = VllmBackend(url, gpu="A100-80GB", model="llama-3-8b", tp=1, clock_url=clock_url)
+        try:
+            await backend.start(RecordingSink())
+            too_high = await backend.set_clock(5000.0)
+            too_low = await backend.set_clock(-1.0)
+            snapped = await backend.set_clock(1001.0)
+        finally:
+            await backend.close()
+    assert not too_high.accepted
+    assert "outside A100-80GB's supported 210-1410 MHz" in too_high.reason
+    assert not too_low.accepted
+    assert snapped.accepted
+    assert received == [1005.0]
