@@ -37,9 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         '"healthy": false, "error": ...})',
     )
     parser.epilog = (
-        "exit status: 0 when a stack runs with every process alive; 1 when none is recorded "
-        "in --state-dir or one of its processes has exited (with --json too); 2 for a usage "
-        "error"
+        "exit status: 0 when a stack runs with every process alive and its Redis readable; 1 "
+        "when none is recorded in --state-dir, one of its processes has exited or its Redis "
+        "cannot be read (with --json too); 2 for a usage error"
     )
 
 
@@ -111,8 +111,12 @@ def run(args: argparse.Namespace) -> int:
         # A stack whose Redis died is what an operator runs status for: say so, no traceback.
         live = {"workers": [], "plan": None, "error": f"redis unreachable: {exc}"}
     cells = [_cell(Path(folder)) for folder in state.cells]
-    healthy = all(processes.values()) and all(
-        not c.get("missing") and c["running"] == c["processes"] for c in cells
+    # A stack whose Redis cannot be read has lost its recovery log and its plan: alive
+    # processes alone do not make it healthy.
+    healthy = (
+        all(processes.values())
+        and "error" not in live
+        and all(not c.get("missing") and c["running"] == c["processes"] for c in cells)
     )
     report = {
         "running": any(processes.values()),

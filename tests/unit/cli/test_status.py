@@ -36,14 +36,15 @@ def _write_state(folder: Path) -> None:
 def test_status_reports_an_unreachable_redis_instead_of_a_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], as_json: bool
 ) -> None:
-    """Test both outputs: the processes still listed, the Redis error said in words."""
+    """Test both outputs: the processes still listed, the Redis error said in words, and
+    the stack not called healthy (exit 1) though its processes are alive."""
     _write_state(tmp_path)
     code = status.run(argparse.Namespace(state_dir=tmp_path, json=as_json))
     out = capsys.readouterr().out
-    assert code == 0
+    assert code == 1
     if as_json:
         report = json.loads(out)
-        assert (report["running"], report["healthy"]) == (True, True)
+        assert (report["running"], report["healthy"]) == (True, False)
         assert report["processes"] == {"worker-0": True}
         assert report["error"].startswith("redis unreachable")
     else:
