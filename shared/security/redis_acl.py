@@ -12,6 +12,7 @@ Derived from the key table of ``docs/protocol.md`` and the services' calls:
 | classifier, dvfs | ``plan`` (read only) | GET |
 | requestpath | the union of classifier, scheduler and router | the union |
 | monitor | ``worker:*``, ``plan``, ``forecast:*`` (read only) | GET SCAN EXISTS |
+| gateway | ``forecast:*`` (read only) | MGET |
 | others | none | connection only |
 
 (*) MULTI/EXEC and the store-new script: EVALSHA, EVAL, SCRIPT LOAD/EXISTS, with SET and
@@ -119,8 +120,9 @@ def _role_grants(keys: Keys, identity: Identity) -> tuple[list[str], list[str]]:
             read_only=True,
         )
     elif role == "gateway":
-        # Answers the carbon-aware forecast query from the forecaster's stored forecasts.
-        key_rules, commands = _grant([keys.forecast("*")], ["get", "mget"], read_only=True)
+        # Answers the carbon-aware forecast query from the forecaster's stored forecasts,
+        # every location in one MGET.
+        key_rules, commands = _grant([keys.forecast("*")], ["mget"], read_only=True)
     else:  # loadgen, client: no shared state of their own
         key_rules, commands = _grant([], [])
     return key_rules, commands

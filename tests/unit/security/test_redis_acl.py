@@ -82,7 +82,7 @@ def test_the_gateway_only_reads_forecasts() -> None:
     """Test that the gateway (the carbon-aware forecast query) reads forecast keys and
     nothing else, and writes nothing."""
     assert _keys("gateway") == {f"%R~{K.forecast('*')}"}
-    assert _commands("gateway") == {"ping", "hello", "get", "mget"}
+    assert _commands("gateway") == {"ping", "hello", "mget"}
 
 
 def test_every_rule_starts_from_nothing() -> None:
