@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -153,9 +154,11 @@ def start_local_stack(
     if tls and not secure:
         raise ValueError("--tls needs --secure")
     state_dir = state_dir.resolve()
+    _refuse_running_stack(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     servers: list[ServerProcess] = []
     secured: SecureServers | None = None
+    procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         if secure:
             identities = [identity_for(launch) for launch in stack_launches(spec)]
@@ -191,8 +194,12 @@ def start_local_stack(
         launches = stack_launches(spec)
         if secured is not None:
             launches = with_settings(launches, secured.overrides)
-        procs = {launch.name: start_process(launch, state_dir) for launch in launches}
+        for launch in launches:
+            procs[launch.name] = start_process(launch, state_dir)
     except BaseException:
+        # The services started so far run in their own sessions and no state file names
+        # them yet: nothing but this would ever stop them.
+        ProcessGroup(procs).stop(timeout_s=5.0)
         for server in servers:
             server.stop()
         raise
@@ -324,6 +331,33 @@ def start_cells(
     return stacks
 
 
+def _refuse_running_stack(state_dir: Path) -> None:
+    """Refuse to start over a stack recorded in ``state_dir`` that still runs.
+
+    Starting anyway would overwrite its state file, so ``greenserve down`` could no longer
+    find it, and wipe the JetStream store under its NATS. A state file whose processes have
+    all ended (a crash, a reboot) is stale and is replaced.
+
+    Raises:
+        RuntimeError: a process of the recorded stack is alive.
+    """
+    try:
+        state = load_state(state_dir)
+    except FileNotFoundError:
+        return
+    except (ValueError, TypeError):
+        return  # unreadable: it cannot name anything to stop either
+    running = sorted(
+        name for name, pid in {**state.pids, **state.server_pids}.items() if _alive(pid)
+    )
+    if running:
+        raise RuntimeError(
+            f"a stack recorded in {state_dir / STATE_FILE} is still running "
+            f"({', '.join(running)}); stop it with `greenserve down --state-dir {state_dir}` "
+            "or choose another --state-dir"
+        )
+
+
 def load_state(state_dir: Path = DEFAULT_STATE_DIR) -> StackState:
     """Read the state file of a stack started by ``greenserve up``.
 
@@ -345,6 +379,27 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+    # ``kill(pid, 0)`` succeeds on a zombie: a process that ended but that its parent (the
+    # ``greenserve up --foreground`` of another shell, say) has not reaped yet.
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has ended and waits to be reaped (Linux ``/proc``; False elsewhere)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # ``pid (comm) state …``: comm may hold spaces and parentheses, the state follows the last.
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
+
+
+def _signal(pid: int, sig: signal.Signals) -> bool:
+    """Send ``sig`` to ``pid``; False when it had ended already (it may end at any moment)."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
     return True
 
 
@@ -357,8 +412,7 @@ def stop_state(state_dir: Path = DEFAULT_STATE_DIR, timeout_s: float = 15.0) -> 
             stopped += stop_state(Path(cell), timeout_s)
     for group in (state.pids, state.server_pids):
         for name, pid in group.items():
-            if _alive(pid):
-                os.kill(pid, signal.SIGTERM)
+            if _alive(pid) and _signal(pid, signal.SIGTERM):
                 stopped.append(name)
         deadline = time.monotonic() + timeout_s
         for pid in group.values():
@@ -367,8 +421,8 @@ def stop_state(state_dir: Path = DEFAULT_STATE_DIR, timeout_s: float = 15.0) -> 
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
             if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
-    (state_dir / STATE_FILE).unlink()
+                _signal(pid, signal.SIGKILL)
+    (state_dir / STATE_FILE).unlink(missing_ok=True)
     return stopped
 
 
