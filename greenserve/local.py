@@ -68,6 +68,11 @@ class StackState:
     cells: list[str] = field(default_factory=list)
     """State dirs of the further cells started with this one (``greenserve up --cells``), on
     this one's servers; ``stop_state`` stops them first."""
+    start_ticks: dict[str, int] = field(default_factory=dict)
+    """Start time of each process (``/proc/<pid>/stat``, clock ticks since boot) by PID: a
+    PID that names another process now (the stack crashed, the machine rebooted) is not
+    this stack's, so ``down`` does not signal it and ``up`` does not take it for running.
+    Empty where ``/proc`` is not (the PIDs are then trusted) and in older state files."""
 
 
 @dataclass(slots=True)
@@ -203,6 +208,9 @@ def start_local_stack(
         for server in servers:
             server.stop()
         raise
+    pids = {name: proc.pid for name, proc in procs.items()}
+    server_pids = {s.name: s.proc.pid for s in servers}
+    ticks = {str(pid): _start_ticks(pid) for pid in [*pids.values(), *server_pids.values()]}
     state = StackState(
         namespace=spec.namespace,
         nats_url=secured.tool_nats_url if secured else nats_url,
@@ -211,8 +219,9 @@ def start_local_stack(
         origin_wall_s=origin,
         model=spec.model,
         workers=spec.workers,
-        pids={name: proc.pid for name, proc in procs.items()},
-        server_pids={s.name: s.proc.pid for s in servers},
+        pids=pids,
+        server_pids=server_pids,
+        start_ticks={pid: tick for pid, tick in ticks.items() if tick is not None},
         secure=secure,
         tls_ca_file=str(secured.tls.ca_file) if secured and secured.tls else None,
         gateway_url=f"http://127.0.0.1:{spec.gateway_port}",
@@ -348,7 +357,7 @@ def _refuse_running_stack(state_dir: Path) -> None:
     except (ValueError, TypeError):
         return  # unreadable: it cannot name anything to stop either
     running = sorted(
-        name for name, pid in {**state.pids, **state.server_pids}.items() if _alive(pid)
+        name for name, pid in {**state.pids, **state.server_pids}.items() if alive(pid, state)
     )
     if running:
         raise RuntimeError(
@@ -384,14 +393,25 @@ def _alive(pid: int) -> bool:
     return not _zombie(pid)
 
 
-def _zombie(pid: int) -> bool:
-    """Whether ``pid`` has ended and waits to be reaped (Linux ``/proc``; False elsewhere)."""
+def _stat(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after ``pid (comm)``; empty without ``/proc``."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return False
-    # ``pid (comm) state …``: comm may hold spaces and parentheses, the state follows the last.
-    return stat.rpartition(")")[2].split()[:1] == ["Z"]
+        return []
+    # comm may hold spaces and parentheses: the fields start after the last ``)``.
+    return stat.rpartition(")")[2].split()
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has ended and waits to be reaped (False where ``/proc`` is not)."""
+    return _stat(pid)[:1] == ["Z"]
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (field 22 of ``/proc/<pid>/stat``)."""
+    fields = _stat(pid)
+    return int(fields[19]) if len(fields) > 19 else None
 
 
 def _signal(pid: int, sig: signal.Signals) -> bool:
@@ -411,11 +431,12 @@ def stop_state(state_dir: Path = DEFAULT_STATE_DIR, timeout_s: float = 15.0) -> 
         if (Path(cell) / STATE_FILE).exists():
             stopped += stop_state(Path(cell), timeout_s)
     for group in (state.pids, state.server_pids):
-        for name, pid in group.items():
-            if _alive(pid) and _signal(pid, signal.SIGTERM):
+        ours = {name: pid for name, pid in group.items() if alive(pid, state)}
+        for name, pid in ours.items():
+            if _signal(pid, signal.SIGTERM):
                 stopped.append(name)
         deadline = time.monotonic() + timeout_s
-        for pid in group.values():
+        for pid in ours.values():
             while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
                 with contextlib.suppress(ChildProcessError):
@@ -426,6 +447,10 @@ def stop_state(state_dir: Path = DEFAULT_STATE_DIR, timeout_s: float = 15.0) -> 
     return stopped
 
 
-def alive(pid: int) -> bool:
-    """Whether a process exists."""
-    return _alive(pid)
+def alive(pid: int, state: StackState | None = None) -> bool:
+    """Whether a process exists (and, given the ``state`` that recorded it, is still the
+    process it recorded, not a later one that was given the same PID)."""
+    if not _alive(pid):
+        return False
+    recorded = state.start_ticks.get(str(pid)) if state is not None else None
+    return recorded is None or _start_ticks(pid) in (None, recorded)

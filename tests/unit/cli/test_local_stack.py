@@ -163,3 +163,31 @@ def test_down_copes_with_a_process_that_ends_on_its_own_meanwhile(
     stop_state(tmp_path, timeout_s=5.0)
     assert second.wait(5) is not None
     assert not (tmp_path / STATE_FILE).exists()
+
+
+def test_a_pid_that_another_process_took_over_is_not_the_stack_s(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sleepers: list[subprocess.Popen[bytes]],
+) -> None:
+    """Test a state file left by a stack that crashed, whose PIDs now name other processes
+    (PIDs are reused; after a reboot every one is): ``down`` must not signal them, and
+    ``up`` must not refuse to start because of them. The state file records each process's
+    start time, which the newcomer does not share."""
+    stranger = _sleep(sleepers)
+    state = _state({"planner": stranger.pid})
+    state.start_ticks = {str(stranger.pid): 1}  # the recorded planner started at boot
+    (tmp_path / STATE_FILE).write_text(json.dumps(asdict(state)))
+    assert stop_state(tmp_path, timeout_s=1.0) == []
+    assert stranger.poll() is None
+    (tmp_path / STATE_FILE).write_text(json.dumps(asdict(state)))
+    monkeypatch.setattr(local, "start_process", lambda launch, folder: _sleep(sleepers))
+    stack = start_local_stack(
+        StackSpec(workers=1), tmp_path, nats_url=NATS_URL, redis_url=REDIS_URL
+    )
+    try:
+        recorded = json.loads((tmp_path / STATE_FILE).read_text())
+        assert set(recorded["start_ticks"]) == {str(pid) for pid in stack.state.pids.values()}
+    finally:
+        stack.stop(timeout_s=5)
+    assert stranger.poll() is None
