@@ -107,13 +107,17 @@ class LocalStack:
 
 async def _wait_ready(stack: LocalStack, timeout_s: float) -> None:
     from redis.asyncio import Redis
+    from redis.exceptions import RedisError
 
     keys = Keys(stack.state.namespace)
     tls: dict[str, Any] = (
         {"ssl_ca_certs": stack.state.tls_ca_file} if stack.state.tls_ca_file else {}
     )
-    redis = Redis.from_url(stack.state.redis_url, **tls)
+    redis = Redis.from_url(
+        stack.state.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0, **tls
+    )
     deadline = time.monotonic() + timeout_s
+    unreachable = ""
     try:
         while time.monotonic() < deadline:
             dead = stack.group.dead()
@@ -122,14 +126,27 @@ async def _wait_ready(stack: LocalStack, timeout_s: float) -> None:
                 raise RuntimeError(
                     f"services exited during start-up: {', '.join(dead)}; see {logs}"
                 )
-            workers = [k async for k in redis.scan_iter(match=keys.worker_pattern)]
-            if len(workers) >= stack.state.workers and await redis.exists(keys.plan):
-                return
+            gone = [s for s in stack.servers if s.proc.poll() is not None]
+            if gone:
+                names = ", ".join(s.name for s in gone)
+                raise RuntimeError(
+                    f"servers exited during start-up: {names}; see the logs in "
+                    f"{', '.join(str(s.workdir) for s in gone)}"
+                )
+            try:
+                workers = [k async for k in redis.scan_iter(match=keys.worker_pattern)]
+                if len(workers) >= stack.state.workers and await redis.exists(keys.plan):
+                    return
+                unreachable = ""
+            except (RedisError, OSError) as exc:
+                # Not ready yet, as far as ``up`` can tell: say why if it stays so, rather
+                # than end ``up`` with a traceback that leaves the stack running.
+                unreachable = f"; redis unreachable: {exc}"
             await asyncio.sleep(0.2)
     finally:
         await redis.aclose()
     raise RuntimeError(
-        f"stack not ready within {timeout_s} s; logs are in {stack.state_dir / 'logs'}"
+        f"stack not ready within {timeout_s} s{unreachable}; logs are in {stack.state_dir / 'logs'}"
     )
 
 

@@ -17,6 +17,7 @@ import pytest
 import greenserve.local as local
 from greenserve.local import STATE_FILE, StackState, start_local_stack, stop_state
 from greenserve.stack import ServiceLaunch, StackSpec
+from shared.servers import ServerProcess
 
 NATS_URL, REDIS_URL = "nats://127.0.0.1:1", "redis://127.0.0.1:1"
 
@@ -191,3 +192,47 @@ def test_a_pid_that_another_process_took_over_is_not_the_stack_s(
     finally:
         stack.stop(timeout_s=5)
     assert stranger.poll() is None
+
+
+def test_wait_ready_says_the_stack_is_not_ready_when_its_redis_is_unreachable(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sleepers: list[subprocess.Popen[bytes]],
+) -> None:
+    """Test that a Redis that does not answer while ``up`` waits for readiness ends the wait
+    with the ``RuntimeError`` that ``up`` reports (and then stops the stack on), not with a
+    Redis ``ConnectionError`` traceback that leaves every process running."""
+    monkeypatch.setattr(local, "start_process", lambda launch, folder: _sleep(sleepers))
+    stack = start_local_stack(
+        StackSpec(workers=1), tmp_path, nats_url=NATS_URL, redis_url=REDIS_URL
+    )
+    try:
+        with pytest.raises(RuntimeError, match=r"not ready within 1\.0 s; redis unreachable"):
+            stack.wait_ready(timeout_s=1.0)
+    finally:
+        stack.stop(timeout_s=5)
+
+
+def test_wait_ready_names_a_server_that_exited(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sleepers: list[subprocess.Popen[bytes]],
+) -> None:
+    """Test that a server of the stack that exits while ``up`` waits is named at once, with
+    where its log is, instead of the wait running out its minute on an unreachable Redis."""
+    monkeypatch.setattr(local, "start_process", lambda launch, folder: _sleep(sleepers))
+    stack = start_local_stack(
+        StackSpec(workers=1), tmp_path, nats_url=NATS_URL, redis_url=REDIS_URL
+    )
+    gone = _sleep(sleepers)
+    gone.kill()
+    gone.wait()
+    stack.servers.append(ServerProcess("redis", 1, gone, tmp_path / "redis"))
+    try:
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match="servers exited during start-up: redis"):
+            stack.wait_ready(timeout_s=30.0)
+        assert time.monotonic() - started < 5.0
+    finally:
+        stack.servers.clear()
+        stack.stop(timeout_s=5)
