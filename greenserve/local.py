@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -67,6 +68,11 @@ class StackState:
     cells: list[str] = field(default_factory=list)
     """State dirs of the further cells started with this one (``greenserve up --cells``), on
     this one's servers; ``stop_state`` stops them first."""
+    start_ticks: dict[str, int] = field(default_factory=dict)
+    """Start time of each process (``/proc/<pid>/stat``, clock ticks since boot) by PID: a
+    PID that names another process now (the stack crashed, the machine rebooted) is not
+    this stack's, so ``down`` does not signal it and ``up`` does not take it for running.
+    Empty where ``/proc`` is not (the PIDs are then trusted) and in older state files."""
 
 
 @dataclass(slots=True)
@@ -101,13 +107,17 @@ class LocalStack:
 
 async def _wait_ready(stack: LocalStack, timeout_s: float) -> None:
     from redis.asyncio import Redis
+    from redis.exceptions import RedisError
 
     keys = Keys(stack.state.namespace)
     tls: dict[str, Any] = (
         {"ssl_ca_certs": stack.state.tls_ca_file} if stack.state.tls_ca_file else {}
     )
-    redis = Redis.from_url(stack.state.redis_url, **tls)
+    redis = Redis.from_url(
+        stack.state.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0, **tls
+    )
     deadline = time.monotonic() + timeout_s
+    unreachable = ""
     try:
         while time.monotonic() < deadline:
             dead = stack.group.dead()
@@ -116,14 +126,27 @@ async def _wait_ready(stack: LocalStack, timeout_s: float) -> None:
                 raise RuntimeError(
                     f"services exited during start-up: {', '.join(dead)}; see {logs}"
                 )
-            workers = [k async for k in redis.scan_iter(match=keys.worker_pattern)]
-            if len(workers) >= stack.state.workers and await redis.exists(keys.plan):
-                return
+            gone = [s for s in stack.servers if s.proc.poll() is not None]
+            if gone:
+                names = ", ".join(s.name for s in gone)
+                raise RuntimeError(
+                    f"servers exited during start-up: {names}; see the logs in "
+                    f"{', '.join(str(s.workdir) for s in gone)}"
+                )
+            try:
+                workers = [k async for k in redis.scan_iter(match=keys.worker_pattern)]
+                if len(workers) >= stack.state.workers and await redis.exists(keys.plan):
+                    return
+                unreachable = ""
+            except (RedisError, OSError) as exc:
+                # Not ready yet, as far as ``up`` can tell: say why if it stays so, rather
+                # than end ``up`` with a traceback that leaves the stack running.
+                unreachable = f"; redis unreachable: {exc}"
             await asyncio.sleep(0.2)
     finally:
         await redis.aclose()
     raise RuntimeError(
-        f"stack not ready within {timeout_s} s; logs are in {stack.state_dir / 'logs'}"
+        f"stack not ready within {timeout_s} s{unreachable}; logs are in {stack.state_dir / 'logs'}"
     )
 
 
@@ -153,9 +176,11 @@ def start_local_stack(
     if tls and not secure:
         raise ValueError("--tls needs --secure")
     state_dir = state_dir.resolve()
+    _refuse_running_stack(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     servers: list[ServerProcess] = []
     secured: SecureServers | None = None
+    procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         if secure:
             identities = [identity_for(launch) for launch in stack_launches(spec)]
@@ -191,11 +216,18 @@ def start_local_stack(
         launches = stack_launches(spec)
         if secured is not None:
             launches = with_settings(launches, secured.overrides)
-        procs = {launch.name: start_process(launch, state_dir) for launch in launches}
+        for launch in launches:
+            procs[launch.name] = start_process(launch, state_dir)
     except BaseException:
+        # The services started so far run in their own sessions and no state file names
+        # them yet: nothing but this would ever stop them.
+        ProcessGroup(procs).stop(timeout_s=5.0)
         for server in servers:
             server.stop()
         raise
+    pids = {name: proc.pid for name, proc in procs.items()}
+    server_pids = {s.name: s.proc.pid for s in servers}
+    ticks = {str(pid): _start_ticks(pid) for pid in [*pids.values(), *server_pids.values()]}
     state = StackState(
         namespace=spec.namespace,
         nats_url=secured.tool_nats_url if secured else nats_url,
@@ -204,8 +236,9 @@ def start_local_stack(
         origin_wall_s=origin,
         model=spec.model,
         workers=spec.workers,
-        pids={name: proc.pid for name, proc in procs.items()},
-        server_pids={s.name: s.proc.pid for s in servers},
+        pids=pids,
+        server_pids=server_pids,
+        start_ticks={pid: tick for pid, tick in ticks.items() if tick is not None},
         secure=secure,
         tls_ca_file=str(secured.tls.ca_file) if secured and secured.tls else None,
         gateway_url=f"http://127.0.0.1:{spec.gateway_port}",
@@ -324,6 +357,33 @@ def start_cells(
     return stacks
 
 
+def _refuse_running_stack(state_dir: Path) -> None:
+    """Refuse to start over a stack recorded in ``state_dir`` that still runs.
+
+    Starting anyway would overwrite its state file, so ``greenserve down`` could no longer
+    find it, and wipe the JetStream store under its NATS. A state file whose processes have
+    all ended (a crash, a reboot) is stale and is replaced.
+
+    Raises:
+        RuntimeError: a process of the recorded stack is alive.
+    """
+    try:
+        state = load_state(state_dir)
+    except FileNotFoundError:
+        return
+    except (ValueError, TypeError):
+        return  # unreadable: it cannot name anything to stop either
+    running = sorted(
+        name for name, pid in {**state.pids, **state.server_pids}.items() if alive(pid, state)
+    )
+    if running:
+        raise RuntimeError(
+            f"a stack recorded in {state_dir / STATE_FILE} is still running "
+            f"({', '.join(running)}); stop it with `greenserve down --state-dir {state_dir}` "
+            "or choose another --state-dir"
+        )
+
+
 def load_state(state_dir: Path = DEFAULT_STATE_DIR) -> StackState:
     """Read the state file of a stack started by ``greenserve up``.
 
@@ -345,6 +405,38 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+    # ``kill(pid, 0)`` succeeds on a zombie: a process that ended but that its parent (the
+    # ``greenserve up --foreground`` of another shell, say) has not reaped yet.
+    return not _zombie(pid)
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after ``pid (comm)``; empty without ``/proc``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    # comm may hold spaces and parentheses: the fields start after the last ``)``.
+    return stat.rpartition(")")[2].split()
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has ended and waits to be reaped (False where ``/proc`` is not)."""
+    return _stat(pid)[:1] == ["Z"]
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (field 22 of ``/proc/<pid>/stat``)."""
+    fields = _stat(pid)
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+def _signal(pid: int, sig: signal.Signals) -> bool:
+    """Send ``sig`` to ``pid``; False when it had ended already (it may end at any moment)."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
     return True
 
 
@@ -356,22 +448,26 @@ def stop_state(state_dir: Path = DEFAULT_STATE_DIR, timeout_s: float = 15.0) -> 
         if (Path(cell) / STATE_FILE).exists():
             stopped += stop_state(Path(cell), timeout_s)
     for group in (state.pids, state.server_pids):
-        for name, pid in group.items():
-            if _alive(pid):
-                os.kill(pid, signal.SIGTERM)
+        ours = {name: pid for name, pid in group.items() if alive(pid, state)}
+        for name, pid in ours.items():
+            if _signal(pid, signal.SIGTERM):
                 stopped.append(name)
         deadline = time.monotonic() + timeout_s
-        for pid in group.values():
+        for pid in ours.values():
             while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
             if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
-    (state_dir / STATE_FILE).unlink()
+                _signal(pid, signal.SIGKILL)
+    (state_dir / STATE_FILE).unlink(missing_ok=True)
     return stopped
 
 
-def alive(pid: int) -> bool:
-    """Whether a process exists."""
-    return _alive(pid)
+def alive(pid: int, state: StackState | None = None) -> bool:
+    """Whether a process exists (and, given the ``state`` that recorded it, is still the
+    process it recorded, not a later one that was given the same PID)."""
+    if not _alive(pid):
+        return False
+    recorded = state.start_ticks.get(str(pid)) if state is not None else None
+    return recorded is None or _start_ticks(pid) in (None, recorded)

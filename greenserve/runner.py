@@ -27,6 +27,9 @@ from shared.lifecycle import ServiceContext, service_context
 
 __all__ = ["InProcessService", "ProcessGroup", "run_in_process", "start_process", "write_config"]
 
+STOP_TIMEOUT_S = 15.0
+"""How long ``run_in_process`` waits for its services to drain before it cancels them."""
+
 
 def write_config(launch: ServiceLaunch, folder: Path) -> Path:
     """Write one service's settings as YAML; return the file."""
@@ -129,9 +132,13 @@ async def run_in_process(
             service.stop.set()
         tasks = [s.task for s in running.values()]
         if tasks:
-            done, pending = await asyncio.wait(tasks, timeout=15.0)
+            done, pending = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
             for task in pending:
                 task.cancel()
+            if pending:
+                # Wait for the cancellations to run (the contexts close their NATS and Redis
+                # connections); bounded, as a task may swallow its cancellation.
+                await asyncio.wait(pending, timeout=STOP_TIMEOUT_S)
             for task in done:
                 if not task.cancelled() and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]

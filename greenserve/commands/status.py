@@ -104,7 +104,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(str(exc), file=sys.stderr)
         return 1
-    processes = {name: alive(pid) for name, pid in {**state.pids, **state.server_pids}.items()}
+    processes = {
+        name: alive(pid, state) for name, pid in {**state.pids, **state.server_pids}.items()
+    }
     try:
         live = asyncio.run(_read(state))
     except (OSError, RedisError) as exc:
@@ -235,5 +237,5 @@ def _cell(folder: Path) -> dict[str, Any]:
         "namespace": cell.namespace,
         "state_dir": str(folder),
         "processes": len(pids),
-        "running": sum(alive(pid) for pid in pids.values()),
+        "running": sum(alive(pid, cell) for pid in pids.values()),
     }

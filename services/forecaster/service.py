@@ -221,6 +221,21 @@ async def serve(ctx: ServiceContext) -> None:
         return asyncio.create_task(fit_all(cut))
 
     fitting = start_fit(fit_cut(ctx.clock.now()))
+    failing: set[str] = set()  # regions whose model raised, logged once per streak
+
+    async def modelled(
+        region: str, model: CarbonForecaster, history: CarbonHistory, origin: pd.Timestamp
+    ) -> Forecast:
+        # CPU work (about 35 ms per region with the fitted blend): off the event loop, which
+        # must keep answering NATS (and hosts every service in the in-process stack). The
+        # model and history are only read; the start-up or refit thread builds new ones.
+        forecast = await asyncio.to_thread(model.forecast, history, origin, cfg.horizon_h)
+        if band_days:
+            log = issued[region]
+            before = set(log.entries())
+            forecast = log.banded(forecast, history)
+            await save_issued(ctx.redis, ctx.keys.forecast_log(region), log, before)
+        return to_message(forecast)
 
     async def refresh() -> None:
         nonlocal fitting
@@ -232,16 +247,25 @@ async def serve(ctx: ServiceContext) -> None:
         for region, history in histories.items():
             model = models.get(region)
             try:
+                if model is not None:
+                    try:
+                        message = await modelled(region, model, history, origin)
+                        failing.discard(region)
+                    except ValueError:
+                        raise
+                    except Exception:
+                        # A model that cannot forecast (a cached fit older code pickled,
+                        # say) must not end the refresh: the regions after it would never
+                        # be published, as the loop retried the same failure for ever.
+                        if region not in failing:
+                            failing.add(region)
+                            logger.exception(
+                                "the %s model failed; same-hour-yesterday until it forecasts",
+                                region,
+                            )
+                        model = None
                 if model is None:
                     message = same_hour_yesterday(history, origin, cfg.horizon_h)
-                else:
-                    forecast = model.forecast(history, origin, cfg.horizon_h)
-                    if band_days:
-                        log = issued[region]
-                        before = set(log.entries())
-                        forecast = log.banded(forecast, history)
-                        await save_issued(ctx.redis, ctx.keys.forecast_log(region), log, before)
-                    message = to_message(forecast)
             except ValueError as exc:
                 logger.warning("no forecast for %s: %s", region, exc)
                 continue

@@ -95,16 +95,35 @@ async def _serve_milp(ctx: ServiceContext, live: LivePlanner) -> None:
         await ctx.nc.subscribe(ctx.subjects.scheduler_ready_wildcard, cb=live.on_ready),
     ]
 
+    # A failed plan is retried after a backoff that doubles up to an epoch: not only at the
+    # next epoch (a Redis blip at the boundary left the last epoch's plan in force for a
+    # whole epoch), and not on every republish tick either (a plan that always fails would
+    # keep the solver busy).
+    planned = -1  # the epoch of the last plan that succeeded
+    failures = 0
+    retry_at = 0.0  # monotonic
+
     async def publish() -> None:
+        nonlocal planned, failures, retry_at
         epoch = int(ctx.clock.now() // cfg.epoch_s)
-        if epoch != live.epoch or live.bootstrapping:
+        due = epoch != planned or live.bootstrapping
+        if due and time.monotonic() >= retry_at:
             try:
                 await live.plan_epoch(epoch)
+                planned, failures = epoch, 0
             except Exception:
-                # Keep the last good plan (never an empty route table); retry next epoch.
-                live.epoch = epoch
-                logger.exception("planning epoch %d failed; keeping the last plan", epoch)
-        else:
+                # Keep the last good plan (never an empty route table) until a retry works.
+                failures += 1
+                backoff = min(epoch_wall_s, cfg.republish_wall_s * 2**failures)
+                retry_at = time.monotonic() + backoff
+                if failures == 1:
+                    logger.exception("planning epoch %d failed; keeping the last plan", epoch)
+                else:
+                    logger.warning(
+                        "planning epoch %d failed again (%d times); retrying in %.3g s",
+                        epoch, failures, backoff,
+                    )  # fmt: skip
+        elif not due:
             live.refresh()
         plan = live.plan or static_plan(cfg, max(epoch, 0), time.time(), epoch_wall_s)
         await _publish(ctx, plan)
