@@ -29,11 +29,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the whole demo; the stack is stopped whatever happens."""
     trace = trace_from_args(args)
-    stack = start_local_stack(
-        spec_from_args(args), args.state_dir, nats_url=args.nats_url, redis_url=args.redis_url
-    )
     try:
-        stack.wait_ready()
+        stack = start_local_stack(
+            spec_from_args(args), args.state_dir, nats_url=args.nats_url, redis_url=args.redis_url
+        )
+    except (ValueError, RuntimeError) as exc:  # e.g. a stack already runs in --state-dir
+        print(f"greenserve demo failed: {exc}", file=sys.stderr)
+        return 1
+    try:
+        try:
+            stack.wait_ready()
+        except (ValueError, RuntimeError) as exc:
+            print(f"greenserve demo failed: {exc}", file=sys.stderr)
+            return 1
         print(
             f"stack up ({stack.state.workers} workers); replaying {len(trace)} requests "
             f"({args.duration:g} s of trace) at speed-up {stack.state.speedup:g}",

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 import greenserve.local as local
+from greenserve.cli import build_parser
+from greenserve.commands import demo
 from greenserve.local import STATE_FILE, StackState, start_local_stack, stop_state
 from greenserve.stack import ServiceLaunch, StackSpec
 from shared.servers import ServerProcess
@@ -236,3 +238,22 @@ def test_wait_ready_names_a_server_that_exited(
     finally:
         stack.servers.clear()
         stack.stop(timeout_s=5)
+
+
+def test_demo_over_a_running_stack_says_so_in_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    sleepers: list[subprocess.Popen[bytes]],
+) -> None:
+    """Test that ``greenserve demo`` in a state dir whose stack runs exits 1 with the refusal
+    (naming ``down``) on one line, not a traceback, and leaves that stack alone."""
+    running = _sleep(sleepers)
+    (tmp_path / STATE_FILE).write_text(json.dumps(asdict(_state({"planner": running.pid}))))
+    parser, _modules = build_parser()
+    args = parser.parse_args(["demo", "--state-dir", str(tmp_path), "--duration", "5"])
+    assert demo.run(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("greenserve demo failed: ")
+    assert "greenserve down" in err[0]
+    assert running.poll() is None
