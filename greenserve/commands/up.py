@@ -9,10 +9,10 @@ import threading
 
 from greenserve.argtypes import positive_int
 from greenserve.commands._stack_args import add_stack_arguments, spec_from_args
-from greenserve.local import LocalStack, start_cells, start_local_stack
+from greenserve.local import STATE_FILE, LocalStack, start_cells, start_local_stack
 from shared.security.secrets import redact_url
 
-__all__ = ["HELP", "NAME", "add_arguments", "run"]
+__all__ = ["HELP", "NAME", "add_arguments", "run", "wait_in_foreground"]
 
 NAME = "up"
 HELP = "start the embedded stack (NATS, Redis, all services, simulated workers)"
@@ -22,7 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Stack options plus --foreground."""
     add_stack_arguments(parser)
     parser.add_argument(
-        "--foreground", action="store_true", help="stay attached; Ctrl-C stops the stack"
+        "--foreground",
+        action="store_true",
+        help="stay attached until Ctrl-C, a greenserve down from another shell, or every "
+        "service has exited; then stop the stack",
     )
     parser.add_argument(
         "--cells",
@@ -119,7 +122,26 @@ def run(args: argparse.Namespace) -> int:
     stopped = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopped.set())
-    stopped.wait()
+    why = wait_in_foreground(stacks, stopped)
+    print(f"stopping the stack: {why}", file=sys.stderr)
     for cell in reversed(stacks):  # the first cell owns the servers
         cell.stop()
     return 0
+
+
+def wait_in_foreground(
+    stacks: list[LocalStack], stopped: threading.Event, poll_s: float = 1.0
+) -> str:
+    """Block until a signal, a ``greenserve down`` from another shell (it removes the state
+    file) or the exit of every service; return which.
+
+    Waiting for a signal alone outlived a ``down``: the foreground process stayed, holding
+    its exited children as zombies, until someone pressed Ctrl-C.
+    """
+    while not stopped.wait(poll_s):
+        if not (stacks[0].state_dir / STATE_FILE).exists():
+            return "its state file is gone (greenserve down)"
+        # poll() also reaps an exited child, so none is left a zombie meanwhile.
+        if all(p.poll() is not None for cell in stacks for p in cell.group.procs.values()):
+            return "every service has exited"
+    return "signal"

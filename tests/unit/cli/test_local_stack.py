@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -16,8 +17,9 @@ import pytest
 
 import greenserve.local as local
 from greenserve.cli import build_parser
-from greenserve.commands import demo
-from greenserve.local import STATE_FILE, StackState, start_local_stack, stop_state
+from greenserve.commands import demo, up
+from greenserve.local import STATE_FILE, LocalStack, StackState, start_local_stack, stop_state
+from greenserve.runner import ProcessGroup
 from greenserve.stack import ServiceLaunch, StackSpec
 from shared.servers import ServerProcess
 
@@ -257,3 +259,40 @@ def test_demo_over_a_running_stack_says_so_in_one_line(
     assert err[0].startswith("greenserve demo failed: ")
     assert "greenserve down" in err[0]
     assert running.poll() is None
+
+
+def _foreground(tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> list[LocalStack]:
+    (tmp_path / STATE_FILE).write_text("{}")
+    group = ProcessGroup({f"p{i}": proc for i, proc in enumerate(procs)})
+    return [LocalStack(_state({}), tmp_path, group, [])]
+
+
+def test_a_foreground_up_ends_when_down_removes_its_state_file(
+    tmp_path: Path, sleepers: list[subprocess.Popen[bytes]]
+) -> None:
+    """Test that ``up --foreground`` stops waiting once ``greenserve down`` (another shell)
+    has removed the state file, instead of waiting for a signal that never comes."""
+    stacks = _foreground(tmp_path, [_sleep(sleepers)])
+    timer = threading.Timer(0.3, (tmp_path / STATE_FILE).unlink)
+    timer.start()
+    started = time.monotonic()
+    why = up.wait_in_foreground(stacks, threading.Event(), poll_s=0.05)
+    timer.join()
+    assert "state file" in why
+    assert time.monotonic() - started < 5.0
+
+
+def test_a_foreground_up_ends_when_every_service_has_exited_and_reaps_them(
+    tmp_path: Path, sleepers: list[subprocess.Popen[bytes]]
+) -> None:
+    """Test that the wait ends once all its children have exited (reaped, not zombies), and
+    that a signal still ends it at once."""
+    quick = subprocess.Popen([sys.executable, "-c", "pass"])
+    sleepers.append(quick)
+    why = up.wait_in_foreground(_foreground(tmp_path, [quick]), threading.Event(), poll_s=0.05)
+    assert why == "every service has exited"
+    assert quick.returncode == 0
+    signalled = threading.Event()
+    signalled.set()
+    stacks = _foreground(tmp_path, [_sleep(sleepers)])
+    assert up.wait_in_foreground(stacks, signalled, poll_s=0.05) == "signal"
