@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from loadgen.traces import TraceRequest
+from shared.loops import retry
 
 __all__ = ["HttpRecord", "replay_http"]
 
@@ -88,26 +89,23 @@ async def replay_http(
                 "prompt_tokens": record.trace.prompt_tokens,
                 "ignore_eos": True,
             }
+
+            def refused(_error: BaseException, _wait_s: float) -> None:
+                record.retries += 1
+
             record.sent_at = time.time()
-            backoff = CONNECT_BACKOFF_S
-            while True:
-                try:
-                    await _post(http, record, body)
-                except aiohttp.ClientConnectorError as exc:
-                    waited = time.time() - record.sent_at
-                    if waited + backoff > connect_retry_s:
-                        record.ended_at = time.time()
-                        record.error = type(exc).__name__
-                        return
-                    record.retries += 1
-                    await asyncio.sleep(backoff)
-                    backoff = min(2 * backoff, MAX_CONNECT_BACKOFF_S)
-                except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as exc:
-                    record.ended_at = time.time()
-                    record.error = type(exc).__name__
-                    return
-                else:
-                    return
+            try:
+                await retry(
+                    lambda: _post(http, record, body),
+                    aiohttp.ClientConnectorError,
+                    within_s=connect_retry_s,
+                    first_backoff_s=CONNECT_BACKOFF_S,
+                    max_backoff_s=MAX_CONNECT_BACKOFF_S,
+                    on_retry=refused,
+                )
+            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as exc:
+                record.ended_at = time.time()
+                record.error = type(exc).__name__
 
         # One request per gateway first, untimed: the step measures the steady state, not
         # the first connection's set-up (a NATS client is connected before its step too).

@@ -39,7 +39,7 @@ from proto.messages import (
 )
 from proto.subjects import Subjects
 from shared.bus import HOPS_HEADER, parse_hops
-from shared.loops import wait_event
+from shared.loops import retry, wait_event
 from shared.security.client_ids import instance_token, pick_client_id
 from shared.telemetry import inject_headers
 
@@ -136,25 +136,28 @@ async def publish_with_retry(
     both copies anyway, the scheduler's seen-mark finds the same request under the same id
     and drops the second silently (``docs/protocol.md``). Returns False after ``budget_s``.
     """
-    deadline = time.monotonic() + budget_s
-    backoff = 0.05
-    while True:
+
+    async def publish() -> None:
         record.publish_attempts += 1
-        try:
-            await js.publish(subject, payload, headers=headers, timeout=PUBLISH_TIMEOUT_S)
-        except RETRYABLE_PUBLISH_ERRORS as exc:
-            if time.monotonic() + backoff > deadline:
-                logger.warning(
-                    "giving up on %s after %d publishes: %r",
-                    record.request_id,
-                    record.publish_attempts,
-                    exc,
-                )
-                return False
-            await asyncio.sleep(backoff)
-            backoff = min(1.0, backoff * 2)
-        else:
-            return True
+        await js.publish(subject, payload, headers=headers, timeout=PUBLISH_TIMEOUT_S)
+
+    try:
+        await retry(
+            publish,
+            RETRYABLE_PUBLISH_ERRORS,
+            within_s=budget_s,
+            first_backoff_s=0.05,
+            max_backoff_s=1.0,
+        )
+    except RETRYABLE_PUBLISH_ERRORS as exc:
+        logger.warning(
+            "giving up on %s after %d publishes: %r",
+            record.request_id,
+            record.publish_attempts,
+            exc,
+        )
+        return False
+    return True
 
 
 async def replay(

@@ -7,7 +7,6 @@ never a crash and never a retry.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import ssl
@@ -32,6 +31,7 @@ from proto.messages import ErrorReply
 from proto.subjects import Subjects, valid_token
 from shared.config import NatsSettings
 from shared.counters import ERRORS, MESSAGES
+from shared.loops import retry
 from shared.security.secrets import read_secret
 from shared.telemetry import inject_headers, span_from_headers
 
@@ -151,17 +151,18 @@ async def retry_on_timeout(
     Raises:
         nats.errors.TimeoutError: still unanswered after ``within_s``.
     """
-    deadline = time.monotonic() + within_s
-    delay = 0.2
-    while True:
-        try:
-            return await call()
-        except nats.errors.TimeoutError:
-            if time.monotonic() + delay > deadline:
-                raise
-            logger.warning("%s timed out; asking again in %.1f s", what, delay)
-            await asyncio.sleep(delay)
-            delay = min(2 * delay, 5.0)
+
+    def said(_error: BaseException, wait_s: float) -> None:
+        logger.warning("%s timed out; asking again in %.1f s", what, wait_s)
+
+    return await retry(
+        call,
+        nats.errors.TimeoutError,
+        within_s=within_s,
+        first_backoff_s=0.2,
+        max_backoff_s=5.0,
+        on_retry=said,
+    )
 
 
 async def ensure_ingress_stream(

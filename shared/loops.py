@@ -10,11 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from shared.counters import ERRORS
 
-__all__ = ["raise_if_cancelled", "run_periodic", "sleep_or_stop", "wait_event"]
+__all__ = ["raise_if_cancelled", "retry", "run_periodic", "sleep_or_stop", "wait_event"]
+
+_T = TypeVar("_T")
 
 logger = logging.getLogger(__name__)
 
@@ -77,3 +81,34 @@ async def run_periodic(
             continue
         period = period_s() if callable(period_s) else period_s
         await sleep_or_stop(stop, period)
+
+
+async def retry(
+    call: Callable[[], Awaitable[_T]],
+    errors: type[BaseException] | tuple[type[BaseException], ...],
+    *,
+    within_s: float,
+    first_backoff_s: float,
+    max_backoff_s: float,
+    on_retry: Callable[[BaseException, float], None] | None = None,
+) -> _T:
+    """``call()`` again while it raises one of ``errors``, waiting ``first_backoff_s``
+    doubling to ``max_backoff_s`` between tries, for as long as the next wait would end
+    within ``within_s`` of the first try; then the last error is raised.
+
+    For calls that are safe to repeat: a JetStream publish with the same ``Nats-Msg-Id``,
+    a connection that was refused, idempotent set-up. ``on_retry(error, wait_s)`` hears of
+    each retry before its wait (to log or count it).
+    """
+    deadline = time.monotonic() + within_s
+    backoff = first_backoff_s
+    while True:
+        try:
+            return await call()
+        except errors as exc:
+            if time.monotonic() + backoff > deadline:
+                raise
+            if on_retry is not None:
+                on_retry(exc, backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(2 * backoff, max_backoff_s)
