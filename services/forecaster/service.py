@@ -225,17 +225,33 @@ async def serve(ctx: ServiceContext) -> None:
 
     async def modelled(
         region: str, model: CarbonForecaster, history: CarbonHistory, origin: pd.Timestamp
-    ) -> Forecast:
-        # CPU work (about 35 ms per region with the fitted blend): off the event loop, which
-        # must keep answering NATS (and hosts every service in the in-process stack). The
-        # model and history are only read; the start-up or refit thread builds new ones.
-        forecast = await asyncio.to_thread(model.forecast, history, origin, cfg.horizon_h)
-        if band_days:
-            log = issued[region]
-            before = set(log.entries())
-            forecast = log.banded(forecast, history)
-            await save_issued(ctx.redis, ctx.keys.forecast_log(region), log, before)
-        return to_message(forecast)
+    ) -> Forecast | None:
+        """The model's forecast (banded), or None when the model failed otherwise than by a
+        ``ValueError`` (no forecast possible, which the caller reports): a model that cannot
+        forecast (a cached fit older code pickled, say) must not end the refresh, or the
+        regions after it would never be published as the loop retried the same failure."""
+        try:
+            # CPU work (about 35 ms per region with the fitted blend): off the event loop,
+            # which must keep answering NATS (and hosts every service in the in-process
+            # stack). The model and history are only read; a refit builds new ones.
+            forecast = await asyncio.to_thread(model.forecast, history, origin, cfg.horizon_h)
+            if band_days:
+                log = issued[region]
+                before = set(log.entries())
+                forecast = log.banded(forecast, history)
+                await save_issued(ctx.redis, ctx.keys.forecast_log(region), log, before)
+            message = to_message(forecast)
+        except ValueError:
+            raise
+        except Exception:
+            if region not in failing:
+                failing.add(region)
+                logger.exception(
+                    "the %s model failed; same-hour-yesterday until it forecasts", region
+                )
+            return None
+        failing.discard(region)
+        return message
 
     async def refresh() -> None:
         nonlocal fitting
@@ -247,24 +263,8 @@ async def serve(ctx: ServiceContext) -> None:
         for region, history in histories.items():
             model = models.get(region)
             try:
-                if model is not None:
-                    try:
-                        message = await modelled(region, model, history, origin)
-                        failing.discard(region)
-                    except ValueError:
-                        raise
-                    except Exception:
-                        # A model that cannot forecast (a cached fit older code pickled,
-                        # say) must not end the refresh: the regions after it would never
-                        # be published, as the loop retried the same failure for ever.
-                        if region not in failing:
-                            failing.add(region)
-                            logger.exception(
-                                "the %s model failed; same-hour-yesterday until it forecasts",
-                                region,
-                            )
-                        model = None
-                if model is None:
+                message = None if model is None else await modelled(region, model, history, origin)
+                if message is None:
                     message = same_hour_yesterday(history, origin, cfg.horizon_h)
             except ValueError as exc:
                 logger.warning("no forecast for %s: %s", region, exc)
