@@ -329,8 +329,8 @@ class WorkerShim:
 
     async def _publish(
         self, subject: str, payload: bytes, headers: dict[str, str] | None = None
-    ) -> bool:
-        """Publish; a NATS error is counted, not raised (whether it was sent is returned).
+    ) -> None:
+        """Publish; a NATS error is counted and logged (once per outage), not raised.
 
         While nats-server restarts the client buffers publishes only up to its pending limit
         (2 MiB), then raises ``OutboundBufferLimitError``: a worker streaming to many
@@ -346,9 +346,8 @@ class WorkerShim:
                 logger.warning(
                     "publishing failed (%s: %s); re-sent when NATS is back", type(exc).__name__, exc
                 )
-            return False
+            return
         self._publish_failing = False
-        return True
 
     async def resend_loop(self, period_s: float = 0.05) -> None:
         """Watch the connection; after an outage, send the replies it may have swallowed."""
