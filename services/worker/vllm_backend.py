@@ -34,7 +34,7 @@ from services.worker.vllm_protocol import (
     error_message,
     parse_sse_line,
 )
-from shared.engine.hardware import GPUS
+from shared.engine.hardware import GpuSpec, gpu_spec
 
 __all__ = ["KV_FRACTION_BLOCKS", "VllmBackend"]
 
@@ -252,7 +252,10 @@ class VllmBackend:
                 reason="the vllm backend has no clock-control endpoint; GPU clocks are set "
                 "by the dvfs agent through NVML (opt-in)",
             )
-        spec = GPUS.get(self._gpu)
+        try:
+            spec: GpuSpec | None = gpu_spec(self._gpu)
+        except ValueError:
+            spec = None  # a GPU the engine model does not know
         if spec is not None:
             if not spec.min_clock_mhz <= mhz <= spec.max_clock_mhz:
                 return ClockOutcome(
