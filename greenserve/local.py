@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from greenserve.runner import ProcessGroup, start_process
 from greenserve.stack import StackSpec, identity_for, stack_launches, with_settings
@@ -26,6 +26,9 @@ from proto.keys import Keys
 from shared.security.local_servers import SecureServers, start_secure_servers
 from shared.security.secrets import write_secret
 from shared.servers import ServerProcess, free_port, start_nats, start_redis
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
 
 FORECASTER_CACHE_ENV = "GREENSERVE_FORECASTER__MODEL_CACHE_DIR"
 """Environment setting of ``forecaster.model_cache_dir`` (pydantic-settings' nesting)."""
@@ -74,6 +77,22 @@ class StackState:
     this stack's, so ``down`` does not signal it and ``up`` does not take it for running.
     Empty where ``/proc`` is not (the PIDs are then trusted) and in older state files."""
 
+    def redis_client(
+        self, *, connect_timeout_s: float = 2.0, read_timeout_s: float | None = None
+    ) -> Redis:
+        """A client of the stack's Redis as recorded (a ``--tls`` stack's certificate is of
+        its own CA); ``read_timeout_s`` None waits for replies as long as they take."""
+        from redis.asyncio import Redis  # a CLI that never reads Redis need not import it
+
+        # Only a TLS connection takes a CA: a plain one refuses the keyword.
+        tls: dict[str, Any] = {"ssl_ca_certs": self.tls_ca_file} if self.tls_ca_file else {}
+        return Redis.from_url(
+            self.redis_url,
+            socket_connect_timeout=connect_timeout_s,
+            socket_timeout=read_timeout_s,
+            **tls,
+        )
+
 
 @dataclass(slots=True)
 class LocalStack:
@@ -106,16 +125,10 @@ class LocalStack:
 
 
 async def _wait_ready(stack: LocalStack, timeout_s: float) -> None:
-    from redis.asyncio import Redis
     from redis.exceptions import RedisError
 
     keys = Keys(stack.state.namespace)
-    tls: dict[str, Any] = (
-        {"ssl_ca_certs": stack.state.tls_ca_file} if stack.state.tls_ca_file else {}
-    )
-    redis = Redis.from_url(
-        stack.state.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0, **tls
-    )
+    redis = stack.state.redis_client(read_timeout_s=2.0)
     deadline = time.monotonic() + timeout_s
     unreachable = ""
     try:

@@ -44,12 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _read(state: StackState) -> dict[str, Any]:
-    from redis.asyncio import Redis
-
     keys = Keys(state.namespace)
-    # A --tls stack's Redis has a certificate of the stack's own CA (as in wait_ready).
-    tls: dict[str, Any] = {"ssl_ca_certs": state.tls_ca_file} if state.tls_ca_file else {}
-    redis = Redis.from_url(state.redis_url, socket_connect_timeout=2, **tls)
+    redis = state.redis_client()
     workers: list[dict[str, Any]] = []
     plan: dict[str, Any] | None = None
     try:
