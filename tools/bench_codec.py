@@ -28,6 +28,7 @@ import re
 import statistics
 import sys
 import timeit
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +41,10 @@ from proto.messages import (
     MAX_STOP_SEQUENCES,
     MAX_TOKENS_LIMIT,
     ClassifiedRequest,
+    Id,
     Request,
+    RequestId,
+    Subject,
     TokenChunk,
 )
 
@@ -54,9 +58,17 @@ __all__ = [
     "typical_token_chunk",
 ]
 
-_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
-_REQUEST_ID = re.compile(r"(?:[A-Za-z0-9_-]{1,128}\.)?[A-Za-z0-9_-]{1,128}")
-_SUBJECT = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+
+def _pattern(alias: object) -> re.Pattern[str]:
+    """The pattern of a constrained string type of ``proto.messages``: a msgpack service
+    would share the schema's constants too, and copies drifted from them before."""
+    meta = typing.get_args(alias)[1]
+    return re.compile(meta.pattern)
+
+
+_ID = _pattern(Id)
+_REQUEST_ID = _pattern(RequestId)
+_SUBJECT = _pattern(Subject)
 
 
 class ManualValidationError(ValueError):
