@@ -93,7 +93,7 @@ def test_a_nats_token_in_a_url_is_redacted() -> None:
     assert redact_url("nats://s3cr3t-token@10.0.0.1:4222") == "nats://***@10.0.0.1:4222"
     assert redact_url("tls://s3cr3t-token@nats:4222") == "tls://***@nats:4222"
     # A Redis user without a password carries no secret.
-    assert redact_url("redis://monitor@127.0.0.1:6379/0") == "redis://monitor@127.0.0.1:6379/0"
+    assert redact_url("redis://monitor@127.0.0.1:16379/0") == "redis://monitor@127.0.0.1:16379/0"
 
 
 def test_redacted_urls_keep_ipv6_hosts() -> None:
