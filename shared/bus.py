@@ -172,8 +172,18 @@ async def ensure_ingress_stream(
 
     Work-queue retention deletes a message once acked, so an acked request is owned by the
     scheduler and an unacked one is redelivered to another classifier. ``duplicate_window``
-    lets clients publish with ``Nats-Msg-Id`` and retry without creating duplicates.
+    lets clients publish with ``Nats-Msg-Id`` and retry without creating duplicates. Asked
+    again while JetStream's API times out (:func:`retry_on_timeout`), as every caller, a
+    service starting beside a busy server, needs.
     """
+    await retry_on_timeout(
+        lambda: _create_ingress_stream(js, subjects, max_age_s), "creating the ingress stream"
+    )
+
+
+async def _create_ingress_stream(
+    js: JetStreamContext, subjects: Subjects, max_age_s: float
+) -> None:
     config = StreamConfig(
         name=subjects.ingress_stream,
         subjects=[subjects.ingress_wildcard],

@@ -179,9 +179,7 @@ async def consume(
 ) -> None:
     """Take pushed ingress messages in batches, classify, hand off by ``submit``, ack."""
     nats_cfg = ctx.settings.nats
-    await retry_on_timeout(
-        lambda: ensure_ingress_stream(ctx.js, ctx.subjects), "creating the ingress stream"
-    )
+    await ensure_ingress_stream(ctx.js, ctx.subjects)
     config = consumer_config(
         ctx.subjects, ack_wait_s=nats_cfg.ack_wait_s, max_deliver=nats_cfg.max_deliver
     )

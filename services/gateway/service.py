@@ -16,7 +16,7 @@ from nats.aio.subscription import Subscription
 
 from services.gateway.app import NAME, GatewayState, build_app
 from services.gateway.cells import CellPicker
-from shared.bus import ensure_ingress_stream, retry_on_timeout
+from shared.bus import ensure_ingress_stream
 from shared.config import GatewaySettings, Settings
 from shared.lifecycle import ServiceContext, service_context
 from shared.security.client_ids import pick_client_id
@@ -63,9 +63,7 @@ class Gateway:
                     cell.subjects.client_wildcard(state.client_id), cb=state.router.on_message
                 )
             )
-        await retry_on_timeout(
-            lambda: ensure_ingress_stream(state.js, state.subjects), "creating the ingress stream"
-        )
+        await ensure_ingress_stream(state.js, state.subjects)
         runner = web.AppRunner(
             build_app(state),
             handle_signals=False,
