@@ -135,6 +135,15 @@ def _cpu_s(pids: list[int]) -> float:
     return total / CLOCK_TICKS
 
 
+def _machine_s() -> tuple[float, float]:
+    """Seconds the whole machine's CPUs spent busy and stolen by the hypervisor so far, from
+    ``/proc/stat``: what a step's own processes do not account for is someone else's work."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    # user nice system idle iowait irq softirq steal [guest guest_nice, already in user]
+    busy = sum(fields[:8]) - fields[3] - fields[4] - fields[7]
+    return busy / CLOCK_TICKS, fields[7] / CLOCK_TICKS
+
+
 def wait_quiet(pids: list[int], timeout_s: float = 90.0, stacks: int = 1) -> float:
     """Wait until the idle stacks' start-up work is done; return the idle CPU (cores).
 
@@ -236,6 +245,7 @@ async def _step(
         await asyncio.to_thread(pool.start)
     nc = None if pool else await connect_nats(NatsSettings(url=nats_url), "control-plane-bench")
     each0 = {name: _cpu_s([pid]) for name, pid in named.items()}
+    busy0, steal0 = _machine_s()
     own0, t0 = time.process_time(), time.monotonic()
     clients_cpu_s = 0.0
     try:
@@ -253,6 +263,7 @@ async def _step(
         if pool is not None:
             pool.close()
     wall = time.monotonic() - t0
+    busy1, steal1 = _machine_s()
     # One /proc read per process; the stack's total is their sum.
     used = {name: _cpu_s([pid]) - each0[name] for name, pid in named.items()}
     done = [r for r in records if r.completion is not None]
@@ -267,6 +278,12 @@ async def _step(
         time.process_time() - own0 + clients_cpu_s,
     )
     step["requests"] = len(trace)
+    # Busy beyond the stack and the load generator: another tenant, or a process an earlier
+    # run left behind (round 15's slow second runs); steal: the hypervisor's.
+    step["other_cores"] = round(
+        (busy1 - busy0) / wall - step["cpu_cores"] - step["loadgen_cpu_cores"], 3
+    )
+    step["steal_cores"] = round((steal1 - steal0) / wall, 3)
     step["p99_dispatch_ms"] = float(np.percentile(dispatch_ms, 99)) if len(done) else None
     if hops:
         step["hops"] = hop_breakdown(records)
@@ -370,8 +387,17 @@ def _sweep(
             )
             for stack in stacks:
                 stack.wait_ready()
+            busy0, _ = _machine_s()
+            t_quiet = time.monotonic()
             idle = wait_quiet(list(_named_pids(stacks).values()), stacks=len(stacks))
-            print(f"  stack settled (idle CPU {idle:.2f} cores)", file=sys.stderr, flush=True)
+            busy1, _ = _machine_s()
+            machine = (busy1 - busy0) / max(time.monotonic() - t_quiet, 1e-9)
+            print(
+                f"  stack settled (idle CPU {idle:.2f} cores; whole machine {machine:.2f}"
+                " while it settled)",
+                file=sys.stderr,
+                flush=True,
+            )
             for i, rate in enumerate(rates):
                 # The client's own collector pauses would stamp completions late.
                 with (

@@ -34,6 +34,9 @@ def test_two_cells_share_the_servers_and_each_answers_the_requests_sent_to_it() 
     assert sum(name.endswith("nats") for name in processes) == 1
     assert step["hops"]["requests"] == step["requests"]  # every stamp came back
     assert step["loadgen_cpu_cores"] > 0.0  # the client processes' CPU is counted
+    assert step["steal_cores"] >= 0.0
+    # The machine was busy at least as long as the processes it ran (ticks round per process).
+    assert step["other_cores"] > -0.2
 
 
 def test_more_cells_than_workers_is_refused() -> None:

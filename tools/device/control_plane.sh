@@ -15,10 +15,10 @@
 #   control_plane.sh repeat   is a noisy tail the machine's first minutes? 1 cell at once, again
 #                             after touching 32 GiB of fresh memory, then 4 and 2 cells, then 1
 #                             cell last; the stall meter runs beside the first 240 s
-#   control_plane.sh goal     the issue's verdict for 4 cells: 2,050-2,500 req/s, 10-s steps, two
-#                             runs without per-hop stamps, then 1 cell at 2,050 as the baseline of the same boot, then
-#                             the default bench (1 cell, 1 client) at 2,050 with the client's
-#                             garbage collector held off and, GREENSERVE_GC=plain, left on
+#   control_plane.sh goal     the issue's verdict for 4 cells: 2,050 and 2,250 req/s, 10-s steps,
+#                             three runs without per-hop stamps (the verdict is the median run's,
+#                             the bench's rule; round 15's two runs made it the worse one), then
+#                             one run with them, to see which hop holds a slow run's tail
 #   control_plane.sh http     what the OpenAI gateway adds: --entry both (JetStream, then HTTP to
 #                             a gateway drawn at random), 1 and 4 cells
 set -u
@@ -108,14 +108,12 @@ repeat)
 goal)
     # Rates start above 2,000 so no Poisson draw lands a step just under the goal's rate.
     # The verdict runs without per-hop stamps (HOPS=""): they are diagnostics that cost the
-    # request path a struct copy per hop, and the product does not run with them.
-    HOPS="" bench cells4 200 env -- --workers 4 --cells 4 --clients 2 --rates 2050,2250,2500 \
-        --step-s 10 --repeat 2 --plots "$out/cells4"
-    bench cells1 80 env -- --workers 4 --cells 1 --clients 2 --rates 100,2050 --step-s 10
-    # The bench as it runs by default (one cell, one client), with the client's collector
-    # held off in each step and then left on (round 12's A/B, on many cores).
-    bench default1 80 env -- --rates 100,2050 --step-s 10
-    GREENSERVE_GC=plain bench default1gc 80 env -- --rates 100,2050 --step-s 10
+    # request path a struct copy per hop, and the product does not run with them. Each step
+    # reports other_cores: CPU the machine spent outside the stack and its clients (round
+    # 15's slow second runs).
+    HOPS="" bench cells4 300 env -- --workers 4 --cells 4 --clients 2 --rates 2050,2250 \
+        --step-s 10 --repeat 3 --plots "$out/cells4"
+    bench cells4hops 90 env -- --workers 4 --cells 4 --clients 2 --rates 2050 --step-s 10
     ;;
 http)
     # No --hops: the HTTP entry has no per-hop stamps.
