@@ -372,7 +372,7 @@ def _sweep(
 
     With ``cells`` > 1 the first cell starts the servers and the others join them under
     their own namespaces (``cp1`` …), each with its share of ``spec.workers``
-    (:func:`greenserve.local.start_cells`).
+    (:func:`greenserve.local.cells.start_cells`).
     """
     steps: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gs-cp-") as folder:

@@ -19,7 +19,7 @@ from nats.aio.msg import Msg
 from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
 
 from greenserve.runner import run_in_process
-from greenserve.stack import StackSpec
+from greenserve.stack import StackSpec, with_settings
 from loadgen.replay import replay
 from loadgen.report import build_report
 from loadgen.traces import load_azure_trace, resolve_trace
@@ -320,7 +320,14 @@ async def test_a_client_cannot_send_a_request_as_another_client(stack: SecureSta
     counted, and client-b receives nothing.
     """
     subjects = Subjects(stack.namespace)
-    classifier = [la for la in stack.launches if la.module == "services.classifier"]
+    # The binding is checked before any classification, so no plan is needed: without
+    # ``plan_wait_s`` 0 the classifier would first wait 10 s for one (longer than the
+    # replies are awaited below), unless an earlier test's planner had left one in Redis.
+    classifier = with_settings(
+        [la for la in stack.launches if la.module == "services.classifier"],
+        {"classifier": {"classifier": {"plan_wait_s": 0.0}}},
+    )
+    assert classifier[0].settings.classifier.plan_wait_s == 0.0
     client_a, a_violations = await connect_watched(stack.nats_settings("client-a"))
     client_b, _ = await connect_watched(stack.nats_settings("client-b"))
     to_a: asyncio.Queue[ErrorReply] = asyncio.Queue()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import greenserve.local as local
+import greenserve.local.startup as startup
 from greenserve.cli import build_parser
 from greenserve.commands import demo, up
 from greenserve.local import STATE_FILE, LocalStack, StackState, start_local_stack, stop_state
@@ -70,7 +70,7 @@ def test_a_failed_start_stops_the_services_it_already_started(
             raise OSError("no more processes")
         return _sleep(sleepers)
 
-    monkeypatch.setattr(local, "start_process", start)
+    monkeypatch.setattr(startup, "start_process", start)
     with pytest.raises(OSError, match="no more processes"):
         start_local_stack(StackSpec(workers=1), tmp_path, nats_url=NATS_URL, redis_url=REDIS_URL)
     assert len(sleepers) == 3
@@ -97,7 +97,7 @@ def test_up_refuses_a_state_dir_whose_stack_still_runs(
     def start(launch: ServiceLaunch, folder: Path) -> subprocess.Popen[bytes]:
         raise AssertionError("nothing may start over a running stack")
 
-    monkeypatch.setattr(local, "start_process", start)
+    monkeypatch.setattr(startup, "start_process", start)
     with pytest.raises(RuntimeError, match="greenserve down"):
         start_local_stack(StackSpec(workers=1), tmp_path)
     assert (tmp_path / STATE_FILE).read_text() == before
@@ -116,7 +116,7 @@ def test_up_takes_over_the_state_dir_of_a_stack_that_is_gone(
     gone.kill()
     gone.wait()
     (tmp_path / STATE_FILE).write_text(json.dumps(asdict(_state({"planner": gone.pid}))))
-    monkeypatch.setattr(local, "start_process", lambda launch, folder: _sleep(sleepers))
+    monkeypatch.setattr(startup, "start_process", lambda launch, folder: _sleep(sleepers))
     stack = start_local_stack(
         StackSpec(workers=1), tmp_path, nats_url=NATS_URL, redis_url=REDIS_URL
     )
@@ -186,7 +186,7 @@ def test_a_pid_that_another_process_took_over_is_not_the_stack_s(
     assert stop_state(tmp_path, timeout_s=1.0) == []
     assert stranger.poll() is None
     (tmp_path / STATE_FILE).write_text(json.dumps(asdict(state)))
-    monkeypatch.setattr(local, "start_process", lambda launch, folder: _sleep(sleepers))
+    monkeypatch.setattr(startup, "start_process", lambda launch, folder: _sleep(sleepers))
     stack = start_local_stack(
         StackSpec(workers=1), tmp_path, nats_url=NATS_URL, redis_url=REDIS_URL
     )
@@ -206,7 +206,7 @@ def test_wait_ready_says_the_stack_is_not_ready_when_its_redis_is_unreachable(
     """Test that a Redis that does not answer while ``up`` waits for readiness ends the wait
     with the ``RuntimeError`` that ``up`` reports (and then stops the stack on), not with a
     Redis ``ConnectionError`` traceback that leaves every process running."""
-    monkeypatch.setattr(local, "start_process", lambda launch, folder: _sleep(sleepers))
+    monkeypatch.setattr(startup, "start_process", lambda launch, folder: _sleep(sleepers))
     stack = start_local_stack(
         StackSpec(workers=1), tmp_path, nats_url=NATS_URL, redis_url=REDIS_URL
     )
@@ -224,7 +224,7 @@ def test_wait_ready_names_a_server_that_exited(
 ) -> None:
     """Test that a server of the stack that exits while ``up`` waits is named at once, with
     where its log is, instead of the wait running out its minute on an unreachable Redis."""
-    monkeypatch.setattr(local, "start_process", lambda launch, folder: _sleep(sleepers))
+    monkeypatch.setattr(startup, "start_process", lambda launch, folder: _sleep(sleepers))
     stack = start_local_stack(
         StackSpec(workers=1), tmp_path, nats_url=NATS_URL, redis_url=REDIS_URL
     )

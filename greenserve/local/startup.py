@@ -1,0 +1,218 @@
+"""Starting a local stack: its servers, then every service process, then its state file.
+
+:class:`LocalStack` is a stack this process started (and is the parent of): it waits for
+the stack to be ready and stops it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from greenserve.local.processes import alive, start_ticks
+from greenserve.local.servers import StackServers, start_servers
+from greenserve.local.state import DEFAULT_STATE_DIR, STATE_FILE, StackState, load_state
+from greenserve.runner import ProcessGroup, start_process
+from greenserve.stack import StackSpec, stack_launches, with_settings
+from proto.keys import Keys
+from shared.security.secrets import write_secret
+from shared.servers import ServerProcess, free_port
+
+__all__ = ["FORECASTER_CACHE_ENV", "LocalStack", "forecaster_cache", "start_local_stack"]
+
+FORECASTER_CACHE_ENV = "GREENSERVE_FORECASTER__MODEL_CACHE_DIR"
+"""Environment setting of ``forecaster.model_cache_dir`` (pydantic-settings' nesting)."""
+
+
+@dataclass(slots=True)
+class LocalStack:
+    """A running local stack (this process is its parent)."""
+
+    state: StackState
+    state_dir: Path
+    group: ProcessGroup
+    servers: list[ServerProcess]
+
+    def save(self) -> Path:
+        """Write the state file."""
+        return write_secret(self.state_dir / STATE_FILE, json.dumps(asdict(self.state), indent=2))
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Wait until every worker is registered and a plan is published.
+
+        Raises:
+            RuntimeError: a service exited, or readiness did not come in time (names the logs).
+        """
+        asyncio.run(_wait_ready(self, timeout_s))
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Stop services (graceful drain), then the servers we started."""
+        self.group.stop(timeout_s)
+        for server in self.servers:
+            server.stop()
+        with contextlib.suppress(FileNotFoundError):
+            (self.state_dir / STATE_FILE).unlink()
+
+
+async def _wait_ready(stack: LocalStack, timeout_s: float) -> None:
+    from redis.exceptions import RedisError
+
+    keys = Keys(stack.state.namespace)
+    redis = stack.state.redis_client(read_timeout_s=2.0)
+    deadline = time.monotonic() + timeout_s
+    unreachable = ""
+    try:
+        while time.monotonic() < deadline:
+            dead = stack.group.dead()
+            if dead:
+                logs = ", ".join(str(stack.state_dir / "logs" / f"{n}.log") for n in dead)
+                raise RuntimeError(
+                    f"services exited during start-up: {', '.join(dead)}; see {logs}"
+                )
+            gone = [s for s in stack.servers if s.proc.poll() is not None]
+            if gone:
+                names = ", ".join(s.name for s in gone)
+                raise RuntimeError(
+                    f"servers exited during start-up: {names}; see the logs in "
+                    f"{', '.join(str(s.workdir) for s in gone)}"
+                )
+            try:
+                workers = [k async for k in redis.scan_iter(match=keys.worker_pattern)]
+                if len(workers) >= stack.state.workers and await redis.exists(keys.plan):
+                    return
+                unreachable = ""
+            except (RedisError, OSError) as exc:
+                # Not ready yet, as far as ``up`` can tell: say why if it stays so, rather
+                # than end ``up`` with a traceback that leaves the stack running.
+                unreachable = f"; redis unreachable: {exc}"
+            await asyncio.sleep(0.2)
+    finally:
+        await redis.aclose()
+    raise RuntimeError(
+        f"stack not ready within {timeout_s} s{unreachable}; logs are in {stack.state_dir / 'logs'}"
+    )
+
+
+def start_local_stack(
+    spec: StackSpec,
+    state_dir: Path = DEFAULT_STATE_DIR,
+    *,
+    nats_url: str | None = None,
+    redis_url: str | None = None,
+    secure: bool = False,
+    tls: bool = False,
+    origin_wall_s: float | None = None,
+) -> LocalStack:
+    """Start servers (unless URLs are given) and every service process of ``spec``.
+
+    ``secure`` starts both servers with per-service users and permissions and gives each
+    process its own identity (``shared.security.local_servers``); ``tls`` adds a local CA.
+    ``origin_wall_s`` (default: now) is the wall time of model time's origin; cells share
+    their first cell's, so their model clocks agree.
+
+    Raises:
+        ValueError: ``secure`` with server URLs (it must configure the servers itself), or
+            ``tls`` without ``secure``.
+    """
+    if secure and (nats_url is not None or redis_url is not None):
+        raise ValueError("--secure starts its own NATS and Redis; drop --nats-url/--redis-url")
+    if tls and not secure:
+        raise ValueError("--tls needs --secure")
+    state_dir = state_dir.resolve()
+    _refuse_running_stack(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    servers: StackServers | None = None
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        servers = start_servers(
+            spec, state_dir, nats_url=nats_url, redis_url=redis_url, secure=secure, tls=tls
+        )
+        origin = time.time() if origin_wall_s is None else origin_wall_s
+        gateway_port = spec.gateway_port or free_port()
+        # Fitted forecasters outlive a stack (unlike its queues): a restart skips the fit. A
+        # cache named in the environment (shared by many stacks, as in the test suite) wins.
+        extra = dict(spec.extra)
+        forecaster = dict(extra.get("forecaster", {}))
+        if not os.environ.get(FORECASTER_CACHE_ENV):
+            forecaster.setdefault("model_cache_dir", str(forecaster_cache(state_dir)))
+        extra["forecaster"] = forecaster
+        spec = replace(
+            spec,
+            extra=extra,
+            nats_url=servers.nats_url,
+            redis_url=servers.redis_url,
+            origin_wall_s=origin,
+            gateway_port=gateway_port,
+        )
+        launches = stack_launches(spec)
+        if servers.secured is not None:
+            launches = with_settings(launches, servers.secured.overrides)
+        for launch in launches:
+            procs[launch.name] = start_process(launch, state_dir)
+    except BaseException:
+        # The services started so far run in their own sessions and no state file names
+        # them yet: nothing but this would ever stop them.
+        ProcessGroup(procs).stop(timeout_s=5.0)
+        if servers is not None:
+            servers.stop()
+        raise
+    pids = {name: proc.pid for name, proc in procs.items()}
+    server_pids = {s.name: s.proc.pid for s in servers.started}
+    ticks = {str(pid): start_ticks(pid) for pid in [*pids.values(), *server_pids.values()]}
+    secured = servers.secured
+    state = StackState(
+        namespace=spec.namespace,
+        nats_url=servers.tool_nats_url,
+        redis_url=servers.tool_redis_url,
+        speedup=spec.speedup,
+        origin_wall_s=origin,
+        model=spec.model,
+        workers=spec.workers,
+        pids=pids,
+        server_pids=server_pids,
+        start_ticks={pid: tick for pid, tick in ticks.items() if tick is not None},
+        secure=secure,
+        tls_ca_file=str(secured.tls.ca_file) if secured and secured.tls else None,
+        gateway_url=f"http://127.0.0.1:{spec.gateway_port}",
+    )
+    stack = LocalStack(state, state_dir, ProcessGroup(procs), servers.started)
+    stack.save()
+    return stack
+
+
+def forecaster_cache(state_dir: Path) -> Path:
+    """Where a stack started in ``state_dir`` keeps its fitted forecasters (its cells too)."""
+    return state_dir / "cache" / "forecaster"
+
+
+def _refuse_running_stack(state_dir: Path) -> None:
+    """Refuse to start over a stack recorded in ``state_dir`` that still runs.
+
+    Starting anyway would overwrite its state file, so ``greenserve down`` could no longer
+    find it, and wipe the JetStream store under its NATS. A state file whose processes have
+    all ended (a crash, a reboot) is stale and is replaced.
+
+    Raises:
+        RuntimeError: a process of the recorded stack is alive.
+    """
+    try:
+        state = load_state(state_dir)
+    except FileNotFoundError:
+        return
+    except (ValueError, TypeError):
+        return  # unreadable: it cannot name anything to stop either
+    running = sorted(
+        name for name, pid in {**state.pids, **state.server_pids}.items() if alive(pid, state)
+    )
+    if running:
+        raise RuntimeError(
+            f"a stack recorded in {state_dir / STATE_FILE} is still running "
+            f"({', '.join(running)}); stop it with `greenserve down --state-dir {state_dir}` "
+            "or choose another --state-dir"
+        )

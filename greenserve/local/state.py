@@ -1,0 +1,81 @@
+"""The state file of a local stack: what ``greenserve up`` started, for other shells.
+
+``<state_dir>/stack.json`` lets ``greenserve down``/``status``/``replay`` find a stack that
+another shell started; it holds the stack's URLs (with credentials when secured), so it is
+written owner-only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+__all__ = ["DEFAULT_STATE_DIR", "STATE_FILE", "StackState", "load_state"]
+
+DEFAULT_STATE_DIR = Path(".greenserve")
+STATE_FILE = "stack.json"
+
+
+@dataclass(slots=True)
+class StackState:
+    """What ``greenserve up`` started (JSON in the state dir)."""
+
+    namespace: str
+    nats_url: str
+    redis_url: str
+    speedup: float
+    origin_wall_s: float
+    model: str
+    workers: int
+    pids: dict[str, int] = field(default_factory=dict)
+    server_pids: dict[str, int] = field(default_factory=dict)
+    secure: bool = False
+    """Started with ``--secure``: the URLs carry the loadgen (NATS) and monitor (Redis)
+    identities, so ``replay`` and ``status`` work unchanged; the file is owner-only."""
+    tls_ca_file: str | None = None
+    """CA of the servers' certificates when started with ``--tls``."""
+    gateway_url: str | None = None
+    """Base URL of the OpenAI-compatible HTTP ingress (``…/v1/completions``)."""
+    cells: list[str] = field(default_factory=list)
+    """State dirs of the further cells started with this one (``greenserve up --cells``), on
+    this one's servers; ``stop_state`` stops them first."""
+    start_ticks: dict[str, int] = field(default_factory=dict)
+    """Start time of each process (``/proc/<pid>/stat``, clock ticks since boot) by PID: a
+    PID that names another process now (the stack crashed, the machine rebooted) is not
+    this stack's, so ``down`` does not signal it and ``up`` does not take it for running.
+    Empty where ``/proc`` is not (the PIDs are then trusted) and in older state files."""
+
+    def redis_client(
+        self, *, connect_timeout_s: float = 2.0, read_timeout_s: float | None = None
+    ) -> Redis:
+        """A client of the stack's Redis as recorded (a ``--tls`` stack's certificate is of
+        its own CA); ``read_timeout_s`` None waits for replies as long as they take."""
+        from redis.asyncio import Redis  # a CLI that never reads Redis need not import it
+
+        # Only a TLS connection takes a CA: a plain one refuses the keyword.
+        tls: dict[str, Any] = {"ssl_ca_certs": self.tls_ca_file} if self.tls_ca_file else {}
+        return Redis.from_url(
+            self.redis_url,
+            socket_connect_timeout=connect_timeout_s,
+            socket_timeout=read_timeout_s,
+            **tls,
+        )
+
+
+def load_state(state_dir: Path = DEFAULT_STATE_DIR) -> StackState:
+    """Read the state file of a stack started by ``greenserve up``.
+
+    Raises:
+        FileNotFoundError: no stack is recorded there.
+    """
+    path = state_dir / STATE_FILE
+    if not path.exists():
+        raise FileNotFoundError(
+            f"no running stack recorded in {path}; start one with `greenserve up`"
+        )
+    return StackState(**json.loads(path.read_text()))
