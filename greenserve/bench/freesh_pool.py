@@ -117,7 +117,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             instance, runs["carbon"], args.episodes, args.alpha, progress, "carbon, partition a",
             partitions=("a",),
         )  # fmt: skip
-        table3_a = solve_plan(episode_problem(instance, 0, partitions=("a",)), runs["carbon"])
+        table3_a = solve_plan(
+            episode_problem(instance, 0, partitions=("a",), alpha=args.alpha), runs["carbon"]
+        )
     carbon = _totals(plans["carbon"])
     energy = {name[len("energy_") :]: _totals(p) for name, p in plans.items() if name != "carbon"}
     co2_by_tie = {tie: _pct(carbon["co2_kg"], t["co2_kg"]) for tie, t in energy.items()}

@@ -34,7 +34,9 @@ from services.planner.freesh_instance import (
     write_profiles_csv,
 )
 from services.planner.milp import solve_plan
+from services.planner.milp_model import build_model
 from services.planner.problem import PlannerSettings, Solver
+from services.planner.slo_filter import eligible_configs
 from services.planner.synthetic_profiles import dynamollm_configs, dynamollm_problem
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
@@ -137,8 +139,14 @@ def _dynamollm(progress: Progress, args: argparse.Namespace) -> dict[str, Any]:
     by_variant = {
         name: _summary([r["wall_s"] for r in runs if r["variant"] == name]) for name in variants
     }
+    # The x variables Eq. 1 really has: SLO-eligible rows (Eq. 1e) in regions that fit one
+    # instance; the same for every load (profile_rows x regions counts the filtered rows too).
+    problem = dynamollm_problem(
+        configs, regions=args.regions, nodes_per_region=args.nodes_per_region
+    )
+    eligible, _ = eligible_configs(problem.configs, problem.slo)
     return {
-        "integer_variables": len(configs) * args.regions,
+        "integer_variables": len(build_model(problem, eligible, PlannerSettings()).x),
         "profile_rows": len(configs),
         "gpus": args.regions * args.nodes_per_region * 8,
         "by_variant": by_variant,

@@ -26,6 +26,7 @@ A rejected solution leaves the plan in force untouched (instances, routes, clock
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Mapping
@@ -115,7 +116,9 @@ class PlanGate:
             new_rate=_rate(after, weight),
             remaining_s=(math.floor(t_s / epoch) + 1) * epoch - t_s,
             transition=self.transition_cost(before, after, weight),
-            old_covers_demand=not demand_shortfall(old[0].allocations, problem, old[0].partition),
+            old_covers_demand=not demand_shortfall(
+                _at_current_capacity(old[0].allocations, problem), problem, old[0].partition
+            ),
             margin=planner.live.gate_margin,
         )
 
@@ -136,6 +139,31 @@ class PlanGate:
             joules = idle * seconds
             total += joules * (weight or {}).get(region, 1.0)
         return total
+
+
+def _at_current_capacity(
+    allocations: tuple[Allocation, ...], problem: PlanningProblem
+) -> tuple[Allocation, ...]:
+    """The running plan's allocations with each row's capacity (L̄) as ``problem`` has it.
+
+    Whether the running plan still covers the forecast (FREESH Eq. 1b, α·L̂ ≤ Σ x·L̄) must be
+    judged with what the planner now knows a row serves: SLO feedback de-rates a pool's
+    rows after it missed, and the running plan's own allocations keep the capacities it was
+    planned with. A row the problem no longer has keeps its planned capacity.
+    """
+    rows = {
+        (c.gpu_type, c.partition, c.request_class, c.mode, c.clock_mhz): c.max_qps
+        for c in problem.configs
+    }
+    return tuple(
+        dataclasses.replace(
+            a,
+            max_qps=rows.get(
+                (a.gpu_type, a.partition, a.request_class, a.mode, a.clock_mhz), a.max_qps
+            ),
+        )
+        for a in allocations
+    )
 
 
 def _rate(allocations: tuple[Allocation, ...], weight: Mapping[str, float] | None) -> float:

@@ -383,7 +383,6 @@ class EpochPlanner:
         )  # fmt: skip
         self.epochs += 1
         self.planned_qps = problem.alpha * sum(max(v) for v in problem.demand_qps.values())
-        self.capacity = {pid: sum(d.capacity_by_class.values()) for pid, d in decisions.items()}
         self.solves.append(
             {
                 "t_s": t_s,
@@ -402,6 +401,8 @@ class EpochPlanner:
         )
         if not self.gate.admit(core, decisions, problem, intensity, t_s):
             return  # DynamoLLM's overhead gate keeps the plan in force (loadgen.simulator.gate)
+        # Only a plan put in force sets the capacity SLO feedback judges pools against.
+        self.capacity = {pid: sum(d.capacity_by_class.values()) for pid, d in decisions.items()}
         self._apply(plan, decisions_clock={d.pool_id: d.clock_mhz for d in decisions.values()})
 
     def _apply(self, plan: WirePlan, decisions_clock: Mapping[str, float | None]) -> None:

@@ -108,11 +108,22 @@ def transition_cost(
     costs: TransitionCosts,
     region_weight: Mapping[str, float] | None = None,
 ) -> float:
-    """Cost of the transition, in J (or J × region weight, e.g. kg CO2 per J)."""
+    """Cost of the transition, in J (or J × region weight, e.g. kg CO2 per J).
+
+    A start is charged for the GPUs one started instance occupies (``gpus_per_instance`` of
+    the new allocation, G_{m,c} of FREESH Eq. 1c), not its TP degree: the two differ for a
+    mode whose instance holds more GPUs than its TP group (e.g. a disaggregated mode).
+    """
+    gpus: dict[PoolKey, int] = {}
+    for a in (*old, *new):  # new last: starts are instances of the new allocations
+        gpus[_pool(a)] = a.gpus_per_instance
     total = 0.0
-    for (region, _, tp, _, _), n in count_transitions(old, new).items():
+    for pool, n in count_transitions(old, new).items():
+        region = pool[0]
         energy = (
-            n.starts * costs.start_j(tp) + n.stops * costs.stop_j + n.reclocks * costs.reclock_j
+            n.starts * costs.start_j(gpus[pool])
+            + n.stops * costs.stop_j
+            + n.reclocks * costs.reclock_j
         )
         total += energy * (region_weight or {}).get(region, 1.0)
     return total

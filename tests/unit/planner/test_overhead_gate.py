@@ -95,3 +95,18 @@ def test_stagger_breaks_before_making_when_gpus_are_all_taken() -> None:
     assert staged.waves[0][0].action == "stop"
     started = sum(c.action == "start" for w in staged.waves for c in w)
     assert started == 4
+
+
+def test_a_start_is_charged_for_the_gpus_of_an_instance_not_its_tp_degree() -> None:
+    """Test that a TP4 mode whose instance holds 8 GPUs costs start_s × 8 GPUs × W/GPU.
+
+    The module docstring and docs/planner.md price a start as ``start_s × GPUs ×
+    start_power_w_per_gpu``; G_{m,c} (FREESH Eq. 1c) and the TP degree differ for modes
+    such as FREESH's disaggregated prefill/decode pairs.
+    """
+    wide = Allocation(
+        region="r1", partition="a", request_class="SS", gpu_type="A100", tensor_parallel=4,
+        clock_mhz=None, instances=1, gpus_per_instance=8, power_w=100.0, max_qps=1.0,
+    )  # fmt: skip
+    costs = TransitionCosts(start_s=10.0, start_power_w_per_gpu=100.0)
+    assert transition_cost((), (wide,), costs) == pytest.approx(10.0 * 8 * 100.0)

@@ -89,3 +89,20 @@ def test_the_same_replan_goes_through_without_the_gate_and_a_large_saving_passes
         second = _second_epoch(sim)
         assert second.get("gate", {"reconfigure": True})["reconfigure"]
         assert _served_in_b_after_the_second_plan(sim)
+
+
+def test_a_rejected_replan_leaves_the_feedback_capacity_of_the_plan_in_force() -> None:
+    """Test that the per-pool capacity SLO feedback de-rates against is the running plan's.
+
+    ``EpochPlanner._missing`` compares a pool's observed load with ``capacity[pool]``; after
+    the gate keeps the first plan (B not serving), B's capacity must stay that plan's 0, not
+    the rejected re-plan's, or a miss would be measured against a plan that never ran.
+    """
+    sim = _run({"A": 300.0, "B": 299.0})
+    planner = sim.control.planner
+    assert not _second_epoch(sim)["gate"]["reconfigure"]
+    running = planner.gate.running
+    assert running is not None
+    in_force = {pid: sum(d.capacity_by_class.values()) for pid, d in running[1].items()}
+    assert planner.capacity == in_force
+    assert planner.capacity["B-H100-80GB"] == 0.0
