@@ -31,6 +31,7 @@ from services.classifier.classes import (
 )
 from services.planner.mixed_profiles import MixedCapacity, MixedLoad, derate_rows, trace_mix
 from services.planner.problem import ServingConfig, SloPolicy
+from services.planner.slo_filter import UNMEASURED
 from shared.engine.hardware import gpu_spec
 from shared.engine.profile_sim import SimulatedProfileBackend, SimWindow
 from shared.engine.profiler import ProfileSlo, ProfileTarget, RequestClass, profile_sweep
@@ -194,7 +195,7 @@ def measure_mode_profiles(request: ProfileRequest) -> tuple[ServingConfig, ...]:
 
 def _finite(value: float) -> float:
     """NaN means 'never measured' (no finished request): an SLO filter must reject it."""
-    return value if value == value else 1e9
+    return value if value == value else UNMEASURED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,7 +19,11 @@ if TYPE_CHECKING:
 
     from services.planner.problem import ServingConfig, SloPolicy
 
-__all__ = ["SloVerdict", "e2e_limits", "eligible_configs", "slo_verdict"]
+__all__ = ["UNMEASURED", "SloVerdict", "e2e_limits", "eligible_configs", "slo_verdict"]
+
+UNMEASURED = 1e9
+"""A latency no run measured (no request finished), as live profiles carry it: never a
+configuration's limit-passing value, and never part of its class's mean."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +47,12 @@ def e2e_limits(configs: Iterable[ServingConfig], policy: SloPolicy) -> dict[tupl
     limits: dict[tuple[str, str], float] = {}
     for key, values in by_class.items():
         limit = float("inf")
-        if policy.e2e_mean_scale is not None:
-            limit = policy.e2e_mean_scale * fmean(values)
+        # The mean runs over the modes that were measured: one unmeasured row's sentinel
+        # would lift the relative limit above every real value, and the filter would pass
+        # the class's slowest modes.
+        measured = [v for v in values if v < UNMEASURED]
+        if policy.e2e_mean_scale is not None and measured:
+            limit = policy.e2e_mean_scale * fmean(measured)
         absolute = policy.e2e_s_by_class.get(key[1])
         if absolute is not None:
             limit = min(limit, absolute)
@@ -57,7 +65,9 @@ def slo_verdict(
 ) -> SloVerdict:
     """Check one configuration against the policy's TBT and TTFT limits and an E2E limit."""
     violations: list[str] = []
-    if config.e2e_s > e2e_limit_s:
+    if config.e2e_s >= UNMEASURED:
+        violations.append("e2e never measured")
+    elif config.e2e_s > e2e_limit_s:
         violations.append(f"e2e {config.e2e_s:.3g} s > {e2e_limit_s:.3g} s")
     if policy.tbt_ms is not None and config.tbt_ms > policy.tbt_ms:
         violations.append(f"tbt {config.tbt_ms:.4g} ms > {policy.tbt_ms:.4g} ms")
