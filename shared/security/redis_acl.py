@@ -4,7 +4,7 @@ Derived from the key table of ``docs/protocol.md`` and the services' calls:
 
 | role | keys | commands |
 |---|---|---|
-| scheduler | ``queued``, ``dispatched``, ``seen:*``, ``ended:*`` (R) | HGETALL HSET HDEL ZMSCORE*|
+| scheduler | ``queued``, ``dispatched``, ``seen:*``, ``cancelled:*``, ``ended:*`` (R) | HGETALL HSET HDEL EXISTS ZMSCORE*|
 | router | ``dispatched``; ``ended:*`` (R) | HSET HGETALL HDEL ZMSCORE |
 | worker | own ``worker:<id>``, ``ended:<id>``; ``plan``, ``forecast:*`` (R) | SET DEL GET ZADD† |
 | planner | ``plan``; ``worker:*``, ``forecast:*`` read only | SET, GET, MGET, SCAN |
@@ -79,9 +79,10 @@ def _role_grants(keys: Keys, identity: Identity) -> tuple[list[str], list[str]]:
     key_rules: list[str]
     commands: list[str]
     if role == "scheduler":
+        # cancelled:*: SET on a cancel; EXISTS in the store-new script and at restore.
         key_rules, commands = _grant(
-            [keys.queued, keys.dispatched, keys.seen("*")],
-            ["hgetall", "hset", "hdel", "set", "get", "zmscore", *_SCRIPT, *_TRANSACTION],
+            [keys.queued, keys.dispatched, keys.seen("*"), keys.cancelled("*")],
+            ["hgetall", "hset", "hdel", "set", "get", "exists", "zmscore", *_SCRIPT, *_TRANSACTION],
         )
         key_rules.append(f"%R~{keys.plan}")  # the ladder's re-steer follows the plan's classes
         # ZMSCORE on the workers' ended sets: its audit forgets records of requests whose
