@@ -13,7 +13,8 @@ everything not listed denied by the server:
   and publishes only its own stats;
 * client identities (gateway, loadgen, client) publish only their own
   ``ingress.client.<client id>`` and ``cancel.client.<client id>`` subjects and read only
-  their own ``client.<id>.>`` replies, so the server binds a request's client id to the identity that sent it;
+  their own ``client.<id>.>`` replies, so the server binds a request's client id (and
+  whose requests a cancel may name) to the identity that sent it;
 * every identity has a private reply inbox ``_INBOX.<user>.>`` (request/reply and
   JetStream acks land there), and responders answer through ``allow_responses``, so no
   one needs a wildcard over other users' inboxes.

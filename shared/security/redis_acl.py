@@ -4,7 +4,7 @@ Derived from the key table of ``docs/protocol.md`` and the services' calls:
 
 | role | keys | commands |
 |---|---|---|
-| scheduler | ``queued``, ``dispatched``, ``seen:*``, ``cancelled:*``, ``ended:*`` (R) | HGETALL HSET HDEL EXISTS ZMSCORE*|
+| scheduler | ``queued``, ``dispatched``, ``seen:*``, ``ended:*`` (R)‡ | HGETALL HSET HDEL ZMSCORE*|
 | router | ``dispatched``; ``ended:*`` (R) | HSET HGETALL HDEL ZMSCORE |
 | worker | own ``worker:<id>``, ``ended:<id>``; ``plan``, ``forecast:*`` (R) | SET DEL GET ZADD† |
 | planner | ``plan``; ``worker:*``, ``forecast:*`` read only | SET, GET, MGET, SCAN |
@@ -15,8 +15,9 @@ Derived from the key table of ``docs/protocol.md`` and the services' calls:
 | gateway | ``forecast:*`` (read only) | MGET |
 | others | none | connection only |
 
-(*) MULTI/EXEC and the store-new script: EVALSHA, EVAL, SCRIPT LOAD/EXISTS, with SET and
-HSET inside.
+(*) MULTI/EXEC and the store-new script: EVALSHA, EVAL, SCRIPT LOAD/EXISTS, with SET,
+HSET and EXISTS (the ``cancelled`` mark) inside.
+(‡) ``cancelled:*``: SET on each cancel it hears, EXISTS in the script and at restore.
 (†) with EXPIRE and ZREMRANGEBYSCORE: its record of ended requests (R: read only).
 The scheduler also GETs ``plan`` (read only): its emergency ladder re-steers by the plan's
 classes.
