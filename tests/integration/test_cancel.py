@@ -112,7 +112,9 @@ async def test_a_queued_request_is_ended_once_and_forgotten_and_its_neighbours_s
     settings = connected_settings(namespace, nats_server, redis_server)
     async with service_context("scheduler", settings) as ctx:
         shell = SchedulerShell(ctx, on_ready=no_ready)
-        subs = await shell.serve_subjects()
+        # As the co-located request path serves it (submit by method call); the separate
+        # scheduler hears cancels the same way (tests/integration/test_gateway_cancel.py).
+        subs = await shell.serve_subjects(requeue_only=True)
         async with _listening(nats_server, ctx.subjects) as (nc, ears):
             reply = await shell.submit([_request(ctx.subjects, "r1"), _request(ctx.subjects, "r2")])
             assert reply.accepted == ["c.r1", "c.r2"]
