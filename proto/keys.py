@@ -60,6 +60,11 @@ class Keys:
         """Marker that a request id entered the scheduler once (deduplication)."""
         return f"{self.prefix}:seen:{request_id}"
 
+    def cancelled(self, request_id: str) -> str:
+        """Marker (short TTL) that a request's client cancelled it: checked where the request
+        is handed to the scheduler, so a cancel that came first still ends it."""
+        return f"{self.prefix}:cancelled:{request_id}"
+
     @property
     def stack(self) -> str:
         """Hash describing an embedded stack started by ``greenserve up``."""

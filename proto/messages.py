@@ -22,6 +22,7 @@ __all__ = [
     "MAX_TOKENS_LIMIT",
     "UNPLACED_WORKER",
     "Assignment",
+    "CancelRequest",
     "ClassifiedRequest",
     "ClockCommand",
     "ClockOverride",
@@ -192,6 +193,9 @@ class SubmitBatchReply(_Message, tag="gs.v1.submit_batch_reply", frozen=True, kw
     reused: list[NonNegInt] = msgspec.field(default_factory=list)
     """Ingress stream sequences of *new* messages whose request id their client had
     already used: not stored; the classifier answers ``duplicate_request_id``."""
+    cancelled: list[RequestId] = msgspec.field(default_factory=list)
+    """Requests their client cancelled before they were queued: not queued, already ended
+    with ``cancelled`` (docs/protocol.md, Cancellation); ack them."""
 
 
 class SubmitReply(_Message, tag="gs.v1.submit_reply", frozen=True, kw_only=True):
@@ -308,6 +312,21 @@ class ErrorReply(_Message, tag="gs.v1.error", frozen=True, kw_only=True):
     reason: Annotated[str, Meta(max_length=2048)]
     service: str
     request_id: RequestId | None = None
+    at: NonNeg = 0.0
+
+
+class CancelRequest(_Message, tag="gs.v1.cancel", frozen=True, kw_only=True):
+    """A client no longer wants a request's answer: end it wherever it is, stop generating.
+
+    Published on the client's own ``cancel.client.<client id>``; receivers scope the id
+    with that subject's client id, never with the payload, so a client cancels only its own
+    requests.
+    """
+
+    request_id: Id
+    """The client's own id of the request (one token, as it sent it)."""
+    reason: Annotated[str, Meta(max_length=256)] = ""
+    """Why, for the logs (e.g. ``client disconnected``)."""
     at: NonNeg = 0.0
 
 

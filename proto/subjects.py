@@ -218,6 +218,16 @@ class Subjects:
             f"{_check(request_id, 'request id')}"
         )
 
+    def cancel(self, client_id: str) -> str:
+        """Event: one client cancels its requests here (core NATS; a secured server lets only
+        it publish). Receivers take the client id from this subject, not from the payload."""
+        return f"{self._base}.cancel.client.{_check(client_id, 'client id')}"
+
+    @property
+    def cancel_wildcard(self) -> str:
+        """Every client's cancels (the scheduler and the workers subscribe)."""
+        return f"{self._base}.cancel.client.*"
+
     @property
     def client_prefix(self) -> str:
         """Every client reply subject starts with this; others are refused as reply targets."""

@@ -149,6 +149,10 @@ class SchedulerSettings(_Section):
     ended_audit_period_s: float = Field(default=5.0, gt=0.0)
     """Placement records older than this are looked up in the workers' ended records this
     often, and those of ended requests deleted (``shared/ended_lookup.py``)."""
+    cancel_ttl_s: float = Field(default=3600.0, gt=0.0)
+    """How long a cancel is remembered (Redis ``cancelled`` mark and memory) for a request
+    that reaches the scheduler after it: the ingress stream's ``max_age``, so a request
+    still in its backlog is ended when it arrives."""
     ladder: bool = True
     """Run DynamoLLM's emergency ladder over each pool's queue every ready period
     (reorder → max clock → re-steer → shed; ``docs/scheduling.md``)."""
@@ -206,6 +210,9 @@ class WorkerSettings(_Section):
     """How long the worker's record of the requests it ended stays in Redis (trimmed to it;
     the key expires that long after the last write): a router that adopts placements later
     than this after the worker died runs an ended request again (services/worker/ended_log)."""
+    cancel_memory_s: float = Field(default=600.0, gt=0.0)
+    """How long a worker remembers the cancels it heard, so a dispatch arriving after its
+    request's cancel (placed while the cancel was on its way) is ended, not run."""
     stream_flush_ms: float = 50.0
     """Tokens of one request produced within this wall window go out in one chunk."""
     vllm_url: str = "http://127.0.0.1:8000"

@@ -8,6 +8,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = [
     "ADOPTED",
+    "CANCELLED",
     "DECISIONS",
     "ERRORS",
     "GC_PAUSE_S",
@@ -62,6 +63,14 @@ MISSED_ENDINGS: Final = Counter(
     "Requests a service still held as placed although their worker had ended them (its "
     "request.done never arrived), found in the workers' ended records",
     ["service"],
+)
+
+CANCELLED: Final = Counter(
+    "greenserve_cancelled_total",
+    "Requests ended because their client cancelled them, by the service that ended them and "
+    "where the request was: submit (before it was queued), queued, requeue, dispatch (on "
+    "arrival at a worker), running (aborted in the engine)",
+    ["service", "stage"],
 )
 
 PROFILE_SWEEPS: Final = Counter(

@@ -404,7 +404,8 @@ async def _handle_batch(
             await msg.nak(delay=0.5)
         return
     accepted = set(reply.accepted)
-    held = accepted | set(reply.duplicates)
+    # Cancelled before it was queued: ended by the scheduler already, so acked as well.
+    held = accepted | set(reply.duplicates) | set(reply.cancelled)
     reused = set(reply.reused)
     for msg, classified in ready:
         rid = classified.request.request_id

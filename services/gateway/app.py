@@ -6,7 +6,9 @@ reply subject in ``Gs-Reply`` and the trace context, and answered from the repli
 arrive on this gateway's client subject: ``TokenChunk`` → text, ``Completion`` → end,
 ``ErrorReply`` → an OpenAI error with the status of :mod:`services.gateway.errors`. It
 publishes on its own ``ingress.client.<client id>``; on a secured stack the client id is
-its NATS user, the only one the server lets it publish and read as.
+its NATS user, the only one the server lets it publish and read as. A published request
+whose handler ends without its final reply (the client disconnected, the gateway timed out)
+is cancelled (:mod:`services.gateway.flight`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from proto.subjects import Subjects
 from services.gateway.carbon_aware import emissions_forecast, parse_forecast_query
 from services.gateway.cells import Cell, CellPicker
 from services.gateway.errors import ApiError
+from services.gateway.flight import Flight, cancel_unanswered
 from services.gateway.openai_schema import (
     Endpoint,
     ParsedRequest,
@@ -47,6 +50,7 @@ from services.gateway.openai_schema import (
     usage,
 )
 from services.gateway.replies import ReplyRouter, TokenText
+from shared.cancels import send_cancel
 from shared.config import GatewaySettings
 from shared.counters import ERRORS
 from shared.security.client_ids import instance_token
@@ -226,16 +230,26 @@ async def _publish_to(
         raise
     except nats.errors.MaxPayloadError:
         raise ApiError("body_too_large", "request exceeds the bus's largest message") from None
-    except (nats.errors.Error, TimeoutError) as exc:
+    except (nats.errors.Error, TimeoutError, asyncio.CancelledError) as exc:
+        # The stream may have stored it although the publish failed (its acknowledgement
+        # was lost): cancel it, or it runs for nobody while the client retries under a new id.
+        await send_cancel(state.nc, subjects, state.client_id, request_id, "publish failed")
+        if isinstance(exc, asyncio.CancelledError):
+            raise
         logger.warning("ingress publish of %s failed: %r", request_id, exc)
         raise ApiError("unavailable", "the ingress is unavailable; retry later") from None
 
 
-async def _next_reply(state: GatewayState, queue: asyncio.Queue[msgspec.Struct]) -> msgspec.Struct:
+async def _next_reply(
+    state: GatewayState, queue: asyncio.Queue[msgspec.Struct], flight: Flight
+) -> msgspec.Struct:
     try:
-        return await asyncio.wait_for(queue.get(), state.config.request_timeout_s)
+        reply = await asyncio.wait_for(queue.get(), state.config.request_timeout_s)
     except TimeoutError:
+        flight.timed_out = True
         raise ApiError("timeout", f"no reply within {state.config.request_timeout_s} s") from None
+    flight.saw(reply)
+    return reply
 
 
 def _upstream(error: ErrorReply) -> ApiError:
@@ -246,12 +260,14 @@ async def _answer(
     request: web.Request,
     state: GatewayState,
     parsed: ParsedRequest,
-    request_id: str,
+    flight: Flight,
     queue: asyncio.Queue[msgspec.Struct],
 ) -> web.StreamResponse:
+    request_id = flight.request_id
     created = int(time.time())
     tokens = TokenText(state.config.placeholder_token)
-    first = await _next_reply(state, queue)  # errors before any token stay plain HTTP errors
+    # Errors before any token stay plain HTTP errors.
+    first = await _next_reply(state, queue, flight)
     if isinstance(first, ErrorReply):
         raise _upstream(first)
     if not parsed.stream:
@@ -261,7 +277,7 @@ async def _answer(
                 raise _upstream(reply)
             if isinstance(reply, TokenChunk):
                 tokens.add(reply)
-            reply = await _next_reply(state, queue)
+            reply = await _next_reply(state, queue, flight)
         tokens.finish(reply.output_tokens)
         body = completion_body(
             parsed,
@@ -286,7 +302,7 @@ async def _answer(
                 raise _upstream(reply)
             if isinstance(reply, TokenChunk) and (text := tokens.add(reply)):
                 await response.write(_sse(stream_chunk(parsed, request_id, created, text=text)))
-            reply = await _next_reply(state, queue)
+            reply = await _next_reply(state, queue, flight)
     except ApiError as err:  # headers are gone: the error travels as an SSE event
         ERRORS.labels(NAME, err.code).inc()
         await response.write(_sse(err.body()))
@@ -314,6 +330,7 @@ def _handler(endpoint: Endpoint) -> Callable[[web.Request], Awaitable[web.Stream
         trace.get_current_span().set_attribute("request.id", request_id)
         queue = state.router.open(request_id)
         cell: Cell | None = None
+        flight: Flight | None = None
         try:
             raw = await _read_body(request, state.config.max_body_bytes)
             parsed = parse_body(
@@ -325,17 +342,20 @@ def _handler(endpoint: Endpoint) -> Callable[[web.Request], Awaitable[web.Stream
                 max_tokens_limit=state.config.max_tokens_limit,
             )
             cell = await _publish(state, parsed, request_id)
-            return await _answer(request, state, parsed, request_id, queue)
+            flight = Flight(cell.subjects, request_id)
+            return await _answer(request, state, parsed, flight, queue)
         except ApiError as err:
             return _error_response(err)
-        except ConnectionResetError:
-            # The client left mid-stream; generation goes on (the bus has no cancel).
+        except (ConnectionResetError, asyncio.CancelledError):
+            # The client left: mid-stream (a write failed) or while the handler waited
+            # (aiohttp cancels the handler on a disconnect); the finally cancels the request.
             logger.info("client of %s disconnected", request_id)
             raise
         finally:
             state.router.close(request_id)
             if cell is not None:
                 state.cells.release(cell)
+            await cancel_unanswered(state.nc, state.client_id, flight)
 
     return handle
 

@@ -69,6 +69,9 @@ class Gateway:
             handle_signals=False,
             access_log=None,
             shutdown_timeout=self._ctx.settings.shutdown_timeout_s,
+            # A client that disconnects cancels its handler at once, even while it waits for
+            # the first token: the handler then cancels the request on the bus.
+            handler_cancellation=True,
         )
         await runner.setup()
         site = web.TCPSite(runner, state.config.host, state.config.port)

@@ -70,6 +70,14 @@ class SchedulerState:
         self._queues[pool_id] = fresh
         return True
 
+    def take(self, request_id: str) -> ClassifiedRequest | None:
+        """Remove a queued request from whichever pool holds it; return its message."""
+        for q in self._queues.values():
+            item = q.remove(request_id)
+            if item is not None:
+                return item.payload if isinstance(item.payload, ClassifiedRequest) else None
+        return None
+
     def remove(self, request_id: str) -> bool:
         """Drop a queued request from whichever pool holds it."""
         return any(q.remove(request_id) is not None for q in self._queues.values())

@@ -34,10 +34,12 @@ from proto.messages import (
     SubmitReply,
 )
 from proto.subjects import QUEUE_GROUPS
+from services.scheduler.cancels import CancelBook
 from services.scheduler.ladder_shell import start_ladder
 from services.scheduler.pool_queues import SchedulerState
 from shared.bus import serve as serve_subject
 from shared.bus import tracing_active
+from shared.cancels import cancelled_id
 from shared.counters import MISSED_ENDINGS, QUEUE_DEPTH
 from shared.ended_lookup import ended_among, placement_records
 from shared.lifecycle import ServiceContext
@@ -57,13 +59,20 @@ ENDED_MEMORY_MAX = 200_000
 """At most this many remembered ends (≈ 60 s at 3,000 req/s)."""
 REUSED = 2
 """Store-new result of a request whose id its client already used for another message."""
+CANCELLED_FIRST = 3
+"""Store-new result of a new request whose client had cancelled it: seen, not stored."""
 STORE_NEW_LUA = """
 local out = {}
-for i = 2, #KEYS do
+local n = (#KEYS - 1) / 2
+for i = 2, n + 1 do
   local id, payload, mark = ARGV[3 * i - 4], ARGV[3 * i - 3], ARGV[3 * i - 2]
   if redis.call('SET', KEYS[i], mark, 'NX', 'EX', ARGV[1]) then
-    redis.call('HSET', KEYS[1], id, payload)
-    out[i - 1] = 1
+    if redis.call('EXISTS', KEYS[n + i]) == 1 then
+      out[i - 1] = 3
+    else
+      redis.call('HSET', KEYS[1], id, payload)
+      out[i - 1] = 1
+    end
   else
     out[i - 1] = 0
     local prev = redis.call('GET', KEYS[i])
@@ -78,16 +87,17 @@ return out
 """
 """Mark each request id of a batch seen and store the request, in one atomic step.
 
-``KEYS`` = the ``queued`` hash, then one ``seen`` key per request; ``ARGV`` = the seen TTL,
-then id, payload and seen-mark per request. The mark is ``s<ingress stream sequence>:<digest
-of the client's request>`` (``1`` when the sequence is unknown). Returns per request 1
-(stored now), 0 (already seen: a redelivery of the same message, the same request
-published again, e.g. a retried publish the stream stored twice, or nothing to tell them
-apart by) or 2 (already seen with another message *and* another request: the client
-reused its id; not stored). A scheduler killed between mark and store would otherwise
-leave a 'seen' mark without the request, and the redelivered copy would be dropped as a
-duplicate. One script call per batch instead of one per request: each call costs redis-py
-a command to pack and parse."""
+``KEYS`` = the ``queued`` hash, then one ``seen`` key per request, then one ``cancelled``
+key per request; ``ARGV`` = the seen TTL, then id, payload and seen-mark per request. The
+mark is ``s<ingress stream sequence>:<digest of the client's request>`` (``1`` when the
+sequence is unknown). Returns per request 1 (stored now), 3 (new, but its client
+cancelled it first: marked seen, not stored), 0 (already seen: a redelivery of the same
+message, the same request published again, e.g. a retried publish the stream stored
+twice, or nothing to tell them apart by) or 2 (already seen with another message *and*
+another request: the client reused its id; not stored). A scheduler killed between mark
+and store would otherwise leave a 'seen' mark without the request, and the redelivered
+copy would be dropped as a duplicate. One script call per batch instead of one per
+request: each call costs redis-py a command to pack and parse."""
 
 
 def seen_mark(req: ClassifiedRequest) -> str:
@@ -134,17 +144,26 @@ class SchedulerShell:
         """Ended ids of the last :data:`ENDED_MEMORY_S` (wall): a late requeue is dropped."""
         self._audited_at = time.monotonic()
         """When :meth:`sweep_records` last audited (the first audit waits one period)."""
+        self._cancels = CancelBook(ctx, NAME)
 
     async def _publish_ready(self, pool_id: str) -> None:
         await self._ctx.nc.publish(self._ctx.subjects.scheduler_ready(pool_id), b"")
 
     async def restore(self) -> int:
         """Rebuild the queues from Redis ``queued`` (after a restart); return how many."""
-        restored = 0
+        held: list[ClassifiedRequest] = []
         for raw in (await self._ctx.redis.hgetall(self._ctx.keys.queued)).values():
             with contextlib.suppress(DecodeError):
-                self.state.push(decode(as_bytes(raw), ClassifiedRequest))
+                held.append(decode(as_bytes(raw), ClassifiedRequest))
+        # A request cancelled while this scheduler was down is ended, not queued again.
+        marked = await self._cancels.marked([r.request.request_id for r in held])
+        cancelled = [r for r in held if r.request.request_id in marked]
+        restored = 0
+        for req in held:
+            if req.request.request_id not in marked:
+                self.state.push(req)
                 restored += 1
+        await self._end_cancelled(cancelled, "queued")
         if restored:
             logger.info("restored %d queued requests from redis", restored)
         return restored
@@ -162,19 +181,27 @@ class SchedulerShell:
         """
         keys = self._ctx.keys
         seen_keys: list[str] = []
+        cancel_keys: list[str] = []
         args: list[str | bytes | int] = [SEEN_TTL_S]
         for req in requests:
             rid = req.request.request_id
             seen_keys.append(keys.seen(rid))
+            cancel_keys.append(keys.cancelled(rid))
             args += [rid, encode(req), seen_mark(req)]
         # EVAL, not a registered Script: a Script costs a SCRIPT EXISTS round trip first;
         # the body is short and Redis caches it by its digest.
         fresh_flags = await self._ctx.redis.eval(
-            STORE_NEW_LUA, 1 + len(seen_keys), keys.queued, *seen_keys, *args
+            STORE_NEW_LUA,
+            1 + 2 * len(seen_keys),
+            keys.queued,
+            *seen_keys,
+            *cancel_keys,
+            *args,
         )
         accepted: list[str] = []
         duplicates: list[str] = []
         reused: list[int] = []
+        cancelled: list[ClassifiedRequest] = []
         pools: set[str] = set()
         for req, fresh in zip(requests, fresh_flags, strict=True):
             rid = req.request.request_id
@@ -183,6 +210,11 @@ class SchedulerShell:
                 continue
             if not fresh:
                 duplicates.append(rid)
+                continue
+            # The Redis mark covers cancels from before the script ran; the memory one that
+            # this process heard while it ran (the cancel handler writes it before awaiting).
+            if fresh == CANCELLED_FIRST or self._cancels.holds(rid):
+                cancelled.append(req)
                 continue
             if tracing_active(req.trace):
                 with self._tracer.start_as_current_span(
@@ -198,7 +230,36 @@ class SchedulerShell:
         for pool_id in pools:
             QUEUE_DEPTH.labels(pool_id).set(len(self.state.queue(pool_id)))
             await self._on_ready(pool_id)
-        return SubmitBatchReply(accepted=accepted, duplicates=duplicates, reused=reused)
+        await self._end_cancelled(cancelled, "submit")
+        return SubmitBatchReply(
+            accepted=accepted,
+            duplicates=duplicates,
+            reused=reused,
+            cancelled=[req.request.request_id for req in cancelled],
+        )
+
+    async def cancel(self, request_id: str) -> bool:
+        """A client cancelled a request: end it if queued here; remember the cancel.
+
+        Returns whether it was queued here. One not queued may not have arrived yet (the
+        mark and the memory end it at its hand-off) or may be on a worker (which heard
+        the same cancel) or ended (nothing to do).
+        """
+        self._cancels.heard(request_id)  # before any await: see submit
+        req = self.state.take(request_id)
+        if req is not None:
+            QUEUE_DEPTH.labels(req.pool_id).set(len(self.state.queue(req.pool_id)))
+            await self._end_cancelled([req], "queued")
+        await self._cancels.mark(request_id)
+        return req is not None
+
+    async def _end_cancelled(self, requests: list[ClassifiedRequest], stage: str) -> None:
+        """End cancelled requests and forget them (their Redis records go in the next flush)."""
+        if not requests:
+            return
+        await self._cancels.end(requests, stage)
+        for req in requests:
+            self.ended(req.request.request_id)
 
     async def pull(
         self, pool_id: str, slots: int, *, record: bool = True
@@ -245,6 +306,9 @@ class SchedulerShell:
         if late:
             logger.info("dropping %d requeued requests that already ended", len(late))
             requests = [r for r in requests if r.request.request_id not in self._recently_ended]
+        # Refused or unplaced after its client cancelled it: end it instead of queueing it.
+        requests, cancelled = self._cancels.split(requests)
+        await self._end_cancelled(cancelled, "requeue")
         await _requeue(self._ctx, self.state, requests, self._on_ready)
 
     def ended(self, request_id: str) -> None:
@@ -293,9 +357,10 @@ class SchedulerShell:
         flight, and reading and decoding it twice cost twice."""
         ctx = self._ctx
         records = await placement_records(ctx.redis, ctx.keys)
-        await _reap_unplaced(
-            ctx, self.state, records, ctx.settings.scheduler.unplaced_timeout_s, self._on_ready
-        )
+        stale = _unplaced_stale(records, ctx.settings.scheduler.unplaced_timeout_s)
+        if stale:
+            logger.warning("re-queueing %d requests pulled but never placed", len(stale))
+            await self.requeue(stale)  # the way every requeue goes: ended or cancelled ones end
         now = time.monotonic()
         if now - self._audited_at >= ctx.settings.scheduler.ended_audit_period_s:
             self._audited_at = now
@@ -340,9 +405,10 @@ class SchedulerShell:
     async def serve_subjects(self, *, requeue_only: bool = False) -> list[Subscription]:
         """Serve submit, pull and requeue on NATS (queue group ``scheduler``).
 
-        ``requeue_only`` serves just ``scheduler.requeue`` (workers hand drained requests
-        back there): the co-located request path submits and pulls by method call, and its
-        identity may not subscribe to the other two (``shared.security.nats_acl``).
+        Cancels (``cancel.client.*``) are heard in both modes. ``requeue_only`` serves just
+        ``scheduler.requeue`` (workers hand drained requests back there): the co-located
+        request path submits and pulls by method call, and its identity may not subscribe
+        to the other two (``shared.security.nats_acl``).
         """
         ctx, subjects = self._ctx, self._ctx.subjects
 
@@ -358,8 +424,15 @@ class SchedulerShell:
             rid = body.requests[0].request.request_id if body.requests else "none"
             return SubmitReply(request_id=rid, accepted=True)
 
+        async def on_cancel(msg: Msg) -> None:
+            rid = cancelled_id(msg.subject, msg.data)
+            if rid is not None:
+                await self.cancel(rid)
+
         queue = QUEUE_GROUPS["scheduler"]
         subs = [
+            # Not in the queue group: a cancel is an event every scheduler replica must hear.
+            await ctx.nc.subscribe(subjects.cancel_wildcard, cb=on_cancel),
             await serve_subject(
                 ctx.nc,
                 subjects.scheduler_requeue,
@@ -367,7 +440,7 @@ class SchedulerShell:
                 on_requeue,
                 service=NAME,
                 queue=queue,
-            )
+            ),
         ]
         if not requeue_only:
             subs += [
@@ -453,20 +526,11 @@ async def _requeue(
         logger.warning("could not record %d re-queued requests in redis: %s", len(requests), exc)
 
 
-async def _reap_unplaced(
-    ctx: ServiceContext,
-    state: SchedulerState,
-    records: list[Assignment],
-    timeout_s: float,
-    on_ready: Callable[[str], Awaitable[None]],
-) -> None:
-    """Re-queue requests a router pulled but never placed (the router died)."""
+def _unplaced_stale(records: list[Assignment], timeout_s: float) -> list[ClassifiedRequest]:
+    """Requests a router pulled but never placed within ``timeout_s`` (the router died)."""
     now = time.time()
-    stale = [
+    return [
         held.request
         for held in records
         if held.worker_id == UNPLACED_WORKER and now - held.dispatched_at > timeout_s
     ]
-    if stale:
-        logger.warning("re-queueing %d requests pulled but never placed", len(stale))
-        await _requeue(ctx, state, stale, on_ready)

@@ -54,7 +54,9 @@ from services.worker.state_publisher import PREDICTIVE_MODE, publish_states
 from services.worker.streams import StreamBook
 from shared.bus import HOPS_HEADER, HOPS_KEY, request, tracing_active
 from shared.bus import serve as serve_subject
+from shared.cancels import CANCELLED_CODE, CancelMemory, cancelled_id
 from shared.counters import (
+    CANCELLED,
     ERRORS,
     GPU_CLOCK_MHZ,
     GPU_CO2_G,
@@ -125,6 +127,8 @@ class WorkerShim:
         the completion, so a repeated dispatch is answered without a second run."""
         self._publish_failing = False
         """A publish failed and none succeeded since (one log line per outage)."""
+        self._cancels = CancelMemory(self._cfg.cancel_memory_s)
+        """Cancels heard lately: a dispatch that arrives after its cancel is not run."""
 
     @property
     def backend(self) -> WorkerBackend:
@@ -157,6 +161,22 @@ class WorkerShim:
             subject, to_client, payload = finished
             await self._reply(subject, to_client)
             await self._publish(self._done_subject, payload)
+            return reply
+        if self._cancels.holds(rid, time.monotonic()):
+            # Placed while its cancel was on the way. Accepted and ended at once, not
+            # refused: a refusal would send it back to the queue only to be ended there.
+            CANCELLED.labels(NAME, "dispatch").inc()
+            await reply_error(
+                self._ctx.nc,
+                self._ctx.subjects,
+                service=NAME,
+                code=CANCELLED_CODE,
+                reason="cancelled by its client before it reached the worker",
+                request=req.request,
+                done_subject=self._done_subject,
+                send=self._reply,
+            )
+            self.ended_log.add((rid,))
             return reply
         if self._draining or self._parked or len(self._book) >= self._cfg.max_num_seqs:
             return DispatchReply(
@@ -316,6 +336,28 @@ class WorkerShim:
             self.ended_log.add((request_id,))
         if not len(self._book):
             self._emptied.set()
+
+    async def on_cancel(self, msg: Msg) -> None:
+        """A client cancelled a request (``cancel.client.<client id>``): see :meth:`cancel`."""
+        rid = cancelled_id(msg.subject, msg.data)
+        if rid is not None:
+            await self.cancel(rid)
+
+    async def cancel(self, request_id: str) -> bool:
+        """Stop a request this worker runs and end it with ``cancelled``; remember the cancel.
+
+        Returns whether it ran here. The engine stops generating for it (the backend's
+        abort frees its batch slot and KV blocks; vLLM's on the closed stream), and the
+        ending on ``request.done`` frees the router's slot and the scheduler's records.
+        One that already finished stays finished.
+        """
+        self._cancels.add(request_id, time.monotonic())
+        if request_id not in self._book:
+            return False
+        self._backend.abort(request_id)
+        CANCELLED.labels(NAME, "running").inc()
+        await self.on_failure(request_id, CANCELLED_CODE, "cancelled by its client")
+        return True
 
     async def _reply(
         self, subject: str, payload: bytes, headers: dict[str, str] | None = None
@@ -538,6 +580,8 @@ async def _serve_with(ctx: ServiceContext, shim: WorkerShim) -> None:
         await serve_subject(
             ctx.nc, ctx.subjects.worker_clock(wid), ClockCommand, shim.on_clock, service=NAME
         ),
+        # Every client's cancels: the router does not say which worker holds a request.
+        await ctx.nc.subscribe(ctx.subjects.cancel_wildcard, cb=shim.on_cancel),
         # Its pool's peers only: they are whom it ranks against to park.
         await ctx.nc.subscribe(
             ctx.subjects.worker_stats_pool_wildcard(ctx.settings.worker.pool_id),

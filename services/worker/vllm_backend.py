@@ -160,7 +160,7 @@ class VllmBackend:
         task.add_done_callback(lambda _t: self._tasks.pop(rid, None))
 
     def abort(self, request_id: str) -> None:
-        """Cancel a request's stream (closing the connection makes vLLM abort it)."""
+        """Cancel a request's stream: its connection is closed, on which vLLM aborts it."""
         task = self._tasks.get(request_id)
         if task is not None:
             task.cancel()
@@ -179,19 +179,26 @@ class VllmBackend:
                     detail = (await resp.text())[:500]
                     await sink.on_failure(rid, "engine_rejected", f"HTTP {resp.status}: {detail}")
                     return
-                async for line in resp.content:
-                    event = parse_sse_line(line)
-                    if event is None:
-                        continue
-                    if isinstance(event, str):  # the only text event is DONE
-                        break
-                    failure = error_message(event)
-                    if failure is not None:
-                        await sink.on_failure(rid, "engine_error", failure)
-                        return
-                    new = counter.update(event)
-                    if new:
-                        await self._emit(sink, rid, new)
+                try:
+                    async for line in resp.content:
+                        event = parse_sse_line(line)
+                        if event is None:
+                            continue
+                        if isinstance(event, str):  # the only text event is DONE
+                            break
+                        failure = error_message(event)
+                        if failure is not None:
+                            await sink.on_failure(rid, "engine_error", failure)
+                            return
+                        new = counter.update(event)
+                        if new:
+                            await self._emit(sink, rid, new)
+                except asyncio.CancelledError:
+                    # Aborted (a cancel, a drain): close the connection rather than hand it
+                    # back to the pool, for vLLM aborts a request only when its client's
+                    # connection closes, and frees its batch slot and KV blocks then.
+                    resp.close()
+                    raise
         except aiohttp.SocketTimeoutError:
             # Before the generic clause (it is a ClientError): the engine took the request
             # and went silent, it is not unreachable.

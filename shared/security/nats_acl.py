@@ -12,8 +12,9 @@ everything not listed denied by the server:
   its own dispatch and clock subjects (on its own node when its identity names the node)
   and publishes only its own stats;
 * client identities (gateway, loadgen, client) publish only their own
-  ``ingress.client.<client id>`` subject and read only their own ``client.<id>.>``
-  replies, so the server binds a request's client id to the identity that sent it;
+  ``ingress.client.<client id>`` and ``cancel.client.<client id>`` subjects and read only
+  their own ``client.<id>.>`` replies, so the server binds a request's client id (and
+  whose requests a cancel may name) to the identity that sent it;
 * every identity has a private reply inbox ``_INBOX.<user>.>`` (request/reply and
   JetStream acks land there), and responders answer through ``allow_responses``, so no
   one needs a wildcard over other users' inboxes.
@@ -201,6 +202,7 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
             s.request_done_wildcard,
             s.worker_stats_wildcard,  # the emergency ladder watches pools' load
             s.plan,  # ... and re-steers only to pools the plan gives the request's class
+            s.cancel_wildcard,  # ends cancelled requests it holds, marks the rest
         )
         responds = True
     elif role == "router":
@@ -238,6 +240,8 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
             s.worker_clock(scope),
             s.worker_stats_wildcard,
             s.plan,
+            # Every client's cancels: nothing tells which worker runs a cancelled request.
+            s.cancel_wildcard,
         )
         responds = True
     elif role == "dvfs":
@@ -259,7 +263,9 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
         # Bound client ids: the ingress subject names the sender (the classifier checks the
         # payload against it), and only the sender's own reply space is readable.
         client_id = identity.client_id or ""
-        pub = (s.ingress_client(client_id),)
+        # Its own cancel subject too: receivers scope the id by it, so no client can cancel
+        # another's requests.
+        pub = (s.ingress_client(client_id), s.cancel(client_id))
         sub = (f"{s.client_prefix}{client_id}.>",)
         if role == "gateway":
             pub += _stream_admin(stream)

@@ -4,7 +4,7 @@ Derived from the key table of ``docs/protocol.md`` and the services' calls:
 
 | role | keys | commands |
 |---|---|---|
-| scheduler | ``queued``, ``dispatched``, ``seen:*``, ``ended:*`` (R) | HGETALL HSET HDEL ZMSCORE*|
+| scheduler | ``queued``, ``dispatched``, ``seen:*``, ``ended:*`` (R)‡ | HGETALL HSET HDEL ZMSCORE*|
 | router | ``dispatched``; ``ended:*`` (R) | HSET HGETALL HDEL ZMSCORE |
 | worker | own ``worker:<id>``, ``ended:<id>``; ``plan``, ``forecast:*`` (R) | SET DEL GET ZADD† |
 | planner | ``plan``; ``worker:*``, ``forecast:*`` read only | SET, GET, MGET, SCAN |
@@ -15,8 +15,9 @@ Derived from the key table of ``docs/protocol.md`` and the services' calls:
 | gateway | ``forecast:*`` (read only) | MGET |
 | others | none | connection only |
 
-(*) MULTI/EXEC and the store-new script: EVALSHA, EVAL, SCRIPT LOAD/EXISTS, with SET and
-HSET inside.
+(*) MULTI/EXEC and the store-new script: EVALSHA, EVAL, SCRIPT LOAD/EXISTS, with SET,
+HSET and EXISTS (the ``cancelled`` mark) inside.
+(‡) ``cancelled:*``: SET on each cancel it hears, EXISTS in the script and at restore.
 (†) with EXPIRE and ZREMRANGEBYSCORE: its record of ended requests (R: read only).
 The scheduler also GETs ``plan`` (read only): its emergency ladder re-steers by the plan's
 classes.
@@ -79,9 +80,10 @@ def _role_grants(keys: Keys, identity: Identity) -> tuple[list[str], list[str]]:
     key_rules: list[str]
     commands: list[str]
     if role == "scheduler":
+        # cancelled:*: SET on a cancel; EXISTS in the store-new script and at restore.
         key_rules, commands = _grant(
-            [keys.queued, keys.dispatched, keys.seen("*")],
-            ["hgetall", "hset", "hdel", "set", "get", "zmscore", *_SCRIPT, *_TRANSACTION],
+            [keys.queued, keys.dispatched, keys.seen("*"), keys.cancelled("*")],
+            ["hgetall", "hset", "hdel", "set", "get", "exists", "zmscore", *_SCRIPT, *_TRANSACTION],
         )
         key_rules.append(f"%R~{keys.plan}")  # the ladder's re-steer follows the plan's classes
         # ZMSCORE on the workers' ended sets: its audit forgets records of requests whose

@@ -11,6 +11,7 @@ import msgspec
 from proto import messages
 from proto.messages import (
     Assignment,
+    CancelRequest,
     ClassifiedRequest,
     ClockCommand,
     ClockOverride,
@@ -171,7 +172,8 @@ SAMPLES: tuple[msgspec.Struct, ...] = (
     RouteWeight(pool_id="pjm-a100", weight=0.5),
     _SAMPLING,
     SubmitBatch(requests=[_CLASSIFIED]),
-    SubmitBatchReply(accepted=["conv-42"], duplicates=["conv-41"]),
+    SubmitBatchReply(accepted=["conv-42"], duplicates=["conv-41"], cancelled=["gw.conv-40"]),
+    CancelRequest(request_id="conv-42", reason="client disconnected", at=_T0 + 0.3),
     SubmitReply(request_id="conv-42", accepted=True),
     TokenChunk(
         request_id="conv-42",

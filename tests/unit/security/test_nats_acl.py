@@ -196,6 +196,17 @@ def test_the_publishers_of_each_event_are_those_of_the_protocol_table() -> None:
     assert not _can_publish("dvfs", S.dvfs_report("n2"))
 
 
+def test_a_client_cancels_only_as_itself_and_those_who_hold_requests_hear_it() -> None:
+    """Test the cancel grants: each client role publishes its own cancel subject only, and
+    the scheduler, the co-located request path and the workers hear every client's."""
+    for role in ("gateway", "loadgen", "client"):
+        own = _identity(role).client_id or ""
+        assert _can_publish(role, S.cancel(own)), role
+        assert not _can_publish(role, S.cancel("other")), role
+    assert _roles_that(_can_publish, S.cancel("c1")) == {"client"}
+    assert _roles_that(_can_subscribe, S.cancel("c1")) == {"scheduler", "requestpath", "worker"}
+
+
 def test_every_identity_reads_only_its_own_inbox_and_only_responders_answer() -> None:
     """Test private inboxes (no _INBOX.> for anyone but admin) and allow_responses."""
     for role in ROLES:

@@ -63,12 +63,13 @@ def test_the_scheduler_gets_its_hashes_dedup_keys_and_script_commands() -> None:
         f"~{K.queued}",
         f"~{K.dispatched}",
         f"~{K.seen('*')}",
+        f"~{K.cancelled('*')}",  # cancel marks, checked inside the store-new script
         f"%R~{K.plan}",
         f"%R~{K.ended_pattern}",  # its audit of placements whose ending it missed
     }
-    assert {"hgetall", "hset", "hdel", "set", "zmscore", "evalsha", "script|load", "exec"} <= (
-        _commands("scheduler")
-    )
+    assert {
+        "hgetall", "hset", "hdel", "set", "exists", "zmscore", "evalsha", "script|load", "exec",
+    } <= _commands("scheduler")  # fmt: skip
 
 
 def test_roles_without_shared_state_get_no_keys() -> None:

@@ -109,6 +109,33 @@ async def test_metrics_are_scraped_into_the_snapshot_with_sim_engine_energy() ->
         backend.abort("long")
 
 
+async def test_an_aborted_request_closes_its_stream_and_the_engine_frees_its_slot() -> None:
+    """Test a cancel's abort: the server sees the connection close and drops the request
+    (no more tokens, its sequence and KV blocks freed), and the backend reports neither a
+    failure nor a finish for it (the shim has ended it already)."""
+    sink = RecordingSink(expected=1)
+    async with sim_engine() as (url, engine), backend_on(url, sink) as backend:
+        backend.submit(classified("long", prompt_tokens=500, max_tokens=100_000))
+        for _ in range(500):
+            if sink.tokens("long") >= 3:
+                break
+            await asyncio.sleep(0.01)
+        assert engine.num_running == 1
+        backend.abort("long")
+        for _ in range(500):
+            if not engine.has_work:
+                break
+            await asyncio.sleep(0.01)
+        assert not engine.has_work
+        assert engine.kv_blocks_used == 0
+        tokens = sink.tokens("long")
+        await asyncio.sleep(0.1)
+        assert sink.tokens("long") == tokens
+    assert tokens < 100_000
+    assert sink.failures == []
+    assert sink.finished() == []
+
+
 async def test_the_legacy_kv_gauge_name_is_scraped_too() -> None:
     """Test that a server with vllm:gpu_cache_usage_perc still reports KV use."""
     sink = RecordingSink()

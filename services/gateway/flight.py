@@ -1,0 +1,59 @@
+"""One published request until its final reply, and the cancel sent when it has none.
+
+A request the gateway published runs on a GPU whether or not anyone reads its answer. When
+the handler ends without the final reply (its HTTP client disconnected, the gateway's own
+timeout ran out) the gateway cancels it, so the stack stops generating for nobody
+(docs/protocol.md, Cancellation).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import msgspec
+from nats.aio.client import Client
+from prometheus_client import Counter
+
+from proto.messages import Completion, ErrorReply
+from proto.subjects import Subjects
+from shared.cancels import send_cancel
+
+__all__ = ["CANCELS_SENT", "Flight", "cancel_unanswered"]
+
+CANCELS_SENT: Counter = Counter(
+    "greenserve_gateway_cancels_total",
+    "Cancels the gateway sent for requests it had published and no longer waits for, by why",
+    ["why"],
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Flight:
+    """A request stored in a cell's ingress stream, until its final reply arrives."""
+
+    subjects: Subjects
+    """The subjects of the cell it went to (its cancel goes to the same cell)."""
+    request_id: str
+    """The gateway's own id of it (the cell scopes it with the gateway's client id)."""
+    ended: bool = False
+    """Its Completion or ErrorReply arrived: nothing left to cancel."""
+    timed_out: bool = False
+    """The gateway stopped waiting (``request_timeout_s``); else its client left."""
+
+    def saw(self, reply: msgspec.Struct) -> None:
+        """Note a reply; a final one ends the flight."""
+        if isinstance(reply, Completion | ErrorReply):
+            self.ended = True
+
+
+async def cancel_unanswered(nc: Client, client_id: str, flight: Flight | None) -> None:
+    """Cancel ``flight`` unless it was never published or its final reply came."""
+    if flight is None or flight.ended:
+        return
+    why = "gateway timeout" if flight.timed_out else "client disconnected"
+    CANCELS_SENT.labels(why).inc()
+    logger.info("cancelling %s: %s", flight.request_id, why)
+    await send_cancel(nc, flight.subjects, client_id, flight.request_id, why)
