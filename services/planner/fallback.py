@@ -6,6 +6,13 @@ are served in order of decreasing peak demand; each takes instances from its che
 (region, configuration) per QPS of capacity (cost = objective coefficient) until α × peak is
 covered or the GPUs run out. The partition with the least uncovered demand share wins, then the
 lower cost. Never optimal, always fast and within inventory.
+
+It keeps the MILP's hard rules that protect SLOs, since the live planner serves its plan:
+one exclusive class group per (region, GPU type) (a pool beside long prefills misses the
+short classes' TTFT) and each (class, region) capacity share, held as local capacity ≤
+share × α·peak, which implies the MILP's share of total capacity whenever the class is
+covered. One clock per pool (DynamoLLM Eq. 1) holds by construction: a pool's clocks need the
+same GPUs, so a cover fills the cheapest clock's instances until the pool is full.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ def _cover_partition(
 ) -> tuple[float, float, dict[tuple[str, ServingConfig], int]]:
     free = dict(problem.inventory)
     counts: dict[tuple[str, ServingConfig], int] = defaultdict(int)
+    group_of_pool: dict[tuple[str, str], str] = {}
     needs = {
         cls: need
         for (part, cls), need in peak_demand(problem).items()
@@ -65,17 +73,29 @@ def _cover_partition(
             key=lambda item: (item[0], item[1], item[2].mode, item[2].clock_mhz or 0.0),
         )
         remaining = need
+        shares = {r: problem.region_share_limits.get((cls, r), 1.0) for r in problem.regions}
+        local_room = {r: share * need if share < 1 else math.inf for r, share in shares.items()}
+        group = problem.class_groups.get(cls)
         for per_qps, region, c in candidates:
             if remaining <= 1e-12:
                 break
-            fit = free.get((region, c.gpu_type), 0) // c.gpus
-            take = min(fit, math.ceil(remaining / c.max_qps - 1e-9))
+            pool = (region, c.gpu_type)
+            if group is not None and group_of_pool.get(pool, group) != group:
+                continue
+            fit = free.get(pool, 0) // c.gpus
+            wanted = min(remaining, local_room[region])
+            take = min(fit, math.ceil(wanted / c.max_qps - 1e-9))
+            if take > 0 and take * c.max_qps > local_room[region] + 1e-9:
+                take -= 1  # the rounded-up instance would break the region's share
             if take <= 0:
                 continue
             counts[(region, c)] += take
-            free[(region, c.gpu_type)] -= take * c.gpus
+            free[pool] -= take * c.gpus
             remaining -= take * c.max_qps
+            local_room[region] -= take * c.max_qps
             cost += per_qps * take * c.max_qps
+            if group is not None:
+                group_of_pool[pool] = group
         uncovered_share += max(remaining, 0.0) / need
     return uncovered_share, cost, dict(counts)
 
