@@ -35,11 +35,12 @@ from services.planner.freesh_instance import (
 )
 from services.planner.milp import solve_plan
 from services.planner.milp_model import build_model
+from services.planner.plan_model import Plan
 from services.planner.problem import PlannerSettings, Solver
 from services.planner.slo_filter import eligible_configs
 from services.planner.synthetic_profiles import dynamollm_configs, dynamollm_problem
 
-__all__ = ["HELP", "NAME", "add_arguments", "run"]
+__all__ = ["HELP", "NAME", "add_arguments", "best_covering_co2", "run"]
 
 NAME = "planner-scale"
 HELP = "epoch-plan solve time: FREESH instance (goal <= 0.3 s) and DynamoLLM scale (<= 2 s)"
@@ -122,7 +123,7 @@ def _dynamollm(progress: Progress, args: argparse.Namespace) -> dict[str, Any]:
             wall = time.perf_counter() - started
             results.append((name, plan, wall))
             progress.advance(task)
-        best = min(p.costs.co2_kg for _, p, _ in results)
+        best = best_covering_co2([p for _, p, _ in results])
         for name, plan, wall in results:
             runs.append(
                 {
@@ -176,3 +177,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "dynamollm_scale": dynamo,
         "paper": PAPER,
     }
+
+
+def best_covering_co2(plans: list[Plan]) -> float:
+    """The least CO2 among plans that cover demand (not a fallback), the yardstick of each
+    variant's ``co2_above_best_pct``; among all plans only when none covers. A fallback with a
+    shortfall burns less by serving less, and would make every covering plan look worse."""
+    covering = [p.costs.co2_kg for p in plans if not p.is_fallback]
+    return min(covering or [p.costs.co2_kg for p in plans])
