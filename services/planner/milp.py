@@ -144,6 +144,12 @@ def _solve_lexicographic(
     deadline: float,
 ) -> _Outcome:
     outcome = _Outcome(solved=False, infeasible=False, time_limited=False)
+    if not model.problem.variables():
+        # Nothing eligible or nothing in inventory: the rows are constants, and CBC, handed a
+        # model without columns, reports no solution where the empty plan is optimal.
+        feasible = all(row.valid(eps=1e-9) for row in model.problem.constraints.values())
+        outcome.solved, outcome.infeasible = feasible, not feasible
+        return outcome
     for index, expr in enumerate(stages):
         budget = deadline - time.perf_counter()
         if budget < _MIN_STAGE_S:

@@ -230,3 +230,17 @@ def test_a_highs_solve_leaves_stdout_to_the_caller() -> None:
     )
     assert done.stdout.splitlines() == [f"plan {PlanStatus.OPTIMAL.value}"]
     assert "HiGHS" in done.stderr  # the banner still reaches the operator, on stderr
+
+
+@pytest.mark.parametrize("solver", list(Solver))
+def test_an_empty_model_with_no_demand_is_optimal_with_every_solver(solver: Solver) -> None:
+    """Test that with nothing eligible (the one row fails its TTFT limit) and no demand the
+    empty plan is optimal, not a greedy fallback: CBC reports no solution for a model
+    without columns, so the solver is not asked."""
+    p = problem(
+        [config(ttft=10_000.0)], demand={("a", "SS"): 0.0}, inventory={("r1", "A100"): 8},
+        intensity={"r1": 100.0},
+    )  # fmt: skip
+    plan = solve_plan(p, PlannerSettings(solver=solver))
+    assert plan.status is PlanStatus.OPTIMAL
+    assert plan.allocations == ()
