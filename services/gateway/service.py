@@ -14,8 +14,9 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from nats.aio.subscription import Subscription
 
-from services.gateway.app import NAME, GatewayState, build_app
+from services.gateway.app import build_app
 from services.gateway.cells import CellPicker
+from services.gateway.state import NAME, GatewayState
 from shared.bus import ensure_ingress_stream
 from shared.config import GatewaySettings, Settings
 from shared.lifecycle import ServiceContext, service_context

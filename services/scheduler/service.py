@@ -4,16 +4,21 @@ Durability: a submitted request is written to Redis (``queued``) before the clas
 told "accepted"; a pulled request moves to ``dispatched`` (as an Assignment without a
 worker) until the router records its worker or it ends. A restarted scheduler reloads its
 queues from Redis; a pulled request that no router placed in time goes back to the queue.
+
+:class:`SchedulerShell` keeps the hand-offs (submit, pull, requeue, cancel, restore) and
+the periodic loops; what they lean on is in its own module: the atomic store-new and the
+requeue record (:mod:`.intake`), the memory of ended requests and the delete of their
+records (:mod:`.endings`), the reaper and audit over the placement records
+(:mod:`.reaper`), the NATS handlers (:mod:`.nats_subjects`), cancels (:mod:`.cancels`) and
+the emergency ladder (:mod:`.ladder_shell`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
-from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 
 from nats.aio.msg import Msg
@@ -26,22 +31,17 @@ from proto.messages import (
     UNPLACED_WORKER,
     Assignment,
     ClassifiedRequest,
-    PullReply,
-    PullRequest,
-    RequeueRequest,
-    SubmitBatch,
     SubmitBatchReply,
-    SubmitReply,
 )
-from proto.subjects import QUEUE_GROUPS
 from services.scheduler.cancels import CancelBook
+from services.scheduler.endings import EndedMemory
+from services.scheduler.intake import CANCELLED_FIRST, REUSED, queue_again, store_new
 from services.scheduler.ladder_shell import start_ladder
+from services.scheduler.nats_subjects import serve_hand_offs
 from services.scheduler.pool_queues import SchedulerState
-from shared.bus import serve as serve_subject
+from services.scheduler.reaper import Reaper
 from shared.bus import tracing_active
-from shared.cancels import cancelled_id
-from shared.counters import MISSED_ENDINGS, QUEUE_DEPTH
-from shared.ended_lookup import ended_among, placement_records
+from shared.counters import QUEUE_DEPTH
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
 from shared.store import as_bytes
@@ -50,67 +50,6 @@ from shared.telemetry import extract_context, request_attributes
 __all__ = ["NAME", "UNPLACED_WORKER", "SchedulerShell", "serve"]
 
 NAME = "scheduler"
-SEEN_TTL_S = 6 * 3600
-FORGET_AGAIN_S = 1.0
-"""Delay of the second delete of an ended request's record (:meth:`SchedulerShell.forget_ended`)."""
-ENDED_MEMORY_S = 60.0
-"""How long the scheduler remembers an ended request (to drop a late requeue of it)."""
-ENDED_MEMORY_MAX = 200_000
-"""At most this many remembered ends (≈ 60 s at 3,000 req/s)."""
-REUSED = 2
-"""Store-new result of a request whose id its client already used for another message."""
-CANCELLED_FIRST = 3
-"""Store-new result of a new request whose client had cancelled it: seen, not stored."""
-STORE_NEW_LUA = """
-local out = {}
-local n = (#KEYS - 1) / 2
-for i = 2, n + 1 do
-  local id, payload, mark = ARGV[3 * i - 4], ARGV[3 * i - 3], ARGV[3 * i - 2]
-  if redis.call('SET', KEYS[i], mark, 'NX', 'EX', ARGV[1]) then
-    if redis.call('EXISTS', KEYS[n + i]) == 1 then
-      out[i - 1] = 3
-    else
-      redis.call('HSET', KEYS[1], id, payload)
-      out[i - 1] = 1
-    end
-  else
-    out[i - 1] = 0
-    local prev = redis.call('GET', KEYS[i])
-    local seq, digest = string.match(mark, '^s(%d+):(.*)$')
-    local pseq, pdigest = string.match(prev or '', '^s(%d+):(.*)$')
-    if seq and pseq and seq ~= pseq and digest ~= pdigest then
-      out[i - 1] = 2
-    end
-  end
-end
-return out
-"""
-"""Mark each request id of a batch seen and store the request, in one atomic step.
-
-``KEYS`` = the ``queued`` hash, then one ``seen`` key per request, then one ``cancelled``
-key per request; ``ARGV`` = the seen TTL, then id, payload and seen-mark per request. The
-mark is ``s<ingress stream sequence>:<digest of the client's request>`` (``1`` when the
-sequence is unknown). Returns per request 1 (stored now), 3 (new, but its client
-cancelled it first: marked seen, not stored), 0 (already seen: a redelivery of the same
-message, the same request published again, e.g. a retried publish the stream stored
-twice, or nothing to tell them apart by) or 2 (already seen with another message *and*
-another request: the client reused its id; not stored). A scheduler killed between mark
-and store would otherwise leave a 'seen' mark without the request, and the redelivered
-copy would be dropped as a duplicate. One script call per batch instead of one per
-request: each call costs redis-py a command to pack and parse."""
-
-
-def seen_mark(req: ClassifiedRequest) -> str:
-    """The seen-mark of a request: its ingress sequence and a digest of the client's request.
-
-    The digest covers the request as the client sent it (with its send time), so the same
-    request published twice is told from a new one reusing the id.
-    """
-    if not req.ingress_seq:
-        return "1"
-    digest = hashlib.blake2b(encode(req.request), digest_size=12).hexdigest()
-    return f"s{req.ingress_seq}:{digest}"
-
 
 logger = logging.getLogger(__name__)
 
@@ -137,13 +76,9 @@ class SchedulerShell:
         self.state = SchedulerState(ctx.settings.scheduler.discipline)
         self._on_ready = on_ready or self._publish_ready
         self._tracer = tracer or ctx.tracer
-        self._ended_ids: set[str] = set()
-        self._forget_again: deque[tuple[float, list[str]]] = deque()
-        """Ids deleted from Redis, with when: deleted once more after ``FORGET_AGAIN_S``."""
-        self._recently_ended: OrderedDict[str, float] = OrderedDict()
-        """Ended ids of the last :data:`ENDED_MEMORY_S` (wall): a late requeue is dropped."""
-        self._audited_at = time.monotonic()
-        """When :meth:`sweep_records` last audited (the first audit waits one period)."""
+        self._endings = EndedMemory(ctx)
+        """Ended requests: a late requeue is dropped, their records deleted in a batch."""
+        self._reaper = Reaper(ctx, requeue=self.requeue, ended=self.ended, service=NAME)
         self._cancels = CancelBook(ctx, NAME)
 
     async def _publish_ready(self, pool_id: str) -> None:
@@ -179,25 +114,7 @@ class SchedulerShell:
         Raises:
             RedisError: nothing was confirmed; the caller must not ack (redelivery follows).
         """
-        keys = self._ctx.keys
-        seen_keys: list[str] = []
-        cancel_keys: list[str] = []
-        args: list[str | bytes | int] = [SEEN_TTL_S]
-        for req in requests:
-            rid = req.request.request_id
-            seen_keys.append(keys.seen(rid))
-            cancel_keys.append(keys.cancelled(rid))
-            args += [rid, encode(req), seen_mark(req)]
-        # EVAL, not a registered Script: a Script costs a SCRIPT EXISTS round trip first;
-        # the body is short and Redis caches it by its digest.
-        fresh_flags = await self._ctx.redis.eval(
-            STORE_NEW_LUA,
-            1 + 2 * len(seen_keys),
-            keys.queued,
-            *seen_keys,
-            *cancel_keys,
-            *args,
-        )
+        fresh_flags = await store_new(self._ctx, requests)
         accepted: list[str] = []
         duplicates: list[str] = []
         reused: list[int] = []
@@ -302,100 +219,33 @@ class SchedulerShell:
         timeout although the worker ran it; if its end was heard meanwhile, queueing it
         again would run it twice.
         """
-        late = [r for r in requests if r.request.request_id in self._recently_ended]
+        late = [r for r in requests if r.request.request_id in self._endings]
         if late:
             logger.info("dropping %d requeued requests that already ended", len(late))
-            requests = [r for r in requests if r.request.request_id not in self._recently_ended]
+            requests = [r for r in requests if r.request.request_id not in self._endings]
         # Refused or unplaced after its client cancelled it: end it instead of queueing it.
         requests, cancelled = self._cancels.split(requests)
         await self._end_cancelled(cancelled, "requeue")
-        await _requeue(self._ctx, self.state, requests, self._on_ready)
+        await queue_again(self._ctx, self.state, requests, self._on_ready)
 
     def ended(self, request_id: str) -> None:
         """A request ended (completion or error): forget it (Redis in the next flush)."""
-        now = time.monotonic()
-        self._recently_ended[request_id] = now
-        self._recently_ended.move_to_end(request_id)
-        while self._recently_ended:
-            oldest, at = next(iter(self._recently_ended.items()))
-            if now - at <= ENDED_MEMORY_S and len(self._recently_ended) <= ENDED_MEMORY_MAX:
-                break
-            del self._recently_ended[oldest]
-        self._ended_ids.add(request_id)
+        self._endings.ended(request_id)
         # An error can end a request that is still queued (e.g. shed by the ladder).
         self.state.remove(request_id)
 
     async def forget_ended(self) -> None:
-        """Delete ended requests from Redis, batched: one round trip per period.
-
-        Each id is deleted from ``dispatched`` once more ``FORGET_AGAIN_S`` later: a router
-        writes a placement's record after the worker accepted it, and a request that ended
-        while that write was on its way could have its record written after this delete,
-        left for a restarted router to adopt.
-        """
-        now = time.monotonic()
-        again: list[str] = []
-        while self._forget_again and now - self._forget_again[0][0] >= FORGET_AGAIN_S:
-            again += self._forget_again.popleft()[1]
-        if not self._ended_ids and not again:
-            return
-        done = list(self._ended_ids)
-        pipe = self._ctx.redis.pipeline(transaction=False)
-        pipe.hdel(self._ctx.keys.dispatched, *done, *again)
-        if done:
-            # Also from ``queued``: a request the co-located router placed but had not
-            # recorded yet when it ended is still there, and would run again after a restart.
-            pipe.hdel(self._ctx.keys.queued, *done)
-        await pipe.execute()
-        self._ended_ids.difference_update(done)
-        if done:
-            self._forget_again.append((now, done))
+        """Delete ended requests from Redis, batched (:meth:`.endings.EndedMemory.forget`)."""
+        await self._endings.forget()
 
     async def sweep_records(self) -> None:
-        """One read of the placement records for the reaper and, once per audit period,
-        the audit (:meth:`audit_endings`): the ``dispatched`` hash holds every request in
-        flight, and reading and decoding it twice cost twice."""
-        ctx = self._ctx
-        records = await placement_records(ctx.redis, ctx.keys)
-        stale = _unplaced_stale(records, ctx.settings.scheduler.unplaced_timeout_s)
-        if stale:
-            logger.warning("re-queueing %d requests pulled but never placed", len(stale))
-            await self.requeue(stale)  # the way every requeue goes: ended or cancelled ones end
-        now = time.monotonic()
-        if now - self._audited_at >= ctx.settings.scheduler.ended_audit_period_s:
-            self._audited_at = now
-            await self.audit_endings(records)
+        """The reaper and, once per audit period, the audit (:meth:`.reaper.Reaper.sweep`)."""
+        await self._reaper.sweep()
 
     async def audit_endings(self, records: list[Assignment] | None = None) -> None:
-        """Forget the placement records of requests their workers ended unheard.
-
-        A scheduler that was down or disconnected when a request ended never heard its
-        ``request.done``, and the request's ``dispatched`` record would stay for good (a
-        restarted router would adopt it and dispatch it again). Records older than one
-        audit period are looked up in the workers' ended records
-        (:mod:`shared.ended_lookup`); those found are forgotten as on ``request.done``.
-
-        Args:
-            records: the placement records, when the caller has just read them.
-        """
-        ctx = self._ctx
-        if records is None:
-            records = await placement_records(ctx.redis, ctx.keys)
-        cutoff = time.time() - ctx.settings.scheduler.ended_audit_period_s
-        placed = [
-            (held.request.request.request_id, held.worker_id)
-            for held in records
-            if held.worker_id != UNPLACED_WORKER and held.dispatched_at < cutoff
-        ]
-        if not placed:
-            return
-        ended = await ended_among(ctx.redis, ctx.keys, placed)
-        if not ended:
-            return
-        logger.warning("forgetting %d placed requests that had ended unheard", len(ended))
-        MISSED_ENDINGS.labels(NAME).inc(len(ended))
-        for rid in ended:
-            self.ended(rid)
+        """Forget the placement records of requests their workers ended unheard
+        (:meth:`.reaper.Reaper.audit_endings`; ``records`` when just read)."""
+        await self._reaper.audit_endings(records)
 
     async def remind(self) -> None:
         """Repeat the ready signal of every pool with a backlog (covers lost signals)."""
@@ -403,60 +253,14 @@ class SchedulerShell:
             await self._on_ready(pool_id)
 
     async def serve_subjects(self, *, requeue_only: bool = False) -> list[Subscription]:
-        """Serve submit, pull and requeue on NATS (queue group ``scheduler``).
+        """Serve submit, pull and requeue on NATS (queue ``scheduler``; :mod:`.nats_subjects`).
 
         Cancels (``cancel.client.*``) are heard in both modes. ``requeue_only`` serves just
         ``scheduler.requeue`` (workers hand drained requests back there): the co-located
         request path submits and pulls by method call, and its identity may not subscribe
         to the other two (``shared.security.nats_acl``).
         """
-        ctx, subjects = self._ctx, self._ctx.subjects
-
-        async def on_submit(batch: SubmitBatch, _msg: Msg) -> SubmitBatchReply:
-            return await self.submit(batch.requests)
-
-        async def on_pull(pull: PullRequest, _msg: Msg) -> PullReply:
-            taken, depth = await self.pull(pull.pool_id, pull.slots)
-            return PullReply(requests=taken, queued=depth)
-
-        async def on_requeue(body: RequeueRequest, _msg: Msg) -> SubmitReply:
-            await self.requeue(body.requests)
-            rid = body.requests[0].request.request_id if body.requests else "none"
-            return SubmitReply(request_id=rid, accepted=True)
-
-        async def on_cancel(msg: Msg) -> None:
-            rid = cancelled_id(msg.subject, msg.data)
-            if rid is not None:
-                await self.cancel(rid)
-
-        queue = QUEUE_GROUPS["scheduler"]
-        subs = [
-            # Not in the queue group: a cancel is an event every scheduler replica must hear.
-            await ctx.nc.subscribe(subjects.cancel_wildcard, cb=on_cancel),
-            await serve_subject(
-                ctx.nc,
-                subjects.scheduler_requeue,
-                RequeueRequest,
-                on_requeue,
-                service=NAME,
-                queue=queue,
-            ),
-        ]
-        if not requeue_only:
-            subs += [
-                await serve_subject(
-                    ctx.nc,
-                    subjects.scheduler_submit,
-                    SubmitBatch,
-                    on_submit,
-                    service=NAME,
-                    queue=queue,
-                ),
-                await serve_subject(
-                    ctx.nc, subjects.scheduler_pull, PullRequest, on_pull, service=NAME, queue=queue
-                ),
-            ]
-        return subs
+        return await serve_hand_offs(self._ctx, self, requeue_only=requeue_only, service=NAME)
 
     async def run(self, subs: list[Subscription]) -> None:
         """Periodic work (ready reminders, forget, ladder, reaper) until ``ctx.stop``."""
@@ -500,37 +304,3 @@ async def serve(ctx: ServiceContext) -> None:
         for sub in subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
-
-
-async def _requeue(
-    ctx: ServiceContext,
-    state: SchedulerState,
-    requests: list[ClassifiedRequest],
-    on_ready: Callable[[str], Awaitable[None]],
-) -> None:
-    # The in-memory queue is primary; Redis is the recovery log. Queue first, so a Redis
-    # outage at this moment cannot drop a request that is being handed back.
-    for req in requests:
-        state.push(req)
-    for pool_id in {req.pool_id for req in requests}:
-        await on_ready(pool_id)
-    if not requests:
-        return
-    queued = {req.request.request_id: encode(req) for req in requests}
-    pipe = ctx.redis.pipeline(transaction=True)
-    pipe.hset(ctx.keys.queued, mapping=queued)  # type: ignore[arg-type]
-    pipe.hdel(ctx.keys.dispatched, *queued)
-    try:
-        await pipe.execute()
-    except RedisError as exc:
-        logger.warning("could not record %d re-queued requests in redis: %s", len(requests), exc)
-
-
-def _unplaced_stale(records: list[Assignment], timeout_s: float) -> list[ClassifiedRequest]:
-    """Requests a router pulled but never placed within ``timeout_s`` (the router died)."""
-    now = time.time()
-    return [
-        held.request
-        for held in records
-        if held.worker_id == UNPLACED_WORKER and now - held.dispatched_at > timeout_s
-    ]

@@ -1,1 +1,1 @@
-"""The worker service: pure cores plus a thin asyncio shell (service.py, __main__.py)."""
+"""The worker service: pure cores plus a thin asyncio shell (shim.py, run by service.py)."""

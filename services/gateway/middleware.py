@@ -1,0 +1,67 @@
+"""The middleware around every gateway route: a SERVER span, JSON errors, the request count.
+
+Each HTTP request gets one span (continuing a client's ``traceparent``) and one count in
+``greenserve_http_requests_total{route,status}``. aiohttp's own 404 and 405 and any
+unexpected exception before the response started reach the client in OpenAI's error shape
+(:func:`.state.error_response`), not as aiohttp's text; once an SSE stream has started the
+exception is left to end the stream, since a second response would corrupt it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from opentelemetry import propagate, trace
+from prometheus_client import Counter
+
+from services.gateway.errors import ApiError
+from services.gateway.state import NAME, STREAMING, error_response
+
+__all__ = ["HTTP_REQUESTS", "observe"]
+
+HTTP_REQUESTS: Counter = Counter(
+    "greenserve_http_requests_total", "HTTP requests to the gateway", ["route", "status"]
+)
+
+logger = logging.getLogger(__name__)
+
+
+@web.middleware
+async def observe(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """One SERVER span per HTTP request (continuing a client's traceparent); JSON 404/405."""
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"
+    tracer = trace.get_tracer(f"greenserve.{NAME}")
+    with tracer.start_as_current_span(
+        f"{request.method} {route}",
+        context=propagate.extract(dict(request.headers)),
+        kind=trace.SpanKind.SERVER,
+        attributes={"http.request.method": request.method, "url.path": request.path},
+    ) as span:
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            code = "not_found" if exc.status == 404 else "method_not_allowed"
+            response = error_response(ApiError(code, exc.reason, status=exc.status))
+            if "Allow" in exc.headers:  # a 405 says which methods the route has
+                response.headers["Allow"] = exc.headers["Allow"]
+        except ConnectionResetError:
+            raise  # the client is gone: there is no one to answer
+        except Exception as exc:
+            if request.get(STREAMING):
+                raise  # headers are out; a second response would corrupt the stream
+            # A bug must still reach an OpenAI client as its error shape, not aiohttp's text.
+            logger.exception("%s %s failed", request.method, request.path)
+            span.record_exception(exc)
+            response = error_response(
+                ApiError("internal", "the gateway failed to answer this request", status=500)
+            )
+        span.set_attribute("http.response.status_code", response.status)
+        if response.status >= 500:
+            span.set_status(trace.StatusCode.ERROR)
+    HTTP_REQUESTS.labels(route, str(response.status)).inc()
+    return response

@@ -1,0 +1,71 @@
+"""What the gateway's handlers share: the state on the application, and the error answer.
+
+:class:`GatewayState` is built once per gateway (:class:`services.gateway.service.Gateway`)
+and put on the aiohttp application under :data:`STATE`; every route reads the bus, the
+config, the cells and the reply router from it. :data:`STREAMING` marks a response whose
+headers are sent, after which an error can only travel as an SSE event.
+:func:`error_response` is how every route answers an :class:`~.errors.ApiError`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from redis.asyncio import Redis
+
+from proto.keys import Keys
+from proto.subjects import Subjects
+from services.gateway.cells import CellPicker
+from services.gateway.errors import ApiError
+from services.gateway.replies import ReplyRouter
+from shared.config import GatewaySettings
+from shared.counters import ERRORS
+from shared.security.client_ids import instance_token
+
+__all__ = ["NAME", "STATE", "STREAMING", "GatewayState", "error_response"]
+
+NAME = "gateway"
+
+
+@dataclass(slots=True)
+class GatewayState:
+    """What the handlers share: the bus, the config and the reply router."""
+
+    nc: Client
+    js: JetStreamContext
+    subjects: Subjects
+    config: GatewaySettings
+    models: frozenset[str]
+    client_id: str
+    chars_per_token: float | None
+    """Prompt-length estimate; ``None`` when the classifier tokenises the text itself."""
+    context_tokens: int | None
+    """The classifier's context; a default output limit is cut to fit it."""
+    cells: CellPicker
+    """The cells this gateway sends requests to (its own stack alone unless configured)."""
+    router: ReplyRouter = field(default_factory=ReplyRouter)
+    store: Redis | None = None
+    """Where the forecaster keeps its latest forecasts (the carbon-aware query reads them)."""
+    keys: Keys | None = None
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+    _instance: str = field(default_factory=instance_token)
+    """Gateway replicas share their identity's client id; this keeps their ids apart."""
+
+    def new_request_id(self) -> str:
+        """A request id unique to this gateway instance."""
+        return f"{self.client_id[:64]}-{self._instance}-{next(self._ids)}"
+
+
+STATE: web.AppKey[GatewayState] = web.AppKey("state", GatewayState)
+STREAMING: web.RequestKey[bool] = web.RequestKey("streaming", bool)
+"""Set once a response's headers are sent: from then on an error can only be an SSE event."""
+
+
+def error_response(err: ApiError) -> web.Response:
+    """The OpenAI-shaped error answer (status from :mod:`.errors`), counted by its code."""
+    ERRORS.labels(NAME, err.code).inc()
+    return web.json_response(err.body(), status=err.status)
