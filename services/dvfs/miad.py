@@ -14,7 +14,8 @@ runs the same controller per GPU (seed 004); here one controller serves one inst
 
 The controller keeps its own unsnapped target so that −100 MHz steps are not eaten by
 snapping to the GPU's 15 MHz grid; it resynchronises when another actor (planner,
-emergency ladder) moved the clock.
+emergency ladder) moved the clock, i.e. when the observed clock is not the one it applied
+last (its own rounding into [f_min, f_max] on the grid is not such a move).
 """
 
 from __future__ import annotations
@@ -122,6 +123,8 @@ class MiadController:
         """Start with no target; the first decision begins from the observed clock."""
         self._config = config or MiadConfig()
         self._target_mhz: float | None = None
+        self._applied_mhz: float | None = None
+        """The clock the last decision returned (what the target stands for on the grid)."""
 
     @property
     def config(self) -> MiadConfig:
@@ -140,8 +143,15 @@ class MiadController:
         f_max = min(cfg.max_clock_mhz or observation.max_clock_mhz, observation.max_clock_mhz)
         f_min = min(max(cfg.min_clock_mhz, clocks[0]), f_max)
         target = self._target_mhz
-        # Someone else moved the clock (planner, emergency ladder): continue from there.
-        if target is None or abs(snap_clock(target, clocks) - observation.clock_mhz) > 1.0:
+        # Someone else moved the clock (planner, emergency ladder): continue from there. The
+        # comparison is with the clock applied last, not snap(target): where f_max or f_min
+        # lies off the grid the applied clock is snap_clock_down(f_max) / snap_clock_up(f_min),
+        # which may differ from snap(target) without anyone having moved the clock.
+        if (
+            target is None
+            or self._applied_mhz is None
+            or abs(self._applied_mhz - observation.clock_mhz) > 1.0
+        ):
             target = observation.clock_mhz
         congested = is_congested(
             observation.latencies,
@@ -157,7 +167,8 @@ class MiadController:
         applied = snap_clock(target, clocks)
         # Never leave [f_min, f_max] by rounding to the GPU's grid.
         if applied > f_max:
-            return snap_clock_down(f_max, clocks)
-        if applied < f_min:
-            return snap_clock_up(f_min, clocks)
+            applied = snap_clock_down(f_max, clocks)
+        elif applied < f_min:
+            applied = snap_clock_up(f_min, clocks)
+        self._applied_mhz = applied
         return applied

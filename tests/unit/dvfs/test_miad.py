@@ -85,3 +85,17 @@ def test_max_clock_setting_caps_the_increase() -> None:
     """Test that a configured f_max below the GPU's maximum bounds Eq. 5a."""
     controller = MiadController(MiadConfig(max_clock_mhz=1000.0))
     assert controller.decide(_observe(900.0, CONGESTED)) == 990.0  # 1000 is off-grid: round down
+
+
+def test_clamping_to_an_off_grid_ceiling_is_not_mistaken_for_an_external_move() -> None:
+    """Test that Eq. 5b steps down from the unsnapped f_max after MIAD itself clamped there.
+
+    With f_max = 1000 MHz (off the 15 MHz grid) the applied clock is 990; the controller
+    must not read its own rounding as another actor moving the clock, so calm periods go
+    1000 → 900 → 800 → 700 (snapped: 900, 795, 705), not 990 → 890 → … (FREESH Eq. 5b).
+    """
+    controller = MiadController(MiadConfig(max_clock_mhz=1000.0))
+    clock = controller.decide(_observe(1410.0, CONGESTED))
+    assert clock == 990.0
+    path = _trajectory(controller, clock, CALM, 3)
+    assert path == [990.0, 900.0, 795.0, 705.0]
