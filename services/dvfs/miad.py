@@ -9,8 +9,12 @@ with M = 2.0, δ = 100 MHz (the setting FREESH App. D.7 / Table 10 chose) and
 f ∈ [≈300 MHz, f_max]. Congestion is judged per request type against the FREESH Table 7
 thresholds. The paper leaves open how the samples of one period are reduced before the
 comparison; that reduction is :attr:`MiadConfig.aggregation` (default ``"max"``: any request
-over any threshold, the literal reading of "any latency metric observed exceeds"). μ-Serve
-runs the same controller per GPU (seed 004); here one controller serves one instance.
+over any threshold, the literal reading of "any latency metric observed exceeds").
+μ-Serve's per-GPU MIAD (seed 004 §2, Alg. 3) is not this controller: it raises ×2 when any
+partition's slack (SLO − latency)/SLO falls below 0.05, lowers by STEP only when the linear
+model's predicted degradation fits within every partition's slack − 0.05, and otherwise
+holds the clock; only FREESH's two-way Eq. 5a/5b is implemented here, one controller per
+instance.
 
 The controller keeps its own unsnapped target so that −100 MHz steps are not eaten by
 snapping to the GPU's 15 MHz grid; it resynchronises when another actor (planner,
