@@ -23,26 +23,21 @@ import os
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from greenserve.argtypes import UsageError, positive_float, positive_floats, positive_int
+from greenserve.bench.control_plane_cpu import CLOCK_TICKS, machine_s, named_pids, wait_quiet
+from greenserve.bench.control_plane_hops import HOPS, hop_breakdown
 from greenserve.bench.control_plane_plots import plot_control_plane
+from greenserve.bench.control_plane_steps import measure_step
 from greenserve.local import LocalStack, start_cells
 from greenserve.stack import StackSpec
-from loadgen.client_pool import ClientPool, split_at_random
-from loadgen.http_replay import replay_http
-from loadgen.replay import ClientRecord, replay_parts
-from loadgen.traces import TraceRequest, synthetic_trace
-from shared.bus import connect_nats
-from shared.config import NatsSettings
 from shared.gc_pauses import collector_paused
 from shared.lifecycle import event_loop_factory
 
 __all__ = [
+    "CLOCK_TICKS",
     "HELP",
     "HOPS",
     "NAME",
@@ -60,10 +55,6 @@ ENTRIES = ("nats", "http")
 """``nats``: clients publish to the ingress stream; ``http``: OpenAI clients call the gateway."""
 P99_BOUND_MS = 100.0
 """A step whose p99 exceeds this is queueing without bound, not sustaining the rate."""
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-QUIET_CORES = 0.3
-"""The stack counts as settled when its processes use less CPU than this at no load (the
-forecaster fits its models at start-up, which would otherwise be charged to the first steps)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -124,225 +115,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _cpu_s(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime + stime
-    return total / CLOCK_TICKS
-
-
-def _machine_s() -> tuple[float, float]:
-    """Seconds the whole machine's CPUs spent busy and stolen by the hypervisor so far, from
-    ``/proc/stat``: what a step's own processes do not account for is someone else's work."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    # user nice system idle iowait irq softirq steal [guest guest_nice, already in user]
-    busy = sum(fields[:8]) - fields[3] - fields[4] - fields[7]
-    return busy / CLOCK_TICKS, fields[7] / CLOCK_TICKS
-
-
-def wait_quiet(pids: list[int], timeout_s: float = 90.0, stacks: int = 1) -> float:
-    """Wait until the idle stacks' start-up work is done; return the idle CPU (cores).
-
-    Each of ``stacks`` may idle at up to :data:`QUIET_CORES` (heartbeats, control loops),
-    so N cells settle below N times that, not below one stack's bound they would never
-    reach.
-    """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        before = _cpu_s(pids)
-        time.sleep(1.0)
-        idle = _cpu_s(pids) - before
-        if idle < QUIET_CORES * stacks or time.monotonic() > deadline:
-            return idle
-
-
-HOPS = (
-    ("ack", "pub", "ack"),
-    ("ingress", "pub", "fetch"),
-    ("classify", "fetch", "submit"),
-    ("queue", "submit", "pull"),
-    ("store", "submit", "stored"),
-    ("wake", "stored", "pull"),
-    ("place", "pull", "dispatch"),
-    ("dispatch", "dispatch", "accepted"),
-    ("worker", "accepted", "done"),
-    ("reply", "done", "recv"),
-)
-"""(gap, from stamp, to stamp). ``ack``: JetStream publish → its ack at the client (beside
-the path, not on it); ``ingress``: publish → the classifier's fetch returned the message;
-``classify``: classify and validate; ``queue``: hand-off to the scheduler (Redis), its ready
-signal and the router's pull, split (co-located path only) into ``store`` (the Redis
-write, submit → stored) and ``wake`` (stored → the router's pull); ``place``: placement
-and any wait for the worker's previous batch in flight; ``dispatch``: router → worker
-(NATS); ``worker``: backend and completion publish;
-``reply``: completion → client (NATS)."""
-
-
-def hop_breakdown(records: list[ClientRecord]) -> dict[str, Any] | None:
-    """Per-hop p50/p99 (ms) of stamped requests, and the mean gaps of the slowest 1 %."""
-    stamped = [r for r in records if r.completion is not None and "recv" in r.hops]
-    if not stamped:
-        return None
-    for r in stamped:
-        r.hops["accepted"] = r.completion.accepted_at if r.completion else 0.0
-    # A hop is reported where every request carries both its stamps: ``store`` and ``wake``
-    # split the queue inside the co-located process, and the separate path has no ``stored``.
-    gaps = {
-        name: np.array([(r.hops[b] - r.hops[a]) * 1000.0 for r in stamped])
-        for name, a, b in HOPS
-        if all(a in r.hops and b in r.hops for r in stamped)
-    }
-    total = np.array([(r.hops["recv"] - r.hops["pub"]) * 1000.0 for r in stamped])
-    slow = total >= np.percentile(total, 99)
-    return {
-        "requests": len(stamped),
-        "p50_ms": {k: float(np.percentile(v, 50)) for k, v in gaps.items()},
-        "p99_ms": {k: float(np.percentile(v, 99)) for k, v in gaps.items()},
-        "max_ms": {k: float(v.max()) for k, v in gaps.items()},
-        # Where the slowest 1 % spent their time: the hop that holds them.
-        "slowest_1pct_mean_ms": {k: float(v[slow].mean()) for k, v in gaps.items()},
-        "slowest_1pct_total_ms": float(total[slow].mean()),
-    }
-
-
-def _named_pids(stacks: list[LocalStack]) -> dict[str, int]:
-    """Every stack process and server by name; a second cell's names carry its namespace."""
-    named: dict[str, int] = {}
-    for i, stack in enumerate(stacks):
-        prefix = "" if i == 0 else f"{stack.state.namespace}/"
-        for name, pid in {**stack.state.pids, **stack.state.server_pids}.items():
-            named[prefix + name] = pid
-    return named
-
-
-async def _step(
-    stacks: list[LocalStack],
-    rate: float,
-    step_s: float,
-    seed: int,
-    hops: bool = False,
-    clients: int = 1,
-    entry: str = "nats",
-) -> dict[str, Any]:
-    trace = synthetic_trace(
-        rate_rps=rate, duration_s=step_s, seed=seed, mean_prompt_tokens=200, mean_output_tokens=16
-    )
-    if entry == "http":
-        return await _http_step(stacks, trace, step_s, seed)
-    # Each request to a cell drawn at random: a random split of a Poisson stream is Poisson
-    # in every cell (a round-robin split would smooth each cell's arrivals, flattering it).
-    traces = split_at_random(trace, len(stacks), seed)
-    cells = [(stack.state.namespace, part) for stack, part in zip(stacks, traces, strict=True)]
-    named = _named_pids(stacks)
-    nats_url = stacks[0].state.nats_url
-    pool = None
-    if clients > 1:
-        pool = ClientPool(nats_url, cells, clients, seed=seed, model="llama-3-8b", hops=hops)
-        await asyncio.to_thread(pool.start)
-    nc = None if pool else await connect_nats(NatsSettings(url=nats_url), "control-plane-bench")
-    each0 = {name: _cpu_s([pid]) for name, pid in named.items()}
-    busy0, steal0 = _machine_s()
-    own0, t0 = time.process_time(), time.monotonic()
-    clients_cpu_s = 0.0
-    try:
-        if pool is not None:
-            pool.go()
-            records, clients_cpu_s = await asyncio.to_thread(pool.collect, step_s + 60.0)
-        else:
-            assert nc is not None
-            records = await replay_parts(
-                nc, cells, model="llama-3-8b", settle_timeout_s=10, hops=hops
-            )
-    finally:
-        if nc is not None:
-            await nc.close()
-        if pool is not None:
-            pool.close()
-    wall = time.monotonic() - t0
-    busy1, steal1 = _machine_s()
-    # One /proc read per process; the stack's total is their sum.
-    used = {name: _cpu_s([pid]) - each0[name] for name, pid in named.items()}
-    done = [r for r in records if r.completion is not None]
-    dispatch_ms = np.array(
-        [(r.completion.accepted_at - r.sent_at) * 1000.0 for r in done if r.completion]
-    )
-    step = _step_result(
-        len(trace) / step_s,
-        [(r.sent_at, r.ended_at) for r in done],
-        used,
-        wall,
-        time.process_time() - own0 + clients_cpu_s,
-    )
-    step["requests"] = len(trace)
-    # Busy beyond the stack and the load generator: another tenant, or a process an earlier
-    # run left behind (round 15's slow second runs); steal: the hypervisor's.
-    step["other_cores"] = round(
-        (busy1 - busy0) / wall - step["cpu_cores"] - step["loadgen_cpu_cores"], 3
-    )
-    step["steal_cores"] = round((steal1 - steal0) / wall, 3)
-    step["p99_dispatch_ms"] = float(np.percentile(dispatch_ms, 99)) if len(done) else None
-    if hops:
-        step["hops"] = hop_breakdown(records)
-    return step
-
-
-async def _http_step(
-    stacks: list[LocalStack], trace: list[TraceRequest], step_s: float, seed: int
-) -> dict[str, Any]:
-    """One step through the gateways: each request to a gateway drawn at random."""
-    named = _named_pids(stacks)
-    urls = [stack.state.gateway_url or "" for stack in stacks]
-    each0 = {name: _cpu_s([pid]) for name, pid in named.items()}
-    own0, t0 = time.process_time(), time.monotonic()
-    records = await replay_http(urls, trace, model="llama-3-8b", seed=seed)
-    wall = time.monotonic() - t0
-    used = {name: _cpu_s([pid]) - each0[name] for name, pid in named.items()}
-    done = [r for r in records if r.ok]
-    step = _step_result(
-        len(trace) / step_s,
-        [(r.sent_at, r.ended_at) for r in done],
-        used,
-        wall,
-        time.process_time() - own0,
-    )
-    step["requests"] = len(trace)
-    errors = Counter(r.error or str(r.status) for r in records if not r.ok)
-    step["errors"] = dict(errors)
-    return step
-
-
-def _step_result(
-    offered_rps: float,
-    done: list[tuple[float, float]],
-    used_cpu_s: dict[str, float],
-    wall: float,
-    loadgen_cpu_s: float,
-) -> dict[str, Any]:
-    """A step's figures from its answered requests' (sent, ended) wall times and the CPU
-    seconds each stack process used."""
-    added_ms = np.array([(ended - sent) * 1000.0 for sent, ended in done])
-    span = max(e for _, e in done) - min(s for s, _ in done) if done else 1.0
-    stack_cpu_s = sum(used_cpu_s.values())
-    return {
-        "offered_rps": offered_rps,
-        "achieved_rps": len(done) / max(span, 1e-9),
-        "completed": len(done),
-        "p50_added_ms": float(np.percentile(added_ms, 50)) if len(done) else None,
-        "p99_added_ms": float(np.percentile(added_ms, 99)) if len(done) else None,
-        "cpu_cores": stack_cpu_s / wall,
-        # Work per request, comparable between deployments whatever CPU share each got.
-        "cpu_ms_per_request": 1000.0 * stack_cpu_s / max(len(done), 1),
-        "loadgen_cpu_cores": loadgen_cpu_s / wall,
-        # One event loop per process: the busiest one's share of a core is its utilisation,
-        # which sets how long requests queue in it (docs/performance.md, round 10).
-        "cpu_cores_by_process": {name: round(t / wall, 3) for name, t in used_cpu_s.items()},
-    }
-
-
 REQUEST_PATHS = ("colocated", "separate")
 """``colocated``: classifier, scheduler and router in one process (``services.requestpath``);
 ``separate``: three processes talking over NATS."""
@@ -383,14 +155,14 @@ def _sweep(
                 spec,
                 Path(folder),
                 cells,
-                settle=lambda first: wait_quiet(list(_named_pids([first]).values())),
+                settle=lambda first: wait_quiet(list(named_pids([first]).values())),
             )
             for stack in stacks:
                 stack.wait_ready()
-            busy0, _ = _machine_s()
+            busy0, _ = machine_s()
             t_quiet = time.monotonic()
-            idle = wait_quiet(list(_named_pids(stacks).values()), stacks=len(stacks))
-            busy1, _ = _machine_s()
+            idle = wait_quiet(list(named_pids(stacks).values()), stacks=len(stacks))
+            busy1, _ = machine_s()
             machine = (busy1 - busy0) / max(time.monotonic() - t_quiet, 1e-9)
             print(
                 f"  stack settled (idle CPU {idle:.2f} cores; whole machine {machine:.2f}"
@@ -405,7 +177,9 @@ def _sweep(
                     asyncio.Runner(loop_factory=event_loop_factory()) as runner,
                 ):
                     result = runner.run(
-                        _step(stacks, rate, step_s, i, hops=hops, clients=clients, entry=entry)
+                        measure_step(
+                            stacks, rate, step_s, i, hops=hops, clients=clients, entry=entry
+                        )
                     )
                 print(f"  {rate:g} req/s: {result}", file=sys.stderr, flush=True)
                 steps.append(result)

@@ -1,1 +1,2 @@
-"""The classifier service: pure cores plus a thin asyncio shell (service.py, __main__.py)."""
+"""The classifier service: pure cores plus a thin asyncio shell (service.py, classify_message.py,
+handoff.py, __main__.py)."""

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from nats.aio.msg import Msg
 
-from services.classifier.service import _stream_seq
+from services.classifier.classify_message import stream_seq
 
 seq = st.integers(min_value=1, max_value=2**63 - 1)
 name = st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True)
@@ -23,7 +23,7 @@ def test_the_v1_ack_subject_gives_the_stream_sequence_nats_py_gives(
 ) -> None:
     """Test that the 9-token layout agrees with ``msg.metadata``."""
     msg = _msg(f"$JS.ACK.{stream}.{consumer}.{delivered}.{sseq}.{cseq}.1700000000000000000.3")
-    assert _stream_seq(msg) == msg.metadata.sequence.stream == sseq
+    assert stream_seq(msg) == msg.metadata.sequence.stream == sseq
 
 
 @given(name, name, seq, seq, seq, st.booleans())
@@ -33,7 +33,7 @@ def test_the_v2_ack_subject_with_domain_gives_the_stream_sequence_nats_py_gives(
     """Test that the domain + account-hash layout (11 or 12 tokens) agrees too."""
     reply = f"$JS.ACK._.ACCHASH.{stream}.{consumer}.{delivered}.{sseq}.{cseq}.1700000000000000000.0"
     msg = _msg(reply + (".rnd" if with_token else ""))
-    assert _stream_seq(msg) == msg.metadata.sequence.stream == sseq
+    assert stream_seq(msg) == msg.metadata.sequence.stream == sseq
 
 
 @pytest.mark.parametrize(
@@ -41,4 +41,4 @@ def test_the_v2_ack_subject_with_domain_gives_the_stream_sequence_nats_py_gives(
 )
 def test_a_reply_that_is_no_ack_subject_gives_zero(reply: str) -> None:
     """Test that a core NATS message (or a malformed ack subject) has no sequence."""
-    assert _stream_seq(_msg(reply)) == 0
+    assert stream_seq(_msg(reply)) == 0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from services.forecaster import backtest
+from services.forecaster import backtest_cache
 from services.forecaster.backtest import fit_cached
 from services.forecaster.config import ForecasterConfig
 from services.forecaster.models import CarbonForecaster
@@ -30,7 +30,7 @@ def test_a_fit_is_stored_once_and_loaded_for_the_same_inputs_only(
         raise AssertionError("fitted again instead of loading the cached fit")
 
     with monkeypatch.context() as patch:
-        patch.setattr(backtest, "fit_forecaster", refuse)
+        patch.setattr(backtest_cache, "fit_forecaster", refuse)
         again, cached = fit_cached(history, config, tmp_path)
     assert cached
     assert again.region == first.region
