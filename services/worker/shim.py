@@ -129,17 +129,9 @@ class WorkerShim:
             # Placed while its cancel was on the way. Accepted and ended at once, not
             # refused: a refusal would send it back to the queue only to be ended there.
             CANCELLED.labels(NAME, "dispatch").inc()
-            await reply_error(
-                self._ctx.nc,
-                self._ctx.subjects,
-                service=NAME,
-                code=CANCELLED_CODE,
-                reason="cancelled by its client before it reached the worker",
-                request=req.request,
-                done_subject=self._done_subject,
-                send=self._publisher.reply,
+            await self._send_ending(
+                req, CANCELLED_CODE, "cancelled by its client before it reached the worker"
             )
-            self.ended_log.add((rid,))
             return reply
         if self._draining or self._parked or len(self._book) >= self._cfg.max_num_seqs:
             return DispatchReply(
@@ -248,21 +240,27 @@ class WorkerShim:
         self._completions.forget(request_id)
         self._gate.observe((), (request_id,))
         if stream is not None:
-            # Through the outbox like every other reply: an error the outage swallowed is
-            # sent again after it, where the client would wait for its own timeout.
-            await reply_error(
-                self._ctx.nc,
-                self._ctx.subjects,
-                service=NAME,
-                code=code,
-                reason=reason,
-                request=stream.request.request,
-                done_subject=self._done_subject,
-                send=self._publisher.reply,
-            )
-            self.ended_log.add((request_id,))
+            await self._send_ending(stream.request, code, reason)
         if not len(self._book):
             self._emptied.set()
+
+    async def _send_ending(self, req: ClassifiedRequest, code: str, reason: str) -> None:
+        """End a request with a final error and record it as ended here.
+
+        Through the outbox like every other reply: an error the outage swallowed is sent
+        again after it, where the client would wait for its own timeout.
+        """
+        await reply_error(
+            self._ctx.nc,
+            self._ctx.subjects,
+            service=NAME,
+            code=code,
+            reason=reason,
+            request=req.request,
+            done_subject=self._done_subject,
+            send=self._publisher.reply,
+        )
+        self.ended_log.add((req.request.request_id,))
 
     async def on_cancel(self, msg: Msg) -> None:
         """A client cancelled a request (``cancel.client.<client id>``): see :meth:`cancel`."""
