@@ -75,12 +75,13 @@ class SchedulerState:
         for q in self._queues.values():
             item = q.remove(request_id)
             if item is not None:
-                return item.payload if isinstance(item.payload, ClassifiedRequest) else None
+                assert isinstance(item.payload, ClassifiedRequest)  # push stores nothing else
+                return item.payload
         return None
 
     def remove(self, request_id: str) -> bool:
         """Drop a queued request from whichever pool holds it."""
-        return any(q.remove(request_id) is not None for q in self._queues.values())
+        return self.take(request_id) is not None
 
     def backlog(self) -> dict[str, int]:
         """Queued requests per pool (non-empty pools only)."""
