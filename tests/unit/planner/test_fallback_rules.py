@@ -5,38 +5,37 @@ from __future__ import annotations
 import dataclasses
 
 from services.planner.fallback import greedy_plan
-from services.planner.problem import PlannerSettings
+from services.planner.problem import PlannerSettings, PlanningProblem
 
 from .helpers import config, problem
+
+LONG_IN = config(cls="LL", tp=2, qps=1.0)
+SHORT = config(cls="SS", tp=2, qps=1.0)
+
+
+def _two_classes_two_regions(groups: dict[str, str]) -> PlanningProblem:
+    """LL and SS demand that both fit the cheaper of two regions."""
+    p = problem(
+        [LONG_IN, SHORT],
+        demand={("a", "LL"): 2.0, ("a", "SS"): 1.0},
+        inventory={("cheap", "A100"): 16, ("dear", "A100"): 16},
+        intensity={"cheap": 100.0, "dear": 500.0},
+    )
+    return dataclasses.replace(p, class_groups=groups)
 
 
 def test_exclusive_class_groups_never_share_a_region_and_gpu_type() -> None:
     """Test that long-input and short classes go to different (region, GPU type) pools
     when both fit the cheaper region: the MILP allows one group per pool."""
-    long_in = config(cls="LL", tp=2, qps=1.0)
-    short = config(cls="SS", tp=2, qps=1.0)
-    p = problem(
-        [long_in, short],
-        demand={("a", "LL"): 2.0, ("a", "SS"): 1.0},
-        inventory={("cheap", "A100"): 16, ("dear", "A100"): 16},
-        intensity={"cheap": 100.0, "dear": 500.0},
-    )
-    p = dataclasses.replace(p, class_groups={"LL": "long", "SS": "short"})
+    p = _two_classes_two_regions({"LL": "long", "SS": "short"})
     _, counts = greedy_plan(p, p.configs, PlannerSettings())
-    assert counts == {("cheap", long_in): 2, ("dear", short): 1}
+    assert counts == {("cheap", LONG_IN): 2, ("dear", SHORT): 1}
 
 
 def test_without_groups_both_classes_take_the_cheaper_region() -> None:
-    long_in = config(cls="LL", tp=2, qps=1.0)
-    short = config(cls="SS", tp=2, qps=1.0)
-    p = problem(
-        [long_in, short],
-        demand={("a", "LL"): 2.0, ("a", "SS"): 1.0},
-        inventory={("cheap", "A100"): 16, ("dear", "A100"): 16},
-        intensity={"cheap": 100.0, "dear": 500.0},
-    )
+    p = _two_classes_two_regions({})
     _, counts = greedy_plan(p, p.configs, PlannerSettings())
-    assert counts == {("cheap", long_in): 2, ("cheap", short): 1}
+    assert counts == {("cheap", LONG_IN): 2, ("cheap", SHORT): 1}
 
 
 def test_a_region_share_caps_the_cheap_region_and_the_rest_goes_elsewhere() -> None:
