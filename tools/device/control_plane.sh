@@ -19,6 +19,7 @@
 #                             three runs without per-hop stamps (the verdict is the median run's,
 #                             the bench's rule; round 15's two runs made it the worse one), then
 #                             one run with them, to see which hop holds a slow run's tail
+#   control_plane.sh verdict  goal's three verdict runs alone, to repeat them in a second call
 #   control_plane.sh http     what the OpenAI gateway adds: --entry both (JetStream, then HTTP to
 #                             a gateway drawn at random), 1 and 4 cells
 set -u
@@ -105,7 +106,7 @@ repeat)
     faults end
     wait
     ;;
-goal)
+goal | verdict)
     # Rates start above 2,000 so no Poisson draw lands a step just under the goal's rate.
     # The verdict runs without per-hop stamps (HOPS=""): they are diagnostics that cost the
     # request path a struct copy per hop, and the product does not run with them. Each step
@@ -113,7 +114,7 @@ goal)
     # 15's slow second runs).
     HOPS="" bench cells4 300 env -- --workers 4 --cells 4 --clients 2 --rates 2050,2250 \
         --step-s 10 --repeat 3 --plots "$out/cells4"
-    bench cells4hops 90 env -- --workers 4 --cells 4 --clients 2 --rates 2050 --step-s 10
+    [ "$mode" = goal ] && bench cells4hops 90 env -- --workers 4 --cells 4 --clients 2 --rates 2050 --step-s 10
     ;;
 http)
     # No --hops: the HTTP entry has no per-hop stamps.
@@ -121,5 +122,5 @@ http)
         --plots "$out/http4"
     HOPS="" bench http1 150 env -- --workers 4 --cells 1 --entry both --rates 100,1000,2000
     ;;
-*) echo "unknown mode $mode (sweep | stalls | profile | cells | repeat | goal | http)" >&2; exit 2 ;;
+*) echo "unknown mode $mode (sweep | stalls | profile | cells | repeat | goal | verdict | http)" >&2; exit 2 ;;
 esac
