@@ -18,14 +18,29 @@ __all__ = ["plot_latency_cdfs", "save_figure"]
 
 
 def save_figure(fig: Figure, path: Path) -> Path:
-    """Lay out ``fig``, write it to ``path`` (creating the folder) as PNG, close it."""
+    """Lay out ``fig``, write it to ``path`` (creating the folder) as PNG, close it.
+
+    Log axes get plain tick labels ("4", "0.5", "20"): matplotlib's default writes
+    "4 × 10⁰" on an axis spanning less than a decade, which is most latency panels.
+    """
     from shared.metrics.headless import plt
 
+    _plain_log_ticks(fig)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _plain_log_ticks(fig: Figure) -> None:
+    from matplotlib.ticker import LogFormatter
+
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_scale() == "log":
+                axis.set_major_formatter(LogFormatter())
+                axis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
 
 
 def plot_latency_cdfs(runs: Sequence[tuple[str, RecordColumns]], path: Path) -> Path:
