@@ -107,6 +107,11 @@ async def run_in_process(
 ) -> AsyncIterator[dict[str, InProcessService]]:
     """Run services as tasks; on exit stop them all and wait for their drain.
 
+    A service that failed is re-raised on exit: alone as itself, several together as one
+    ``ExceptionGroup`` in launch order. If the block itself raised (or a start-up failed),
+    that exception goes on, with a note naming each service that also failed, so neither
+    hides the other.
+
     Raises:
         ValueError: two launches share a name (one would never be stopped); two stacks
             run as two calls.
@@ -115,6 +120,7 @@ async def run_in_process(
     if len(set(names)) != len(names):
         raise ValueError(f"launch names repeat in {names}; run each stack in its own call")
     running: dict[str, InProcessService] = {}
+    raised: BaseException | None = None
     try:
         for launch in launches:
             ready = asyncio.Event()
@@ -127,18 +133,41 @@ async def run_in_process(
                 task.result()  # raises the start-up error
             running[launch.name] = InProcessService(launch, holder[0].stop, task)
         yield running
+    except BaseException as exc:
+        raised = exc
+        raise
     finally:
-        for service in running.values():
-            service.stop.set()
-        tasks = [s.task for s in running.values()]
-        if tasks:
-            done, pending = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
-            for task in pending:
-                task.cancel()
-            if pending:
-                # Wait for the cancellations to run (the contexts close their NATS and Redis
-                # connections); bounded, as a task may swallow its cancellation.
-                await asyncio.wait(pending, timeout=STOP_TIMEOUT_S)
-            for task in done:
-                if not task.cancelled() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+        failures = await _stop_all(running)
+        if raised is not None:
+            for name, error in failures:
+                raised.add_note(f"service {name} also failed: {error!r}")
+        elif len(failures) == 1:
+            raise failures[0][1]
+        elif failures:
+            raise BaseExceptionGroup(
+                f"{len(failures)} services failed: {', '.join(n for n, _ in failures)}",
+                [error for _, error in failures],
+            )
+
+
+async def _stop_all(running: dict[str, InProcessService]) -> list[tuple[str, BaseException]]:
+    """Ask every service to stop, cancel those that outlast the wait; return the failures."""
+    for service in running.values():
+        service.stop.set()
+    tasks = [s.task for s in running.values()]
+    if not tasks:
+        return []
+    _, pending = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
+    for task in pending:
+        task.cancel()
+    if pending:
+        # Wait for the cancellations to run (the contexts close their NATS and Redis
+        # connections); bounded, as a task may swallow its cancellation.
+        await asyncio.wait(pending, timeout=STOP_TIMEOUT_S)
+    return [
+        (name, error)
+        for name, service in running.items()
+        if service.task.done()
+        and not service.task.cancelled()
+        and (error := service.task.exception()) is not None
+    ]
