@@ -3,7 +3,8 @@
 A request the gateway published runs on a GPU whether or not anyone reads its answer. When
 the handler ends without the final reply (its HTTP client disconnected, the gateway's own
 timeout ran out) the gateway cancels it, so the stack stops generating for nobody
-(docs/protocol.md, Cancellation).
+(docs/protocol.md, Cancellation). An ingress publish that failed but may have stored the
+request is cancelled the same way (:mod:`.ingress`, :func:`cancel_published`).
 """
 
 from __future__ import annotations
@@ -19,13 +20,28 @@ from proto.messages import Completion, ErrorReply
 from proto.subjects import Subjects
 from shared.cancels import send_cancel
 
-__all__ = ["CANCELS_SENT", "Flight", "cancel_unanswered"]
+__all__ = [
+    "CANCELS_SENT",
+    "CLIENT_DISCONNECTED",
+    "GATEWAY_TIMEOUT",
+    "PUBLISH_FAILED",
+    "Flight",
+    "cancel_published",
+    "cancel_unanswered",
+]
 
 CANCELS_SENT: Counter = Counter(
     "greenserve_gateway_cancels_total",
     "Cancels the gateway sent for requests it had published and no longer waits for, by why",
     ["why"],
 )
+
+CLIENT_DISCONNECTED = "client disconnected"
+"""``why``: the HTTP client left (its handler was cancelled, or a write to it failed)."""
+GATEWAY_TIMEOUT = "gateway timeout"
+"""``why``: no reply within ``gateway.request_timeout_s``."""
+PUBLISH_FAILED = "publish failed"
+"""``why``: the ingress publish failed in a way that may have stored the request."""
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +69,18 @@ async def cancel_unanswered(nc: Client, client_id: str, flight: Flight | None) -
     """Cancel ``flight`` unless it was never published or its final reply came."""
     if flight is None or flight.ended:
         return
-    why = "gateway timeout" if flight.timed_out else "client disconnected"
+    why = GATEWAY_TIMEOUT if flight.timed_out else CLIENT_DISCONNECTED
+    await cancel_published(nc, flight.subjects, client_id, flight.request_id, why)
+
+
+async def cancel_published(
+    nc: Client, subjects: Subjects, client_id: str, request_id: str, why: str
+) -> None:
+    """Cancel a request this gateway published (or may have), counted under ``why``.
+
+    Every cancel the gateway sends goes through here, so none escapes
+    ``greenserve_gateway_cancels_total``; ``why`` is also the cancel's reason.
+    """
     CANCELS_SENT.labels(why).inc()
-    logger.info("cancelling %s: %s", flight.request_id, why)
-    await send_cancel(nc, flight.subjects, client_id, flight.request_id, why)
+    logger.info("cancelling %s: %s", request_id, why)
+    await send_cancel(nc, subjects, client_id, request_id, why)

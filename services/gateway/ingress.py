@@ -24,9 +24,9 @@ from proto.messages import scoped_request_id
 from proto.subjects import Subjects
 from services.gateway.cells import Cell
 from services.gateway.errors import ApiError
+from services.gateway.flight import CLIENT_DISCONNECTED, PUBLISH_FAILED, cancel_published
 from services.gateway.openai_schema import ParsedRequest, to_request
 from services.gateway.state import GatewayState
-from shared.cancels import send_cancel
 from shared.telemetry import inject_headers
 
 __all__ = ["CELL_REQUESTS", "REPLY_HEADER", "publish", "read_body"]
@@ -109,8 +109,11 @@ async def _publish_to(
     except (nats.errors.Error, TimeoutError, asyncio.CancelledError) as exc:
         # The stream may have stored it although the publish failed (its acknowledgement
         # was lost): cancel it, or it runs for nobody while the client retries under a new id.
-        await send_cancel(state.nc, subjects, state.client_id, request_id, "publish failed")
-        if isinstance(exc, asyncio.CancelledError):
+        # A cancelled handler is its client leaving mid-publish, not the ingress failing.
+        left = isinstance(exc, asyncio.CancelledError)
+        why = CLIENT_DISCONNECTED if left else PUBLISH_FAILED
+        await cancel_published(state.nc, subjects, state.client_id, request_id, why)
+        if left:
             raise
         logger.warning("ingress publish of %s failed: %r", request_id, exc)
         raise ApiError("unavailable", "the ingress is unavailable; retry later") from None

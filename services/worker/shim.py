@@ -156,16 +156,7 @@ class WorkerShim:
             self._backend.submit(req)
         except BackendRefusalError as exc:
             # E.g. can never fit this GPU's KV cache: a final answer, not a retry elsewhere.
-            await reply_error(
-                self._ctx.nc,
-                self._ctx.subjects,
-                service=NAME,
-                code=exc.code,
-                reason=exc.reason,
-                request=req.request,
-                done_subject=self._done_subject,
-            )
-            self.ended_log.add((rid,))
+            await self._send_ending(req, exc.code, exc.reason)
             return reply
         self._book.open(req, now)
         self._completions.opened(req)

@@ -36,12 +36,12 @@ TOKENS = 8000
 """40 requests x 8,000 token times (9 bytes each) ≈ 2.9 MB of chunks: over nats-py's 2 MiB."""
 
 
-def _settings(namespace: str, nats_url: str, redis_url: str) -> Settings:
+def _settings(namespace: str, nats_url: str, redis_url: str, backend: str = "instant") -> Settings:
     return Settings(
         namespace=namespace,
         nats={"url": nats_url, "reconnect_wait_s": 0.1},
         redis={"url": redis_url, "socket_timeout_s": 0.5},
-        worker={"backend": "instant", "max_num_seqs": REQUESTS + 1, "admission": False},
+        worker={"backend": backend, "max_num_seqs": REQUESTS + 1, "admission": False},
     )
 
 
@@ -109,6 +109,60 @@ async def test_a_nats_outage_with_a_full_publish_buffer_neither_ends_the_worker_
                 resend.cancel()
     finally:
         nats.stop()
+
+
+async def test_a_backend_refusal_lost_to_a_nats_outage_is_sent_again_and_recorded_as_ended(
+    tmp_path: Path, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that a request the backend refuses while NATS is down (``kv_capacity``: it can
+    never fit the KV cache) has its error re-sent after the reconnect, like the other
+    final errors, and is in the worker's ended log. Sent around the outbox, it was flushed
+    from nats-py's reconnect buffer before the client had resubscribed, and lost."""
+    nats = start_nats(tmp_path / "nats")
+    subjects = Subjects(namespace)
+    settings = _settings(namespace, nats.url, redis_server.url, backend="sim")
+    errors: list[ErrorReply] = []
+
+    async def on_reply(msg: Msg) -> None:
+        message = decode_any(msg.data)
+        if isinstance(message, ErrorReply):
+            errors.append(message)
+
+    try:
+        async with service_context("worker", settings) as ctx:
+            shim = WorkerShim(ctx, build_backend(ctx.settings))
+            resend = asyncio.create_task(shim.resend_loop())
+            nats.kill()
+            await _wait_for(lambda: not ctx.nc.is_connected)
+            await asyncio.sleep(0.2)  # the outbox has seen the outage
+            huge = classified_request("huge", prompt_tokens=10_000_000, deadline_s=1e12)
+            huge = msgspec.structs.replace(
+                huge,
+                request=msgspec.structs.replace(
+                    huge.request, reply_subject=subjects.client_reply("c", "huge")
+                ),
+            )
+            assert (await shim.on_dispatch(huge, None)).accepted  # type: ignore[arg-type]
+            assert not len(shim.book)
+            nats = start_nats(tmp_path / "nats", nats.port)
+            # Subscribe only once the worker is back and has flushed its reconnect buffer:
+            # what reaches this client then is the outbox's re-send (1.5 s after).
+            await _wait_for(lambda: ctx.nc.is_connected)
+            await asyncio.sleep(0.3)
+            client = await connect_nats(NatsSettings(url=nats.url), "test-client")
+            try:
+                await client.subscribe(subjects.client_wildcard("c"), cb=on_reply)
+                await client.flush()
+                await _wait_for(lambda: bool(errors), 10.0)
+            finally:
+                await client.close()
+                resend.cancel()
+            assert await shim.ended_log.flush()
+            ended = await ctx.redis.zscore(ctx.keys.ended(settings.worker.worker_id), "huge")
+    finally:
+        nats.stop()
+    assert [(e.code, e.request_id) for e in errors] == [("kv_capacity", "huge")]
+    assert ended is not None  # no adopting router dispatches it again
 
 
 async def test_a_drain_while_redis_is_down_still_hands_unfinished_requests_back(
