@@ -157,7 +157,8 @@ class EpochPlanner:
         # The same completions, kept per class for the event trigger and the trend forecast.
         self.history = ArrivalHistory(load_config, self.live.demand_history_steps)
         self.planned_qps: float | None = None
-        """Total per-class peak QPS the current plan is sized for (α × forecast)."""
+        """Total per-class peak QPS the plan in force is sized for (α × its forecast); a
+        re-plan the overhead gate rejects leaves it as it was."""
         self.pools = {
             p.pool_id: LivePool(
                 pool_id=p.pool_id,
@@ -382,7 +383,6 @@ class EpochPlanner:
             fallback_order=order,
         )  # fmt: skip
         self.epochs += 1
-        self.planned_qps = problem.alpha * sum(max(v) for v in problem.demand_qps.values())
         self.solves.append(
             {
                 "t_s": t_s,
@@ -401,7 +401,9 @@ class EpochPlanner:
         )
         if not self.gate.admit(core, decisions, problem, intensity, t_s):
             return  # DynamoLLM's overhead gate keeps the plan in force (loadgen.simulator.gate)
-        # Only a plan put in force sets the capacity SLO feedback judges pools against.
+        # Only a plan put in force sets the capacity SLO feedback judges pools against, and
+        # the demand the event trigger (_outgrown) compares the observed load with.
+        self.planned_qps = problem.alpha * sum(max(v) for v in problem.demand_qps.values())
         self.capacity = {pid: sum(d.capacity_by_class.values()) for pid, d in decisions.items()}
         self._apply(plan, decisions_clock={d.pool_id: d.clock_mhz for d in decisions.values()})
 

@@ -27,7 +27,9 @@ Two extensions of ours close the gap between the paper's projection and a loaded
   counts the requests that appeared in its observations over the last ``arrival_window_s``
   and adds that stream (rate, mean prompt, mean predicted output) to the projection
   (:func:`services.dvfs.projection.with_arrivals`); the prefill budget then uses the same
-  window's prompt rate.
+  window's prompt rate. The requests of its first observation are the baseline, not
+  arrivals (a controller started on a busy instance would otherwise take its whole batch
+  for one period's arrivals and over-clock until they left the window).
 - **Model margin** (``time_margin``): predicted iteration times are stretched by this
   share, e.g. the 95th percentile of the IPS model's relative time error on held-out
   profiler data (:attr:`services.dvfs.perf_model.ModelAccuracy.time_error_p95`).
@@ -255,6 +257,7 @@ class PredictiveController:
         self._arrived: deque[tuple[float, int, int]] = deque()
         """(time seen, prompt tokens, predicted output tokens) of recent arrivals."""
         self._first_seen_s: float | None = None
+        """Time of the first observation (the baseline); arrivals are counted from it."""
         self._stream: ArrivalStream | None = None
         """The arrival stream of the last decision (what admission projects)."""
 
@@ -345,14 +348,24 @@ class PredictiveController:
         return bool((joint[:-1][keep] <= slack[keep]).all())
 
     def _observe_arrivals(self, observation: Observation) -> ArrivalStream | None:
-        """Record requests not seen before; return the window's stream (None when off)."""
+        """Record requests not seen before; return the window's stream (None when off).
+
+        An arrival is a request id absent from the previous observation. The requests of
+        the first observation are the baseline, not arrivals: the first decision sees no
+        stream, and the rate is counted over the time since that observation (at most the
+        window), never less than one period.
+        """
         window = self._config.arrival_window_s
         if window <= 0.0:
             return None
         now = observation.now_s
-        if self._first_seen_s is None:
-            self._first_seen_s = now - self._config.period_s
         present = {r.request_id for r in observation.requests}
+        if self._first_seen_s is None:
+            # The first observation is the baseline: its requests arrived at unknown times
+            # before this controller started (on a busy instance, up to a whole window of
+            # them), so they are not one period's arrivals; the window opens now.
+            self._first_seen_s = now
+            self._present = present
         for r in observation.requests:
             if r.request_id not in self._present:
                 output = r.generated_tokens + r.predicted_remaining_tokens

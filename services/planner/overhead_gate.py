@@ -11,11 +11,14 @@ and cost may be weighted per region (e.g. by carbon intensity) so the same rule 
 objective.
 
 Transition cost, per (region, GPU type, TP, partition, class) pool: instances added and removed
-at different clocks of the same pool are *re-clocked* (cost ``reclock_j``); the rest are started
-(``start_s`` × GPUs × ``start_power_w_per_gpu``: loading weights and engine set-up while drawing
-power without serving) or stopped (``stop_j``). Defaults: start 33 s = engine set-up 18 s +
-load weights 15 s with weights cached locally (Table V), at 110 W per GPU (880 W per 8 loaded
-idle GPUs, Fig. 3); re-clock ≈ 80 ms at that power (§4.3). Replace them with measured values.
+at different clocks of the same pool are *re-clocked* (GPUs × ``reclock_j_per_gpu``: the
+clock is set on every GPU of the instance, and throttLL'eM §3.3/§7 (seed 002) prices a
+frequency set per GPU, 8 ms per GPU); the rest are started (``start_s`` × GPUs ×
+``start_power_w_per_gpu``: loading weights and engine set-up while drawing power without
+serving) or stopped (``stop_j``). Defaults: start 33 s = engine set-up 18 s + load weights 15 s
+with weights cached locally (Table V), at 110 W per GPU (880 W per 8 loaded idle GPUs, Fig. 3);
+re-clock ≈ 80 ms per GPU at that power (§4.3, ``nvidia-smi``; throttLL'eM's resident NVML
+handle takes 8 ms). Replace them with measured values.
 """
 
 from __future__ import annotations
@@ -50,11 +53,17 @@ class TransitionCosts:
     start_s: float = 33.0
     start_power_w_per_gpu: float = 110.0
     stop_j: float = 0.0
-    reclock_j: float = 0.08 * 110.0
+    reclock_j_per_gpu: float = 0.08 * 110.0
+    """Energy of one clock set on one GPU (throttLL'eM §3.3/§7: a frequency set costs per GPU)."""
 
     def start_j(self, gpus: int) -> float:
         """Energy to bring up one instance of ``gpus`` GPUs."""
         return self.start_s * gpus * self.start_power_w_per_gpu
+
+    def reclock_j(self, gpus: int) -> float:
+        """Energy to re-clock one instance of ``gpus`` GPUs: its clock is set on each of them
+        (throttLL'eM §3.3: the same frequency goes to all GPUs of the instance)."""
+        return gpus * self.reclock_j_per_gpu
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,12 +119,13 @@ def transition_cost(
 ) -> float:
     """Cost of the transition, in J (or J × region weight, e.g. kg CO2 per J).
 
-    A start is charged for the GPUs one started instance occupies (``gpus_per_instance`` of
-    the new allocation, G_{m,c} of FREESH Eq. 1c), not its TP degree: the two differ for a
-    mode whose instance holds more GPUs than its TP group (e.g. a disaggregated mode).
+    A start or a re-clock is charged for the GPUs one instance occupies (``gpus_per_instance``
+    of the new allocation, G_{m,c} of FREESH Eq. 1c), not its TP degree: the two differ for a
+    mode whose instance holds more GPUs than its TP group (e.g. a disaggregated mode). A
+    re-clock sets the clock of every one of those GPUs (throttLL'eM §3.3/§7, 8 ms per GPU).
     """
     gpus: dict[PoolKey, int] = {}
-    for a in (*old, *new):  # new last: starts are instances of the new allocations
+    for a in (*old, *new):  # new last: starts and re-clocks are instances of the new ones
         gpus[_pool(a)] = a.gpus_per_instance
     total = 0.0
     for pool, n in count_transitions(old, new).items():
@@ -123,7 +133,7 @@ def transition_cost(
         energy = (
             n.starts * costs.start_j(gpus[pool])
             + n.stops * costs.stop_j
-            + n.reclocks * costs.reclock_j
+            + n.reclocks * costs.reclock_j(gpus[pool])
         )
         total += energy * (region_weight or {}).get(region, 1.0)
     return total

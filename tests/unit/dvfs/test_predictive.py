@@ -191,6 +191,24 @@ def test_arrival_window_forgets_old_arrivals() -> None:
     assert aware.decide(later) == paper.decide(later)
 
 
+def test_requests_present_at_the_first_observation_are_not_arrivals() -> None:
+    """Test that a controller started on a busy instance takes its batch as the baseline.
+
+    Without the baseline the 48 requests already there count as one period's arrivals
+    (48 per second, then 48 over the time since), and the projected stream over-clocks
+    until they leave the 30 s window.
+    """
+    aware = PredictiveController(LinearIps(), PredictiveConfig(arrival_window_s=30.0))
+    paper = PredictiveController(LinearIps())
+    busy = [*_batch(8, 400, deadline=115.0), *_arriving(0, 40, 100.0)]
+    for t in (100.0, 101.0, 105.0):  # started at t = 100 s; nothing new arrives after
+        observation = _observe(busy, now=t)
+        assert aware.decide(observation) == paper.decide(observation)
+    newcomers = [*busy, *_arriving(40, 20, 106.0)]
+    observation = _observe(newcomers, now=106.0)  # the first real arrivals still count
+    assert aware.decide(observation) > paper.decide(observation)
+
+
 def test_model_margin_raises_the_clock() -> None:
     """Test that stretching predicted iteration times by a margin costs clock."""
     requests = _batch(8, 300, deadline=6.0)

@@ -54,8 +54,21 @@ def test_clock_only_changes_count_as_cheap_reclocks() -> None:
     counts = count_transitions(old, new)
     assert counts[("r1", "A100", 4, "a", "SS")].reclocks == 2
     assert counts[("r1", "A100", 2, "a", "SS")].starts == 1
-    costs = TransitionCosts(start_s=10.0, start_power_w_per_gpu=100.0, reclock_j=1.0)
-    assert transition_cost(old, new, costs) == pytest.approx(2 * 1.0 + 10.0 * 2 * 100.0)
+    costs = TransitionCosts(start_s=10.0, start_power_w_per_gpu=100.0, reclock_j_per_gpu=1.0)
+    assert transition_cost(old, new, costs) == pytest.approx(2 * 4 * 1.0 + 10.0 * 2 * 100.0)
+
+
+def test_a_reclock_is_charged_for_every_gpu_of_the_instance() -> None:
+    """Test that re-clocking a TP4 instance costs four GPUs' clock sets, a TP1 one one.
+
+    The clock is set on every GPU of a tensor-parallel instance and throttLL'eM §3.3/§7
+    prices a frequency set per GPU (8 ms per GPU); the default is 80 ms × 110 W per GPU.
+    """
+    per_gpu = 0.08 * 110.0
+    for tp in (1, 4, 8):
+        old = (_alloc("SS", tp, 3, clock=1980.0),)
+        new = (_alloc("SS", tp, 3, clock=1200.0),)
+        assert transition_cost(old, new, TransitionCosts()) == pytest.approx(3 * tp * per_gpu)
 
 
 def test_gate_plans_weighs_a_startup_against_the_power_saved() -> None:

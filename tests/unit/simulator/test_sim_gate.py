@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from loadgen.simulator.carbon import CarbonClock
 from loadgen.simulator.cluster import ClusterSimulator
@@ -15,10 +16,13 @@ from loadgen.traces import TraceRequest
 EPOCH_S = 120.0
 
 
-def _run(after: dict[str, float], *, gate: bool = True) -> ClusterSimulator:
+def _run(
+    after: dict[str, float], *, gate: bool = True, trace: list[TraceRequest] | None = None
+) -> ClusterSimulator:
     """Two identical regions; region A is the cleaner one until the second epoch, then
-    the forecast changes to ``after``. Arrivals are evenly spaced, so every step's demand is
-    the same and the first plan still covers it: only the saving can justify a switch."""
+    the forecast changes to ``after``. Arrivals are evenly spaced (unless ``trace`` is
+    given), so every step's demand is the same and the first plan still covers it: only
+    the saving can justify a switch."""
     scenario = Scenario.model_validate(
         {
             "name": "gate",
@@ -33,7 +37,8 @@ def _run(after: dict[str, float], *, gate: bool = True) -> ClusterSimulator:
             "delays": {"instance_start_s": 5.0},
         }
     )
-    trace = [TraceRequest(t_s=0.5 * k, prompt_tokens=300, output_tokens=40) for k in range(400)]
+    if trace is None:
+        trace = [TraceRequest(t_s=0.5 * k, prompt_tokens=300, output_tokens=40) for k in range(400)]
     before = {"A": 100.0, "B": 300.0}
 
     def forecast(region: str, t_s: float) -> float:
@@ -106,3 +111,25 @@ def test_a_rejected_replan_leaves_the_feedback_capacity_of_the_plan_in_force() -
     in_force = {pid: sum(d.capacity_by_class.values()) for pid, d in running[1].items()}
     assert planner.capacity == in_force
     assert planner.capacity["B-H100-80GB"] == 0.0
+
+
+def test_a_rejected_replan_leaves_the_planned_demand_of_the_plan_in_force() -> None:
+    """Test that ``planned_qps`` is what the running plan was sized for, not the rejected one.
+
+    The load steps from 2 to 2.3 requests/s after the first plan (sized for α × 2 = 2.2
+    QPS). The second epoch's plan, sized for α × 2.4, moves to B, 1 g/kWh cleaner: the gate
+    rejects it, and the first plan stays in force. The event trigger (``_outgrown``) compares
+    the observed load with ``planned_qps``, so it must stay 2.2: the rejected plan's 2.64
+    would let the load outgrow the running plan unnoticed.
+    """
+    trace = [TraceRequest(t_s=0.5 * k, prompt_tokens=300, output_tokens=40) for k in range(60)]
+    trace += [
+        TraceRequest(t_s=30.0 + k / 2.3, prompt_tokens=300, output_tokens=40) for k in range(391)
+    ]
+    sim = _run({"A": 300.0, "B": 299.0}, trace=trace)
+    planner = sim.control.planner
+    first, second = planner.solves[0], _second_epoch(sim)
+    assert not second["gate"]["reconfigure"]
+    sized = [s["alpha"] * s["peak_demand_qps"] for s in (first, second)]
+    assert sized[1] > sized[0]
+    assert planner.planned_qps == pytest.approx(sized[0])
