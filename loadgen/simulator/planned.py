@@ -159,6 +159,12 @@ class EpochPlanner:
         self.planned_qps: float | None = None
         """Total per-class peak QPS the plan in force is sized for (α × its forecast); a
         re-plan the overhead gate rejects leaves it as it was."""
+        self.covered_qps: float | None = None
+        """The demand the plan in force is known to cover: ``planned_qps``, or more once the
+        gate rejected a re-plan sized for more. The gate rejects only a plan whose
+        predecessor still covers α × its forecast (FREESH Eq. 1b, ``old_covers_demand``), so
+        the event trigger waits for the load to outgrow that, not ``planned_qps``: asked
+        again below it, the gate gives the same answer, a solve every sample period."""
         self.pools = {
             p.pool_id: LivePool(
                 pool_id=p.pool_id,
@@ -285,7 +291,7 @@ class EpochPlanner:
     def _outgrown(self, t_s: float) -> bool:
         if self.sim.policy.replan != "event" or self.planned_qps is None:
             return False
-        return self.observed_qps(t_s) > self.planned_qps
+        return self.observed_qps(t_s) > max(self.planned_qps, self.covered_qps or 0.0)
 
     def _missing(self, t_s: float) -> bool:
         """Pools whose misses say the plan is short: learn their de-rating; re-plan if any."""
@@ -399,11 +405,15 @@ class EpochPlanner:
                 },
             }
         )
+        sized_qps = problem.alpha * sum(max(v) for v in problem.demand_qps.values())
         if not self.gate.admit(core, decisions, problem, intensity, t_s):
-            return  # DynamoLLM's overhead gate keeps the plan in force (loadgen.simulator.gate)
+            # DynamoLLM's overhead gate keeps the plan in force (loadgen.simulator.gate),
+            # which it does only if that plan covers sized_qps: the gate's latest word.
+            self.covered_qps = sized_qps
+            return
         # Only a plan put in force sets the capacity SLO feedback judges pools against, and
         # the demand the event trigger (_outgrown) compares the observed load with.
-        self.planned_qps = problem.alpha * sum(max(v) for v in problem.demand_qps.values())
+        self.planned_qps = self.covered_qps = sized_qps
         self.capacity = {pid: sum(d.capacity_by_class.values()) for pid, d in decisions.items()}
         self._apply(plan, decisions_clock={d.pool_id: d.clock_mhz for d in decisions.values()})
 

@@ -17,7 +17,11 @@ EPOCH_S = 120.0
 
 
 def _run(
-    after: dict[str, float], *, gate: bool = True, trace: list[TraceRequest] | None = None
+    after: dict[str, float],
+    *,
+    gate: bool = True,
+    trace: list[TraceRequest] | None = None,
+    replan: str = "epoch",
 ) -> ClusterSimulator:
     """Two identical regions; region A is the cleaner one until the second epoch, then
     the forecast changes to ``after``. Arrivals are evenly spaced (unless ``trace`` is
@@ -47,7 +51,7 @@ def _run(
     carbon = CarbonClock({r: np.full(48, 300.0) for r in ("A", "B")}, start_offset_s=3600.0)
     sim = ClusterSimulator(
         scenario,
-        policy_by_name("greenserve-planned", tp=1, overhead_gate=gate),
+        policy_by_name("greenserve-planned", tp=1, overhead_gate=gate, replan=replan),
         trace,
         carbon=carbon,
         carbon_forecast=forecast,
@@ -133,3 +137,26 @@ def test_a_rejected_replan_leaves_the_planned_demand_of_the_plan_in_force() -> N
     sized = [s["alpha"] * s["peak_demand_qps"] for s in (first, second)]
     assert sized[1] > sized[0]
     assert planner.planned_qps == pytest.approx(sized[0])
+
+
+def test_event_replanning_does_not_ask_the_gate_again_below_what_it_said_is_covered() -> None:
+    """Test that a rejected event re-plan is not re-solved every sample period.
+
+    The same load step as above, with ``replan="event"``: the observed 2.3 requests/s
+    outgrow the first plan's 2.2 and the re-plan (sized for 2.64) is rejected, since the
+    running plan covers it. Compared with ``planned_qps`` alone the load stayed "outgrown",
+    and the planner solved every 5-s sample until the epoch, each solve rejected (15 solves
+    between 45 and 115 s); the next solve is now the epoch's own.
+    """
+    trace = [TraceRequest(t_s=0.5 * k, prompt_tokens=300, output_tokens=40) for k in range(60)]
+    trace += [
+        TraceRequest(t_s=30.0 + k / 2.3, prompt_tokens=300, output_tokens=40) for k in range(391)
+    ]
+    planner = _run({"A": 300.0, "B": 299.0}, trace=trace, replan="event").control.planner
+    times = [s["t_s"] for s in planner.solves]
+    event = [t for t in times if 0.0 < t < EPOCH_S and t != times[0]]
+    assert len(event) == 1, times
+    assert not planner.solves[1]["gate"]["reconfigure"]
+    assert planner.planned_qps is not None
+    assert planner.covered_qps is not None
+    assert planner.covered_qps > planner.planned_qps
