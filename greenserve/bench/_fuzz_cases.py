@@ -17,8 +17,10 @@ import msgspec
 import msgspec.inspect as mi
 
 __all__ = [
+    "HOSTILE_CLIENT_TOKENS",
     "HOSTILE_SUBJECTS",
     "OK",
+    "cancel_cases",
     "collect",
     "fill",
     "forecast_query_cases",
@@ -32,6 +34,20 @@ OK = "\x00ok"
 """Stands for the case's own id or reply subject until the case is numbered."""
 HOSTILE_SUBJECTS = ("{ok} x", "{ok}\r\nPUB x 1", "{ok}.*", "{ok}.>", "", "{ok}" + "." * 600)
 """Reply subjects a client might send: whitespace, protocol injection, wildcards, empty."""
+HOSTILE_CLIENT_TOKENS = (
+    "*",
+    ">",
+    "a%b",
+    "\u00e9",
+    "x" * 129,
+    "$G",
+    "\x00",
+    "a\x7fb",
+    "\u00c4\u200b",
+)
+"""Last tokens of ``cancel.client.<token>`` that NATS delivers to ``cancel.client.*`` but that
+are no client id: wildcards, punctuation, non-ASCII, NUL, 129 characters. (A ``.`` or
+whitespace would change the subject's tokens, and nobody would hear the cancel.)"""
 
 
 def _st() -> Any:
@@ -209,6 +225,29 @@ def ingress_cases(
     flipped = st.tuples(maps, st.integers(0, 1 << 16), st.integers(0, 255))
     out: list[Any] = []
     collect(st.one_of(raw, maps, maps, maps, flipped), count, seed, out.append)
+    return out
+
+
+def cancel_cases(kind: type[msgspec.Struct], count: int, seed: int) -> list[tuple[str, bytes]]:
+    """(client token, payload) for ``cancel.client.<token>``: mostly :data:`OK` (the case's
+    own valid client id, see :func:`fill`), else a hostile token; payloads as
+    :func:`payloads` makes them, with absurd but in-schema values beside the broken ones
+    (128-character ids, 256-character reasons, ``at`` of 0 and 10^18) and just-outside ones."""
+    st = _st()
+    info = mi.type_info(kind)
+    assert isinstance(info, mi.StructType)
+    id_field = next(f for f in info.fields if f.encode_name == "request_id")
+    overrides = {
+        "request_id": value(id_field.type, valid=True)
+        | st.sampled_from(["x" * 128, "x" * 129, "a.b", "*", ""]),
+        "reason": st.text(max_size=24) | st.sampled_from(["r" * 256, "r" * 257, "\x00" * 256]),
+        "at": st.floats(0.0, 1e18) | st.sampled_from([0.0, -0.0, 1e18, 1.0000001e18]),
+    }
+    near = shaped(info, overrides=overrides).map(_encode)
+    payload = st.one_of(st.binary(max_size=256), _msgpack_any(), near, near, _mutated(near))
+    client = st.just(OK) | st.just(OK) | st.just(OK) | st.sampled_from(HOSTILE_CLIENT_TOKENS)
+    out: list[tuple[str, bytes]] = []
+    collect(st.tuples(client, payload), count, seed, out.append)
     return out
 
 

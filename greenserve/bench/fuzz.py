@@ -1,6 +1,6 @@
 """``greenserve bench fuzz``: hypothesis-generated bad input at every decoder and ingress.
 
-Three targets, one count each:
+Four targets, one count each:
 
 * **decoders**: every ``proto.codec`` decoder (``decode(data, kind)`` for each message type
   and ``decode_any``) gets random bytes, random MessagePack, field-shaped maps with wrong
@@ -10,6 +10,18 @@ Three targets, one count each:
   an embedded stack (own nats-server and redis-server), each with ``Nats-Msg-Id`` and a
   ``Gs-Reply`` header. *Unanswered*: no ``ErrorReply``/``Completion`` on the header's
   subject nor the decoded request's reply subject within the timeout.
+* **cancel**: ``CancelRequest`` payloads of the same kinds (plus absurd but in-schema ids,
+  reasons and times) published on ``cancel.client.<token>`` of that stack, the token the
+  case's own client id or a hostile one NATS still delivers (wildcards, punctuation,
+  non-ASCII, NUL, 129 characters). Cancels are fire and forget, so no reply exists to
+  wait for; a case counts as answered when its documented treatment is seen: a malformed
+  one (``shared.cancels.cancelled_id`` gives None) moves the scheduler's
+  ``greenserve_errors_total{code="malformed"}`` by one, a well-formed one (a request
+  nobody holds: a no-op) leaves the scheduler's ``cancelled(<client>.<id>)`` mark in
+  Redis. *Unanswered*: the malformed cases the counter did not count (or counted beyond
+  them), the well-formed ones without a mark, and one ordinary request sent afterwards
+  that does not complete. The workers hear the same cancels but drop malformed ones
+  without counting them, so for them only "still alive and serving" is checked.
 * **http**: malformed JSON, wrong types, negative and absurd token counts, huge prompts and
   unknown models posted to the gateway's ``/v1/completions`` and ``/v1/chat/completions``,
   and hostile query strings (unknown or huge locations, absurd windows, malformed times,
@@ -37,6 +49,8 @@ import msgspec
 
 from greenserve.argtypes import positive_float, positive_int, seed
 from greenserve.bench._fuzz_cases import (
+    OK,
+    cancel_cases,
     collect,
     fill,
     forecast_query_cases,
@@ -66,6 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Case counts, seed and timeouts."""
     parser.add_argument("--decoder-cases", type=positive_int, default=450, help="per message type")
     parser.add_argument("--ingress-cases", type=positive_int, default=600)
+    parser.add_argument(
+        "--cancel-cases", type=positive_int, default=600, help="CancelRequests on cancel.client.*"
+    )
     parser.add_argument("--http-cases", type=positive_int, default=600)
     parser.add_argument(
         "--forecast-query-cases",
@@ -170,6 +187,128 @@ async def _fuzz_ingress(nc: Any, prefix: str, cases: list[Any], timeout_s: float
     }
 
 
+def _scheduler_malformed() -> float:
+    """``greenserve_errors_total{service="scheduler", code="malformed"}`` of this process
+    (the embedded stack runs in it, so the registry is the services' own)."""
+    from prometheus_client import REGISTRY
+
+    from services.scheduler.service import NAME
+
+    labels = {"service": NAME, "code": "malformed"}
+    return REGISTRY.get_sample_value("greenserve_errors_total", labels) or 0.0
+
+
+async def _probe_request(nc: Any, prefix: str, model: str, timeout_s: float) -> str | None:
+    """Publish one ordinary request as client ``fzprobe``; its ending code, None if none."""
+    from proto.codec import encode
+    from proto.messages import Completion, ErrorReply, Request
+    from proto.subjects import Subjects
+
+    subjects = Subjects(prefix)
+    client, rid = "fzprobe", f"probe-{time.time_ns()}"
+    ending: list[str] = []
+    ended = asyncio.Event()
+
+    async def on_reply(msg: Any) -> None:
+        with contextlib.suppress(DecodeError):
+            message = decode_any(msg.data)
+            if isinstance(message, ErrorReply | Completion):
+                ending.append(message.code if isinstance(message, ErrorReply) else "completed")
+                ended.set()
+
+    sub = await nc.subscribe(subjects.client_reply(client, rid), cb=on_reply)
+    request = Request(
+        request_id=rid,
+        model=model,
+        reply_subject=subjects.client_reply(client, rid),
+        sent_at=time.time(),
+        max_tokens=8,
+        prompt_tokens=16,
+        client_id=client,
+    )
+    await nc.jetstream().publish(
+        subjects.ingress_client(client), encode(request), headers={"Nats-Msg-Id": rid}
+    )
+    await wait_event(ended, timeout_s)
+    await sub.unsubscribe()
+    return ending[0] if ending else None
+
+
+async def _fuzz_cancels(
+    nc: Any,
+    redis_url: str,
+    prefix: str,
+    cases: list[tuple[str, bytes]],
+    model: str,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """Publish each case on ``cancel.client.<token>``; check its documented treatment.
+
+    Cancels are fire and forget: no reply exists to wait for, so a case counts as answered
+    when the stack's own record of it appears. A malformed one (``cancelled_id`` gives None:
+    the payload is no valid ``CancelRequest`` or the token no client id) moves the
+    scheduler's ``greenserve_errors_total{code="malformed"}`` by one; a well-formed one
+    (naming a request nobody holds: a no-op for the request path) leaves the scheduler's
+    ``cancelled(<client>.<id>)`` mark in Redis. *Unanswered*: the difference between the
+    malformed cases and the counter's move, either way, plus the well-formed ones without a
+    mark. Then one ordinary request must still complete (else one more unanswered).
+    """
+    from proto.keys import Keys
+    from proto.subjects import Subjects
+    from shared.cancels import cancelled_id
+    from shared.config import RedisSettings
+    from shared.store import connect_redis
+
+    subjects, keys = Subjects(prefix), Keys(prefix)
+    base = subjects.cancel_wildcard.removesuffix("*")  # Subjects.cancel refuses hostile tokens
+    before = _scheduler_malformed()
+    malformed: list[bytes] = []
+    marked: list[tuple[str, str]] = []  # (Redis key of its mark, what to show if missing)
+    refused_by_bus = 0
+    for i, (token, payload) in enumerate(cases):
+        subject = base + (f"fzc{i}" if token == OK else token)
+        rid = cancelled_id(subject, payload)  # the receivers' own reading decides the treatment
+        try:
+            await nc.publish(subject, payload)
+        except Exception:  # too big for the bus: the sender hears it at once
+            refused_by_bus += 1
+            continue
+        if rid is None:
+            malformed.append(payload)
+        else:
+            marked.append((keys.cancelled(rid), f"{subject[len(base) :]!r}: {payload[:160]!r}"))
+    await nc.flush()
+    redis = connect_redis(RedisSettings(url=redis_url))
+    try:
+        missing = marked
+        deadline = time.monotonic() + timeout_s
+        while True:
+            counted = _scheduler_malformed() - before
+            pipe = redis.pipeline(transaction=False)
+            for key, _ in missing:
+                pipe.exists(key)
+            found = await pipe.execute()
+            missing = [case for case, n in zip(missing, found, strict=True) if not n]
+            if (counted >= len(malformed) and not missing) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+    finally:
+        await redis.aclose()
+    probe = await _probe_request(nc, prefix, model, timeout_s)
+    miscounted = abs(round(counted) - len(malformed))
+    return {
+        "cases": len(cases),
+        "unanswered": miscounted + len(missing) + int(probe != "completed"),
+        "refused_by_bus": refused_by_bus,
+        "malformed": len(malformed),
+        "counted_malformed": round(counted),
+        "well_formed": len(marked),
+        "unmarked": len(missing),
+        "probe": probe,
+        "examples": [shown for _, shown in missing[:5]],
+    }
+
+
 async def _fuzz_http(
     url: str, cases: list[tuple[str, bytes]], queries: list[str], timeout_s: float
 ) -> dict[str, Any]:
@@ -226,6 +365,7 @@ async def _fuzz_http(
 async def _live(
     args: argparse.Namespace,
     ingress: list[Any],
+    cancels: list[tuple[str, bytes]],
     http: list[tuple[str, bytes]],
     queries: list[str],
 ) -> dict[str, Any]:
@@ -264,6 +404,15 @@ async def _live(
                         result["ingress"] = await _fuzz_ingress(
                             nc, spec.namespace, ingress, args.reply_timeout_s
                         )
+                        print(f"fuzz: {len(cancels)} cancel cases", file=sys.stderr)
+                        result["cancel"] = await _fuzz_cancels(
+                            nc,
+                            redis_server.url,
+                            spec.namespace,
+                            cancels,
+                            next(iter(launches[0].settings.classifier.models)),
+                            args.reply_timeout_s,
+                        )
                     finally:
                         await nc.close()
                     print(
@@ -297,13 +446,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     decoders = fuzz_decoders(args.decoder_cases, args.seed)
     models = list(Settings().classifier.models)
     ingress = ingress_cases(messages.Request, models, args.ingress_cases, args.seed)
+    cancels = cancel_cases(messages.CancelRequest, args.cancel_cases, args.seed)
     http = http_cases(models, args.http_cases, args.seed)
     queries = forecast_query_cases(args.forecast_query_cases, args.seed)
-    live = asyncio.run(_live(args, ingress, http, queries))
+    live = asyncio.run(_live(args, ingress, cancels, http, queries))
     crashes = decoders["crashes"] + len(live["services_died"])
     unanswered = 0
     cases = decoders["cases"]
-    for part in ("ingress", "http"):
+    for part in ("ingress", "cancel", "http"):
         if part in live:
             cases += live[part]["cases"]
             unanswered += live[part]["unanswered"]

@@ -10,6 +10,7 @@ encode; what they do is the shell's (:class:`services.scheduler.service.Schedule
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol
 
 from nats.aio.msg import Msg
@@ -27,9 +28,12 @@ from proto.messages import (
 from proto.subjects import QUEUE_GROUPS
 from shared.bus import serve as serve_subject
 from shared.cancels import cancelled_id
+from shared.counters import ERRORS
 from shared.lifecycle import ServiceContext
 
 __all__ = ["HandOffs", "serve_hand_offs"]
+
+logger = logging.getLogger(__name__)
 
 
 class HandOffs(Protocol):
@@ -74,8 +78,11 @@ async def serve_hand_offs(
 
     async def on_cancel(msg: Msg) -> None:
         rid = cancelled_id(msg.subject, msg.data)
-        if rid is not None:
-            await shell.cancel(rid)
+        if rid is None:  # fire and forget: no reply to send, so the counter is all there is
+            ERRORS.labels(service, "malformed").inc()
+            logger.warning("dropped a malformed cancel on %.200r", msg.subject)
+            return
+        await shell.cancel(rid)
 
     queue = QUEUE_GROUPS["scheduler"]
     subs = [

@@ -20,8 +20,8 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from proto.codec import decode_any, request_endings
-from proto.messages import ClassifiedRequest, Completion, ErrorReply, TokenChunk
+from proto.codec import decode_any, encode, request_endings
+from proto.messages import CancelRequest, ClassifiedRequest, Completion, ErrorReply, TokenChunk
 from proto.subjects import Subjects
 from services.scheduler.service import SchedulerShell
 from services.worker.factory import build_backend
@@ -29,7 +29,7 @@ from services.worker.service import WorkerShim
 from shared.bus import connect_nats
 from shared.cancels import CANCELLED_CODE, send_cancel
 from shared.config import NatsSettings, Settings
-from shared.counters import CANCELLED
+from shared.counters import CANCELLED, ERRORS
 from shared.lifecycle import ServiceContext, service_context
 from shared.servers import ServerProcess
 from shared.store import as_bytes
@@ -137,6 +137,34 @@ async def test_a_queued_request_is_ended_once_and_forgotten_and_its_neighbours_s
             await asyncio.sleep(0.3)
             assert len(ears.errors()) == 1
             assert len(shell.state.queue("p")) == 1
+        for sub in subs:
+            await sub.unsubscribe()
+
+
+async def test_a_malformed_cancel_is_counted_and_dropped_and_later_cancels_still_work(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that a cancel the scheduler cannot read (bad payload, or a subject token that is
+    no client id) is dropped with ``greenserve_errors_total{scheduler, malformed}`` (fire
+    and forget: nobody to answer), ends nothing, and the next valid cancel still works."""
+    settings = connected_settings(namespace, nats_server, redis_server)
+    async with service_context("scheduler", settings) as ctx:
+        shell = SchedulerShell(ctx, on_ready=no_ready)
+        subs = await shell.serve_subjects(requeue_only=True)
+        async with _listening(nats_server, ctx.subjects) as (nc, ears):
+            await shell.submit([_request(ctx.subjects, "r1")])
+            malformed = ERRORS.labels("scheduler", "malformed")
+            before = malformed._value.get()
+            hostile = ctx.subjects.cancel_wildcard.removesuffix("*") + "a%b"
+            await nc.publish(ctx.subjects.cancel(CLIENT), b"\x81\xa4type\xa6gs.v1.cancel")
+            await nc.publish(hostile, encode(CancelRequest(request_id="r1")))
+            await _until(lambda: malformed._value.get() == before + 2)
+            assert len(shell.state.queue("p")) == 1
+            assert ears.errors() == []
+            assert await send_cancel(nc, ctx.subjects, CLIENT, "r1")
+            await _until(lambda: bool(ears.errors()))
+            assert [(e.code, e.request_id) for e in ears.errors()] == [(CANCELLED_CODE, "r1")]
+            assert malformed._value.get() == before + 2
         for sub in subs:
             await sub.unsubscribe()
 

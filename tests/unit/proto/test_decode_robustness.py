@@ -5,6 +5,11 @@ handler boundary. So for every message type T, ``decode(data, T)`` is fed arbitr
 corrupted valid payloads, arbitrary MessagePack maps and valid maps with fields replaced by
 wrong types, negative or absurd token counts, NaN/inf and huge strings. Whatever decodes is
 then checked, independently of msgspec, against the limits declared in ``proto.messages``.
+
+Cancels are decoded together with their subject (``shared.cancels.cancelled_id``: the
+client id is the subject's last token), so that pair gets its own property: a hostile
+token or payload gives ``None``, never an exception, and anything else exactly
+``<token>.<id>``.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proto.codec import DecodeError, decode
-from proto.messages import MAX_TOKENS_LIMIT, SubmitReply
+from proto.messages import MAX_TOKENS_LIMIT, CancelRequest, SubmitReply
+from proto.subjects import Subjects, valid_token
+from shared.cancels import cancelled_id
 from tests.unit.proto.samples import KINDS, sample_of
 
 FUZZ = settings(
@@ -193,6 +200,42 @@ def test_hostile_payloads_decode_validly_or_raise_decode_error(
 ) -> None:
     """Test that random bytes, corrupted payloads and hostile maps never escape DecodeError."""
     _decode_or_reject(data.draw(hostile_payloads(kind), label="payload"), kind)
+
+
+_CLIENT_TOKENS = st.from_regex(r"[A-Za-z0-9_-]{1,128}", fullmatch=True)
+_HOSTILE_TOKENS = st.sampled_from(["*", ">", "a%b", "é", "x" * 129, "$G", "\x00", "a.b", ""])
+_CANCEL_IDS = _CLIENT_TOKENS | st.sampled_from(["x" * 129, "a.b", "*", "", "r\n"])
+
+
+@FUZZ
+@given(
+    token=_CLIENT_TOKENS | _HOSTILE_TOKENS | st.text(max_size=140),
+    payload=hostile_payloads(CancelRequest)
+    | st.builds(CancelRequest, request_id=_CLIENT_TOKENS).map(msgspec.msgpack.encode)
+    | st.fixed_dictionaries(
+        {"type": st.just("gs.v1.cancel"), "request_id": _CANCEL_IDS},
+        optional={"reason": st.text(max_size=300), "at": st.floats() | st.integers()},
+    ).map(msgspec.msgpack.encode),
+)
+def test_a_cancel_names_its_subject_s_client_and_one_token_id_or_nothing(
+    token: str, payload: bytes
+) -> None:
+    """Test that ``cancelled_id`` never raises on a hostile subject token or payload: it is
+    None unless the token is a client id and the payload a valid CancelRequest, and then
+    ``<token>.<id>`` with exactly one dot, so no cancel can name another client's request."""
+    subject = f"{Subjects('gs').cancel_wildcard.removesuffix('*')}{token}"
+    found = cancelled_id(subject, payload)
+    last = subject.rpartition(".")[2]
+    try:
+        message: CancelRequest | None = decode(payload, CancelRequest)
+    except DecodeError:
+        message = None
+    if message is None or not valid_token(last):
+        assert found is None
+        return
+    _within(_type_info(CancelRequest), message, "CancelRequest")
+    assert found == f"{last}.{message.request_id}"
+    assert found.split(".") == [last, message.request_id]
 
 
 def _invalid_utf8_payload() -> bytes:
