@@ -41,6 +41,21 @@ def test_the_memory_forgets_the_oldest_beyond_its_size_and_expired_ones_on_add()
     assert len(memory) == 1
 
 
+def test_a_cancelled_request_s_first_end_is_told_from_its_repeats_while_it_is_held() -> None:
+    """Test that ``first_end`` is True once per remembered cancel (a repeated ending is
+    not counted again), False for an id not cancelled, and forgotten with the cancel."""
+    memory = CancelMemory(window_s=10.0)
+    assert not memory.first_end("c.never")
+    memory.add("c.r1", now=0.0)
+    assert memory.first_end("c.r1")
+    assert not memory.first_end("c.r1")
+    memory.add("c.r1", now=5.0)  # the same cancel heard again
+    assert not memory.first_end("c.r1")
+    memory.add("c.other", now=20.0)  # c.r1's cancel expires
+    memory.add("c.r1", now=21.0)  # a new cancel of the id, after the memory forgot it
+    assert memory.first_end("c.r1")
+
+
 def test_a_cancel_is_bound_to_the_client_of_its_subject_not_its_payload() -> None:
     """Test that the scoped id takes the subject's client id, and bad input yields None."""
     data = encode(CancelRequest(request_id="r1"))
