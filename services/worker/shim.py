@@ -232,6 +232,9 @@ class WorkerShim:
         """End an accepted request with a final error (the backend could not serve it)."""
         stream = self._book.drop(request_id)
         self._completions.forget(request_id)
+        # A gate this reopens is not announced as on_output does: the closed stats say
+        # max_num_seqs = the in-flight count when it closed, so the router's own count frees
+        # this request's slot at its request.done; more room shows in the next heartbeat.
         self._gate.observe((), (request_id,))
         if stream is not None:
             await self._send_ending(stream.request, code, reason)

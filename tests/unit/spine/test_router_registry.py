@@ -171,3 +171,18 @@ def test_endings_of_requests_never_placed_expire_by_age() -> None:
     clock.now = 30.0
     assert reg.placed(_classified("new", 1), "w1", 0.0)  # its mark is older than 10 s
     assert reg.loads("p", 0.0)[0].free_slots == 1
+
+
+def test_a_request_ended_on_a_worker_whose_gate_is_closed_frees_its_slot_at_once() -> None:
+    """Test why a worker need not announce a gate reopened by a cancel or an engine error:
+    its closed stats advertise its in-flight count then (no free slot), and the router's own
+    count frees the ended request's slot as soon as the ending arrives, before any stats."""
+    reg = WorkerRegistry(timeout_s=3.0)
+    reg.update(_stats("w1", max_seqs=64), now_wall_s=0.0)
+    for rid in ("a", "b", "c"):
+        assert reg.placed(_classified(rid, 10), "w1", 0.0)
+    closed = worker_stats("w1", pool_id="p", max_num_seqs=3, engine_max_num_seqs=64)
+    reg.update(closed, now_wall_s=0.1)  # the gate refused a fourth and closed
+    assert reg.loads("p", 0.0)[0].free_slots == 0
+    reg.ended("b")  # cancelled: request.done, no stats
+    assert reg.loads("p", 0.0)[0].free_slots == 1
