@@ -75,6 +75,8 @@ class CancelMemory:
         self._window_s = window_s
         self._max_ids = max_ids
         self._ids: OrderedDict[str, float] = OrderedDict()
+        self._ended: set[str] = set()
+        """Those of ``_ids`` already ended for their cancel here (:meth:`first_end`)."""
 
     def add(self, request_id: str, now: float) -> None:
         """Remember a cancel heard at ``now`` (monotonic seconds)."""
@@ -87,6 +89,18 @@ class CancelMemory:
         at = self._ids.get(request_id)
         return at is not None and now - at <= self._window_s
 
+    def first_end(self, request_id: str) -> bool:
+        """Note that a remembered cancel's request was ended for it; whether for the first
+        time (an ending sent again, to a repeated dispatch, is counted once).
+
+        Remembered as long as the cancel itself: once that is forgotten, a dispatch of the
+        request is run, not ended.
+        """
+        if request_id not in self._ids or request_id in self._ended:
+            return False
+        self._ended.add(request_id)
+        return True
+
     def __len__(self) -> int:
         return len(self._ids)
 
@@ -96,3 +110,4 @@ class CancelMemory:
             if now - at <= self._window_s and len(self._ids) <= self._max_ids:
                 return
             del self._ids[oldest]
+            self._ended.discard(oldest)

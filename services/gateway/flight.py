@@ -18,10 +18,13 @@ from prometheus_client import Counter
 
 from proto.messages import Completion, ErrorReply
 from proto.subjects import Subjects
+from services.gateway.state import NAME
 from shared.cancels import send_cancel
+from shared.counters import ERRORS
 
 __all__ = [
     "CANCELS_SENT",
+    "CANCEL_NOT_SENT",
     "CLIENT_DISCONNECTED",
     "GATEWAY_TIMEOUT",
     "PUBLISH_FAILED",
@@ -32,9 +35,13 @@ __all__ = [
 
 CANCELS_SENT: Counter = Counter(
     "greenserve_gateway_cancels_total",
-    "Cancels the gateway sent for requests it had published and no longer waits for, by why",
+    "Cancels the gateway sent (handed to NATS) for requests it had published and no longer "
+    "waits for, by why",
     ["why"],
 )
+CANCEL_NOT_SENT = "cancel_not_sent"
+"""``greenserve_errors_total{service="gateway", code=...}`` of a cancel NATS did not take
+(the connection was closed or draining): the request runs to its end for nobody."""
 
 CLIENT_DISCONNECTED = "client disconnected"
 """``why``: the HTTP client left (its handler was cancelled, or a write to it failed)."""
@@ -75,12 +82,18 @@ async def cancel_unanswered(nc: Client, client_id: str, flight: Flight | None) -
 
 async def cancel_published(
     nc: Client, subjects: Subjects, client_id: str, request_id: str, why: str
-) -> None:
-    """Cancel a request this gateway published (or may have), counted under ``why``.
+) -> bool:
+    """Cancel a request this gateway published (or may have); whether NATS took the cancel.
 
-    Every cancel the gateway sends goes through here, so none escapes
-    ``greenserve_gateway_cancels_total``; ``why`` is also the cancel's reason.
+    Every cancel the gateway sends goes through here, so none escapes the counters: one
+    handed to NATS counts in ``greenserve_gateway_cancels_total`` under ``why`` (also the
+    cancel's reason), one that could not be counts as the gateway's error
+    :data:`CANCEL_NOT_SENT` instead.
     """
-    CANCELS_SENT.labels(why).inc()
     logger.info("cancelling %s: %s", request_id, why)
-    await send_cancel(nc, subjects, client_id, request_id, why)
+    sent = await send_cancel(nc, subjects, client_id, request_id, why)
+    if sent:
+        CANCELS_SENT.labels(why).inc()
+    else:
+        ERRORS.labels(NAME, CANCEL_NOT_SENT).inc()
+    return sent

@@ -8,12 +8,37 @@ last slot); the worker's stats add KV use and liveness.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from proto.messages import ClassifiedRequest, WorkerStats
 from services.router.placement import WorkerLoad
 
-__all__ = ["InFlight", "WorkerRegistry"]
+__all__ = ["EARLY_END_MEMORY_S", "InFlight", "WorkerRegistry"]
+
+EARLY_END_MEMORY_S: Final = 60.0
+"""How long the router remembers an ending it heard for a request it did not hold.
+
+Such a mark is used by a later :meth:`WorkerRegistry.placed` of the same id, and only two
+placements can come after their request's ending, both decided on a read made before the
+ending reached it:
+
+* a pull: the scheduler popped the request before it heard the ending itself (NATS
+  delivery, milliseconds) and its reply travels back; the router drops a reply later
+  than ``nats.request_timeout_s`` (2 s);
+* an adoption at start-up (:meth:`services.router.recovery.Recovery.adopt`): the
+  placement records and the workers' ended records are read while endings already arrive,
+  two or three Redis calls of up to ``redis.socket_timeout_s`` (2 s) per try, redis-py
+  retrying a timed-out one.
+
+60 s covers both with a wide margin for a stalled event loop. Everything else that lands
+here is never placed afterwards (cancels and sheds of requests the scheduler held, the
+classifier's refusals, endings sent again), so it must expire instead of piling up: at
+2,000 such endings a second this is about 120,000 ids (some 20 MB). A mark that expired
+too early costs a dispatch (answered from the worker's memory, or run again if it forgot
+the request), never a slot: the ending that dispatch brings frees it.
+"""
 
 
 @dataclass(slots=True)
@@ -41,12 +66,24 @@ class _Worker:
 class WorkerRegistry:
     """Workers by pool, their liveness and the requests placed on them."""
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(
+        self,
+        timeout_s: float,
+        *,
+        early_end_memory_s: float = EARLY_END_MEMORY_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Workers silent for ``timeout_s`` wall seconds are gone; endings of requests not
+        held are remembered ``early_end_memory_s`` seconds of ``monotonic``."""
         self._timeout_s = timeout_s
         self._workers: dict[str, _Worker] = {}
         self._inflight: dict[str, InFlight] = {}
-        # Ids that ended before their dispatch reply was processed (a very short request).
-        self._ended_early: set[str] = set()
+        self._early_end_memory_s = early_end_memory_s
+        self._monotonic = monotonic
+        self._ended_early: dict[str, float] = {}
+        """Ids that ended while not held here, and when (monotonic), oldest first: a
+        placement decided before its ending arrived must not take a slot
+        (:data:`EARLY_END_MEMORY_S`)."""
         self._lost_to_restarts: list[InFlight] = []
         """Requests an earlier run of a restarted worker had accepted (see :meth:`update`)."""
 
@@ -87,8 +124,8 @@ class WorkerRegistry:
         round need not wait for dispatch replies; :meth:`release` undoes a refusal.
         """
         rid = request.request.request_id
-        if rid in self._ended_early:
-            self._ended_early.discard(rid)
+        ended_at = self._ended_early.pop(rid, None)
+        if ended_at is not None and self._monotonic() - ended_at <= self._early_end_memory_s:
             return False
         self._inflight[rid] = InFlight(request, worker_id, now_model_s, placed_wall_s=time.time())
         worker = self._workers.get(worker_id)
@@ -100,14 +137,30 @@ class WorkerRegistry:
         """Forget a finished request; return what was known of it."""
         flight = self._inflight.pop(request_id, None)
         if flight is None:
-            if len(self._ended_early) > 10_000:
-                self._ended_early.clear()  # bounded: only races of a few ms land here
-            self._ended_early.add(request_id)
+            self._remember_early_end(request_id)
         else:
             worker = self._workers.get(flight.worker_id)
             if worker is not None:
                 worker.requests.discard(request_id)
         return flight
+
+    def early_ends(self) -> int:
+        """How many endings of requests not held are remembered now."""
+        return len(self._ended_early)
+
+    def _remember_early_end(self, request_id: str) -> None:
+        """Note an ending heard for a request not held; forget those past the memory.
+
+        The dict stays ordered by time (a repeated id moves to the young end), so the
+        expired ones are at its old end: each ending trims at most what expired since.
+        """
+        now = self._monotonic()
+        marks = self._ended_early
+        marks.pop(request_id, None)
+        marks[request_id] = now
+        cutoff = now - self._early_end_memory_s
+        while (oldest := next(iter(marks))) != request_id and marks[oldest] < cutoff:
+            del marks[oldest]
 
     def confirm(self, request_id: str, accepted_at: float = 0.0) -> bool:
         """The worker accepted the request (at ``accepted_at``, its wall clock); False if it

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Set as AbstractSet
 
 import nats.errors
 from redis.exceptions import RedisError
@@ -46,13 +47,15 @@ class CancelBook:
         return self._memory.holds(request_id, time.monotonic())
 
     def split(
-        self, requests: list[ClassifiedRequest]
+        self, requests: list[ClassifiedRequest], marked: AbstractSet[str] = frozenset()
     ) -> tuple[list[ClassifiedRequest], list[ClassifiedRequest]]:
-        """The requests not cancelled, and those cancelled."""
+        """The requests not cancelled, and those cancelled (in memory, or among ``marked``:
+        the ids whose Redis mark was found)."""
         kept: list[ClassifiedRequest] = []
         cancelled: list[ClassifiedRequest] = []
         for req in requests:
-            (cancelled if self.holds(req.request.request_id) else kept).append(req)
+            rid = req.request.request_id
+            (cancelled if rid in marked or self.holds(rid) else kept).append(req)
         return kept, cancelled
 
     async def mark(self, request_id: str) -> None:
@@ -65,14 +68,31 @@ class CancelBook:
             logger.warning("cancel of %s not marked in redis: %s", request_id, exc)
 
     async def marked(self, request_ids: list[str]) -> set[str]:
-        """Those of ``request_ids`` whose Redis mark is set (a restart's restore)."""
+        """Those of ``request_ids`` whose Redis mark is set (a restart's restore); one
+        round trip.
+
+        Raises:
+            RedisError: the marks could not be read.
+        """
         if not request_ids:
             return set()
+        # EXISTS per id, pipelined: the scheduler's Redis ACL grants EXISTS on the marks.
         pipe = self._ctx.redis.pipeline(transaction=False)
         for rid in request_ids:
             pipe.exists(self._ctx.keys.cancelled(rid))
         found = await pipe.execute()
         return {rid for rid, n in zip(request_ids, found, strict=True) if n}
+
+    async def marked_now(self, request_ids: list[str]) -> set[str]:
+        """:meth:`marked`, or none when Redis cannot be read (a requeue must go on: the
+        memory still covers the cancels this process heard)."""
+        try:
+            return await self.marked(request_ids)
+        except (RedisError, OSError) as exc:
+            logger.warning(
+                "cancel marks of %d requeued requests not read: %s", len(request_ids), exc
+            )
+            return set()
 
     async def end(self, requests: list[ClassifiedRequest], stage: str) -> None:
         """End each request with ``cancelled`` (client and ``request.done.control``).

@@ -218,15 +218,22 @@ class SchedulerShell:
         A dispatch whose reply was lost (a NATS restart) comes back here after the router's
         timeout although the worker ran it; if its end was heard meanwhile, queueing it
         again would run it twice.
+
+        Refused or unplaced after its client cancelled it, a request is ended instead of
+        queued: by the cancel memory, or by the Redis mark for a cancel heard before this
+        scheduler (re)started (one round trip for the batch). The mark is read first: the
+        checks after it and the push run without an ``await`` between them, so a cancel
+        heard while the mark is read is in the memory, and one heard later finds the
+        request queued.
         """
+        marked = await self._cancels.marked_now([r.request.request_id for r in requests])
         late = [r for r in requests if r.request.request_id in self._endings]
         if late:
             logger.info("dropping %d requeued requests that already ended", len(late))
             requests = [r for r in requests if r.request.request_id not in self._endings]
-        # Refused or unplaced after its client cancelled it: end it instead of queueing it.
-        requests, cancelled = self._cancels.split(requests)
-        await self._end_cancelled(cancelled, "requeue")
+        requests, cancelled = self._cancels.split(requests, marked)
         await queue_again(self._ctx, self.state, requests, self._on_ready)
+        await self._end_cancelled(cancelled, "requeue")
 
     def ended(self, request_id: str) -> None:
         """A request ended (completion or error): forget it (Redis in the next flush)."""

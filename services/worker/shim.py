@@ -128,7 +128,10 @@ class WorkerShim:
         if self._cancels.holds(rid, time.monotonic()):
             # Placed while its cancel was on the way. Accepted and ended at once, not
             # refused: a refusal would send it back to the queue only to be ended there.
-            CANCELLED.labels(NAME, "dispatch").inc()
+            # A dispatch repeated because its reply was lost (or one of a request this
+            # worker aborted) gets the ending again, deliberately, but counts once.
+            if self._cancels.first_end(rid):
+                CANCELLED.labels(NAME, "dispatch").inc()
             await self._send_ending(
                 req, CANCELLED_CODE, "cancelled by its client before it reached the worker"
             )
@@ -229,6 +232,9 @@ class WorkerShim:
         """End an accepted request with a final error (the backend could not serve it)."""
         stream = self._book.drop(request_id)
         self._completions.forget(request_id)
+        # A gate this reopens is not announced as on_output does: the closed stats say
+        # max_num_seqs = the in-flight count when it closed, so the router's own count frees
+        # this request's slot at its request.done; more room shows in the next heartbeat.
         self._gate.observe((), (request_id,))
         if stream is not None:
             await self._send_ending(stream.request, code, reason)
@@ -271,6 +277,7 @@ class WorkerShim:
         if request_id not in self._book:
             return False
         self._backend.abort(request_id)
+        self._cancels.first_end(request_id)  # a repeated dispatch of it is not counted again
         CANCELLED.labels(NAME, "running").inc()
         await self.on_failure(request_id, CANCELLED_CODE, "cancelled by its client")
         return True

@@ -17,7 +17,8 @@ Derived from the key table of ``docs/protocol.md`` and the services' calls:
 
 (*) MULTI/EXEC and the store-new script: EVALSHA, EVAL, SCRIPT LOAD/EXISTS, with SET,
 HSET and EXISTS (the ``cancelled`` mark) inside.
-(‡) ``cancelled:*``: SET on each cancel it hears, EXISTS in the script and at restore.
+(‡) ``cancelled:*``: SET on each cancel it hears, EXISTS in the script, at restore and on a
+requeue.
 (†) with EXPIRE and ZREMRANGEBYSCORE: its record of ended requests (R: read only).
 The scheduler also GETs ``plan`` (read only): its emergency ladder re-steers by the plan's
 classes.
@@ -80,7 +81,7 @@ def _role_grants(keys: Keys, identity: Identity) -> tuple[list[str], list[str]]:
     key_rules: list[str]
     commands: list[str]
     if role == "scheduler":
-        # cancelled:*: SET on a cancel; EXISTS in the store-new script and at restore.
+        # cancelled:*: SET on a cancel; EXISTS in the store-new script, at restore, on a requeue.
         key_rules, commands = _grant(
             [keys.queued, keys.dispatched, keys.seen("*"), keys.cancelled("*")],
             ["hgetall", "hset", "hdel", "set", "get", "exists", "zmscore", *_SCRIPT, *_TRANSACTION],

@@ -10,9 +10,10 @@ import nats.errors
 from proto.codec import decode, encode
 from proto.messages import CancelRequest, ErrorReply, TokenChunk
 from proto.subjects import Subjects
-from services.gateway.flight import Flight, cancel_unanswered
+from services.gateway.flight import CANCELS_SENT, Flight, cancel_unanswered
 from services.scheduler.pool_queues import SchedulerState
 from shared.cancels import CancelMemory, cancelled_id, send_cancel
+from shared.counters import ERRORS
 from tests.factories import classified_request
 
 S = Subjects("gs")
@@ -38,6 +39,21 @@ def test_the_memory_forgets_the_oldest_beyond_its_size_and_expired_ones_on_add()
     assert memory.holds("c.r4", 4.0)
     memory.add("c.late", now=100.0)
     assert len(memory) == 1
+
+
+def test_a_cancelled_request_s_first_end_is_told_from_its_repeats_while_it_is_held() -> None:
+    """Test that ``first_end`` is True once per remembered cancel (a repeated ending is
+    not counted again), False for an id not cancelled, and forgotten with the cancel."""
+    memory = CancelMemory(window_s=10.0)
+    assert not memory.first_end("c.never")
+    memory.add("c.r1", now=0.0)
+    assert memory.first_end("c.r1")
+    assert not memory.first_end("c.r1")
+    memory.add("c.r1", now=5.0)  # the same cancel heard again
+    assert not memory.first_end("c.r1")
+    memory.add("c.other", now=20.0)  # c.r1's cancel expires
+    memory.add("c.r1", now=21.0)  # a new cancel of the id, after the memory forgot it
+    assert memory.first_end("c.r1")
 
 
 def test_a_cancel_is_bound_to_the_client_of_its_subject_not_its_payload() -> None:
@@ -105,6 +121,25 @@ async def test_the_gateway_cancels_only_a_published_flight_without_its_final_rep
         ("gs.v1.cancel.client.gw", "r2", "client disconnected"),
         ("gs.v1.cancel.client.gw", "r3", "gateway timeout"),
     ]
+
+
+async def test_the_gateway_counts_only_the_cancels_nats_took_as_sent() -> None:
+    """Test that a cancel NATS refused (connection closed) is not counted in
+    ``greenserve_gateway_cancels_total`` ("sent") but as the gateway's error
+    ``cancel_not_sent``, and one NATS took is counted as sent, not as an error."""
+
+    def counts() -> tuple[float, float]:
+        sent: float = CANCELS_SENT.labels("gateway timeout")._value.get()
+        failed: float = ERRORS.labels("gateway", "cancel_not_sent")._value.get()
+        return sent, failed
+
+    sent, failed = counts()
+    await cancel_unanswered(_Bus(down=True), "gw", Flight(S, "r1", timed_out=True))  # type: ignore[arg-type]
+    assert counts() == (sent, failed + 1)
+    bus = _Bus()
+    await cancel_unanswered(bus, "gw", Flight(S, "r2", timed_out=True))  # type: ignore[arg-type]
+    assert len(bus.sent) == 1
+    assert counts() == (sent + 1, failed + 1)
 
 
 def test_a_queued_request_can_be_taken_out_of_whichever_pool_holds_it() -> None:

@@ -123,3 +123,66 @@ def test_silence_while_the_router_itself_was_deaf_does_not_expire_a_worker() -> 
     orphans = reg.expire(now_wall_s=7.5, heard_since_wall_s=4.0)  # 3.5 s heard, still silent
     assert [o.request.request.request_id for o in orphans] == ["a"]
     assert not reg.alive("w1")
+
+
+class _Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_early_end_survives_a_flood_of_endings_of_requests_never_placed() -> None:
+    """Test that endings the router never placed (cancels, sheds, endings sent again) do
+    not push out a genuine early end still racing its placement: that placement must not
+    take a slot no ending will ever free (the old set was cleared at 10,000 ids)."""
+    reg = WorkerRegistry(timeout_s=3.0)  # the real clock: well within the memory
+    reg.update(_stats("w1"), now_wall_s=0.0)
+    reg.ended("fast")  # its ending came before the pull reply that places it
+    for i in range(20_000):  # the scheduler's cancels and sheds meanwhile
+        reg.ended(f"never-placed-{i}")
+    assert not reg.placed(_classified("fast", 1), "w1", 0.0)
+    assert reg.loads("p", 0.0)[0].free_slots == 2
+
+
+def test_endings_of_requests_never_placed_expire_by_age() -> None:
+    """Test that the memory of endings not held is bounded by time: ids older than the
+    memory are forgotten as new endings arrive (a placement of such an id then counts),
+    younger ones stay, and an id ended again is timed from its latest ending."""
+    clock = _Clock()
+    reg = WorkerRegistry(timeout_s=3.0, early_end_memory_s=10.0, monotonic=clock)
+    reg.update(_stats("w1"), now_wall_s=0.0)
+    for i in range(1_000):
+        reg.ended(f"old-{i}")
+    clock.now = 5.0
+    reg.ended("again")
+    reg.ended("young")
+    clock.now = 9.0
+    reg.ended("again")  # sent again: its age restarts
+    assert reg.early_ends() == 1_002
+    clock.now = 14.0
+    reg.ended("new")
+    assert reg.early_ends() == 3  # young, again and new: none of the first 1,000
+    assert not reg.placed(_classified("young", 1), "w1", 0.0)
+    assert not reg.placed(_classified("again", 1), "w1", 0.0)
+    clock.now = 30.0
+    assert reg.placed(_classified("new", 1), "w1", 0.0)  # its mark is older than 10 s
+    assert reg.loads("p", 0.0)[0].free_slots == 1
+
+
+def test_a_request_ended_on_a_worker_whose_gate_is_closed_frees_its_slot_at_once() -> None:
+    """Test why a worker need not announce a gate reopened by a cancel or an engine error:
+    its closed stats advertise its in-flight count then (no free slot), and the router's own
+    count frees the ended request's slot as soon as the ending arrives, before any stats."""
+    reg = WorkerRegistry(timeout_s=3.0)
+    reg.update(_stats("w1", max_seqs=64), now_wall_s=0.0)
+    for rid in ("a", "b", "c"):
+        assert reg.placed(_classified(rid, 10), "w1", 0.0)
+    closed = worker_stats("w1", pool_id="p", max_num_seqs=3, engine_max_num_seqs=64)
+    reg.update(closed, now_wall_s=0.1)  # the gate refused a fourth and closed
+    assert reg.loads("p", 0.0)[0].free_slots == 0
+    reg.ended("b")  # cancelled: request.done, no stats
+    assert reg.loads("p", 0.0)[0].free_slots == 1

@@ -1,0 +1,99 @@
+"""A worker counts each cancelled request once, however often its ending is sent, on a real
+nats-server and redis-server.
+
+A dispatch that arrives after its cancel is accepted and ended at once (docs/protocol.md,
+Cancellation). When its reply is lost, the router sends the dispatch again, and the worker
+ends the request again, deliberately (the first ending may be what was lost). The request
+was cancelled once: ``greenserve_cancelled_total{service="worker"}`` must say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import msgspec
+import pytest
+from nats.aio.msg import Msg
+
+from proto.codec import decode_any
+from proto.messages import ClassifiedRequest, ErrorReply
+from proto.subjects import Subjects
+from services.worker.factory import build_backend
+from services.worker.service import WorkerShim
+from shared.cancels import CANCELLED_CODE
+from shared.counters import CANCELLED
+from shared.lifecycle import service_context
+from shared.servers import ServerProcess
+from tests.factories import classified_request, connected_settings
+
+pytestmark = pytest.mark.connected
+
+CLIENT = "c"
+
+
+def _request(subjects: Subjects, rid: str) -> ClassifiedRequest:
+    """Client ``c``'s request ``rid`` as the stack carries it (scoped id, c's reply subject)."""
+    req = classified_request(f"{CLIENT}.{rid}", output_tokens=50, deadline_s=1e12)
+    return msgspec.structs.replace(
+        req,
+        request=msgspec.structs.replace(
+            req.request, reply_subject=subjects.client_reply(CLIENT, rid), client_id=CLIENT
+        ),
+    )
+
+
+async def _until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.02)
+
+
+def _counted() -> tuple[float, float]:
+    dispatch: float = CANCELLED.labels("worker", "dispatch")._value.get()
+    running: float = CANCELLED.labels("worker", "running")._value.get()
+    return dispatch, running
+
+
+async def test_a_dispatch_sent_again_after_its_cancel_is_ended_again_but_counted_once(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that a dispatch repeated after its cancel (its reply lost) gets its ending
+    again and is counted once, and that a repeated dispatch of a request the worker aborted
+    while it ran is ended again without being counted a second time."""
+    settings = connected_settings(namespace, nats_server, redis_server)
+    settings = settings.model_copy(
+        update={"worker": settings.worker.model_copy(update={"backend": "sim", "admission": False})}
+    )
+    async with service_context("worker", settings) as ctx:
+        endings: list[ErrorReply] = []
+
+        async def on_client(msg: Msg) -> None:
+            reply = decode_any(msg.data)
+            if isinstance(reply, ErrorReply):
+                endings.append(reply)
+
+        sub = await ctx.nc.subscribe(ctx.subjects.client_wildcard(CLIENT), cb=on_client)
+        await ctx.nc.flush()
+        shim = WorkerShim(ctx, build_backend(ctx.settings))  # engine not run: nothing finishes
+        before = _counted()
+        # Its cancel came first; the dispatch is sent three times (two replies lost).
+        assert not await shim.cancel("c.late")
+        for _ in range(3):
+            assert (await shim.on_dispatch(_request(ctx.subjects, "late"), None)).accepted  # type: ignore[arg-type]
+        # Cancelled while it ran here, then its dispatch sent again (that reply lost).
+        running = _request(ctx.subjects, "running")
+        assert (await shim.on_dispatch(running, None)).accepted  # type: ignore[arg-type]
+        assert await shim.cancel("c.running")
+        assert (await shim.on_dispatch(running, None)).accepted  # type: ignore[arg-type]
+        await _until(lambda: len(endings) == 5)
+        await asyncio.sleep(0.2)  # another ending would have come by now
+        await sub.unsubscribe()
+    assert sorted((e.code, e.request_id) for e in endings) == [
+        *[(CANCELLED_CODE, "late")] * 3,
+        *[(CANCELLED_CODE, "running")] * 2,
+    ]
+    assert not len(shim.book)
+    assert _counted() == (before[0] + 1, before[1] + 1)
