@@ -258,10 +258,14 @@ class RouterShell:
         # Take the slots now, then hand the requests to their workers' senders: the next
         # round can place while these dispatches are on the wire (a round no longer waits
         # a worker round trip), and the loads it sees already count them.
+        sent = set()
         for rid, wid in pairs:
-            registry.placed(by_id[rid], wid, now_model)
-            self._outbox.setdefault(wid, []).append(by_id[rid])
-        self._start_senders({wid for _, wid in pairs})
+            # False: its ending (a cancel) came while the pull's reply was on the wire; it
+            # is answered, so dispatching it would run it for nobody.
+            if registry.placed(by_id[rid], wid, now_model):
+                self._outbox.setdefault(wid, []).append(by_id[rid])
+                sent.add(wid)
+        self._start_senders(sent)
         unplaced = [r for rid, r in by_id.items() if rid not in placed_ids]
         if unplaced:
             await self._scheduler.requeue(unplaced)

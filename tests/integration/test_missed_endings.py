@@ -196,3 +196,26 @@ async def test_the_scheduler_forgets_records_of_endings_it_never_heard(
         await scheduler.forget_ended()
         left = sorted(as_bytes(k).decode() for k in await ctx.redis.hkeys(ctx.keys.dispatched))
         assert left == ["running", "unplaced", "young"]
+
+
+async def test_a_pulled_request_that_already_ended_is_not_dispatched(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that a request whose ending reached the router before its pull did (a cancel
+    while the pull's reply was on the wire) takes no slot and goes to no worker."""
+
+    class _Pulls(_Link):
+        async def pull(self, pool_id: str, slots: int) -> tuple[list[ClassifiedRequest], int]:
+            return [classified_request("ended"), classified_request("live")], 0
+
+    async with service_context("router", _settings(namespace, nats_server, redis_server)) as ctx:
+        link = _Pulls()
+        shell = RouterShell(ctx, link)
+        shell.registry.update(worker_stats("w1", pool_id="p", max_num_seqs=4), time.time())
+        assert shell.registry.ended("ended") is None  # remembered as an early end
+        shell._start_senders = lambda worker_ids: None  # type: ignore[method-assign]
+        await shell._place_pool("p")
+        sent = [r.request.request_id for r in shell._outbox.get("w1", [])]
+        assert sent == ["live"]
+        assert _free_slots(shell) == 3
+        assert link.requeued == []
