@@ -20,8 +20,10 @@ Four targets, one count each:
   nobody holds: a no-op) leaves the scheduler's ``cancelled(<client>.<id>)`` mark in
   Redis. *Unanswered*: the malformed cases the counter did not count (or counted beyond
   them), the well-formed ones without a mark, and one ordinary request sent afterwards
-  that does not complete. The workers hear the same cancels but drop malformed ones
-  without counting them, so for them only "still alive and serving" is checked.
+  that does not complete. Every worker hears the same cancels and counts a malformed one
+  in its own ``greenserve_errors_total{service="worker", code="malformed"}``: the bench
+  expects that counter to move by the malformed cases × the workers (they share this
+  process's registry), and a case some worker did not count is unanswered too.
 * **http**: malformed JSON, wrong types, negative and absurd token counts, huge prompts and
   unknown models posted to the gateway's ``/v1/completions`` and ``/v1/chat/completions``,
   and hostile query strings (unknown or huge locations, absurd windows, malformed times,
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import sys
 import tempfile
 import time
@@ -187,14 +190,13 @@ async def _fuzz_ingress(nc: Any, prefix: str, cases: list[Any], timeout_s: float
     }
 
 
-def _scheduler_malformed() -> float:
-    """``greenserve_errors_total{service="scheduler", code="malformed"}`` of this process
-    (the embedded stack runs in it, so the registry is the services' own)."""
+def _malformed(service: str) -> float:
+    """``greenserve_errors_total{service=<service>, code="malformed"}`` of this process
+    (the embedded stack runs in it, so the registry is the services' own; workers of one
+    stack share their label, so theirs is the sum over them)."""
     from prometheus_client import REGISTRY
 
-    from services.scheduler.service import NAME
-
-    labels = {"service": NAME, "code": "malformed"}
+    labels = {"service": service, "code": "malformed"}
     return REGISTRY.get_sample_value("greenserve_errors_total", labels) or 0.0
 
 
@@ -241,6 +243,7 @@ async def _fuzz_cancels(
     cases: list[tuple[str, bytes]],
     model: str,
     timeout_s: float,
+    workers: int,
 ) -> dict[str, Any]:
     """Publish each case on ``cancel.client.<token>``; check its documented treatment.
 
@@ -249,19 +252,23 @@ async def _fuzz_cancels(
     the payload is no valid ``CancelRequest`` or the token no client id) moves the
     scheduler's ``greenserve_errors_total{code="malformed"}`` by one; a well-formed one
     (naming a request nobody holds: a no-op for the request path) leaves the scheduler's
-    ``cancelled(<client>.<id>)`` mark in Redis. *Unanswered*: the difference between the
-    malformed cases and the counter's move, either way, plus the well-formed ones without a
-    mark. Then one ordinary request must still complete (else one more unanswered).
+    ``cancelled(<client>.<id>)`` mark in Redis; each of the ``workers`` counts a malformed
+    one too. *Unanswered*: the difference between the malformed cases and the scheduler
+    counter's move, either way, and between them and the workers' move ÷ ``workers``
+    (rounded up), plus the well-formed ones without a mark. Then one ordinary request must
+    still complete (else one more unanswered).
     """
     from proto.keys import Keys
     from proto.subjects import Subjects
+    from services.scheduler.service import NAME as SCHEDULER
+    from services.worker.service import NAME as WORKER
     from shared.cancels import cancelled_id
     from shared.config import RedisSettings
     from shared.store import connect_redis
 
     subjects, keys = Subjects(prefix), Keys(prefix)
     base = subjects.cancel_wildcard.removesuffix("*")  # Subjects.cancel refuses hostile tokens
-    before = _scheduler_malformed()
+    before, before_workers = _malformed(SCHEDULER), _malformed(WORKER)
     malformed: list[bytes] = []
     marked: list[tuple[str, str]] = []  # (Redis key of its mark, what to show if missing)
     refused_by_bus = 0
@@ -283,25 +290,30 @@ async def _fuzz_cancels(
         missing = marked
         deadline = time.monotonic() + timeout_s
         while True:
-            counted = _scheduler_malformed() - before
+            counted = _malformed(SCHEDULER) - before
+            by_workers = _malformed(WORKER) - before_workers
             pipe = redis.pipeline(transaction=False)
             for key, _ in missing:
                 pipe.exists(key)
             found = await pipe.execute()
             missing = [case for case, n in zip(missing, found, strict=True) if not n]
-            if (counted >= len(malformed) and not missing) or time.monotonic() > deadline:
+            counted_all = counted >= len(malformed) and by_workers >= workers * len(malformed)
+            if (counted_all and not missing) or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.2)
     finally:
         await redis.aclose()
     probe = await _probe_request(nc, prefix, model, timeout_s)
     miscounted = abs(round(counted) - len(malformed))
+    workers_miscounted = math.ceil(abs(round(by_workers) - workers * len(malformed)) / workers)
     return {
         "cases": len(cases),
-        "unanswered": miscounted + len(missing) + int(probe != "completed"),
+        "unanswered": miscounted + workers_miscounted + len(missing) + int(probe != "completed"),
         "refused_by_bus": refused_by_bus,
         "malformed": len(malformed),
         "counted_malformed": round(counted),
+        "workers_counted_malformed": round(by_workers),
+        "workers": workers,
         "well_formed": len(marked),
         "unmarked": len(missing),
         "probe": probe,
@@ -412,6 +424,7 @@ async def _live(
                             cancels,
                             next(iter(launches[0].settings.classifier.models)),
                             args.reply_timeout_s,
+                            spec.workers,
                         )
                     finally:
                         await nc.close()

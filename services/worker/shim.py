@@ -262,8 +262,11 @@ class WorkerShim:
     async def on_cancel(self, msg: Msg) -> None:
         """A client cancelled a request (``cancel.client.<client id>``): see :meth:`cancel`."""
         rid = cancelled_id(msg.subject, msg.data)
-        if rid is not None:
-            await self.cancel(rid)
+        if rid is None:
+            # Fire and forget: nobody to answer, so the counter is the only trace it leaves.
+            ERRORS.labels(NAME, "malformed").inc()
+            return
+        await self.cancel(rid)
 
     async def cancel(self, request_id: str) -> bool:
         """Stop a request this worker runs and end it with ``cancelled``; remember the cancel.

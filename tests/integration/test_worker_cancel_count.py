@@ -97,3 +97,36 @@ async def test_a_dispatch_sent_again_after_its_cancel_is_ended_again_but_counted
     ]
     assert not len(shim.book)
     assert _counted() == (before[0] + 1, before[1] + 1)
+
+
+async def test_a_malformed_cancel_is_counted_by_the_worker_and_ends_nothing(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that a cancel the worker cannot read (a bad payload, a subject token that is no
+    client id) leaves ``greenserve_errors_total{worker, malformed}``, its only trace (fire
+    and forget), and that a running request stays until a valid cancel ends it."""
+    from proto.codec import encode
+    from proto.messages import CancelRequest
+    from shared.counters import ERRORS
+
+    settings = connected_settings(namespace, nats_server, redis_server)
+    settings = settings.model_copy(
+        update={"worker": settings.worker.model_copy(update={"backend": "sim", "admission": False})}
+    )
+    async with service_context("worker", settings) as ctx:
+        shim = WorkerShim(ctx, build_backend(ctx.settings))
+        assert (await shim.on_dispatch(_request(ctx.subjects, "r1"), None)).accepted  # type: ignore[arg-type]
+        malformed = ERRORS.labels("worker", "malformed")
+        before = malformed._value.get()
+        base = ctx.subjects.cancel_wildcard.removesuffix("*")
+        for subject, data in (
+            (ctx.subjects.cancel(CLIENT), b"\x81\xa4type\xa6gs.v1.cancel"),
+            (base + "a%b", encode(CancelRequest(request_id="r1"))),
+        ):
+            await shim.on_cancel(Msg(ctx.nc, subject=subject, data=data))
+        assert malformed._value.get() == before + 2
+        assert "c.r1" in shim.book
+        valid = encode(CancelRequest(request_id="r1"))
+        await shim.on_cancel(Msg(ctx.nc, subject=ctx.subjects.cancel(CLIENT), data=valid))
+        assert "c.r1" not in shim.book
+        assert malformed._value.get() == before + 2
