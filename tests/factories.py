@@ -5,17 +5,29 @@ Every field has a plausible default; tests name only what they are about.
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
 from proto.messages import ClassifiedRequest, Request, WorkerStats
+from proto.subjects import Subjects
 from services.forecaster.sources import CarbonHistory
 from shared.config import Settings
 from shared.servers import ServerProcess
 
-__all__ = ["classified_request", "connected_settings", "no_ready", "worker_stats"]
+__all__ = [
+    "classified_request",
+    "client_request",
+    "connected_settings",
+    "no_ready",
+    "until",
+    "worker_stats",
+]
 
 
 def classified_request(
@@ -55,6 +67,28 @@ def classified_request(
     }
     values.update(fields)
     return ClassifiedRequest(**values)
+
+
+def client_request(
+    subjects: Subjects, client: str, rid: str, *, output_tokens: int = 5
+) -> ClassifiedRequest:
+    """Client ``client``'s request ``rid`` as the stack carries it: the id scoped by the
+    client, its reply subject the client's, a deadline that never passes."""
+    req = classified_request(f"{client}.{rid}", output_tokens=output_tokens, deadline_s=1e12)
+    return msgspec.structs.replace(
+        req,
+        request=msgspec.structs.replace(
+            req.request, reply_subject=subjects.client_reply(client, rid), client_id=client
+        ),
+    )
+
+
+async def until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Wait until ``check()`` holds; fail the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.02)
 
 
 def worker_stats(worker_id: str = "w", **fields: Any) -> WorkerStats:

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import msgspec
@@ -33,7 +32,7 @@ from shared.counters import CANCELLED, ERRORS
 from shared.lifecycle import ServiceContext, service_context
 from shared.servers import ServerProcess
 from shared.store import as_bytes
-from tests.factories import classified_request, connected_settings, no_ready
+from tests.factories import client_request, connected_settings, no_ready, until
 
 pytestmark = pytest.mark.connected
 
@@ -41,14 +40,7 @@ CLIENT = "c"
 
 
 def _request(subjects: Subjects, rid: str, tokens: int = 5) -> ClassifiedRequest:
-    """Client ``c``'s request ``rid`` as the stack carries it (scoped id, c's reply subject)."""
-    req = classified_request(f"{CLIENT}.{rid}", output_tokens=tokens, deadline_s=1e12)
-    return msgspec.structs.replace(
-        req,
-        request=msgspec.structs.replace(
-            req.request, reply_subject=subjects.client_reply(CLIENT, rid), client_id=CLIENT
-        ),
-    )
+    return client_request(subjects, CLIENT, rid, output_tokens=tokens)
 
 
 @dataclass
@@ -88,13 +80,6 @@ async def _listening(
         await nc.close()
 
 
-async def _until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
-
-
 def _cancelled(service: str, stage: str) -> float:
     value: float = CANCELLED.labels(service, stage)._value.get()
     return value
@@ -120,7 +105,7 @@ async def test_a_queued_request_is_ended_once_and_forgotten_and_its_neighbours_s
             assert reply.accepted == ["c.r1", "c.r2"]
             before = _cancelled("scheduler", "queued")
             assert await send_cancel(nc, ctx.subjects, CLIENT, "r1", "client disconnected")
-            await _until(lambda: bool(ears.errors()) and bool(ears.errors("done")))
+            await until(lambda: bool(ears.errors()) and bool(ears.errors("done")))
             await shell.forget_ended()
             await asyncio.sleep(0.2)  # a second answer would have come by now
             assert [(e.code, e.request_id) for e in ears.errors()] == [(CANCELLED_CODE, "r1")]
@@ -158,11 +143,11 @@ async def test_a_malformed_cancel_is_counted_and_dropped_and_later_cancels_still
             hostile = ctx.subjects.cancel_wildcard.removesuffix("*") + "a%b"
             await nc.publish(ctx.subjects.cancel(CLIENT), b"\x81\xa4type\xa6gs.v1.cancel")
             await nc.publish(hostile, encode(CancelRequest(request_id="r1")))
-            await _until(lambda: malformed._value.get() == before + 2)
+            await until(lambda: malformed._value.get() == before + 2)
             assert len(shell.state.queue("p")) == 1
             assert ears.errors() == []
             assert await send_cancel(nc, ctx.subjects, CLIENT, "r1")
-            await _until(lambda: bool(ears.errors()))
+            await until(lambda: bool(ears.errors()))
             assert [(e.code, e.request_id) for e in ears.errors()] == [(CANCELLED_CODE, "r1")]
             assert malformed._value.get() == before + 2
         for sub in subs:
@@ -191,7 +176,7 @@ async def test_a_request_cancelled_before_its_hand_off_is_never_queued(
             assert reply.cancelled == ["c.late"]
             # Refused by a worker (or unplaced) after its cancel: ended, not queued again.
             await heard.requeue([_request(ctx.subjects, "refused")])
-            await _until(lambda: len(ears.errors()) == 3)
+            await until(lambda: len(ears.errors()) == 3)
             await heard.forget_ended()
             assert sorted(e.request_id or "" for e in ears.errors()) == ["early", "late", "refused"]
             assert {e.code for e in ears.errors()} == {CANCELLED_CODE}
@@ -251,12 +236,12 @@ async def test_a_running_request_stops_generating_and_frees_its_slot_and_kv(
     ):
         req = _request(ctx.subjects, "long", tokens=max_tokens)
         assert (await shim.on_dispatch(req, None)).accepted  # type: ignore[arg-type]
-        await _until(lambda: ears.tokens() >= 5)
+        await until(lambda: ears.tokens() >= 5)
         assert shim.stats().running == 1
         assert shim.stats().kv_blocks_used > 0
         before = _cancelled("worker", "running")
         await send_cancel(nc, ctx.subjects, CLIENT, "long", "client disconnected")
-        await _until(lambda: bool(ears.errors()) and bool(ears.errors("done")))
+        await until(lambda: bool(ears.errors()) and bool(ears.errors("done")))
         generated = shim.stats().tokens_out
         await asyncio.sleep(0.5)  # ~30 tokens' time: the engine must produce none
         stats = shim.stats()
@@ -292,7 +277,7 @@ async def test_a_dispatch_after_its_cancel_is_ended_unrun_and_a_finished_one_sta
         assert not await shim.cancel("c.placed")  # heard while its dispatch is on the way
         short = _request(ctx.subjects, "short", tokens=3)
         assert (await shim.on_dispatch(short, None)).accepted  # type: ignore[arg-type]
-        await _until(lambda: any(isinstance(m, Completion) for m in ears.client))
+        await until(lambda: any(isinstance(m, Completion) for m in ears.client))
         placed = _request(ctx.subjects, "placed", 500)
         reply = await shim.on_dispatch(placed, None)  # type: ignore[arg-type]
         assert reply.accepted
@@ -300,7 +285,7 @@ async def test_a_dispatch_after_its_cancel_is_ended_unrun_and_a_finished_one_sta
         assert shim.stats().running == 0
         await send_cancel(nc, ctx.subjects, CLIENT, "short")  # finished already
         await send_cancel(nc, ctx.subjects, CLIENT, "unknown")
-        await _until(lambda: len(ears.errors("done")) >= 1)
+        await until(lambda: len(ears.errors("done")) >= 1)
         await asyncio.sleep(0.3)
     assert [(e.code, e.request_id) for e in ears.errors()] == [(CANCELLED_CODE, "placed")]
     assert [e.request_id for e in ears.errors("done")] == ["c.placed"]

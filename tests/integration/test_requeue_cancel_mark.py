@@ -11,10 +11,7 @@ run.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 
-import msgspec
 import pytest
 from nats.aio.msg import Msg
 
@@ -27,7 +24,7 @@ from shared.counters import CANCELLED
 from shared.lifecycle import service_context
 from shared.servers import ServerProcess
 from shared.store import as_bytes
-from tests.factories import classified_request, connected_settings, no_ready
+from tests.factories import client_request, connected_settings, no_ready, until
 
 pytestmark = pytest.mark.connected
 
@@ -35,21 +32,7 @@ CLIENT = "c"
 
 
 def _request(subjects: Subjects, rid: str) -> ClassifiedRequest:
-    """Client ``c``'s request ``rid`` as the stack carries it (scoped id, c's reply subject)."""
-    req = classified_request(f"{CLIENT}.{rid}", deadline_s=1e12)
-    return msgspec.structs.replace(
-        req,
-        request=msgspec.structs.replace(
-            req.request, reply_subject=subjects.client_reply(CLIENT, rid), client_id=CLIENT
-        ),
-    )
-
-
-async def _until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
+    return client_request(subjects, CLIENT, rid)
 
 
 def _requeue_cancels() -> float:
@@ -81,7 +64,7 @@ async def test_a_request_cancelled_before_a_restart_and_requeued_after_it_is_end
         counted = _requeue_cancels()
         batch = ["gone", "kept", "left", "also-kept"]
         await restarted.requeue([_request(ctx.subjects, rid) for rid in batch])
-        await _until(lambda: len(replies) == 2)
+        await until(lambda: len(replies) == 2)
         await restarted.forget_ended()
         queued = {as_bytes(k).decode() for k in await ctx.redis.hkeys(ctx.keys.queued)}
         await asyncio.sleep(0.2)  # a third answer would have come by now

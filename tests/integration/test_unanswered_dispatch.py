@@ -18,7 +18,7 @@ from services.router.service import RouterShell
 from shared.bus import serve
 from shared.lifecycle import service_context
 from shared.servers import ServerProcess
-from tests.factories import classified_request, worker_stats
+from tests.factories import classified_request, until, worker_stats
 from tests.integration.test_missed_endings import _Link, _settings
 
 pytestmark = pytest.mark.connected
@@ -41,13 +41,6 @@ class _OneShot(_Link):
 async def _never(_n: int) -> bool:
     """A worker that never answers."""
     return False
-
-
-async def _until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
 
 
 async def _route_one(
@@ -92,7 +85,7 @@ async def _route_one(
         shell.registry.update(worker_stats("w1", pool_id="p", max_num_seqs=4), time.time())
         shell.mark_ready("p")
         await shell.place_round()
-        await _until(lambda: done(link, calls))
+        await until(lambda: done(link, calls))
         await asyncio.sleep(REPLY_TIMEOUT_S)  # nothing more happens after
         await sub.unsubscribe()
         return link, calls, shell
@@ -114,7 +107,7 @@ async def test_a_lost_dispatch_reply_sends_it_to_the_same_worker_again(
         second_only,
         done=lambda _link, calls: len(calls) >= 2,
     )
-    await _until(lambda: shell.registry.confirmed_before(time.time() + 1.0) == [("r1", "w1")])
+    await until(lambda: shell.registry.confirmed_before(time.time() + 1.0) == [("r1", "w1")])
     assert calls == [1, 2]
     assert link.requeued == []
 

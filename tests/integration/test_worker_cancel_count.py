@@ -10,10 +10,7 @@ was cancelled once: ``greenserve_cancelled_total{service="worker"}`` must say so
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 
-import msgspec
 import pytest
 from nats.aio.msg import Msg
 
@@ -26,7 +23,7 @@ from shared.cancels import CANCELLED_CODE
 from shared.counters import CANCELLED
 from shared.lifecycle import service_context
 from shared.servers import ServerProcess
-from tests.factories import classified_request, connected_settings
+from tests.factories import client_request, connected_settings, until
 
 pytestmark = pytest.mark.connected
 
@@ -34,21 +31,7 @@ CLIENT = "c"
 
 
 def _request(subjects: Subjects, rid: str) -> ClassifiedRequest:
-    """Client ``c``'s request ``rid`` as the stack carries it (scoped id, c's reply subject)."""
-    req = classified_request(f"{CLIENT}.{rid}", output_tokens=50, deadline_s=1e12)
-    return msgspec.structs.replace(
-        req,
-        request=msgspec.structs.replace(
-            req.request, reply_subject=subjects.client_reply(CLIENT, rid), client_id=CLIENT
-        ),
-    )
-
-
-async def _until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
+    return client_request(subjects, CLIENT, rid, output_tokens=50)
 
 
 def _counted() -> tuple[float, float]:
@@ -88,7 +71,7 @@ async def test_a_dispatch_sent_again_after_its_cancel_is_ended_again_but_counted
         assert (await shim.on_dispatch(running, None)).accepted  # type: ignore[arg-type]
         assert await shim.cancel("c.running")
         assert (await shim.on_dispatch(running, None)).accepted  # type: ignore[arg-type]
-        await _until(lambda: len(endings) == 5)
+        await until(lambda: len(endings) == 5)
         await asyncio.sleep(0.2)  # another ending would have come by now
         await sub.unsubscribe()
     assert sorted((e.code, e.request_id) for e in endings) == [
