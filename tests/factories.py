@@ -13,8 +13,12 @@ from typing import Any
 import msgspec
 import numpy as np
 import pandas as pd
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
-from proto.messages import ClassifiedRequest, Request, WorkerStats
+from proto.codec import decode_any
+from proto.messages import ClassifiedRequest, ErrorReply, Request, WorkerStats
 from proto.subjects import Subjects
 from services.forecaster.sources import CarbonHistory
 from shared.config import Settings
@@ -24,6 +28,7 @@ __all__ = [
     "classified_request",
     "client_request",
     "connected_settings",
+    "error_replies",
     "no_ready",
     "until",
     "worker_stats",
@@ -81,6 +86,21 @@ def client_request(
             req.request, reply_subject=subjects.client_reply(client, rid), client_id=client
         ),
     )
+
+
+async def error_replies(nc: Client, subject: str) -> tuple[list[ErrorReply], Subscription]:
+    """Collect the ``ErrorReply`` messages published on ``subject`` (flushed: listening
+    before this returns); unsubscribe when done."""
+    replies: list[ErrorReply] = []
+
+    async def on_message(msg: Msg) -> None:
+        reply = decode_any(msg.data)
+        if isinstance(reply, ErrorReply):
+            replies.append(reply)
+
+    sub = await nc.subscribe(subject, cb=on_message)
+    await nc.flush()
+    return replies, sub
 
 
 async def until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:

@@ -13,10 +13,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from nats.aio.msg import Msg
 
-from proto.codec import decode_any
-from proto.messages import ClassifiedRequest, ErrorReply
+from proto.messages import ClassifiedRequest
 from proto.subjects import Subjects
 from services.scheduler.service import SchedulerShell
 from shared.cancels import CANCELLED_CODE
@@ -24,7 +22,7 @@ from shared.counters import CANCELLED
 from shared.lifecycle import service_context
 from shared.servers import ServerProcess
 from shared.store import as_bytes
-from tests.factories import client_request, connected_settings, no_ready, until
+from tests.factories import client_request, connected_settings, error_replies, no_ready, until
 
 pytestmark = pytest.mark.connected
 
@@ -48,15 +46,7 @@ async def test_a_request_cancelled_before_a_restart_and_requeued_after_it_is_end
     of the same batch, and keeps none of the cancelled ones in ``queued``."""
     settings = connected_settings(namespace, nats_server, redis_server)
     async with service_context("scheduler", settings) as ctx:
-        replies: list[ErrorReply] = []
-
-        async def on_client(msg: Msg) -> None:
-            reply = decode_any(msg.data)
-            if isinstance(reply, ErrorReply):
-                replies.append(reply)
-
-        sub = await ctx.nc.subscribe(ctx.subjects.client_wildcard(CLIENT), cb=on_client)
-        await ctx.nc.flush()
+        replies, sub = await error_replies(ctx.nc, ctx.subjects.client_wildcard(CLIENT))
         before = SchedulerShell(ctx, on_ready=no_ready)
         await before.cancel("c.gone")  # placed at the time: the scheduler did not hold it
         await before.cancel("c.left")

@@ -14,16 +14,16 @@ import asyncio
 import pytest
 from nats.aio.msg import Msg
 
-from proto.codec import decode_any
-from proto.messages import ClassifiedRequest, ErrorReply
+from proto.messages import ClassifiedRequest
 from proto.subjects import Subjects
 from services.worker.factory import build_backend
 from services.worker.service import WorkerShim
 from shared.cancels import CANCELLED_CODE
+from shared.config import Settings
 from shared.counters import CANCELLED
 from shared.lifecycle import service_context
 from shared.servers import ServerProcess
-from tests.factories import client_request, connected_settings, until
+from tests.factories import client_request, connected_settings, error_replies, until
 
 pytestmark = pytest.mark.connected
 
@@ -32,6 +32,12 @@ CLIENT = "c"
 
 def _request(subjects: Subjects, rid: str) -> ClassifiedRequest:
     return client_request(subjects, CLIENT, rid, output_tokens=50)
+
+
+def _sim_worker(settings: Settings) -> Settings:
+    """A worker on the simulated engine, with no admission gate to refuse a dispatch."""
+    worker = settings.worker.model_copy(update={"backend": "sim", "admission": False})
+    return settings.model_copy(update={"worker": worker})
 
 
 def _counted() -> tuple[float, float]:
@@ -46,20 +52,9 @@ async def test_a_dispatch_sent_again_after_its_cancel_is_ended_again_but_counted
     """Test that a dispatch repeated after its cancel (its reply lost) gets its ending
     again and is counted once, and that a repeated dispatch of a request the worker aborted
     while it ran is ended again without being counted a second time."""
-    settings = connected_settings(namespace, nats_server, redis_server)
-    settings = settings.model_copy(
-        update={"worker": settings.worker.model_copy(update={"backend": "sim", "admission": False})}
-    )
+    settings = _sim_worker(connected_settings(namespace, nats_server, redis_server))
     async with service_context("worker", settings) as ctx:
-        endings: list[ErrorReply] = []
-
-        async def on_client(msg: Msg) -> None:
-            reply = decode_any(msg.data)
-            if isinstance(reply, ErrorReply):
-                endings.append(reply)
-
-        sub = await ctx.nc.subscribe(ctx.subjects.client_wildcard(CLIENT), cb=on_client)
-        await ctx.nc.flush()
+        endings, sub = await error_replies(ctx.nc, ctx.subjects.client_wildcard(CLIENT))
         shim = WorkerShim(ctx, build_backend(ctx.settings))  # engine not run: nothing finishes
         before = _counted()
         # Its cancel came first; the dispatch is sent three times (two replies lost).
@@ -92,10 +87,7 @@ async def test_a_malformed_cancel_is_counted_by_the_worker_and_ends_nothing(
     from proto.messages import CancelRequest
     from shared.counters import ERRORS
 
-    settings = connected_settings(namespace, nats_server, redis_server)
-    settings = settings.model_copy(
-        update={"worker": settings.worker.model_copy(update={"backend": "sim", "admission": False})}
-    )
+    settings = _sim_worker(connected_settings(namespace, nats_server, redis_server))
     async with service_context("worker", settings) as ctx:
         shim = WorkerShim(ctx, build_backend(ctx.settings))
         assert (await shim.on_dispatch(_request(ctx.subjects, "r1"), None)).accepted  # type: ignore[arg-type]
