@@ -1,17 +1,21 @@
 """Clock model of the simulated GPU: how SM clock changes iteration time and power.
 
-No public measurement of LLM-serving power against SM clock exists (see the data README),
-so the shape is an explicit assumption, exposed as :class:`ClockSettings` and documented
-in ``docs/engine.md``. It is built to reproduce the qualitative facts the seeds report:
+The shape follows how DVFS works on the silicon, and its few constants are fitted to the
+measured clock responses in the seeds (``tools/fit_clock.py``; checked by
+``greenserve bench engine-clock``; see ``docs/engine.md``):
 
 - compute-bound work (prefill, large-batch GEMMs) slows as ``f_max / f``;
-- memory-bound work (decode weight and KV reads) keeps full HBM bandwidth down to a knee
-  clock, below which the SMs can no longer issue loads fast enough and it slows as
-  ``knee / f`` (throttLL'eM §4: "below 840 MHz both efficiency and performance get worse";
-  IPS rises ~3× from 210 MHz to 1410 MHz);
-- dynamic power grows super-linearly with clock, ``P = P_idle + u · k · (f / f_max)^γ``
-  (FREESH Fig. 14 calls the curve convex; throttLL'eM §4: power more than doubles from
-  minimum to maximum clock and is nearly independent of batch size).
+- memory-bound work (decode weight and KV reads) is not clock-free: the SMs issue the loads,
+  so achieved bandwidth falls smoothly as the clock drops toward a knee and roughly in
+  proportion below it, ``slow(s) = ((1 + (k/s)^q) / (1 + k^q))^(1/q)``, ``s = f/f_max``
+  (throttLL'eM §4, A100: −25 % clock costs +5.4 % TBT at batch 32, and "below 840 MHz both
+  efficiency and performance get worse");
+- dynamic power is ``∝ f·V²``, and the voltage falls with the clock only down to the
+  minimum operating voltage: ``V(s)/V_max = v0 + (1 − v0)·max(0, (s − s_v)/(1 − s_v))``.
+  Below ``s_v`` power falls only linearly with the clock while static power and the
+  clock-independent HBM share keep being paid for a longer time, which is what makes energy
+  per unit of work U-shaped in the clock (DynamoLLM Tables I–III: minimum at 1.2–1.6 GHz on
+  H100; throttLL'eM: sweet spot ≈ 1050 MHz on A100).
 """
 
 from __future__ import annotations
@@ -23,29 +27,59 @@ __all__ = ["DEFAULT_CLOCK_SETTINGS", "ClockSettings"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClockSettings:
-    """Parameters of the clock model (assumed, not fitted; see ``docs/engine.md``)."""
+    """Parameters of the clock model.
 
-    power_exponent: float = 2.5
-    """γ in ``P_dyn ∝ (f/f_max)^γ``: dynamic power ∝ f·V² with voltage rising with f
-    along the DVFS curve gives γ between 2 and 3; 2.5 is the middle."""
-    memory_knee_fraction: float = 0.6
-    """Clock, as a fraction of the maximum, below which memory-bound work slows in
-    proportion to the clock (A100: 0.6 × 1410 ≈ 846 MHz, throttLL'eM's 840 MHz)."""
-    memory_power_clock_independent_share: float = 0.4
+    The defaults are fitted by ``tools/fit_clock.py`` to throttLL'eM's A100 clock response
+    (``../shared/seeds/002_throttllem.md`` §4: Llama2-13B TP2, batch 32, 1,024 output tokens;
+    sweet spot 1,050 MHz, +37.4 % tokens/J, −6.25 % throughput and +5.41 % TBT at 1,050 vs
+    1,410 MHz). DynamoLLM's H100 tables (``001_dynamollm.md`` §3.2–3.4) are held out and
+    compared by ``greenserve bench engine-clock``; ``docs/engine.md`` gives both.
+    """
+
+    voltage_floor_fraction: float = 0.791
+    """``s_v``: clock, as a fraction of the maximum, below which the voltage stays at its
+    minimum, so dynamic power falls only in proportion to the clock."""
+    min_voltage_ratio: float = 0.514
+    """``v0 = V_min / V_max`` along the DVFS curve."""
+    memory_knee_fraction: float = 0.557
+    """``k``: clock fraction around which memory-bound work turns from nearly clock-free to
+    clock-bound (A100: 0.6 × 1410 ≈ 846 MHz, throttLL'eM's 840 MHz)."""
+    memory_knee_sharpness: float = 7.30
+    """``q`` of the soft knee; large ``q`` approaches ``max(1, k/s)``."""
+    memory_power_clock_independent_share: float = 0.666
     """Share of the memory-bound dynamic power drawn by HBM and I/O, which does not scale
     with the SM clock (the memory clock is never changed)."""
 
     def __post_init__(self) -> None:
-        if self.power_exponent < 1.0:
-            raise ValueError("power_exponent must be >= 1 (dynamic power is super-linear)")
         for name in (
+            "voltage_floor_fraction",
+            "min_voltage_ratio",
             "memory_knee_fraction",
             "memory_power_clock_independent_share",
         ):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
+        if self.voltage_floor_fraction >= 1.0:
+            raise ValueError("voltage_floor_fraction must be below 1")
+        if self.memory_knee_sharpness < 1.0:
+            raise ValueError("memory_knee_sharpness must be >= 1")
+
+    def dynamic_power_factor(self, s: float) -> float:
+        """Return dynamic power at clock fraction ``s`` relative to the maximum clock (f·V²)."""
+        floor = self.voltage_floor_fraction
+        v0 = self.min_voltage_ratio
+        volts = v0 + (1.0 - v0) * max(0.0, (s - floor) / (1.0 - floor))
+        return s * volts * volts
+
+    def memory_slowdown(self, s: float) -> float:
+        """Return how much longer memory-bound work takes at clock fraction ``s`` (1 at s=1)."""
+        k = self.memory_knee_fraction
+        q = self.memory_knee_sharpness
+        if k <= 0.0:
+            return 1.0
+        return float(((1.0 + (k / s) ** q) / (1.0 + k**q)) ** (1.0 / q))
 
 
 DEFAULT_CLOCK_SETTINGS = ClockSettings()
-"""The documented default clock model."""
+"""The fitted default clock model."""

@@ -4,7 +4,8 @@ Latency of an iteration on each GPU of a TP group (all GPUs run in lock step), w
 ``s = f / f_max`` and ``slow(s) = max(1, knee / s)`` (see :mod:`shared.engine.clock`):
 
 ``t = roofline(t_c / s, t_m · slow(s)) + L·(k_layer / s + h_layer) + T·(L·k_tok·slow(s) + h_tok)
-+ h_iter + 2L·(α + a_extra + T·hidden·2 / β)``
++ h_iter + 2L·(α + a_extra + T·hidden·2 / β)``, with ``slow`` the soft memory knee of
+:meth:`~shared.engine.clock.ClockSettings.memory_slowdown`
 
 - ``t_c``: FLOPs of the linear layers (``2·params/TP`` per token, LM head for sampled
   tokens only) plus attention (``4·L·H·d_head/TP`` per query–key pair), over achieved
@@ -14,9 +15,10 @@ Latency of an iteration on each GPU of a TP group (all GPUs run in lock step), w
 - ``h_layer``, ``h_tok``, ``h_iter``, ``a_extra``: host-side overheads of the serving stack.
 - ``α``, ``β``: NCCL all-reduce latency and bandwidth (fitted on Vidur's tables).
 
-Power per GPU: ``P = P_idle + s^γ·(P_busy + P_c·u_c) + P_m·u_m·(b + (1 − b)·s^γ)``, capped
-at TDP, with ``u_c``, ``u_m`` the shares of the iteration spent at the achieved compute and
-bandwidth rates. Splitwise's phase powers (prompt near TDP, token lower) motivate the split.
+Power per GPU: ``P = P_idle + d(s)·(P_busy + P_c·u_c) + P_m·u_m·(b + (1 − b)·d(s))``, capped
+at TDP, with ``d(s) = s·V(s)²`` (``ClockSettings.dynamic_power_factor``) and ``u_c``,
+``u_m`` the shares of the iteration spent at the achieved compute and bandwidth rates.
+Splitwise's phase powers (prompt near TDP, token lower) motivate the split.
 """
 
 from __future__ import annotations
@@ -89,17 +91,16 @@ class CostModel:
         "_ar_fixed_s",
         "_ar_rate",
         "_attn_flops_per_pair",
+        "_clock",
         "_clock_terms",
         "_coeff",
         "_decode_pricings",
         "_flop_rate",
-        "_gamma",
         "_gpu",
         "_head_flops_per_seq",
         "_host_fixed_s",
         "_kernel_layers_s",
         "_kernel_token_s",
-        "_knee",
         "_kv_bytes_per_token",
         "_lin_flops_per_token",
         "_mem_power_floor",
@@ -137,8 +138,7 @@ class CostModel:
         self._kernel_layers_s = model.layers * c.kernel_layer_s
         self._kernel_token_s = model.layers * c.kernel_token_layer_s
         self._host_fixed_s = model.layers * c.layer_overhead_s + c.iteration_overhead_s
-        self._knee = clock.memory_knee_fraction
-        self._gamma = clock.power_exponent
+        self._clock = clock
         self._mem_power_floor = clock.memory_power_clock_independent_share
         # Terms that depend only on the clock, computed once per clock with the very same
         # float operations as before (results are bit-identical, see _terms_at).
@@ -258,12 +258,12 @@ class CostModel:
         """Return and cache the clock-only terms of :meth:`cost_of`.
 
         They are s, the memory slowdown, the kernel time per iteration and per token, the
-        dynamic-power factor ``s^γ`` and the clock factor of memory-bound power.
+        dynamic-power factor ``d(s)`` and the clock factor of memory-bound power.
         """
         s = clock_mhz / self._gpu.max_clock_mhz
-        slowdown = self._knee / s if s < self._knee else 1.0
+        slowdown = self._clock.memory_slowdown(s)
         floor = self._mem_power_floor
-        dyn = s**self._gamma
+        dyn = self._clock.dynamic_power_factor(s)
         terms = (
             s,
             slowdown,
