@@ -17,6 +17,8 @@ import math
 import sys
 from typing import Any
 
+from greenserve.argtypes import positive_int
+
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
 NAME = "engine-clock"
@@ -27,7 +29,7 @@ GOALS = {"spearman_mean": 0.8, "optimum_match": 6, "throttllem_tolerance_pct": 1
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Seeds and the trace the class lengths come from."""
-    parser.add_argument("--seeds", type=int, default=5, help="runs per cell (paper: 5)")
+    parser.add_argument("--seeds", type=positive_int, default=5, help="runs per cell (paper: 5)")
     parser.add_argument(
         "--trace", default="conv", help="Azure-format CSV or alias the class lengths come from"
     )
