@@ -210,7 +210,9 @@ def _stats_view_run(phase_s: float) -> SimResult:
 def test_the_heartbeat_phase_changes_what_the_stats_view_router_sees() -> None:
     """Test that the phase moves first tokens, and that a whole period is phase 0 again."""
     at_zero = _stats_view_run(0.0)
-    assert np.array_equal(at_zero.columns.first_token_s, _stats_view_run(2.5).columns.first_token_s)
+    whole_period = _stats_view_run(2.5).columns.first_token_s
+    # NaN: a prompt beyond the model's 8k context is refused in both runs.
+    assert np.array_equal(at_zero.columns.first_token_s, whole_period, equal_nan=True)
     shifted = [_stats_view_run(phase).columns.first_token_s for phase in (0.6, 1.3, 1.9)]
     assert any(not np.array_equal(at_zero.columns.first_token_s, s) for s in shifted)
 
