@@ -78,6 +78,8 @@ class ControlLoops:
         """Powered node-time (booting included) in the measured window."""
         self.bare_energy_j = 0.0
         """Part of ``energy_j`` drawn by GPUs that hold no model on powered nodes."""
+        self.max_instances = 0
+        self.max_gpus = 0
         self.energy_by_region: dict[str, float] = defaultdict(float)
         self.co2_by_region: dict[str, float] = defaultdict(float)
         self._seen_j: dict[int, float] = {}
@@ -258,6 +260,8 @@ class ControlLoops:
             clock_sum += instance.engine.clock_mhz * instance.gpus
             gpus += instance.gpus
         powered = sim.nodes.powered_count()
+        self.max_gpus = max(self.max_gpus, gpus)
+        self.max_instances = max(self.max_instances, len(self._all_instances()))
         bare, node_s = sim.nodes.account(self._last_sample_s, t_s)
         counted = self._counted_share(t_s, dt)
         for region, joules in bare.items():

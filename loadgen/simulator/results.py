@@ -53,6 +53,10 @@ class SimResult:
     """Part of ``energy_j`` drawn by GPUs without a model on powered nodes."""
     measure_from_s: float = 0.0
     """Start of the measured window (requests arriving earlier warmed the run up)."""
+    max_instances: int = 0
+    """Most instances held at once (starting and draining included): a static pool's size."""
+    max_gpus: int = 0
+    """Most GPUs held by instances at once."""
     wall_s: float = 0.0
     scale_events: int = 0
     clock_changes: int = 0
@@ -91,6 +95,8 @@ class SimResult:
             "node_power_ons": self.node_power_ons,
             "bare_idle_energy_wh": self.bare_energy_j / 3600.0,
             "measure_from_s": self.measure_from_s,
+            "max_instances": self.max_instances,
+            "max_gpus": self.max_gpus,
             "avg_power_w": self.energy_j / self.measured_s if self.measured_s > 0 else 0.0,
             "tokens_per_joule": self.summary.tokens_per_joule,
             "slo_attainment": overall.slo_attainment,
@@ -187,6 +193,8 @@ def build_result(sim: ClusterSimulator) -> SimResult:
         node_power_ons=sum(1 for t in sim.nodes.power_on_events if t >= sim.measure_from_s),
         bare_energy_j=control.bare_energy_j,
         measure_from_s=sim.measure_from_s,
+        max_instances=control.max_instances,
+        max_gpus=control.max_gpus,
         scale_events=control.scale_events,
         clock_changes=control.clock_changes,
         energy_wh_by_region={k: v / 3600.0 for k, v in control.energy_by_region.items()},
