@@ -430,10 +430,10 @@ class EpochPlanner:
             ]:
                 instance.draining = False
             while len(pool.live()) < target:
-                instance = sim.control.new_instance(pool, t_s)
-                if instance is None:
+                started = sim.control.new_instance(pool, t_s)
+                if started is None:
                     break
-                ready_s = max(ready_s, instance.ready_s)
+                ready_s = max(ready_s, started.ready_s)
         # The router keeps the sim pools' measured no-queue profile (Lat of FREESH Eq. 6), so
         # every policy set is judged against the same per-request E2E bound.
         measured = {p.pool_id: p for p in sim.pools}

@@ -226,3 +226,12 @@ def test_dynamollm_instance_managers_lower_the_clock_at_light_load_and_serve_eve
     assert result.clock_mode == "profile"
     at_max = _run(trace, policy="max-clock-fcfs-rr", gpus=4)
     assert result.energy_j < at_max.energy_j
+
+
+def test_refused_requests_are_counted_by_cause_not_raised() -> None:
+    """Test that a prompt beyond the model's context and an empty output are counted
+    refusals with their cause, and the run serves everything else."""
+    trace = [*_trace(), TraceRequest(31.0, 9000, 10), TraceRequest(32.0, 100, 0)]
+    result = _run(trace)
+    assert result.rejected_by_reason == {"bad_lengths": 1, "too_long": 1}
+    assert result.completed == len(trace) - 2
