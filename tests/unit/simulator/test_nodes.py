@@ -90,7 +90,8 @@ def test_a_cold_instance_on_a_powered_off_node_waits_for_the_boot() -> None:
     pool.max_instances = 2
     pool.slots = (*pool.slots, pool.slots[0])
     second = sim.start_instance(pool, 20.0, warm=False)
-    assert second is not None and second.node is instance.node
+    assert second is not None
+    assert second.node is instance.node
     assert second.ready_s == pytest.approx(instance.ready_s)
     assert sim.nodes.power_on_events == [10.0]
 

@@ -96,9 +96,11 @@ def test_the_carbon_aware_region_is_the_cleanest_one_with_room() -> None:
     hourly = {"DIRTY": np.full(48, 500.0), "CLEAN": np.full(48, 50.0)}
     carbon = CarbonClock(hourly, start_offset_s=3600.0)
     found = cleanest_region(scenario, carbon, (0.0, 3600.0), "H100-80GB", 2)
-    assert found is not None and found[0] == "CLEAN"
+    assert found is not None
+    assert found[0] == "CLEAN"
     assert found[1] == {"DIRTY": 500.0, "CLEAN": 50.0}
     found = cleanest_region(scenario, carbon, (0.0, 3600.0), "H100-80GB", 3)
-    assert found is not None and found[0] == "DIRTY"
+    assert found is not None
+    assert found[0] == "DIRTY"
     assert cleanest_region(scenario, carbon, (0.0, 3600.0), "H100-80GB", 5) is None
     assert cleanest_region(scenario, carbon, (0.0, 3600.0), "A100-80GB", 1) is None
