@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loadgen.simulator.instance import RequestState, SimInstance
+from loadgen.simulator.nodes import drain_order
 from loadgen.simulator.policies import instances_needed, miad_available
 from shared.metrics.energy import JOULES_PER_KWH
 from shared.metrics.latency import SLO_WINDOW_FACTOR
@@ -427,7 +428,7 @@ class ControlLoops:
                     self._new(pool, t_s, warm=False)
                     changed = True
             elif len(live) > want and not grow_only:
-                for instance in sorted(live, key=lambda i: len(i.requests))[: len(live) - want]:
+                for instance in drain_order(live)[: len(live) - want]:
                     instance.draining = True
                     changed = True
         if changed:

@@ -14,12 +14,13 @@ A powered-off node draws nothing. An instance is placed on the fullest powered n
 room for its TP (best fit, so light load packs onto few nodes); when none has, the first
 powered-off node of its region and GPU type boots, which takes ``delays.node_power_on_s`` at
 bare idle power before the instance starts loading (``delays.instance_start_s``). A node that
-holds no instance at a sample tick powers off.
+holds no instance at a sample tick powers off, and a scale-in drains the instances of the
+emptiest nodes first (:func:`drain_order`), as a cluster manager that consolidates would.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from loadgen.simulator.instance import SimInstance
     from loadgen.simulator.scenario import Scenario
 
-__all__ = ["Node", "NodeFleet", "NodeFullError"]
+__all__ = ["Node", "NodeFleet", "NodeFullError", "drain_order"]
 
 
 class NodeFullError(RuntimeError):
@@ -162,3 +163,17 @@ class NodeFleet:
     def powered_count(self) -> int:
         """Nodes that are on (booting included)."""
         return sum(1 for n in self.nodes if n.powered)
+
+
+def drain_order(instances: Sequence[SimInstance]) -> list[SimInstance]:
+    """Instances in the order a scale-in drains them: those on the nodes with the fewest
+    other live instances first (so whole nodes empty and can power off), then the fewest
+    requests held (the least work left to finish)."""
+
+    def on_node(instance: SimInstance) -> int:
+        node = instance.node
+        if not isinstance(node, Node):
+            return 0
+        return sum(1 for i in node.instances if not i.draining)
+
+    return sorted(instances, key=lambda i: (on_node(i), len(i.requests)))

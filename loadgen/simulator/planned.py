@@ -53,6 +53,7 @@ import pandas as pd
 from loadgen.simulator.demand import ArrivalHistory, forecast_error_alpha
 from loadgen.simulator.feedback import SloFeedback
 from loadgen.simulator.gate import PlanGate
+from loadgen.simulator.nodes import drain_order
 from proto.messages import Plan as WirePlan
 from services.classifier.classes import scheme_by_name
 from services.forecaster.load_forecast import LoadForecastConfig
@@ -457,7 +458,7 @@ class EpochPlanner:
             for pool in sim.pools:
                 live = pool.live()
                 surplus = len(live) - want.get(pool.pool_id, 0)
-                for instance in sorted(live, key=lambda i: len(i.requests))[: max(0, surplus)]:
+                for instance in drain_order(live)[: max(0, surplus)]:
                     instance.draining = True
             sim.control.scale_events += 1
             if self.feedback is not None:
