@@ -51,6 +51,8 @@ class Node:
     instances: list[SimInstance] = field(default_factory=list)
     departed: list[SimInstance] = field(default_factory=list)
     """Instances that left since the last sample: their GPUs were held part of the interval."""
+    held: bool = False
+    """Kept on while empty (a re-shard between its old and new instances)."""
 
     def free_gpus(self) -> int:
         """GPUs no instance holds."""
@@ -156,7 +158,7 @@ class NodeFleet:
             )
             node_s += on_s
             node.departed.clear()
-            if not node.instances:
+            if not node.instances and not node.held:
                 node.powered = False
         return joules, node_s
 

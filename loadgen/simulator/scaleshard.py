@@ -276,6 +276,10 @@ class ShardManager:
         pool = node.pool
         node.target_tp = target_tp
         node.pending = NODE_GPUS // target_tp
+        for instance in node.instances:
+            if isinstance(instance.node, Node):
+                # The server stays on while it re-shards, even once its old instances left.
+                instance.node.held = True
         requeued = 0
         for instance in node.instances:
             instance.advance(t_s)
@@ -342,7 +346,7 @@ class ShardManager:
                 )
                 sim.retire(instance, t_s)
         if server is None or not server.powered:
-            # Its instances were retired at a sample tick and the server went off: boot one.
+            # Not held (no old instance knew its node): boot one.
             server = sim.nodes.place(node.region, node.gpu, NODE_GPUS, t_s, warm=False)
         begin = max(t_s, server.ready_s)
         config = replace(pool.config, gpu=node.gpu, tp=node.target_tp)
@@ -362,6 +366,7 @@ class ShardManager:
         for instance in node.instances:
             # The same server's GPUs: it stays powered through the re-shard.
             sim.nodes.attach(server, instance)
+        server.held = False
         delay = begin + delay - t_s
         node.record.update(drained_s=t_s, delay_s=delay, ready_s=t_s + delay)
         sim.schedule_tick(t_s + delay, lambda at_s: self._ready(node, at_s))

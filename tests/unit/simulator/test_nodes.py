@@ -112,3 +112,19 @@ def test_a_booting_node_draws_bare_power_for_every_gpu_then_powers_off_when_empt
     assert bare["R"] == pytest.approx((7 * 5.0 + 8 * 5.0) * bare_w)
     assert sim.nodes.powered_count() == 0
     assert sim.nodes.account(boot_s + 10.0, boot_s + 20.0) == ({}, 0.0)
+
+
+def test_a_held_node_stays_on_while_empty_and_goes_off_once_released() -> None:
+    """Test that a node held for a re-shard is not powered off between its layouts."""
+    sim = _sim(8, 1, TRACE)
+    instance = sim.start_instance(sim.pools[0], 0.0, warm=True)
+    assert instance is not None
+    node = sim.nodes.nodes[0]
+    node.held = True
+    sim.retire(instance, 1.0)
+    _, node_s = sim.nodes.account(0.0, 5.0)
+    assert node.powered
+    assert node_s == pytest.approx(5.0)
+    node.held = False
+    sim.nodes.account(5.0, 10.0)
+    assert not node.powered
