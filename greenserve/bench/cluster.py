@@ -226,6 +226,7 @@ def _baseline(result: SimResult, baselines: SizedBaselines) -> dict[str, Any]:
     search = baselines.single_search
     return {
         **_summary(result),
+        "gpu_type": baselines.gpu,
         "sized_by": SINGLE_POOL_RULE,
         "size_found": search.passed,
         "probes_slo_pct": {str(n): 100.0 * a for n, a in sorted(search.probes.items())},

@@ -25,7 +25,7 @@ from loadgen.simulator.sizing import (
 from loadgen.traces import TraceRequest
 from services.classifier.classes import scheme_by_name
 
-__all__ = ["Runner", "SizedBaselines", "inventory_slots", "size_baselines"]
+__all__ = ["Runner", "SizedBaselines", "baseline_gpu", "inventory_slots", "size_baselines"]
 
 Runner = Callable[[PolicySet, Sequence[TraceRequest]], SimResult]
 """Simulates one policy set on a trace over the measured window."""
@@ -48,16 +48,37 @@ class SizedBaselines:
     carbon_region: str | None = None
     region_intensity: dict[str, float] = field(default_factory=dict)
     carbon_note: str = ""
+    gpu: str = ""
+    """The GPU type of the homogeneous baselines."""
 
 
-def inventory_slots(scenario: Scenario, tp: int = BASELINE_TP) -> list[tuple[str, str]]:
-    """(region, GPU type) of every TP slot, in the order a static pool fills them."""
+def inventory_slots(
+    scenario: Scenario, tp: int = BASELINE_TP, gpu_type: str | None = None
+) -> list[tuple[str, str]]:
+    """(region, GPU type) of every TP slot (of ``gpu_type`` if given), in the order a static
+    pool fills them."""
     return [
         (region.name, gpu)
         for region in scenario.regions
         for gpu, n in region.gpus.items()
+        if gpu_type in (None, gpu)
         for _ in range(n // tp)
     ]
+
+
+def baseline_gpu(scenario: Scenario, tp: int = BASELINE_TP) -> str:
+    """The GPU type with the most TP slots (the first in scenario order on a tie): the
+    homogeneous baselines' hardware.
+
+    Raises:
+        ValueError: when the inventory holds no TP slot.
+    """
+    counts: dict[str, int] = {}
+    for _, gpu in inventory_slots(scenario, tp):
+        counts[gpu] = counts.get(gpu, 0) + 1
+    if not counts:
+        raise ValueError(f"scenario {scenario.name!r} holds no TP{tp} slot")
+    return max(counts, key=lambda gpu: counts[gpu])
 
 
 def size_baselines(
@@ -71,38 +92,38 @@ def size_baselines(
 ) -> SizedBaselines:
     """Find and run every static baseline on ``trace`` (measured from ``measure_from_s``).
 
+    SinglePool, MultiPool and the carbon-aware placement use one GPU type, the one with the
+    most TP8 slots (:func:`baseline_gpu`); the whole-inventory row uses every GPU.
+
     Raises:
         ValueError: when the inventory holds no TP8 slot.
     """
-    slots = inventory_slots(scenario)
-    base = policy_by_name("single-pool")
+    gpu = baseline_gpu(scenario)
+    upper = len(inventory_slots(scenario, gpu_type=gpu))
     runs: dict[int, SimResult] = {}
 
     def single(n: int) -> float:
-        runs[n] = run(policy_by_name("single-pool", instances=n), trace)
+        runs[n] = run(policy_by_name("single-pool", instances=n, gpu_type=gpu), trace)
         return servable_attainment(runs[n])
 
-    search = smallest_passing(single, len(slots), goal)
-    out = SizedBaselines(
-        single=runs[search.instances], single_search=search, full_fleet=runs[len(slots)]
-    )
-    _size_multi(out, scenario, trace, run, goal, measure_from_s, len(slots))
-    gpus = {gpu for _, gpu in slots[: search.instances]}
+    search = smallest_passing(single, upper, goal)
+    whole = inventory_slots(scenario)
+    full = runs[upper] if upper == len(whole) else run(policy_by_name("single-pool"), trace)
+    out = SizedBaselines(single=runs[search.instances], single_search=search, full_fleet=full)
+    out.gpu = gpu
+    _size_multi(out, scenario, trace, run, goal, measure_from_s, gpu, upper)
     end_s = max((t.t_s for t in trace), default=measure_from_s)
-    if len(gpus) != 1:
-        out.carbon_note = f"the peak-sized pool spans GPU types {sorted(gpus)}"
-        return out
     found = cleanest_region(
-        scenario, carbon, (measure_from_s, end_s), gpus.pop(), search.instances, tp=base.tp
+        scenario, carbon, (measure_from_s, end_s), gpu, search.instances, tp=BASELINE_TP
     )
     if found is None:
         out.carbon_note = "no single region holds the peak-sized pool"
         return out
     out.carbon_region, out.region_intensity = found
-    out.carbon_aware = run(
-        policy_by_name("single-pool", instances=search.instances, regions=(out.carbon_region,)),
-        trace,
+    policy = policy_by_name(
+        "single-pool", instances=search.instances, gpu_type=gpu, regions=(out.carbon_region,)
     )
+    out.carbon_aware = run(policy, trace)
     return out
 
 
@@ -113,6 +134,7 @@ def _size_multi(
     run: Runner,
     goal: float,
     measure_from_s: float,
+    gpu: str,
     upper: int,
 ) -> None:
     """Size each class's pool on that class's requests alone, then run MultiPool at those
@@ -125,16 +147,18 @@ def _size_multi(
             continue
 
         def attainment(n: int, requests: Sequence[TraceRequest] = requests) -> float:
-            return servable_attainment(run(policy_by_name("single-pool", instances=n), requests))
+            policy = policy_by_name("single-pool", instances=n, gpu_type=gpu)
+            return servable_attainment(run(policy, requests))
 
         out.multi_searches[name] = smallest_passing(attainment, upper, goal, gallop=True)
     sizes = {name: s.instances for name, s in out.multi_searches.items()}
     failed = sorted(name for name, s in out.multi_searches.items() if not s.passed)
     if sum(sizes.values()) > upper:
         out.multi_note = (
-            f"MultiPool needs {sum(sizes.values())} TP8 instances, the inventory holds {upper}"
+            f"MultiPool needs {sum(sizes.values())} TP8 instances, the inventory holds {upper} "
+            f"of {gpu}"
         )
         return
     if failed:
         out.multi_note = f"classes {failed} miss the goal even with the whole inventory"
-    out.multi = run(policy_by_name("multi-pool", class_instances=sizes), trace)
+    out.multi = run(policy_by_name("multi-pool", class_instances=sizes, gpu_type=gpu), trace)

@@ -84,6 +84,10 @@ class PolicySet:
     class_instances: Mapping[str, int] | None = None
     """Static size per class (``class`` pooling); ``None``: every slot of the inventory,
     split by each class's share of the trace's output tokens."""
+    gpu_type: str | None = None
+    """The one GPU type the pools may use (``None``: every type). The sized baselines are
+    homogeneous (DynamoLLM's DGX H100 nodes): adding slower GPUs to a round-robin pool can
+    lower its attainment, which would break the size search's monotonicity."""
     regions: tuple[str, ...] = ()
     """Regions whose GPUs the pools may use, in this order (empty: every region, in scenario
     order); the carbon-aware static baseline names the cleanest one."""

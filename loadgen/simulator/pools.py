@@ -173,6 +173,7 @@ def build_pools(
         (region.name, gpu)
         for region in regions
         for gpu, n in region.gpus.items()
+        if policy.gpu_type in (None, gpu)
         for _ in range(n // policy.tp)
     ]
     if policy.pooling == "class":
@@ -212,7 +213,7 @@ def build_pools(
         return [new_pool("single", "*", gpu, slots)]
     for region in regions:
         for gpu, n in region.gpus.items():
-            if n // policy.tp > 0:
+            if n // policy.tp > 0 and policy.gpu_type in (None, gpu):
                 pool_slots = [(region.name, gpu)] * (n // policy.tp)
                 pools.append(new_pool(f"{region.name}-{gpu}", region.name, gpu, pool_slots))
     return pools

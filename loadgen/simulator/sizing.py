@@ -34,10 +34,11 @@ __all__ = [
 ]
 
 SINGLE_POOL_RULE = (
-    "SinglePool (DynamoLLM): one TP8 pool at maximum clock, FCFS, round robin, static; its "
-    "size is the smallest number of TP8 instances whose SLO attainment over the measured window "
+    "SinglePool (DynamoLLM): one TP8 pool at maximum clock, FCFS, round robin, static, on the "
+    "GPU type with the most TP8 slots; its size is the smallest number of TP8 instances whose "
+    "SLO attainment over the measured window "
     "(requests the model cannot hold excluded) is >= the goal, found by bisection over "
-    "1..inventory with every candidate simulated on that window"
+    "1..that type's inventory with every candidate simulated on that window"
 )
 MULTI_POOL_RULE = (
     "MultiPool (DynamoLLM): one static TP8 pool per class at maximum clock, FCFS, round robin; "

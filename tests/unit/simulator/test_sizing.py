@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from loadgen.simulator.baselines import baseline_gpu, inventory_slots
 from loadgen.simulator.carbon import CarbonClock
 from loadgen.simulator.cluster import ClusterSimulator
 from loadgen.simulator.policies import policy_by_name
+from loadgen.simulator.pools import build_pools
 from loadgen.simulator.scenario import Scenario
 from loadgen.simulator.sizing import cleanest_region, servable_attainment, smallest_passing
 from loadgen.traces import TraceRequest, synthetic_trace
@@ -104,3 +106,26 @@ def test_the_carbon_aware_region_is_the_cleanest_one_with_room() -> None:
     assert found[0] == "DIRTY"
     assert cleanest_region(scenario, carbon, (0.0, 3600.0), "H100-80GB", 5) is None
     assert cleanest_region(scenario, carbon, (0.0, 3600.0), "A100-80GB", 1) is None
+
+
+def test_the_baselines_use_the_gpu_type_with_the_most_tp8_slots() -> None:
+    """Test that a mixed inventory sizes the homogeneous baselines on its majority type."""
+    scenario = Scenario.model_validate(
+        {
+            "name": "mixed",
+            "model": "llama-3-8b",
+            "start_utc": "2022-06-15T00:00:00Z",
+            "regions": [
+                {"name": "A", "carbon": "CISO", "gpus": {"A100-80GB": 16, "H100-80GB": 8}},
+                {"name": "B", "carbon": "PJM", "gpus": {"H100-80GB": 16}},
+            ],
+        }
+    )
+    assert baseline_gpu(scenario) == "H100-80GB"
+    assert inventory_slots(scenario, gpu_type="H100-80GB") == [
+        ("A", "H100-80GB"),
+        ("B", "H100-80GB"),
+        ("B", "H100-80GB"),
+    ]
+    pools = build_pools(scenario, policy_by_name("single-pool", instances=2, gpu_type="H100-80GB"))
+    assert pools[0].slots == (("A", "H100-80GB"), ("B", "H100-80GB"))
