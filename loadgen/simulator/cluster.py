@@ -15,10 +15,12 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from loadgen.simulator.carbon import CarbonClock
 from loadgen.simulator.control import ControlLoops
 from loadgen.simulator.instance import RequestState, SimInstance
+from loadgen.simulator.nodes import NodeFleet
 from loadgen.simulator.policies import PolicySet
 from loadgen.simulator.pools import Pool, build_pools, routing_plan
 from loadgen.simulator.results import SimResult, build_result
@@ -31,7 +33,7 @@ from services.router.placement import Candidate, WorkerLoad
 from services.scheduler.laxity import laxity_s, remaining_time_s
 from services.scheduler.queueing import QueuedRequest
 from shared.config import ClassifierSettings
-from shared.engine import EngineConfig
+from shared.engine import EngineConfig, create_engine, model_shape
 from shared.errors import RequestRejectedError
 
 __all__ = ["ClusterSimulator", "simulate"]
@@ -54,6 +56,7 @@ class ClusterSimulator:
         progress: Progress | None = None,
         request_ids: Sequence[str] | None = None,
         carbon_forecast: Callable[[str, float], float] | None = None,
+        measure_from_s: float = 0.0,
     ) -> None:
         """Prepare pools, classifier and control loops; nothing runs until :meth:`run`.
 
@@ -70,10 +73,13 @@ class ClusterSimulator:
             carbon_forecast: the epoch planner's intensity forecast, ``(region, t_s) →
                 gCO2/kWh`` (default: the carbon forecaster fitted on the EIA history before
                 the scenario's start, issued at each epoch's start hour).
+            measure_from_s: start of the measured window: requests arriving earlier, and
+                energy, GPU- and node-time before it, warm the run up but are not reported.
         """
         if request_ids is not None and len(request_ids) != len(trace):
             raise ValueError("request_ids must hold one id per trace entry")
         self.request_ids = request_ids
+        self.measure_from_s = measure_from_s
         self.carbon_forecast = carbon_forecast
         self.scenario = scenario
         self.policy = policy
@@ -92,6 +98,7 @@ class ClusterSimulator:
 
             shares = class_token_shares(trace, self.scheme)
         self.pools = build_pools(scenario, policy, shares)
+        self.nodes = NodeFleet(scenario, self._loaded_idle_w_per_gpu)
         self.pool_by_id = {p.pool_id: p for p in self.pools}
         self.max_num_seqs = scenario.engine.max_num_seqs
         live = ClassifierSettings()
@@ -102,7 +109,10 @@ class ClusterSimulator:
                 policy.predictor, scheme=self.scheme, model_dir=None, **policy.predictor_params
             ),
             models=[scenario.model],
-            max_context_tokens=scenario.slo.max_context_tokens,
+            # The live classifier refuses what the model cannot hold (vLLM's max_model_len).
+            max_context_tokens=min(
+                scenario.slo.max_context_tokens, model_shape(scenario.model).max_context
+            ),
             alpha_llf=scenario.slo.alpha_llf,
             default_ttft_ms=live.default_ttft_ms,
             default_tbt_ms=live.default_tbt_ms,
@@ -163,6 +173,9 @@ class ClusterSimulator:
         if self.record_token_times:
             state.token_times = []
         self.states.append(state)
+        if item.prompt_tokens < 1 or item.output_tokens < 1:
+            self._reject(state, "bad_lengths")
+            return
         request = Request(
             request_id=state.request_id,
             model=self.scenario.model,
@@ -174,8 +187,8 @@ class ClusterSimulator:
         )
         try:
             classified = self.classifier.classify(request, arrival_s=t_s, now_wall=t_s)
-        except RequestRejectedError:
-            state.rejected = True
+        except RequestRejectedError as error:
+            self._reject(state, error.code)
             return
         pool = self.pool_by_id[classified.pool_id]
         state.predicted = classified.predicted_output_tokens
@@ -264,8 +277,15 @@ class ClusterSimulator:
             try:
                 by_id[worker].add(state, t_s)
             except ValueError:
-                state.rejected = True
+                # Prompt plus output can never fit this engine's KV cache (the worker's
+                # error reply in the live stack).
+                self._reject(state, "kv_cache")
                 self.outstanding -= 1
+
+    @staticmethod
+    def _reject(state: RequestState, reason: str) -> None:
+        state.rejected = True
+        state.reject_reason = reason
 
     def _schedule_wakes(self, instances: list[SimInstance], t_s: float) -> None:
         bound = t_s + self.control.wake_bound_s
@@ -284,19 +304,50 @@ class ClusterSimulator:
         region, gpu = pool.slots[slot]
         delay = 0.0 if warm else self.scenario.delays.instance_start_s
         config = pool.config if gpu == pool.config.gpu else _with_gpu(pool, gpu)
+        node = self.nodes.place(region, gpu, config.tp, t_s, warm=warm)
+        # On a node that is still booting, the instance starts loading once the boot ends.
+        begin = max(t_s, node.ready_s)
         instance = SimInstance(
             f"{pool.pool_id}#{slot}",
             pool_id=pool.pool_id,
             region=region,
             config=config,
-            start_s=t_s,
-            ready_s=t_s + delay,
+            start_s=begin,
+            ready_s=begin + delay,
             on_finish=self.on_finish,
         )
+        self.nodes.attach(node, instance)
         pool.instances.append(instance)
-        if delay > 0:
-            self.schedule(t_s + delay, _READY, instance)
+        if instance.ready_s > t_s:
+            self.schedule(instance.ready_s, _READY, instance)
         return instance
+
+    def retire(self, instance: SimInstance, t_s: float) -> None:
+        """Stop an instance at ``t_s``: it leaves its pool and frees its node's GPUs."""
+        pool = self.pool_by_id[instance.pool_id]
+        if instance in pool.instances:
+            pool.instances.remove(instance)
+        instance.stopped_s = t_s
+        self.retired.append(instance)
+        self.nodes.detach(instance)
+
+    def _loaded_idle_w_per_gpu(self, gpu: str) -> float:
+        """The engine's idle power of one GPU of type ``gpu`` holding the scenario's model."""
+        engine_args = self.scenario.engine
+        for tp in (1, 2, 4, 8):
+            config = EngineConfig(
+                gpu=gpu,
+                model=self.scenario.model,
+                tp=tp,
+                max_num_seqs=engine_args.max_num_seqs,
+                max_num_batched_tokens=engine_args.max_num_batched_tokens,
+            )
+            try:
+                engine: Any = create_engine(config)
+            except ValueError:  # the weights do not fit on this TP: try a wider one
+                continue
+            return float(engine.idle_power_w) / tp
+        raise ValueError(f"{self.scenario.model} fits on no TP of {gpu}")
 
     def routing_weights(self) -> dict[str, float]:
         """Route each pool in proportion to its live, ready instances."""
@@ -361,8 +412,13 @@ def simulate(
     record_token_times: bool = False,
     progress: Progress | None = None,
     request_ids: Sequence[str] | None = None,
+    measure_from_s: float = 0.0,
 ) -> SimResult:
-    """Run one policy set over ``trace`` on ``scenario`` and return its result."""
+    """Run one policy set over ``trace`` on ``scenario`` and return its result.
+
+    ``measure_from_s``: requests arriving earlier (and energy before it) warm the run up
+    and are left out of the result.
+    """
     started = time.perf_counter()
     result = ClusterSimulator(
         scenario,
@@ -371,6 +427,7 @@ def simulate(
         record_token_times=record_token_times,
         progress=progress,
         request_ids=request_ids,
+        measure_from_s=measure_from_s,
     ).run()
     result.wall_s = time.perf_counter() - started
     return result

@@ -4,7 +4,10 @@ Each loop is a tick at its own period (scenario ``control``): the dvfs tick asks
 instance's clock controller (FREESH MIAD, Eq. 5a/5b, from ``services.dvfs``) for a clock and
 charges ``clock_change_s`` of stall on a change; the scale tick resizes the fleet (reactive
 policies) and orders regions by forecast carbon; the sample tick reads every engine's energy
-counter, prices it with the region's hourly intensity, and records the report's time series.
+counter, adds the bare idle power of the unused GPUs of every powered node
+(:mod:`loadgen.simulator.nodes`), prices it with the region's hourly intensity, and records
+the report's time series. Energy, GPU- and node-time before ``sim.measure_from_s`` (a warm-up)
+are left out of the totals, not out of the series.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loadgen.simulator.instance import RequestState, SimInstance
+from loadgen.simulator.nodes import drain_order
 from loadgen.simulator.policies import instances_needed, miad_available
 from shared.metrics.energy import JOULES_PER_KWH
 from shared.metrics.latency import SLO_WINDOW_FACTOR
@@ -32,6 +36,7 @@ class Series:
     power_w: list[float] = field(default_factory=list)
     clock_mhz: list[float] = field(default_factory=list)
     active_gpus: list[int] = field(default_factory=list)
+    powered_nodes: list[int] = field(default_factory=list)
     co2_g_per_s: list[float] = field(default_factory=list)
     queued: list[int] = field(default_factory=list)
     outstanding: list[int] = field(default_factory=list)
@@ -70,6 +75,12 @@ class ControlLoops:
         self.energy_j = 0.0
         self.co2_g = 0.0
         self.gpu_seconds = 0.0
+        self.node_seconds = 0.0
+        """Powered node-time (booting included) in the measured window."""
+        self.bare_energy_j = 0.0
+        """Part of ``energy_j`` drawn by GPUs that hold no model on powered nodes."""
+        self.max_instances = 0
+        self.max_gpus = 0
         self.energy_by_region: dict[str, float] = defaultdict(float)
         self.co2_by_region: dict[str, float] = defaultdict(float)
         self._seen_j: dict[int, float] = {}
@@ -249,12 +260,24 @@ class ControlLoops:
             by_region[instance.region] += delta / dt
             clock_sum += instance.engine.clock_mhz * instance.gpus
             gpus += instance.gpus
-        self.gpu_seconds += gpus * dt
+        powered = sim.nodes.powered_count()
+        self.max_gpus = max(self.max_gpus, gpus)
+        self.max_instances = max(self.max_instances, len(self._all_instances()))
+        bare, node_s = sim.nodes.account(self._last_sample_s, t_s)
+        counted = self._counted_share(t_s, dt)
+        for region, joules in bare.items():
+            co2 += self._charge(region, joules, t_s, dt)
+            self.bare_energy_j += joules * counted
+            power += joules / dt
+            by_region[region] += joules / dt
+        self.gpu_seconds += gpus * dt * counted
+        self.node_seconds += node_s * counted
         s = self.series
         s.t_s.append(t_s)
         s.power_w.append(power)
         s.clock_mhz.append(clock_sum / gpus if gpus else 0.0)
         s.active_gpus.append(gpus)
+        s.powered_nodes.append(powered)
         s.co2_g_per_s.append(co2 / dt)
         s.queued.append(sum(len(p.queue) for p in sim.pools))
         s.outstanding.append(sim.outstanding)
@@ -269,28 +292,38 @@ class ControlLoops:
         self._seen_j[key] = total
         return delta
 
+    def _counted_share(self, t_s: float, dt: float) -> float:
+        """Share of ``(t_s - dt, t_s]`` inside the measured window (after the warm-up)."""
+        start = self.sim.measure_from_s
+        if t_s <= start:
+            return 0.0
+        if dt <= 0.0 or t_s - dt >= start:
+            return 1.0
+        return (t_s - start) / dt
+
     def _charge(self, region: str, joules: float, t_s: float, dt: float) -> float:
-        """Book ``joules`` used over ``(t_s - dt, t_s]`` in ``region``; return their grams CO2."""
+        """Book ``joules`` used over ``(t_s - dt, t_s]`` in ``region``; return their grams CO2.
+
+        Only the share inside the measured window enters the totals; the whole is returned
+        (for the time series).
+        """
         grams = joules / JOULES_PER_KWH * self.sim.carbon.intensity(region, t_s - dt / 2)
-        self.energy_j += joules
-        self.co2_g += grams
-        self.energy_by_region[region] += joules
-        self.co2_by_region[region] += grams
+        counted = self._counted_share(t_s, dt)
+        self.energy_j += joules * counted
+        self.co2_g += grams * counted
+        self.energy_by_region[region] += joules * counted
+        self.co2_by_region[region] += grams * counted
         return grams
 
     def _retire_drained(self, t_s: float) -> None:
         for pool in self.sim.pools:
             for instance in [i for i in pool.instances if i.draining and not i.requests]:
-                pool.instances.remove(instance)
-                instance.stopped_s = t_s
-                self.sim.retired.append(instance)
+                self.sim.retire(instance, t_s)
 
     def _finish(self, t_s: float) -> None:
         for pool in self.sim.pools:
-            for instance in pool.instances:
-                instance.stopped_s = t_s
-            self.sim.retired.extend(pool.instances)
-            pool.instances.clear()
+            for instance in list(pool.instances):
+                self.sim.retire(instance, t_s)
 
     def _stats_tick(self, t_s: float) -> bool:
         """Every worker's stats heartbeat: the router's KV view catches up."""
@@ -395,7 +428,7 @@ class ControlLoops:
                     self._new(pool, t_s, warm=False)
                     changed = True
             elif len(live) > want and not grow_only:
-                for instance in sorted(live, key=lambda i: len(i.requests))[: len(live) - want]:
+                for instance in drain_order(live)[: len(live) - want]:
                     instance.draining = True
                     changed = True
         if changed:

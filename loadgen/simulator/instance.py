@@ -38,6 +38,7 @@ class RequestState:
         "pool",
         "predicted",
         "prompt",
+        "reject_reason",
         "rejected",
         "request_class",
         "request_id",
@@ -69,6 +70,8 @@ class RequestState:
         self.mark_tokens = 0
         self.instance: SimInstance | None = None
         self.rejected = False
+        self.reject_reason = ""
+        """Why it was refused (the classifier's error code, or ``kv_cache``); empty if not."""
         self.token_times: list[float] | None = None
 
 
@@ -93,6 +96,7 @@ class SimInstance:
         "engine",
         "instance_id",
         "kv_seen",
+        "node",
         "on_finish",
         "origin_s",
         "placed",
@@ -137,6 +141,8 @@ class SimInstance:
         """KV blocks in use at the last stats heartbeat (the live router's view)."""
         self.placed = 0
         """Requests handed to the engine since the clock controller last looked (its load)."""
+        self.node: object | None = None
+        """The :class:`~loadgen.simulator.nodes.Node` whose GPUs it holds."""
 
     @property
     def now_s(self) -> float:

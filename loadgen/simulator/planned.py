@@ -53,6 +53,7 @@ import pandas as pd
 from loadgen.simulator.demand import ArrivalHistory, forecast_error_alpha
 from loadgen.simulator.feedback import SloFeedback
 from loadgen.simulator.gate import PlanGate
+from loadgen.simulator.nodes import drain_order
 from proto.messages import Plan as WirePlan
 from services.classifier.classes import scheme_by_name
 from services.forecaster.load_forecast import LoadForecastConfig
@@ -422,7 +423,7 @@ class EpochPlanner:
         sim = self.sim
         t_s = sim.now_s
         want = {p.pool_id: p.instances for p in plan.pools}
-        started = False
+        ready_s = t_s
         for pool in sim.pools:
             target = want.get(pool.pool_id, 0)
             for instance in [i for i in pool.instances if i.draining][
@@ -430,9 +431,10 @@ class EpochPlanner:
             ]:
                 instance.draining = False
             while len(pool.live()) < target:
-                if sim.control.new_instance(pool, t_s) is None:
+                started = sim.control.new_instance(pool, t_s)
+                if started is None:
                     break
-                started = True
+                ready_s = max(ready_s, started.ready_s)
         # The router keeps the sim pools' measured no-queue profile (Lat of FREESH Eq. 6), so
         # every policy set is judged against the same per-request E2E bound.
         measured = {p.pool_id: p for p in sim.pools}
@@ -446,7 +448,8 @@ class EpochPlanner:
         ]
         pending = msgspec.structs.replace(plan, pools=pools)
         caps = {pid: c for pid, c in decisions_clock.items() if c is not None}
-        delay = sim.scenario.delays.instance_start_s if started else 0.0
+        # Cold instances take instance_start_s, and a node's boot before it when it was off.
+        delay = ready_s - t_s
 
         def switch(at_s: float) -> bool:
             self.switching = False
@@ -455,7 +458,7 @@ class EpochPlanner:
             for pool in sim.pools:
                 live = pool.live()
                 surplus = len(live) - want.get(pool.pool_id, 0)
-                for instance in sorted(live, key=lambda i: len(i.requests))[: max(0, surplus)]:
+                for instance in drain_order(live)[: max(0, surplus)]:
                     instance.draining = True
             sim.control.scale_events += 1
             if self.feedback is not None:

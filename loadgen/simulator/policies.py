@@ -77,6 +77,20 @@ class PolicySet:
     """``single``: one pool over every GPU; ``region``: one pool per (region, GPU type);
     ``class``: one pool per request class over slots of every region (DynamoLLM MultiPool)."""
     tp: int = 4
+    instances: int | None = None
+    """Static size (``single`` pooling): the first ``instances`` slots of the inventory,
+    region by region in scenario order; ``None``: every slot (the whole inventory). The
+    bench finds the smallest size that meets the SLO (:mod:`loadgen.simulator.sizing`)."""
+    class_instances: Mapping[str, int] | None = None
+    """Static size per class (``class`` pooling); ``None``: every slot of the inventory,
+    split by each class's share of the trace's output tokens."""
+    gpu_type: str | None = None
+    """The one GPU type the pools may use (``None``: every type). The sized baselines are
+    homogeneous (DynamoLLM's DGX H100 nodes): adding slower GPUs to a round-robin pool can
+    lower its attainment, which would break the size search's monotonicity."""
+    regions: tuple[str, ...] = ()
+    """Regions whose GPUs the pools may use, in this order (empty: every region, in scenario
+    order); the carbon-aware static baseline names the cleanest one."""
     discipline: str = "fcfs"
     placer: str = "rr"
     predictor: str = "oracle"
@@ -150,14 +164,15 @@ POLICY_SETS: Final[dict[str, PolicySet]] = {
     for p in (
         PolicySet(
             name="single-pool",
-            description="one pool, TP8, max clock, every GPU on (sized for peak), FCFS, RR",
+            description="SinglePool: one TP8 pool, max clock, FCFS, RR, statically sized (every "
+            "GPU unless a size is given)",
             pooling="single",
             tp=8,
         ),
         PolicySet(
             name="multi-pool",
-            description="DynamoLLM MultiPool: one TP8 pool per class sized by its token share, "
-            "max clock, every GPU on, FCFS, RR",
+            description="DynamoLLM MultiPool: one static TP8 pool per class (sized per class, or "
+            "every GPU split by token share), max clock, FCFS, RR",
             pooling="class",
             tp=8,
         ),

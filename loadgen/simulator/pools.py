@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from loadgen.simulator.instance import SimInstance
 from loadgen.simulator.policies import PolicySet
-from loadgen.simulator.scenario import Scenario
+from loadgen.simulator.scenario import RegionSpec, Scenario
 from proto.messages import Plan, PoolPlan, RouteWeight
 from services.classifier.classes import ClassScheme, ClassSLO
 from services.router.placement import Placer, make_placer
@@ -168,17 +168,31 @@ def build_pools(
             slots=tuple(slots),
         )
 
+    regions = _regions(scenario, policy)
+    every = [
+        (region.name, gpu)
+        for region in regions
+        for gpu, n in region.gpus.items()
+        if policy.gpu_type in (None, gpu)
+        for _ in range(n // policy.tp)
+    ]
     if policy.pooling == "class":
         from loadgen.simulator.multipool import class_instance_counts
 
-        every = [
-            (region.name, gpu)
-            for region in scenario.regions
-            for gpu, n in region.gpus.items()
-            for _ in range(n // policy.tp)
-        ]
+        counts = (
+            dict(policy.class_instances)
+            if policy.class_instances is not None
+            else class_instance_counts(class_shares or {}, len(every))
+        )
+        if sum(counts.values()) > len(every):
+            raise ValueError(
+                f"{sum(counts.values())} class instances exceed the {len(every)} TP{policy.tp} "
+                "slots of the inventory"
+            )
         start = 0
-        for name, count in class_instance_counts(class_shares or {}, len(every)).items():
+        for name, count in counts.items():
+            if count < 1:
+                continue
             chunk = every[start : start + count]
             start += count
             pool = new_pool(f"class-{name}", "*", chunk[0][1], chunk)
@@ -186,22 +200,38 @@ def build_pools(
             pools.append(pool)
         return pools
     if policy.pooling == "single":
-        # One pool over every GPU: each instance slot keeps its own region and GPU type; the
-        # profile (Lat of Eq. 6) is that of the most numerous GPU type.
-        slots: list[tuple[str, str]] = []
+        # One pool: each instance slot keeps its own region and GPU type; the profile (Lat of
+        # Eq. 6) is that of the most numerous GPU type among the slots it uses.
+        size = len(every) if policy.instances is None else policy.instances
+        if not 1 <= size <= len(every):
+            raise ValueError(f"a single pool of {size} instances: the inventory has {len(every)}")
+        slots = every[:size]
         gpu_counts: dict[str, int] = {}
-        for region in scenario.regions:
-            for gpu, n in region.gpus.items():
-                slots += [(region.name, gpu)] * (n // policy.tp)
-                gpu_counts[gpu] = gpu_counts.get(gpu, 0) + n
+        for _, gpu in slots:
+            gpu_counts[gpu] = gpu_counts.get(gpu, 0) + 1
         gpu = max(gpu_counts, key=lambda g: gpu_counts[g])
         return [new_pool("single", "*", gpu, slots)]
-    for region in scenario.regions:
+    for region in regions:
         for gpu, n in region.gpus.items():
-            if n // policy.tp > 0:
+            if n // policy.tp > 0 and policy.gpu_type in (None, gpu):
                 pool_slots = [(region.name, gpu)] * (n // policy.tp)
                 pools.append(new_pool(f"{region.name}-{gpu}", region.name, gpu, pool_slots))
     return pools
+
+
+def _regions(scenario: Scenario, policy: PolicySet) -> list[RegionSpec]:
+    """The scenario's regions the policy may use, in the policy's order.
+
+    Raises:
+        ValueError: for a region the scenario does not have.
+    """
+    if not policy.regions:
+        return list(scenario.regions)
+    by_name = {r.name: r for r in scenario.regions}
+    unknown = [name for name in policy.regions if name not in by_name]
+    if unknown:
+        raise ValueError(f"regions {unknown} are not in scenario {scenario.name!r}")
+    return [by_name[name] for name in policy.regions]
 
 
 def routing_plan(pools: Sequence[Pool], weights: dict[str, float], scheme: str, t_s: float) -> Plan:

@@ -8,6 +8,7 @@ violations, Eq. 9 Jain fairness, energy, CO2, tokens per joule).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from shared.metrics import ClassSlo, EnergyAccount, RecordColumns, RunSummary, s
 
 if TYPE_CHECKING:
     from loadgen.simulator.cluster import ClusterSimulator
+    from loadgen.simulator.instance import RequestState
 
 __all__ = ["SimResult", "build_result", "columns_of"]
 
@@ -34,11 +36,27 @@ class SimResult:
     requests: int
     completed: int
     rejected: int
+    rejected_by_reason: dict[str, int]
+    """Refused requests by cause: the classifier's error code (``too_long``: prompt plus
+    output beyond the model's context), ``kv_cache`` (can never fit the engine's KV cache),
+    ``bad_lengths`` (no prompt or no output tokens)."""
     token_mismatch: int
     energy_j: float
     co2_kg: float
     gpu_hours: float
     sim_s: float
+    node_hours: float = 0.0
+    """Powered node-time (booting included): the hours the servers were on."""
+    node_power_ons: int = 0
+    """Powered-off nodes switched on during the measured window (the initial fleet excluded)."""
+    bare_energy_j: float = 0.0
+    """Part of ``energy_j`` drawn by GPUs without a model on powered nodes."""
+    measure_from_s: float = 0.0
+    """Start of the measured window (requests arriving earlier warmed the run up)."""
+    max_instances: int = 0
+    """Most instances held at once (starting and draining included): a static pool's size."""
+    max_gpus: int = 0
+    """Most GPUs held by instances at once."""
     wall_s: float = 0.0
     scale_events: int = 0
     clock_changes: int = 0
@@ -47,6 +65,11 @@ class SimResult:
     series: Series | None = None
     plans: list[dict[str, Any]] | None = None
     """The epoch planner's solves (``planned`` policy sets): time, status, demand, counts."""
+
+    @property
+    def measured_s(self) -> float:
+        """Simulated seconds inside the measured window."""
+        return max(0.0, self.sim_s - self.measure_from_s)
 
     @property
     def sim_speedup(self) -> float:
@@ -63,11 +86,18 @@ class SimResult:
             "requests": self.requests,
             "completed": self.completed,
             "rejected": self.rejected,
+            "rejected_by_reason": self.rejected_by_reason,
             "token_mismatch": self.token_mismatch,
             "energy_wh": self.energy_j / 3600.0,
             "co2_kg": self.co2_kg,
             "gpu_hours": self.gpu_hours,
-            "avg_power_w": self.energy_j / self.sim_s if self.sim_s > 0 else 0.0,
+            "node_hours": self.node_hours,
+            "node_power_ons": self.node_power_ons,
+            "bare_idle_energy_wh": self.bare_energy_j / 3600.0,
+            "measure_from_s": self.measure_from_s,
+            "max_instances": self.max_instances,
+            "max_gpus": self.max_gpus,
+            "avg_power_w": self.energy_j / self.measured_s if self.measured_s > 0 else 0.0,
             "tokens_per_joule": self.summary.tokens_per_joule,
             "slo_attainment": overall.slo_attainment,
             "violation_rate": overall.violation_rate,
@@ -88,8 +118,8 @@ class SimResult:
 
 
 def columns_of(sim: ClusterSimulator) -> RecordColumns:
-    """Request outcomes as the shared metric columns."""
-    states = sim.states
+    """Request outcomes as the shared metric columns (requests of the measured window)."""
+    states = _measured(sim)
     n = len(states)
     completed = np.fromiter(
         (not s.rejected and s.tokens == s.output and s.last_s >= 0 for s in states), np.bool_, n
@@ -121,9 +151,16 @@ def columns_of(sim: ClusterSimulator) -> RecordColumns:
     )
 
 
+def _measured(sim: ClusterSimulator) -> list[RequestState]:
+    """Requests that arrived in the measured window (from ``sim.measure_from_s``)."""
+    start = sim.measure_from_s
+    return [s for s in sim.states if s.arrival_s >= start] if start > 0 else sim.states
+
+
 def build_result(sim: ClusterSimulator) -> SimResult:
-    """Summarise a finished simulation."""
+    """Summarise a finished simulation (requests, energy and time of the measured window)."""
     control = sim.control
+    states = _measured(sim)
     columns = columns_of(sim)
     energy = EnergyAccount(
         energy_j=control.energy_j,
@@ -135,22 +172,29 @@ def build_result(sim: ClusterSimulator) -> SimResult:
         for name, s in sim.slos.items()
     }
     summary = summarize(columns, energy=energy, class_slos=class_slos)
-    rejected = sum(1 for s in sim.states if s.rejected)
-    mismatch = sum(1 for s in sim.states if not s.rejected and s.tokens != s.output)
+    reasons = Counter(s.reject_reason or "unknown" for s in states if s.rejected)
+    mismatch = sum(1 for s in states if not s.rejected and s.tokens != s.output)
     return SimResult(
         policy=sim.policy.name,
         description=sim.policy.description,
         clock_mode=control.clock_note,
         summary=summary,
         columns=columns,
-        requests=len(sim.states),
+        requests=len(states),
         completed=int(columns.completed.sum()),
-        rejected=rejected,
+        rejected=sum(reasons.values()),
+        rejected_by_reason=dict(sorted(reasons.items())),
         token_mismatch=mismatch,
         energy_j=control.energy_j,
         co2_kg=control.co2_g / 1000.0,
         gpu_hours=control.gpu_seconds / 3600.0,
         sim_s=control.end_s,
+        node_hours=control.node_seconds / 3600.0,
+        node_power_ons=sum(1 for t in sim.nodes.power_on_events if t >= sim.measure_from_s),
+        bare_energy_j=control.bare_energy_j,
+        measure_from_s=sim.measure_from_s,
+        max_instances=control.max_instances,
+        max_gpus=control.max_gpus,
         scale_events=control.scale_events,
         clock_changes=control.clock_changes,
         energy_wh_by_region={k: v / 3600.0 for k, v in control.energy_by_region.items()},

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from loadgen.simulator.demand import ArrivalHistory
 from loadgen.simulator.gate import instance_idle_w
 from loadgen.simulator.instance import RequestState, SimInstance
+from loadgen.simulator.nodes import Node
 from loadgen.simulator.shard_layout import (
     NODE_GPUS,
     LoadCurve,
@@ -275,6 +276,10 @@ class ShardManager:
         pool = node.pool
         node.target_tp = target_tp
         node.pending = NODE_GPUS // target_tp
+        for instance in node.instances:
+            if isinstance(instance.node, Node):
+                # The server stays on while it re-shards, even once its old instances left.
+                instance.node.held = True
         requeued = 0
         for instance in node.instances:
             instance.advance(t_s)
@@ -328,6 +333,7 @@ class ShardManager:
         control = sim.control
         pool = node.pool
         delay = self._delay(node, node.target_tp)
+        server = next((i.node for i in node.instances if isinstance(i.node, Node)), None)
         for instance in node.instances:
             if instance in pool.instances:  # the sample tick may have retired it already
                 instance.advance(t_s)
@@ -338,9 +344,11 @@ class ShardManager:
                     t_s,
                     0.0,
                 )
-                pool.instances.remove(instance)
-                instance.stopped_s = t_s
-                sim.retired.append(instance)
+                sim.retire(instance, t_s)
+        if server is None or not server.powered:
+            # Not held (no old instance knew its node): boot one.
+            server = sim.nodes.place(node.region, node.gpu, NODE_GPUS, t_s, warm=False)
+        begin = max(t_s, server.ready_s)
         config = replace(pool.config, gpu=node.gpu, tp=node.target_tp)
         node.instances = [
             SimInstance(
@@ -348,13 +356,18 @@ class ShardManager:
                 pool_id=pool.pool_id,
                 region=node.region,
                 config=config,
-                start_s=t_s,
-                ready_s=t_s + delay,
+                start_s=begin,
+                ready_s=begin + delay,
                 on_finish=sim.on_finish,
             )
             for k in range(node.pending)
         ]
         pool.instances.extend(node.instances)
+        for instance in node.instances:
+            # The same server's GPUs: it stays powered through the re-shard.
+            sim.nodes.attach(server, instance)
+        server.held = False
+        delay = begin + delay - t_s
         node.record.update(drained_s=t_s, delay_s=delay, ready_s=t_s + delay)
         sim.schedule_tick(t_s + delay, lambda at_s: self._ready(node, at_s))
         return False

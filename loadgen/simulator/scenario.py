@@ -18,6 +18,7 @@ __all__ = [
     "ControlSettings",
     "DelaySettings",
     "EngineSettings",
+    "NodeSettings",
     "RegionSpec",
     "Scenario",
     "SloSettings",
@@ -57,6 +58,8 @@ class SloSettings(_Strict):
     alpha_llf: float = 1.4
     """FREESH α_LLF: deadline = arrival + α · Lat (Eq. 6)."""
     max_context_tokens: int = 32768
+    """The classifier's context limit; the model's own context (``shared.engine``) caps it,
+    so a request longer than the model can hold is rejected as the live classifier does."""
 
 
 class EngineSettings(_Strict):
@@ -73,6 +76,24 @@ class DelaySettings(_Strict):
     """Time from the decision to start an instance until it serves; it draws idle power."""
     clock_change_s: float = 0.008
     """Stall of an instance while its clock is being set."""
+    node_power_on_s: float = Field(default=90.0, ge=0.0)
+    """Boot of a powered-off node before its first instance starts loading (DynamoLLM
+    Table V "create VM", ~1–2 min, with its mitigations: the VM boots from a snapshot with
+    drivers, libraries and the engine initialised, and the weights are cached in the cluster,
+    so neither the ~2 min distributed set-up nor the ~3 min download is paid). The node draws
+    bare idle power meanwhile; ``instance_start_s`` follows."""
+
+
+class NodeSettings(_Strict):
+    """Whole servers: the unit that is powered on and off (DynamoLLM's 8-GPU DGX nodes)."""
+
+    gpus_per_node: int = Field(default=8, ge=1)
+    """GPUs of one node; a region's inventory of one GPU type fills nodes in order (the last
+    one may be partial)."""
+    bare_idle_share: float = Field(default=0.625, gt=0.0, le=1.0)
+    """Idle power of a GPU on a powered node that holds no model, as a share of the engine's
+    idle power with the model loaded: DynamoLLM Fig. 3 (Llama2-70B, 8 H100), 550 W idle
+    without and 880 W with the model loaded, 550 / 880 = 0.625."""
 
 
 class ControlSettings(_Strict):
@@ -107,6 +128,7 @@ class Scenario(_Strict):
     slo: SloSettings = SloSettings()
     engine: EngineSettings = EngineSettings()
     delays: DelaySettings = DelaySettings()
+    nodes: NodeSettings = NodeSettings()
     control: ControlSettings = ControlSettings()
     policies: list[str] = Field(default_factory=lambda: ["single-pool", "greenserve"])
     """Policy sets compared by default (names from :mod:`loadgen.simulator.policies`)."""

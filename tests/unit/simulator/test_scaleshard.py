@@ -150,6 +150,11 @@ def test_nodes_reshard_when_the_load_rises_and_wait_out_the_delay_losing_nothing
     assert all(s.tokens == s.output for s in sim.states)
     # The re-sharded GPUs are never counted twice.
     assert sim.control.gpu_seconds <= 16 * sim.control.end_s + 1e-6
+    # A re-shard keeps its server on (no boot), and each TP4 pair shares its old node.
+    assert sim.nodes.power_on_events == []
+    assert sim.control.node_seconds == pytest.approx(2 * sim.control.end_s)
+    pairs = {i.node for i in sim.retired if ".tp4." in i.instance_id}
+    assert len(pairs) == 2
 
 
 def test_requests_without_a_first_token_are_requeued_and_the_others_drain() -> None:

@@ -38,7 +38,8 @@ def _run(
             ],
             "engine": {"max_num_seqs": 8},
             "control": {"sample_period_s": 5.0, "epoch_s": EPOCH_S, "steps_per_epoch": 6},
-            "delays": {"instance_start_s": 5.0},
+            # No node boot: the trace is shorter than one, and the gate is what is tested.
+            "delays": {"instance_start_s": 5.0, "node_power_on_s": 0.0},
         }
     )
     if trace is None:
