@@ -1,34 +1,62 @@
-"""Benchmarks: one module per `greenserve bench <name>` command.
+"""Benchmarks: one `greenserve bench <name>` command each, written as two modules.
 
-Every module in this package that defines ``NAME`` is a benchmark. It must define:
-
-- ``NAME: str``: the command name (``"engine-accuracy"``),
-- ``HELP: str``: one line for ``--help``,
-- ``add_arguments(parser: argparse.ArgumentParser) -> None``,
-- ``run(args: argparse.Namespace) -> dict[str, Any]``: does the work, returns the result.
+- ``greenserve/bench/options/<module>.py`` says what the command is: ``NAME: str`` (the
+  command name, ``"engine-accuracy"``), ``HELP: str`` (one line for ``--help``) and
+  ``add_arguments(parser)``. It imports nothing heavier than ``argparse`` and
+  :mod:`greenserve.argtypes`, because the CLI imports every one of them to build its parser.
+- ``greenserve/bench/<module>.py`` does the work: ``run(args: argparse.Namespace) ->
+  dict[str, Any]``. It may import numpy, scikit-learn or a whole stack, and is imported
+  only when its benchmark runs.
 
 The CLI prints human-readable progress on stderr and, with ``--json``, the result as one
 JSON object on the last line of stdout. Discovery by module keeps benchmarks independent:
-adding one never edits a shared registry file.
+adding one adds its two modules and never edits a shared registry file.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
 
-__all__ = ["discover"]
+from greenserve.bench import options
+
+__all__ = ["Bench", "discover"]
 
 
-def discover() -> dict[str, ModuleType]:
-    """Return every benchmark module of this package, keyed by its command name."""
-    found: dict[str, ModuleType] = {}
-    for info in pkgutil.iter_modules(__path__):
+@dataclass(frozen=True, slots=True)
+class Bench:
+    """One benchmark as the CLI sees it, before its work module is imported."""
+
+    name: str
+    """The command name (``greenserve bench <name>``)."""
+    help: str
+    """One line for ``--help``."""
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    """Adds the benchmark's options (from its light options module)."""
+    module: str
+    """Dotted name of the module whose ``run(args)`` does the work."""
+
+    def load(self) -> ModuleType:
+        """Import the work module (numpy, scikit-learn or a stack with it); its ``run(args)``
+        returns the result as one JSON-serialisable dict."""
+        return importlib.import_module(self.module)
+
+
+def discover() -> dict[str, Bench]:
+    """Return every benchmark, keyed by its command name, importing only options modules."""
+    found: dict[str, Bench] = {}
+    for info in pkgutil.iter_modules(options.__path__):
         if info.name.startswith("_"):
             continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        name = getattr(module, "NAME", None)
-        if isinstance(name, str):
-            found[name] = module
+        spec = importlib.import_module(f"{options.__name__}.{info.name}")
+        found[spec.NAME] = Bench(
+            name=spec.NAME,
+            help=spec.HELP,
+            add_arguments=spec.add_arguments,
+            module=f"{__name__}.{info.name}",
+        )
     return found

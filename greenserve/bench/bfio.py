@@ -18,12 +18,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from greenserve.argtypes import (
-    non_negative_int,
-    non_negative_ints,
-    positive_floats,
-    positive_int,
-)
+from greenserve.bench.options.bfio import HELP, NAME, add_arguments
 from services.router.bfio import BalanceFuturePlacer
 from services.router.bfio_milp import allocation_objective, solve_io_milp
 from services.router.decode_sim import DecodeSimConfig, DecodeSimResult, simulate
@@ -36,9 +31,6 @@ from services.router.sim_inputs import (
 )
 
 __all__ = ["HELP", "NAME", "PAPER", "add_arguments", "run"]
-
-NAME: Final = "bfio"
-HELP: Final = "BF-IO decode routing vs FCFS: imbalance, throughput, TPOT, energy, decision time"
 
 PAPER: Final = {
     "imbalance_ratio_h0": 9.6,
@@ -55,41 +47,6 @@ POLICIES: Final[tuple[tuple[str, str, dict[str, float]], ...]] = (
     ("fcfs", "fcfs-fill", {}),
     ("jsq", "jsq", {}),
 )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the benchmark's options."""
-    parser.add_argument("--trace", choices=("conv", "code"), default="conv")
-    parser.add_argument("--workers", type=positive_int, default=16)
-    parser.add_argument("--batch", type=positive_int, default=72)
-    parser.add_argument("--steps", type=positive_int, default=4000, help="measured decode steps")
-    parser.add_argument("--warmup-steps", type=non_negative_int, default=500)
-    parser.add_argument("--seeds", type=positive_int, default=3)
-    parser.add_argument(
-        "--reveal-target", type=non_negative_int, default=0, help="pool size; 0 = G*B"
-    )
-    parser.add_argument("--mode", choices=("disaggregated", "aggregated"), default="disaggregated")
-    parser.add_argument("--horizon", type=positive_int, default=80)
-    parser.add_argument("--decision-workers", type=positive_int, default=64)
-    parser.add_argument("--decision-pool", type=positive_int, default=2000)
-    parser.add_argument("--decision-steps", type=positive_int, default=1500)
-    parser.add_argument(
-        "--decision-repeats", type=positive_int, default=3, help="replays per decision"
-    )
-    parser.add_argument("--object-trials", type=positive_int, default=200)
-    parser.add_argument("--gap-instances", type=positive_int, default=12)
-    parser.add_argument(
-        "--wait-caps",
-        type=positive_floats,
-        default="40,60",
-        help="waiting budgets (s) for the LLF closure study",
-    )
-    parser.add_argument(
-        "--sweep-horizons",
-        type=non_negative_ints,
-        default="10,20,40",
-        help="extra H values, one seed, with refill (empty: none)",
-    )
 
 
 def _log(message: str) -> None:

@@ -13,26 +13,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from greenserve.argtypes import positive_float, positive_int
+from greenserve.bench.options.e2e import HELP, NAME, add_arguments
 from greenserve.commands._replay_run import replay_on_stack
 from greenserve.local import start_local_stack
 from greenserve.stack import StackSpec
 from loadgen.traces import load_azure_trace, resolve_trace
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
-
-NAME = "e2e"
-HELP = "replay N conversation-trace requests through every live service; losses and latency"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Size of the run."""
-    parser.add_argument(
-        "--requests", type=positive_int, default=500, help="requests from the trace start"
-    )
-    parser.add_argument("--trace", default="conv", help="conv, code or an Azure-format CSV")
-    parser.add_argument("--workers", type=positive_int, default=4)
-    parser.add_argument("--speedup", type=positive_float, default=10.0)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import Any
 
+from greenserve.bench.options.engine_accuracy import HELP, NAME, add_arguments
 from shared.engine.accuracy import evaluate
 from shared.engine.calibration import load_points
 from shared.engine.coefficients import load_coefficients
@@ -19,20 +20,7 @@ from shared.paths import data_path
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
-NAME = "engine-accuracy"
-HELP = "Simulated GPU engine error on held-out calibration points (Vidur, Splitwise, ML.ENERGY)."
-
 _GOALS = {"tbt_median_ape": 10.0, "ttft_median_ape": 10.0, "power_median_ape": 15.0}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the bench's options."""
-    parser.add_argument(
-        "--split",
-        choices=("test", "train"),
-        default="test",
-        help="which calibration split to report on (default: the held-out test split)",
-    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from greenserve.bench.options.engine_real import HELP, NAME, add_arguments
 from shared.engine.real_check import (
     MEASUREMENTS_DIR,
     PointComparison,
@@ -34,28 +35,7 @@ from shared.engine.real_check import (
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
-NAME = "engine-real"
-HELP = "engine model vs prefill/decode iterations measured on a real H100 (NVML, read-only)"
-
 DEFAULT_RUNS = ("h100-llama-3-8b-compiled.json", "h100-llama-3-8b-eager.json")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Measurement files or a fresh measurement."""
-    parser.add_argument(
-        "--measured",
-        type=Path,
-        action="append",
-        help="probe JSON to compare (repeatable; default: the shipped H100 runs)",
-    )
-    parser.add_argument(
-        "--measure",
-        action="store_true",
-        help="run shared.gpu.decoder_probe here first (PyTorch + CUDA + nvidia-ml-py)",
-    )
-    parser.add_argument("--compile", action="store_true", help="with --measure: fused layers")
-    parser.add_argument("--save", type=Path, help="with --measure: also write the probe JSON")
-    parser.add_argument("--plots", type=Path, help="write predicted-vs-measured PNGs here")
 
 
 def _row(p: PointComparison) -> dict[str, Any]:

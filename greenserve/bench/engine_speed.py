@@ -26,13 +26,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from greenserve.argtypes import positive_int
+from greenserve.bench.options.engine_speed import HELP, NAME, add_arguments
 from shared.engine import EngineConfig, EngineRequest, SimulatedEngine, create_engine
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
-
-NAME = "engine-speed"
-HELP = "Iterations per second of the simulated engine at 256 running sequences; cluster speed-up."
 
 _CLUSTER_GPUS = 96
 _MODES = ("reference", "step", "step_many")
@@ -106,16 +103,6 @@ def _decode_run(
 def _best_of(repeats: int, measure: Callable[[], tuple[float, Any]]) -> tuple[float, Any]:
     """Best rate of ``repeats`` runs: the least disturbed by other processes on the machine."""
     return max((measure() for _ in range(repeats)), key=lambda pair: pair[0])
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the bench's options."""
-    parser.add_argument("--iterations", type=positive_int, default=1000, help="iterations to time")
-    parser.add_argument("--running", type=positive_int, default=256, help="sequences decoding")
-    parser.add_argument("--repeats", type=positive_int, default=3, help="best of this many runs")
-    parser.add_argument(
-        "--mixed-requests", type=positive_int, default=1500, help="requests in the mixed stream"
-    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -6,25 +6,11 @@ import argparse
 import sys
 from typing import Any
 
-from greenserve.argtypes import positive_float, positive_int
-from greenserve.faults import ALL_SCENARIOS, ScenarioResult, run_scenario
+from greenserve.bench.options.faults import HELP, NAME, add_arguments
+from greenserve.faults import ScenarioResult, run_scenario
 from loadgen.traces import load_azure_trace, resolve_trace
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
-
-NAME = "faults"
-HELP = (
-    "fault injection (kill -9 each service, restart NATS and Redis, drop a worker) during replays"
-)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Which scenarios and how much traffic."""
-    parser.add_argument("--scenarios", default=",".join(ALL_SCENARIOS), help="comma-separated")
-    parser.add_argument(
-        "--requests", type=positive_int, default=300, help="trace requests per scenario"
-    )
-    parser.add_argument("--speedup", type=positive_float, default=10.0)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

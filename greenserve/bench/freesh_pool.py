@@ -16,11 +16,8 @@ from typing import Any, Final
 from rich.console import Console
 from rich.progress import Progress
 
-from greenserve.argtypes import IntBetween, positive_float
+from greenserve.bench.options.freesh_pool import HELP, NAME, add_arguments
 from services.planner.freesh_instance import (
-    FREESH_ALPHA,
-    FREESH_EPISODES,
-    FREESH_TRAFFIC_DIVISOR,
     FreeshInstance,
     episode_problem,
     load_freesh,
@@ -30,9 +27,6 @@ from services.planner.plan_model import Plan
 from services.planner.problem import Objective, PlannerSettings, Solver, TieBreak
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
-
-NAME = "freesh-pool"
-HELP = "FREESH one-day pool MILP: carbon objective vs MinEnergy (paper: -13.07 % CO2, +1.18 %)"
 
 PAPER: Final = {
     "co2_change_pct": -13.07,
@@ -44,15 +38,6 @@ PAPER: Final = {
     "table3_change_pct": -207.0,
     "solve_s": "0.08-19.36 (Gurobi, Table 6); repo CBC 0.1-0.3 per episode",
 }
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the bench's options."""
-    parser.add_argument("--solver", choices=[s.value for s in Solver], default=Solver.HIGHS.value)
-    parser.add_argument("--episodes", type=IntBetween(1, FREESH_EPISODES), default=FREESH_EPISODES)
-    parser.add_argument("--alpha", type=positive_float, default=FREESH_ALPHA)
-    parser.add_argument("--traffic-divisor", type=positive_float, default=FREESH_TRAFFIC_DIVISOR)
-    parser.add_argument("--time-limit-s", type=positive_float, default=30.0)
 
 
 def _day(

@@ -49,7 +49,6 @@ from typing import Any
 
 import msgspec
 
-from greenserve.argtypes import positive_float, positive_int, seed
 from greenserve.bench._fuzz_cases import (
     cancel_cases,
     collect,
@@ -60,6 +59,7 @@ from greenserve.bench._fuzz_cases import (
     payloads,
 )
 from greenserve.bench.fuzz_cancel import fuzz_cancels
+from greenserve.bench.options.fuzz import HELP, NAME, add_arguments
 from proto import messages
 from proto.codec import DecodeError, decode, decode_any
 from shared.config import Settings
@@ -67,37 +67,13 @@ from shared.loops import wait_event
 
 __all__ = ["HELP", "NAME", "add_arguments", "fuzz_decoders", "run"]
 
-NAME = "fuzz"
 FORECAST_ROUTE = "/emissions/forecasts/current"
-HELP = "hypothesis fuzzing of every decoder, the JetStream ingress and the HTTP gateway"
 
 KINDS: tuple[type[msgspec.Struct], ...] = tuple(
     k
     for k in (getattr(messages, n) for n in messages.__all__)
     if isinstance(k, type) and issubclass(k, msgspec.Struct)
 )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Case counts, seed and timeouts."""
-    parser.add_argument("--decoder-cases", type=positive_int, default=450, help="per message type")
-    parser.add_argument("--ingress-cases", type=positive_int, default=600)
-    parser.add_argument(
-        "--cancel-cases", type=positive_int, default=600, help="CancelRequests on cancel.client.*"
-    )
-    parser.add_argument("--http-cases", type=positive_int, default=600)
-    parser.add_argument(
-        "--forecast-query-cases",
-        type=positive_int,
-        default=300,
-        help="query strings for GET /emissions/forecasts/current",
-    )
-    parser.add_argument("--seed", type=seed, default=0)
-    parser.add_argument("--reply-timeout-s", type=positive_float, default=15.0)
-    parser.add_argument(
-        "--speedup", type=positive_float, default=200.0, help="simulated GPU speed-up"
-    )
-
 
 # --- (a) decoders ---------------------------------------------------------------------------
 

@@ -23,15 +23,12 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from greenserve.argtypes import positive_float, positive_int, seed
+from greenserve.bench.options.llf import HELP, NAME, add_arguments
 from services.scheduler.llf_sim import TickSimConfig, simulate_ticks
 from shared.metrics import gap_fairness, summarize
 from shared.paths import data_path
 
 __all__ = ["HELP", "NAME", "add_arguments", "load_length_pools", "load_profiles", "run"]
-
-NAME = "llf"
-HELP = "LLF vs EDF/SRTF/FCFS in the FREESH Table 5 setting (violation %, TTFT, Jain)"
 
 TYPES: Final = ("SS", "SL", "LS", "LL")
 POLICIES: Final = ("EDF", "SRTF", "FCFS", "LLF")
@@ -99,26 +96,6 @@ PAPER_TABLE5: Final[dict[int, dict[str, dict[str, tuple[float, float, float, flo
         },
     },
 }
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the bench's options (defaults are the FREESH Table 5 setting)."""
-    parser.add_argument("--qps", type=positive_float, nargs="+", default=[15.0, 25.0])
-    parser.add_argument("--requests", type=positive_int, default=100)
-    parser.add_argument("--slots", type=positive_int, default=20)
-    parser.add_argument("--tick-s", type=positive_float, default=0.1)
-    parser.add_argument("--seed", type=seed, default=42)
-    parser.add_argument(
-        "--profiles",
-        choices=("csv", "repo-sim"),
-        default="csv",
-        help="TTFT/TBT from freesh/profiles.csv (partition b, m3) or the public simulator's",
-    )
-    parser.add_argument(
-        "--model-prefill",
-        action="store_true",
-        help="charge TTFT of service before the first token (the FREESH simulator does not)",
-    )
 
 
 def load_profiles(source: str = "csv") -> dict[str, tuple[float, float]]:

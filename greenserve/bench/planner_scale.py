@@ -25,7 +25,7 @@ from typing import Any, Final
 from rich.console import Console
 from rich.progress import Progress
 
-from greenserve.argtypes import positive_float, positive_int
+from greenserve.bench.options.planner_scale import HELP, NAME, add_arguments
 from services.planner.freesh_instance import (
     FREESH_EPISODES,
     episode_problem,
@@ -42,24 +42,11 @@ from services.planner.synthetic_profiles import dynamollm_configs, dynamollm_pro
 
 __all__ = ["HELP", "NAME", "add_arguments", "best_covering_co2", "run"]
 
-NAME = "planner-scale"
-HELP = "epoch-plan solve time: FREESH instance (goal <= 0.3 s) and DynamoLLM scale (<= 2 s)"
-
 GOALS_S: Final = {"freesh": 0.3, "dynamollm_scale": 2.0}
 PAPER: Final = {
     "freesh_milp_s": "0.08-19.36 depending on scale (Gurobi); repo CBC 0.1-0.3 per episode",
     "dynamollm_milp_s": "hundreds of ms (PuLP)",
 }
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the bench's options."""
-    parser.add_argument(
-        "--loads-qps", type=positive_float, nargs="+", default=[100, 200, 300, 400, 500]
-    )
-    parser.add_argument("--nodes-per-region", type=positive_int, default=40)
-    parser.add_argument("--regions", type=positive_int, default=3)
-    parser.add_argument("--time-limit-s", type=positive_float, default=10.0)
 
 
 def _quantile(values: list[float], q: float) -> float:

@@ -19,7 +19,7 @@ import sys
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Final
 
-from greenserve.argtypes import fraction, non_negative_float, seed
+from greenserve.bench.options.predictor import HELP, NAME, TRACE_FILES, add_arguments
 from services.classifier.classes import (
     ClassScheme,
     OutputLengthPredictor,
@@ -42,14 +42,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
-
-NAME: Final = "predictor"
-HELP: Final = "output-length predictors: bucket accuracy and MAE on held-out Azure traces"
-
-TRACE_FILES: Final = {
-    "conv": "AzureLLMInferenceTrace_conv.csv",
-    "code": "AzureLLMInferenceTrace_code.csv",
-}
 
 PAPER: Final = {
     "freesh_table9": {
@@ -80,23 +72,6 @@ NOTES: Final = (
     "proxy: untrained here (no prompt text in the public traces; transformers/torch not "
     "installed).",
 )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the benchmark's options."""
-    parser.add_argument(
-        "--traces", nargs="+", choices=sorted(TRACE_FILES), default=["conv", "code"]
-    )
-    parser.add_argument(
-        "--held-out-fraction", type=fraction, default=0.5, help="share of each trace scored"
-    )
-    parser.add_argument(
-        "--feedback-lag-s",
-        type=non_negative_float,
-        default=30.0,
-        help="seconds after arrival before a completion's length is learned",
-    )
-    parser.add_argument("--seed", type=seed, default=0, help="seed of the injected noise")
 
 
 def _candidates(

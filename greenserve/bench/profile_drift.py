@@ -32,20 +32,18 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 import pandas as pd
 
-from greenserve.argtypes import positive_float, positive_int, seed
+from greenserve.bench.options.profile_drift import HELP, NAME, add_arguments
 from services.classifier.classes import ClassScheme, ClassSLO, default_slos, scheme_by_name
 from services.dvfs.background_builds import ImmediateBuilds
 from services.dvfs.controller import ClockController, FixedClockController, Observation
 from services.dvfs.instance_sim import Arrival, InstanceRun, run_instance
 from services.dvfs.profile_build import ProfileGrid, profile_of_lengths
 from services.dvfs.profile_live import (
-    DEFAULT_DRIFT_WINDOW,
     EngineKey,
     LoadMeter,
     ProfileBook,
@@ -59,9 +57,6 @@ from shared.paths import data_path
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
-NAME = "profile-drift"
-HELP = "DynamoLLM's instance manager when the served mix changes: swept once vs re-swept on drift"
-
 MIXES: Final = {
     "conv": "AzureLLMInferenceTrace_conv.csv",
     "code": "AzureLLMInferenceTrace_code.csv",
@@ -69,27 +64,6 @@ MIXES: Final = {
 ORDERS: Final = (("conv", "code"), ("code", "conv"))
 MAX_CONTEXT_TOKENS: Final = 8192
 WORKER: Final = "w"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Workload, engine and agent settings."""
-    parser.add_argument("--gpu", default="A100-80GB")
-    parser.add_argument("--model", default="llama-3-8b")
-    parser.add_argument("--max-num-seqs", type=positive_int, default=64)
-    parser.add_argument("--phase-minutes", type=positive_float, default=10.0)
-    parser.add_argument(
-        "--load-share",
-        type=positive_float,
-        default=0.6,
-        help="each phase's arrival rate as a share of its mix's throughput bound at max clock",
-    )
-    parser.add_argument("--drift-window", type=positive_int, default=DEFAULT_DRIFT_WINDOW)
-    parser.add_argument("--min-requests", type=positive_int, default=64)
-    parser.add_argument("--scheme", default="dynamollm9")
-    parser.add_argument("--seed", type=seed, default=0)
-    parser.add_argument(
-        "--plots", type=Path, default=None, help="write profile_drift.png (clocks, late) here"
-    )
 
 
 @functools.cache

@@ -8,29 +8,17 @@ busy for the whole hour, the simulator's worst case.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
-from greenserve.argtypes import positive_float
+from greenserve.bench.options.sim_speed import HELP, NAME, add_arguments
 from loadgen.simulator.cluster import simulate
-from loadgen.simulator.policies import POLICY_SETS, policy_by_name
+from loadgen.simulator.policies import policy_by_name
 from loadgen.simulator.scenario import load_scenario
 from loadgen.traces import load_azure_trace, resolve_trace
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
-NAME = "sim-speed"
-HELP = "wall seconds of the cluster simulator on the 1-h conversation trace, 96 GPUs"
-
 GOAL_WALL_S = 30.0
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Trace, scenario and policy options."""
-    parser.add_argument("--trace", default="conv")
-    parser.add_argument("--scenario", type=Path, default=Path("scenarios/three_region.yaml"))
-    parser.add_argument("--duration", type=positive_float, default=3600.0)
-    parser.add_argument("--policy", default="single-pool", choices=sorted(POLICY_SETS))
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -11,12 +11,22 @@ e2e benchmark start one, use it and stop it.
 - :mod:`greenserve.local.cells`: a stack as several cells on shared servers;
 - :mod:`greenserve.local.processes`: whether a recorded process still runs, and
   :func:`stop_state`, which stops a recorded stack from another shell.
+
+Each name is imported from its module on first use (PEP 562): ``greenserve down`` and every
+command's ``--help`` need only the light state file, while starting a stack imports NATS,
+Redis, aiohttp and the service settings, most of a second of the CLI's start otherwise.
 """
 
-from greenserve.local.cells import cell_specs, start_cells
-from greenserve.local.processes import alive, stop_state
-from greenserve.local.startup import FORECASTER_CACHE_ENV, LocalStack, start_local_stack
-from greenserve.local.state import DEFAULT_STATE_DIR, STATE_FILE, StackState, load_state
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from greenserve.local.cells import cell_specs, start_cells
+    from greenserve.local.processes import alive, stop_state
+    from greenserve.local.startup import FORECASTER_CACHE_ENV, LocalStack, start_local_stack
+    from greenserve.local.state import DEFAULT_STATE_DIR, STATE_FILE, StackState, load_state
 
 __all__ = [
     "DEFAULT_STATE_DIR",
@@ -31,3 +41,24 @@ __all__ = [
     "start_local_stack",
     "stop_state",
 ]
+
+_MODULE_OF = {
+    "cell_specs": "cells",
+    "start_cells": "cells",
+    "alive": "processes",
+    "stop_state": "processes",
+    "FORECASTER_CACHE_ENV": "startup",
+    "LocalStack": "startup",
+    "start_local_stack": "startup",
+    "DEFAULT_STATE_DIR": "state",
+    "STATE_FILE": "state",
+    "StackState": "state",
+    "load_state": "state",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
