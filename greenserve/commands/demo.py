@@ -5,14 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from greenserve.commands._replay_run import replay_on_stack, trace_from_args, write_json
 from greenserve.commands._stack_args import (
     add_replay_arguments,
     add_stack_arguments,
     spec_from_args,
 )
-from greenserve.local import start_local_stack
-from loadgen.report import print_report
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
@@ -28,6 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the whole demo; the stack is stopped whatever happens."""
+    # Imported here, not above: the parser imports this module for --help.
+    from greenserve.commands._replay_run import replay_on_stack, trace_from_args, write_json
+    from greenserve.local import start_local_stack
+    from loadgen.report import print_report
+
     trace = trace_from_args(args)
     try:
         stack = start_local_stack(

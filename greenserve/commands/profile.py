@@ -16,24 +16,15 @@ import argparse
 import sys
 import time
 from pathlib import Path
-
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from typing import TYPE_CHECKING
 
 from greenserve.argtypes import fraction, positive_float, positive_floats, positive_int, seed
-from shared.engine.hardware import gpu_spec
-from shared.engine.profile_sim import SimulatedProfileBackend, SimWindow
-from shared.engine.profiler import (
-    DEFAULT_TTFT_MS_BY_CLASS,
-    ProfileRow,
-    ProfileSlo,
-    ProfileTarget,
-    RequestClass,
-    load_request_classes,
-    profile_sweep,
-    write_profile_csv,
-)
-from shared.paths import data_path
+
+if TYPE_CHECKING:
+    from shared.engine.profiler import ProfileRow, ProfileTarget, RequestClass
+
+# The engine model, the profiler and rich are imported in the functions that use them: the
+# CLI imports this module to build its parser, and --help needs none of them.
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
@@ -90,6 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _targets(args: argparse.Namespace) -> list[ProfileTarget]:
+    from shared.engine.hardware import gpu_spec
+    from shared.engine.profiler import ProfileTarget
+
     targets: list[ProfileTarget] = []
     for pair in args.modes.split(","):
         gpu_name, _, tp = pair.partition(":")
@@ -109,6 +103,9 @@ def _targets(args: argparse.Namespace) -> list[ProfileTarget]:
 
 
 def _classes(args: argparse.Namespace) -> list[RequestClass]:
+    from shared.engine.profiler import load_request_classes
+    from shared.paths import data_path
+
     wanted_partitions = set(args.partitions.split(","))
     wanted_classes = set(args.classes.split(","))
     every = load_request_classes(
@@ -120,6 +117,17 @@ def _classes(args: argparse.Namespace) -> list[RequestClass]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep with a progress bar on stderr and write the table; 0 on success."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from shared.engine.profile_sim import SimulatedProfileBackend, SimWindow
+    from shared.engine.profiler import (
+        DEFAULT_TTFT_MS_BY_CLASS,
+        ProfileSlo,
+        profile_sweep,
+        write_profile_csv,
+    )
+
     try:
         targets = _targets(args)
     except ValueError as error:

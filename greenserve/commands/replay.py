@@ -5,17 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from greenserve.commands._replay_run import (
-    StackUnreachableError,
-    replay_on_stack,
-    trace_from_args,
-    write_json,
-)
-from greenserve.commands._stack_args import add_replay_arguments
-from greenserve.local import DEFAULT_STATE_DIR, load_state
-from loadgen.report import print_report
+from greenserve.commands._stack_args import add_replay_arguments, add_state_dir_argument
+from greenserve.local import load_state
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
@@ -26,7 +18,7 @@ HELP = "replay an Azure-format or synthetic trace onto the running stack (see `g
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Trace options."""
     add_replay_arguments(parser, duration_s=120.0)
-    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    add_state_dir_argument(parser)
     parser.add_argument(
         "--json", action="store_true", help="print the report as JSON on the last line"
     )
@@ -34,6 +26,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Replay and report; the speed-up is the stack's."""
+    # Imported here, not above: the parser imports this module for --help.
+    from greenserve.commands._replay_run import (
+        StackUnreachableError,
+        replay_on_stack,
+        trace_from_args,
+        write_json,
+    )
+    from loadgen.report import print_report
+
     try:
         state = load_state(args.state_dir)
     except FileNotFoundError as exc:

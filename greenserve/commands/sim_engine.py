@@ -13,7 +13,6 @@ import signal
 import sys
 
 from greenserve.argtypes import port, positive_float, positive_int
-from services.worker.sim_server import SimEngineServer, start_sim_server
 from shared.engine import GPUS, MODELS, EngineConfig, create_engine
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
@@ -47,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _serve(args: argparse.Namespace) -> None:
+    # Imported here, not above: aiohttp is most of a --help's start otherwise.
+    from services.worker.sim_server import SimEngineServer, start_sim_server
+
     engine = create_engine(
         EngineConfig(
             gpu=args.gpu,

@@ -7,11 +7,7 @@ import sys
 from pathlib import Path
 
 from greenserve.argtypes import non_negative_float, positive_float
-from loadgen.simulator.compare import run_policies
-from loadgen.simulator.policies import POLICY_SETS
-from loadgen.simulator.report import comparison, print_table, write_json
-from loadgen.simulator.scenario import load_scenario
-from loadgen.traces import load_azure_trace, resolve_trace
+from greenserve.commands._choices import POLICY_METAVAR, POLICY_NAMES, listed
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
@@ -28,8 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy",
         action="append",
-        choices=sorted(POLICY_SETS),
-        help="policy set to run (repeatable; default: the scenario's list)",
+        choices=POLICY_NAMES,
+        metavar=POLICY_METAVAR,
+        help=listed("policy set to run (repeatable; default: the scenario's list)", POLICY_NAMES),
     )
     parser.add_argument("--baseline", default="single-pool", help="policy the savings refer to")
     parser.add_argument(
@@ -45,7 +42,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Simulate, print the comparison, write JSON and plots; 0 when every request ended."""
-    scenario = load_scenario(args.scenario)
+    # Imported here, not above: the simulator, numpy and pandas are not needed for --help.
+    from greenserve.commands._input_errors import reading
+    from loadgen.simulator.compare import run_policies
+    from loadgen.simulator.report import comparison, print_table, write_json
+    from loadgen.simulator.scenario import load_scenario
+    from loadgen.traces import load_azure_trace, resolve_trace
+
+    with reading(args.scenario):
+        scenario = load_scenario(args.scenario)
     trace = load_azure_trace(
         resolve_trace(args.trace), start_s=args.start, duration_s=args.duration
     )

@@ -6,11 +6,14 @@ import argparse
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from greenserve.argtypes import positive_int
 from greenserve.commands._stack_args import add_stack_arguments, spec_from_args
-from greenserve.local import STATE_FILE, LocalStack, start_cells, start_local_stack
-from shared.security.secrets import redact_url
+from greenserve.local import STATE_FILE
+
+if TYPE_CHECKING:
+    from greenserve.local import LocalStack
 
 __all__ = ["HELP", "NAME", "add_arguments", "run", "wait_in_foreground"]
 
@@ -52,6 +55,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Start the stack (or its cells) and wait until it is ready."""
+    # Imported here, not above: NATS, Redis and aiohttp are not needed for --help.
+    from greenserve.local import start_cells, start_local_stack
+    from shared.security.secrets import redact_url
+
     stacks: list[LocalStack] = []
     try:
         if args.cells > 1:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from greenserve.commands import _replay_run, replay, status
+from greenserve.commands import _replay_run, _status_report, replay, status
 from greenserve.local import STATE_FILE
 from shared.servers import free_port
 
@@ -119,7 +119,7 @@ def _rendered(workers: list[dict[str, Any]], width: int = 80) -> str:
         "plan": {"epoch": 3, "pools": 3, "objective": 1.5},
     }
     console = Console(width=width, record=True, file=io.StringIO())
-    status.print_report(console, report)
+    _status_report.print_report(console, report)
     return console.export_text()
 
 

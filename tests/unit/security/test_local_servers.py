@@ -67,7 +67,7 @@ def test_status_reads_a_tls_stack_with_its_own_ca(tmp_path: Path) -> None:
     import asyncio
     import shutil
 
-    from greenserve.commands.status import _read
+    from greenserve.commands._status_report import _read
     from greenserve.local import StackState
     from shared.security.tls import tls_available
 
