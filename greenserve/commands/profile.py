@@ -48,12 +48,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", default=_FREESH_MODES, help="GPU:TP pairs, comma-separated")
     clocks = parser.add_mutually_exclusive_group()
     clocks.add_argument(
-        "--clocks-mhz", type=positive_floats, default=None, help="SM clocks, comma-separated"
+        "--clocks-mhz",
+        type=positive_floats,
+        default=None,
+        metavar="MHZ",
+        help="SM clocks, comma-separated",
     )
     clocks.add_argument(
         "--clock-fractions",
         type=positive_floats,
         default="1.0",
+        metavar="FRACTIONS",
         help="clocks as fractions of each GPU's maximum (snapped to a step)",
     )
     parser.add_argument("--partitions", default="a,b", help="partitions of freesh/partitions.csv")

@@ -1,0 +1,66 @@
+"""Each benchmark is a light options module and a work module that agree with each other."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import pytest
+
+import greenserve.faults
+import services.dvfs.profile_live
+from greenserve.bench import discover
+from greenserve.bench import cluster as cluster_work
+from greenserve.bench.options import cluster as cluster_options
+from greenserve.bench.options import faults as faults_options
+from greenserve.bench.options import profile_drift as profile_drift_options
+
+BENCHES = discover()
+
+
+@pytest.mark.parametrize("name", sorted(BENCHES))
+def test_every_benchmark_has_a_work_module_that_runs_it(name: str) -> None:
+    """Test that each options module's work module has ``run`` and says the same name and
+    help (the CLI shows the options module's; the work module's is what its tests import)."""
+    bench = BENCHES[name]
+    work = bench.load()
+    assert callable(work.run)
+    assert (work.NAME, work.HELP) == (bench.name, bench.help)
+
+
+def test_discovery_finds_the_benchmarks_the_docs_name() -> None:
+    """Test that discovery reads the options package (one module per benchmark)."""
+    assert {"cli-help", "cluster", "dvfs", "freesh-pool", "llf", "sim-speed"} <= set(BENCHES)
+    assert BENCHES["llf"].module == "greenserve.bench.llf"
+
+
+def _options(add_arguments: Any) -> dict[str, tuple[Any, ...]]:
+    """What a parser accepts, by destination: flags, default, choices, type, nargs, action."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return {
+        a.dest: (
+            tuple(a.option_strings),
+            a.default,
+            None if a.choices is None else sorted(a.choices),
+            a.type,
+            a.nargs,
+            type(a),
+        )
+        for a in parser._actions
+    }
+
+
+def test_the_cluster_options_match_the_cluster_benchmarks_own() -> None:
+    """Test that the light copy of ``bench cluster``'s options (its work module keeps its
+    own ``add_arguments``) has every flag, default and choice of the original."""
+    assert _options(cluster_options.add_arguments) == _options(cluster_work.add_arguments)
+    assert cluster_options.DEFAULT_POLICY == cluster_work.DEFAULT_POLICY
+
+
+def test_constants_written_out_in_options_modules_match_their_source() -> None:
+    """Test the defaults an options module repeats rather than import a heavy module for."""
+    assert faults_options.ALL_SCENARIOS == greenserve.faults.ALL_SCENARIOS
+    drift = services.dvfs.profile_live.DEFAULT_DRIFT_WINDOW
+    assert profile_drift_options.DEFAULT_DRIFT_WINDOW == drift
+
