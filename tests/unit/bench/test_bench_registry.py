@@ -9,8 +9,8 @@ import pytest
 
 import greenserve.faults
 import services.dvfs.profile_live
-from greenserve.bench import discover
 from greenserve.bench import cluster as cluster_work
+from greenserve.bench import discover
 from greenserve.bench.options import cluster as cluster_options
 from greenserve.bench.options import faults as faults_options
 from greenserve.bench.options import profile_drift as profile_drift_options
@@ -25,7 +25,7 @@ def test_every_benchmark_has_a_work_module_that_runs_it(name: str) -> None:
     bench = BENCHES[name]
     work = bench.load()
     assert callable(work.run)
-    assert (work.NAME, work.HELP) == (bench.name, bench.help)
+    assert (bench.name, bench.help) == (work.NAME, work.HELP)
 
 
 def test_discovery_finds_the_benchmarks_the_docs_name() -> None:
@@ -62,5 +62,4 @@ def test_constants_written_out_in_options_modules_match_their_source() -> None:
     """Test the defaults an options module repeats rather than import a heavy module for."""
     assert faults_options.ALL_SCENARIOS == greenserve.faults.ALL_SCENARIOS
     drift = services.dvfs.profile_live.DEFAULT_DRIFT_WINDOW
-    assert profile_drift_options.DEFAULT_DRIFT_WINDOW == drift
-
+    assert drift == profile_drift_options.DEFAULT_DRIFT_WINDOW

@@ -14,7 +14,7 @@ from greenserve.cli import build_parser
 def test_every_help_is_timed_top_level_commands_and_benchmarks() -> None:
     """Test that the list holds ``--help``, each command's and each benchmark's, once each."""
     helps = [tuple(argv) for argv in cli_help.every_help()]
-    expected = {("--help",)}
+    expected: set[tuple[str, ...]] = {("--help",)}
     expected |= {(name, "--help") for name in build_parser()[1]}
     expected |= {("bench", name, "--help") for name in discover()}
     assert helps[0] == ("--help",)

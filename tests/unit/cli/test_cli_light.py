@@ -126,4 +126,4 @@ def test_lazy_packages_still_give_every_name_and_refuse_unknown_ones() -> None:
     for package in (greenserve.local, loadgen.simulator):
         assert all(getattr(package, name) is not None for name in package.__all__)
         with pytest.raises(AttributeError, match="no attribute 'nothing'"):
-            _ = package.nothing  # type: ignore[attr-defined]
+            _ = package.nothing
