@@ -41,20 +41,28 @@ class BadFileError(UsageError):
     def __init__(self, path: Path, reason: str) -> None:
         self.path = path
         self.reason = reason
-        super().__init__(f"{path}: {reason}")
+        # Some loaders name the file themselves ("x.csv is not an Azure-format trace").
+        super().__init__(reason if str(path) in reason else f"{path}: {reason}")
 
 
 @contextlib.contextmanager
 def reading(path: Path) -> Iterator[None]:
-    """Turn a YAML or validation error raised inside into a :class:`BadFileError` naming
-    ``path`` (the loaders only see the text, so their errors cannot say which file).
+    """Turn an error raised inside while a loader reads ``path`` into a :class:`BadFileError`
+    naming it (the loaders see text, not the file, so their errors cannot say which).
+
+    Caught: YAML errors, validation errors and any ``ValueError``, which is how pandas says
+    that a CSV is empty, has a timestamp it cannot parse or bytes that are not text, and
+    ``TypeError``, which it raises comparing a column of words with numbers (``-v`` shows
+    where, should one come from a bug rather than the file).
 
     Raises:
-        BadFileError: the file is not YAML or does not validate.
+        BadFileError: the file is not YAML, does not validate or does not parse.
     """
     try:
         yield
-    except (yaml.YAMLError, pydantic.ValidationError) as exc:
+    except BadFileError:
+        raise
+    except (yaml.YAMLError, ValueError, TypeError) as exc:  # ValidationError is a ValueError
         raise BadFileError(path, one_line(exc)) from exc
 
 

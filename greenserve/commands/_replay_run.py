@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from greenserve.commands._input_errors import reading
 from greenserve.local import StackState
 from loadgen.plots import plot_replay
 from loadgen.replay import replay
@@ -39,9 +40,9 @@ def trace_from_args(args: argparse.Namespace) -> list[TraceRequest]:
             rate_rps=args.synthetic_rate, duration_s=args.duration or 60.0, cv=args.cv
         )
     else:
-        trace = load_azure_trace(
-            resolve_trace(args.trace), start_s=args.start, duration_s=args.duration
-        )
+        path = resolve_trace(args.trace)
+        with reading(path):
+            trace = load_azure_trace(path, start_s=args.start, duration_s=args.duration)
     return trace[: args.max_requests] if args.max_requests is not None else trace
 
 

@@ -51,9 +51,9 @@ def run(args: argparse.Namespace) -> int:
 
     with reading(args.scenario):
         scenario = load_scenario(args.scenario)
-    trace = load_azure_trace(
-        resolve_trace(args.trace), start_s=args.start, duration_s=args.duration
-    )
+    trace_path = resolve_trace(args.trace)
+    with reading(trace_path):
+        trace = load_azure_trace(trace_path, start_s=args.start, duration_s=args.duration)
     if not trace:
         print("the chosen trace window holds no requests", file=sys.stderr)
         return 1

@@ -117,6 +117,34 @@ def test_reading_names_the_file_of_an_error_the_loader_raised(tmp_path: Path) ->
         load_scenario(tmp_path / "none.yaml")
 
 
+@pytest.mark.parametrize(
+    ("csv_text", "said"),
+    [
+        ("a,b\n1,2\n", "is not an Azure-format trace: missing columns"),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,10,5\n",
+            "Unknown datetime string format, unable to parse: yesterday",
+        ),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,ten,5\n", "'>'"),
+        ("", "No columns to parse from file"),
+    ],
+)
+def test_a_trace_that_does_not_parse_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], csv_text: str, said: str
+) -> None:
+    """Test a CSV without the Azure columns, with a bad timestamp, with words for token
+    counts, and an empty one: one line naming the file once, status 2 (pandas tracebacks)."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text(csv_text)
+    argv = ["simulate", "--trace", str(trace), "--no-progress", "--out", str(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"greenserve simulate: {trace}")
+    assert err.count(str(trace)) == 1
+    assert err.count("\n") == 1
+    assert said in err
+
+
 def test_verbose_keeps_the_traceback(tmp_path: Path) -> None:
     """Test that ``-v`` re-raises, for whoever debugs the command itself."""
     argv = ["-v", "simulate", "--scenario", str(tmp_path / "none.yaml"), "--trace", "conv"]
