@@ -63,12 +63,22 @@ def reading(path: Path) -> Iterator[None]:
     except BadFileError:
         raise
     except (yaml.YAMLError, ValueError, TypeError) as exc:  # ValidationError is a ValueError
-        raise BadFileError(path, one_line(exc)) from exc
+        raise BadFileError(path, _reason(exc)) from exc
 
 
 def one_line(exc: BaseException) -> str:
     """What is wrong, on one line: the line and column of a YAML error, the field path and
-    message of the first validation error (and how many more there are)."""
+    message of the first validation error (and how many more there are).
+
+    A validation error that no :func:`reading` named a file for says which model failed
+    ("invalid Scenario: ..."), the nearest thing to a file name it carries.
+    """
+    if isinstance(exc, pydantic.ValidationError):
+        return f"invalid {exc.title}: {_reason(exc)}"
+    return _reason(exc)
+
+
+def _reason(exc: BaseException) -> str:
     if isinstance(exc, pydantic.ValidationError):
         return _validation_line(exc)
     if isinstance(exc, yaml.MarkedYAMLError):

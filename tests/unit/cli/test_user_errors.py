@@ -98,10 +98,11 @@ def test_one_line_counts_the_errors_it_does_not_spell_out() -> None:
     raw.update(name=[1], model=[2], start_utc="never", regions=[{"name": "x"}])
     text = one_line(_validation_error(raw))
     assert text == (
-        "name: Input should be a valid string; "
+        "invalid Scenario: name: Input should be a valid string; "
         "4 more error(s): model, start_utc, regions[0].carbon…"
     )
-    assert one_line(_validation_error([1, 2])).startswith("(top): Input should be a valid")
+    top = one_line(_validation_error([1, 2]))
+    assert top.startswith("invalid Scenario: (top): Input should be a valid")
 
 
 def test_reading_names_the_file_of_an_error_the_loader_raised(tmp_path: Path) -> None:
@@ -143,6 +144,21 @@ def test_a_trace_that_does_not_parse_is_one_line_naming_it(
     assert err.count(str(trace)) == 1
     assert err.count("\n") == 1
     assert said in err
+
+
+def test_a_benchmark_given_an_invalid_scenario_says_so_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Test ``bench sim-speed`` (whose loader no ``reading`` wraps): one line naming the
+    model and the field, status 2."""
+    scenario = tmp_path / "bad.yaml"
+    scenario.write_text(THREE_REGION.replace("{A100-80GB: 32}", "{A100-80GB: many}"))
+    assert main(["bench", "sim-speed", "--scenario", str(scenario), "--duration", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "greenserve bench: invalid Scenario: regions[2].gpus.A100-80GB: Input should be a "
+        "valid integer, unable to parse string as an integer (got 'many')\n"
+    )
 
 
 def test_verbose_keeps_the_traceback(tmp_path: Path) -> None:
