@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from greenserve.argtypes import non_negative_float, port, positive_float, positive_int
 from greenserve.local import DEFAULT_STATE_DIR
+from shared.engine.hardware import gpu_spec, model_shape
 
 if TYPE_CHECKING:
     from greenserve.stack import StackSpec
@@ -38,6 +39,25 @@ def _regions(text: str) -> tuple[str, ...]:
     return regions
 
 
+def _gpu(text: str) -> str:
+    """A GPU type the simulated workers' engine model knows (aliases such as ``a100`` too),
+    refused at parse time rather than by every worker process after the servers started."""
+    try:
+        gpu_spec(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _model(text: str) -> str:
+    """A model the engine model knows, refused at parse time like :func:`_gpu`."""
+    try:
+        model_shape(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def add_stack_arguments(parser: argparse.ArgumentParser, *, speedup: float = 1.0) -> None:
     """Options describing the stack to start."""
     parser.add_argument(
@@ -49,8 +69,10 @@ def add_stack_arguments(parser: argparse.ArgumentParser, *, speedup: float = 1.0
         default="PJM,CISO,BPAT",
         help="comma-separated regions (EIA codes), one pool each",
     )
-    parser.add_argument("--gpu", default="A100-80GB", help="GPU type of the simulated workers")
-    parser.add_argument("--model", default="llama-3-8b", help="model served")
+    parser.add_argument(
+        "--gpu", type=_gpu, default="A100-80GB", help="GPU type of the simulated workers"
+    )
+    parser.add_argument("--model", type=_model, default="llama-3-8b", help="model served")
     parser.add_argument(
         "--tp",
         type=positive_int,

@@ -8,7 +8,7 @@ import pydantic
 import pytest
 import yaml
 
-from greenserve.cli import main
+from greenserve.cli import build_parser, main
 from greenserve.commands._input_errors import BadFileError, one_line, reading
 from loadgen.simulator.scenario import Scenario, load_scenario
 
@@ -166,3 +166,29 @@ def test_verbose_keeps_the_traceback(tmp_path: Path) -> None:
     argv = ["-v", "simulate", "--scenario", str(tmp_path / "none.yaml"), "--trace", "conv"]
     with pytest.raises(FileNotFoundError):
         main([*argv, "--out", str(tmp_path)])
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["up", "--gpu", "B200"], "argument --gpu: unknown GPU type 'B200'; supported: A100"),
+        (["demo", "--model", "gpt-9"], "argument --model: unknown model 'gpt-9'; supported: "),
+    ],
+)
+def test_a_stack_of_an_unknown_gpu_or_model_is_refused_before_it_starts(
+    capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    """Test that ``up``/``demo`` refuse a GPU or model the engine model does not know at
+    parse time (status 2, one line) instead of starting servers whose workers then fail."""
+    with pytest.raises(SystemExit) as ended:
+        main(argv)
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err
+    assert err.count("\n") == 1
+
+
+def test_a_gpu_alias_is_accepted_and_kept_as_given() -> None:
+    """Test that an alias the engine model resolves (``a100``) passes unchanged."""
+    args = build_parser()[0].parse_args(["up", "--gpu", "a100"])
+    assert args.gpu == "a100"
