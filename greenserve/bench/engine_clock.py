@@ -17,22 +17,11 @@ import math
 import sys
 from typing import Any
 
-from greenserve.argtypes import positive_int
+from greenserve.bench.options.engine_clock import HELP, NAME, add_arguments
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
-NAME = "engine-clock"
-HELP = "Engine energy vs SM clock beside DynamoLLM Tables I-III and throttLL'eM's A100 points."
-
 GOALS = {"spearman_mean": 0.8, "optimum_match": 6, "throttllem_tolerance_pct": 15.0}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Seeds and the trace the class lengths come from."""
-    parser.add_argument("--seeds", type=positive_int, default=5, help="runs per cell (paper: 5)")
-    parser.add_argument(
-        "--trace", default="conv", help="Azure-format CSV or alias the class lengths come from"
-    )
 
 
 def _ranks(values: list[float]) -> list[float]:

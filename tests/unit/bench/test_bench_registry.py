@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import greenserve.bench
 import greenserve.faults
 import services.dvfs.profile_live
 from greenserve.bench import cluster as cluster_work
@@ -63,3 +66,18 @@ def test_constants_written_out_in_options_modules_match_their_source() -> None:
     assert faults_options.ALL_SCENARIOS == greenserve.faults.ALL_SCENARIOS
     drift = services.dvfs.profile_live.DEFAULT_DRIFT_WINDOW
     assert drift == profile_drift_options.DEFAULT_DRIFT_WINDOW
+
+
+def test_every_benchmark_module_has_an_options_module() -> None:
+    """Test that no module of ``greenserve/bench`` defines a command (a top-level ``NAME``)
+    without the light options module the CLI discovers; one written the old way would
+    silently vanish from ``greenserve bench``. Read as text, so as to import none of them."""
+    folder = Path(greenserve.bench.__file__).parent
+    defines_a_command = re.compile(r"^(NAME\b|from greenserve\.bench\.options\.)", re.MULTILINE)
+    commands = {
+        path.stem
+        for path in folder.glob("[!_]*.py")
+        if defines_a_command.search(path.read_text(encoding="utf-8"))
+    }
+    discovered = {bench.module.rpartition(".")[2] for bench in BENCHES.values()}
+    assert commands == discovered

@@ -1,0 +1,21 @@
+"""Options of ``greenserve bench engine-clock`` (:mod:`greenserve.bench.engine_clock` runs it)."""
+
+from __future__ import annotations
+
+import argparse
+
+from greenserve.argtypes import positive_int
+
+__all__ = ["HELP", "NAME", "add_arguments"]
+
+NAME = "engine-clock"
+HELP = "Engine energy vs SM clock beside DynamoLLM Tables I-III and throttLL'eM's A100 points."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Seeds and the trace the class lengths come from."""
+    # A validated count: a bare int let --seeds 0 through to an empty mean.
+    parser.add_argument("--seeds", type=positive_int, default=5, help="runs per cell (paper: 5)")
+    parser.add_argument(
+        "--trace", default="conv", help="Azure-format CSV or alias the class lengths come from"
+    )
