@@ -13,6 +13,7 @@ from nats.aio.client import Client
 from proto.codec import encode
 from proto.messages import ErrorReply, Request, client_request_id
 from proto.subjects import Subjects
+from shared.cancels import CANCELLED_CODE
 from shared.counters import ERRORS
 
 __all__ = ["Send", "reply_error"]
@@ -50,7 +51,11 @@ async def reply_error(
         nats.errors.Error: the client's copy could not be sent (the bookkeeping copy is
             best effort: counted as ``done_unsent``).
     """
-    ERRORS.labels(service, code).inc()
+    if code != CANCELLED_CODE:
+        # A client's cancel is no failure, and is counted where it happens (the scheduler's
+        # and the worker's greenserve_cancelled_total): counting it here too made every
+        # cancelled request an error on the dashboard's error ratio.
+        ERRORS.labels(service, code).inc()
     error = ErrorReply(
         code=code,
         reason=reason[:2048],

@@ -43,11 +43,11 @@ CANCEL_NOT_SENT = "cancel_not_sent"
 """``greenserve_errors_total{service="gateway", code=...}`` of a cancel NATS did not take
 (the connection was closed or draining): the request runs to its end for nobody."""
 
-CLIENT_DISCONNECTED = "client disconnected"
+CLIENT_DISCONNECTED = "client_disconnected"
 """``why``: the HTTP client left (its handler was cancelled, or a write to it failed)."""
-GATEWAY_TIMEOUT = "gateway timeout"
+GATEWAY_TIMEOUT = "gateway_timeout"
 """``why``: no reply within ``gateway.request_timeout_s``."""
-PUBLISH_FAILED = "publish failed"
+PUBLISH_FAILED = "publish_failed"
 """``why``: the ingress publish failed in a way that may have stored the request."""
 
 logger = logging.getLogger(__name__)

@@ -43,7 +43,7 @@ async def test_a_client_that_disconnects_cancels_its_request_streaming_or_not(
             if isinstance(e, ErrorReply) and e.code == CANCELLED_CODE
         )
 
-    sent_before = CANCELS_SENT.labels("client disconnected")._value.get()
+    sent_before = CANCELS_SENT.labels("client_disconnected")._value.get()
     nc = await connect_nats(NatsSettings(url=nats_server.url), "test-done")
     try:
         await nc.subscribe(Subjects(namespace).request_done_wildcard, cb=on_done)
@@ -79,4 +79,4 @@ async def test_a_client_that_disconnects_cancels_its_request_streaming_or_not(
     assert elapsed < 20.0  # the requests would have run ~50 s each
     assert all((e.request_id or "").startswith(f"{client_id}.") for e in cancelled)
     assert {e.service for e in cancelled} <= {"worker", "scheduler"}
-    assert CANCELS_SENT.labels("client disconnected")._value.get() == sent_before + 2
+    assert CANCELS_SENT.labels("client_disconnected")._value.get() == sent_before + 2

@@ -27,8 +27,8 @@ from services.gateway.state import GatewayState
 from shared.config import GatewaySettings
 
 CELL = "tcell"
-PUBLISH_FAILED = "publish failed"
-CLIENT_DISCONNECTED = "client disconnected"
+PUBLISH_FAILED = "publish_failed"
+CLIENT_DISCONNECTED = "client_disconnected"
 """The ``why`` label values, as dashboards and docs/observability.md spell them."""
 
 
@@ -89,7 +89,7 @@ def _cancelled_ids(nc: _FakeNc) -> list[str]:
 
 async def test_a_failed_ingress_publish_is_cancelled_counted_and_answered_unavailable() -> None:
     """Test that a publish timing out (it may have been stored) sends one cancel to the
-    cell, counts it under ``publish failed``, releases the cell and answers 503."""
+    cell, counts it under ``publish_failed``, releases the cell and answers 503."""
     nc = _FakeNc()
     state = _state(nc, TimeoutError())
     before = _sent(PUBLISH_FAILED)
