@@ -7,15 +7,10 @@ from typing import Final
 from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = [
-    "ADOPTED",
     "CANCELLED",
     "DECISIONS",
     "ERRORS",
     "GC_PAUSE_S",
-    "GPU_CLOCK_MHZ",
-    "GPU_CO2_G",
-    "GPU_ENERGY_J",
-    "GPU_POWER_W",
     "MESSAGES",
     "MISSED_ENDINGS",
     "PLANNER_SOLVE_S",
@@ -53,11 +48,6 @@ REQUEST_LATENCY_S: Final = Histogram(
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
 
-ADOPTED: Final = Counter(
-    "greenserve_router_adopted_total",
-    "Placements a starting router took over from Redis and dispatched again to confirm",
-)
-
 MISSED_ENDINGS: Final = Counter(
     "greenserve_missed_endings_total",
     "Requests a service still held as placed although their worker had ended them (its "
@@ -80,17 +70,6 @@ PROFILE_SWEEPS: Final = Counter(
     ["reason"],
 )
 
-GPU_CLOCK_MHZ: Final = Gauge("greenserve_gpu_clock_mhz", "SM clock per instance", ["worker"])
-GPU_POWER_W: Final = Gauge("greenserve_gpu_power_watts", "Power per instance", ["worker"])
-GPU_ENERGY_J: Final = Gauge(
-    "greenserve_gpu_energy_joules", "Cumulative energy per instance (like NVML)", ["worker"]
-)
-GPU_CO2_G: Final = Gauge(
-    "greenserve_gpu_co2_grams",
-    "Cumulative CO2 per instance: each energy increment times its region's carbon intensity "
-    "for that hour (the forecaster's current-hour value, from Redis)",
-    ["worker", "region"],
-)
 PLANNER_SOLVE_S: Final = Histogram(
     "greenserve_planner_solve_seconds",
     "Wall time of one epoch's plan solve (MILP and any fallback), by outcome",

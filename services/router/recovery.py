@@ -21,16 +21,25 @@ import time
 from collections.abc import Callable
 from typing import Final
 
+from prometheus_client import Counter
 from redis.exceptions import RedisError
 
 from proto.messages import UNPLACED_WORKER, ClassifiedRequest
 from services.router.registry import InFlight, WorkerRegistry
 from services.router.scheduler_link import SchedulerLink
-from shared.counters import ADOPTED, MISSED_ENDINGS
+from shared.counters import MISSED_ENDINGS
 from shared.ended_lookup import ended_among, placement_records
 from shared.lifecycle import ServiceContext
 
-__all__ = ["DISPATCH_RETRIES", "Recovery", "Resend", "Unsure"]
+__all__ = ["ADOPTED", "DISPATCH_RETRIES", "Recovery", "Resend", "Unsure"]
+
+ADOPTED: Final = Counter(
+    "greenserve_router_adopted_total",
+    "Placements a starting router took over from Redis and dispatched again to confirm",
+)
+"""Registered here, not in ``shared.counters``: every process imports that module, and a
+metric without labels is exported (as 0) by every process that registers it, so each
+service's ``/metrics`` had a router counter."""
 
 DISPATCH_RETRIES: Final = 3
 """Times an unanswered dispatch goes to the same worker again before the request is

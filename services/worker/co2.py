@@ -3,7 +3,7 @@
 The forecaster stores each region's latest :class:`~proto.messages.Forecast` in Redis; the
 worker reads its own region's, takes the value of the current model hour and adds each
 energy increment times that intensity (:class:`~shared.metrics.energy.CarbonMeter`). The
-result is the ``greenserve_gpu_co2_grams`` metric only, so nothing here may stop the
+result is the ``greenserve_gpu_co2_grams_total`` metric only, so nothing here may stop the
 heartbeat that reports it: a forecast that cannot be read or decoded counts no CO2 until
 the next good read, with one warning per outage.
 """

@@ -5,7 +5,8 @@ Routers place by the :class:`~proto.messages.WorkerStats` a worker publishes eve
 ``worker.heartbeat_ttl_s``: a worker that falls silent drops out, and the router re-queues
 what it held. :func:`worker_stats` is the pure part (what the stats say, including the
 admission gate's advertised room); :func:`register` publishes them, refreshes the key and
-the GPU gauges; :func:`deregister` removes the key when the worker drains.
+the GPU series (:mod:`services.worker.gpu_meters`); :func:`deregister` removes the key when
+the worker drains.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from proto.messages import WorkerStats
 from services.worker.admission_gate import AdmissionGate
 from services.worker.backend import BackendSnapshot
 from services.worker.co2 import RegionCarbon
+from services.worker.gpu_meters import GpuMeters
 from shared.config import WorkerSettings
-from shared.counters import GPU_CLOCK_MHZ, GPU_CO2_G, GPU_ENERGY_J, GPU_POWER_W
 from shared.lifecycle import ServiceContext
 
 __all__ = ["deregister", "register", "worker_stats"]
@@ -69,21 +70,28 @@ def worker_stats(
 
 
 async def register(
-    ctx: ServiceContext, stats_subject: str, stats: WorkerStats, co2: RegionCarbon
+    ctx: ServiceContext,
+    stats_subject: str,
+    stats: WorkerStats,
+    co2: RegionCarbon,
+    meters: GpuMeters,
 ) -> None:
-    """Set the GPU gauges, publish the stats and refresh the Redis registration.
+    """Export the GPU series, publish the stats and refresh the Redis registration.
 
     Raises:
         nats.errors.Error, RedisError, OSError: the caller's loop logs and retries.
     """
-    GPU_CLOCK_MHZ.labels(stats.worker_id).set(stats.clock_mhz)
-    GPU_POWER_W.labels(stats.worker_id).set(stats.power_w)
-    GPU_ENERGY_J.labels(stats.worker_id).set(stats.energy_j)
     payload = encode(stats)
     await ctx.nc.publish(stats_subject, payload)
     ttl_ms = int(ctx.settings.worker.heartbeat_ttl_s * 1000)
     await ctx.redis.set(ctx.keys.worker(stats.worker_id), payload, px=ttl_ms)
-    GPU_CO2_G.labels(stats.worker_id, stats.region).set(await co2.grams(stats.energy_j))
+    meters.export(
+        clock_mhz=stats.clock_mhz,
+        power_w=stats.power_w,
+        energy_j=stats.energy_j,
+        co2_g=await co2.grams(stats.energy_j),
+        model_s=ctx.clock.now(),
+    )
 
 
 async def deregister(ctx: ServiceContext, worker_id: str) -> None:

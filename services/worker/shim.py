@@ -39,6 +39,7 @@ from services.worker.co2 import RegionCarbon
 from services.worker.completions import CompletionSender
 from services.worker.drain import hand_back
 from services.worker.ended_log import EndedLog
+from services.worker.gpu_meters import GpuMeters
 from services.worker.publisher import ReplyPublisher
 from services.worker.registration import deregister, register, worker_stats
 from services.worker.streams import StreamBook
@@ -70,7 +71,9 @@ class WorkerShim:
         self._backend = backend
         self._book = StreamBook(self._cfg.worker_id, self._cfg.stream_flush_ms / 1000.0)
         self._co2 = RegionCarbon(ctx, self._cfg.region)
-        """The energy counter's CO2, exported as ``greenserve_gpu_co2_grams``."""
+        """The energy counter's CO2, exported as ``greenserve_gpu_co2_grams_total``."""
+        self._meters = GpuMeters(self._cfg.worker_id, self._cfg.region, model_s=ctx.clock.now())
+        """The GPU series on ``/metrics``; the engine's energy counts from about now."""
         self._emptied = asyncio.Event()
         """Set whenever the last in-flight request ends (drain waits on it)."""
         self._draining = False
@@ -322,7 +325,7 @@ class WorkerShim:
             # A failed scrape must not stop the heartbeat: the worker still serves.
             logger.exception("backend refresh failed; publishing the last known stats")
         self._update_parking()
-        await register(self._ctx, self._stats_subject, self.stats(), self._co2)
+        await register(self._ctx, self._stats_subject, self.stats(), self._co2, self._meters)
 
     async def heartbeat(self) -> None:
         """Stats loop; a Redis or NATS outage delays heartbeats but never ends the worker."""

@@ -138,7 +138,7 @@ async def test_milp_plan_routes_to_the_cleaner_region_and_parks_spare_workers(
     # MILP solve, and CO2 per worker from its energy and its region's forecast intensity.
     solves = sum(_samples("greenserve_planner_solve_seconds_count").values()) - solves_before
     assert solves >= len({plan.epoch for plan in milp})
-    co2 = _samples("greenserve_gpu_co2_grams")
+    co2 = _samples("greenserve_gpu_co2_grams_total")
     assert {dict(labels)["region"] for labels, grams in co2.items() if grams > 0} == {
         "CISO",
         "PJM",

@@ -9,6 +9,8 @@ from pathlib import Path
 from prometheus_client import REGISTRY
 
 import services.gateway.app
+import services.router.recovery
+import services.worker.gpu_meters
 import shared.counters
 
 DASHBOARD = Path(__file__).resolve().parents[3] / "dashboards" / "greenserve.json"
@@ -20,6 +22,8 @@ def _exported() -> set[str]:
         shared.counters.ERRORS,
         services.gateway.app.HTTP_REQUESTS,
         services.gateway.app.CELL_REQUESTS,
+        services.router.recovery.ADOPTED,
+        services.worker.gpu_meters.GPU_MODEL_S,
     )
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
     names: set[str] = set()
