@@ -6,7 +6,7 @@ export, not gauges set to a running total. The clock is in hertz, Prometheus's b
 
 Energy and CO2 accrue in model time: at a speed-up K the simulated GPU lives K model
 seconds per wall second, so ``rate()`` of its energy (per wall second) reads K times its
-power (1,560 W for a 63 W idle A100 at K = 20). ``greenserve_gpu_model_seconds_total``
+power (1,260 W for an A100 idling at 63 W at K = 20). ``greenserve_gpu_model_seconds_total``
 counts the model seconds those counters cover, and
 ``rate(energy) / rate(model_seconds)`` is the GPU's mean power at any speed-up (at K = 1,
 a real GPU, the ratio is the ordinary one).

@@ -118,8 +118,8 @@ async def test_the_gateway_cancels_only_a_published_flight_without_its_final_rep
     await cancel_unanswered(bus, "gw", timed_out)  # type: ignore[arg-type]
     sent = [(s, decode(p, CancelRequest)) for s, p in bus.sent]
     assert [(s, m.request_id, m.reason) for s, m in sent] == [
-        ("gs.v1.cancel.client.gw", "r2", "client disconnected"),
-        ("gs.v1.cancel.client.gw", "r3", "gateway timeout"),
+        ("gs.v1.cancel.client.gw", "r2", "client_disconnected"),
+        ("gs.v1.cancel.client.gw", "r3", "gateway_timeout"),
     ]
 
 
@@ -129,7 +129,7 @@ async def test_the_gateway_counts_only_the_cancels_nats_took_as_sent() -> None:
     ``cancel_not_sent``, and one NATS took is counted as sent, not as an error."""
 
     def counts() -> tuple[float, float]:
-        sent: float = CANCELS_SENT.labels("gateway timeout")._value.get()
+        sent: float = CANCELS_SENT.labels("gateway_timeout")._value.get()
         failed: float = ERRORS.labels("gateway", "cancel_not_sent")._value.get()
         return sent, failed
 
