@@ -1,7 +1,9 @@
-"""The middleware around every gateway route: a SERVER span, JSON errors, the request count.
+"""The middleware around every gateway route: a SERVER span, JSON errors, count and latency.
 
-Each HTTP request gets one span (continuing a client's ``traceparent``) and one count in
-``greenserve_http_requests_total{route,status}``. aiohttp's own 404 and 405 and any
+Each HTTP request gets one span (continuing a client's ``traceparent``), one count in
+``greenserve_http_requests_total{route,status}`` and one observation of its wall time in
+``greenserve_http_request_duration_seconds{route,status}`` (until the response is complete:
+the whole stream for an SSE answer). aiohttp's own 404 and 405 and any
 unexpected exception before the response started reach the client in OpenAI's error shape
 (:func:`.state.error_response`), not as aiohttp's text; once an SSE stream has started the
 exception is left to end the stream, since a second response would corrupt it.
@@ -10,19 +12,27 @@ exception is left to end the stream, since a second response would corrupt it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from opentelemetry import propagate, trace
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
 
 from services.gateway.errors import ApiError
 from services.gateway.state import NAME, STREAMING, error_response
 
-__all__ = ["HTTP_REQUESTS", "observe"]
+__all__ = ["HTTP_DURATION_S", "HTTP_REQUESTS", "observe"]
 
 HTTP_REQUESTS: Counter = Counter(
     "greenserve_http_requests_total", "HTTP requests to the gateway", ["route", "status"]
+)
+HTTP_DURATION_S: Histogram = Histogram(
+    "greenserve_http_request_duration_seconds",
+    "Wall time from a request's arrival at the gateway to its complete response (an SSE "
+    "answer's whole stream), by route and status",
+    ["route", "status"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
 )
 
 logger = logging.getLogger(__name__)
@@ -36,6 +46,7 @@ async def observe(
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else "unmatched"
     tracer = trace.get_tracer(f"greenserve.{NAME}")
+    started = time.perf_counter()
     with tracer.start_as_current_span(
         f"{request.method} {route}",
         context=propagate.extract(dict(request.headers)),
@@ -63,5 +74,7 @@ async def observe(
         span.set_attribute("http.response.status_code", response.status)
         if response.status >= 500:
             span.set_status(trace.StatusCode.ERROR)
-    HTTP_REQUESTS.labels(route, str(response.status)).inc()
+    status = str(response.status)
+    HTTP_REQUESTS.labels(route, status).inc()
+    HTTP_DURATION_S.labels(route, status).observe(time.perf_counter() - started)
     return response
