@@ -6,8 +6,8 @@ each capability adds its own command without editing this file.
 Building the parser imports every command module and every benchmark's options module, so
 none of them imports anything heavy at the top (numpy, scikit-learn, NATS, Redis, aiohttp,
 pydantic): a command imports its work in ``run``. ``greenserve --help`` and each command's
-``--help`` then answer in about a tenth of a second (``greenserve bench cli-help``
-measures it), where importing everything took seconds.
+``--help`` then answer in a fraction of a second (``greenserve bench cli-help`` measures
+it), where importing everything took seconds.
 """
 
 from __future__ import annotations
