@@ -1,7 +1,7 @@
 """Options whose values are a long list of names (the simulator's policy sets).
 
 argparse writes ``choices`` into the usage line as ``{a,b,c,...}``, one token it cannot
-break: with 36 policy sets that token alone is a dozen terminal lines. Such options show a
+break: with every policy set in it that token alone is a dozen terminal lines. Such options show a
 short ``metavar`` in the usage and list the names once, in their help text, where argparse
 wraps them to the terminal.
 """

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import greenserve.bench
 import greenserve.faults
 import services.dvfs.profile_live
-from greenserve.bench import cluster as cluster_work
 from greenserve.bench import discover
-from greenserve.bench.options import cluster as cluster_options
 from greenserve.bench.options import faults as faults_options
 from greenserve.bench.options import profile_drift as profile_drift_options
 
@@ -35,30 +31,6 @@ def test_discovery_finds_the_benchmarks_the_docs_name() -> None:
     """Test that discovery reads the options package (one module per benchmark)."""
     assert {"cli-help", "cluster", "dvfs", "freesh-pool", "llf", "sim-speed"} <= set(BENCHES)
     assert BENCHES["llf"].module == "greenserve.bench.llf"
-
-
-def _options(add_arguments: Any) -> dict[str, tuple[Any, ...]]:
-    """What a parser accepts, by destination: flags, default, choices, type, nargs, action."""
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return {
-        a.dest: (
-            tuple(a.option_strings),
-            a.default,
-            None if a.choices is None else sorted(a.choices),
-            a.type,
-            a.nargs,
-            type(a),
-        )
-        for a in parser._actions
-    }
-
-
-def test_the_cluster_options_match_the_cluster_benchmarks_own() -> None:
-    """Test that the light copy of ``bench cluster``'s options (its work module keeps its
-    own ``add_arguments``) has every flag, default and choice of the original."""
-    assert _options(cluster_options.add_arguments) == _options(cluster_work.add_arguments)
-    assert cluster_options.DEFAULT_POLICY == cluster_work.DEFAULT_POLICY
 
 
 def test_constants_written_out_in_options_modules_match_their_source() -> None:

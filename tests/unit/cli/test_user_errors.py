@@ -119,24 +119,25 @@ def test_reading_names_the_file_of_an_error_the_loader_raised(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize(
-    ("csv_text", "said"),
+    ("csv_bytes", "said"),
     [
-        ("a,b\n1,2\n", "is not an Azure-format trace: missing columns"),
+        (b"a,b\n1,2\n", "is not an Azure-format trace: missing columns"),
         (
-            "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,10,5\n",
-            "Unknown datetime string format, unable to parse: yesterday",
+            b"TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,10,5\n",
+            "has no row with a valid timestamp and token counts",
         ),
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,ten,5\n", "'>'"),
-        ("", "No columns to parse from file"),
+        (b"", "is empty, not an Azure-format trace"),
+        (b"\xff\xfe\x00\x81garbage\n", "'utf-8' codec can't decode byte 0xff"),
     ],
 )
 def test_a_trace_that_does_not_parse_is_one_line_naming_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], csv_text: str, said: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], csv_bytes: bytes, said: str
 ) -> None:
-    """Test a CSV without the Azure columns, with a bad timestamp, with words for token
-    counts, and an empty one: one line naming the file once, status 2 (pandas tracebacks)."""
+    """Test a CSV without the Azure columns, one without a usable row, an empty one and one
+    that is not text (the loader's own errors, and pandas' decoding error, which was a
+    traceback): one line naming the file once, status 2."""
     trace = tmp_path / "trace.csv"
-    trace.write_text(csv_text)
+    trace.write_bytes(csv_bytes)
     argv = ["simulate", "--trace", str(trace), "--no-progress", "--out", str(tmp_path)]
     assert main(argv) == 2
     err = capsys.readouterr().err
