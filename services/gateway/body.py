@@ -19,7 +19,7 @@ from aiohttp import web
 
 from services.gateway.errors import ApiError
 
-__all__ = ["GZIP", "IDENTITY", "decode_body", "read_body"]
+__all__ = ["GZIP", "IDENTITY", "decode_body", "read_body", "send_and_close"]
 
 IDENTITY: Final = frozenset({"", "identity"})
 """Codings that mean the bytes are the body."""
@@ -48,6 +48,20 @@ async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes
     except web.HTTPRequestEntityTooLarge:
         raise ApiError("body_too_large", f"body larger than {limit} bytes") from None
     return decode_body(raw, request.headers.get("Content-Encoding", ""), limit)
+
+
+async def send_and_close(request: web.Request, response: web.Response) -> web.Response:
+    """Send ``response`` now, then close the connection.
+
+    For a body that timed out: its rest may still trickle in, and aiohttp would hold the
+    connection for up to its ``lingering_time`` (10 s) reading it. A transport's close
+    sends what was written before it closes.
+    """
+    await response.prepare(request)
+    await response.write_eof()
+    if request.transport is not None:
+        request.transport.close()
+    return response
 
 
 def decode_body(raw: bytes, content_encoding: str, limit: int) -> bytes:

@@ -20,7 +20,7 @@ from aiohttp import web
 from opentelemetry import trace
 
 from services.gateway.answers import answer
-from services.gateway.body import read_body
+from services.gateway.body import read_body, send_and_close
 from services.gateway.cells import Cell
 from services.gateway.errors import ApiError
 from services.gateway.flight import Flight, cancel_unanswered
@@ -75,6 +75,8 @@ async def _serve(
         flight = Flight(cell.subjects, request_id)
         return await answer(request, state, parsed, flight, queue)
     except ApiError as err:
+        if err.code == "body_timeout":
+            return await send_and_close(request, error_response(err))
         return error_response(err)
     except (ConnectionResetError, asyncio.CancelledError):
         # The client left: mid-stream (a write failed) or while the handler waited

@@ -81,4 +81,9 @@ STREAMING: web.RequestKey[bool] = web.RequestKey("streaming", bool)
 def error_response(err: ApiError) -> web.Response:
     """The OpenAI-shaped error answer (status from :mod:`.errors`), counted by its code."""
     ERRORS.labels(NAME, err.code).inc()
-    return web.json_response(err.body(), status=err.status, headers=err.headers())
+    response = web.json_response(err.body(), status=err.status, headers=err.headers())
+    if err.status == 408:
+        # The rest of a timed-out body may still trickle in: close, as RFC 9110 asks, rather
+        # than let aiohttp linger reading it on the client's connection.
+        response.force_close()
+    return response
