@@ -36,7 +36,8 @@ UNKNOWN_MODEL = b'{"model": "no-such-model", "prompt": "hi"}'
 
 
 def _errors(code: str) -> float:
-    return ERRORS.labels("gateway", code)._value.get()
+    count: float = ERRORS.labels("gateway", code)._value.get()
+    return count
 
 
 async def _post(
