@@ -83,7 +83,7 @@ def error_response(err: ApiError) -> web.Response:
     ERRORS.labels(NAME, err.code).inc()
     response = web.json_response(err.body(), status=err.status, headers=err.headers())
     if err.status == 408:
-        # The rest of a timed-out body may still trickle in: close, as RFC 9110 asks, rather
-        # than let aiohttp linger reading it on the client's connection.
+        # Tell the client the connection ends (RFC 9110 asks it of a 408): the rest of its
+        # body may still trickle in, and the route closes rather than read it.
         response.force_close()
     return response

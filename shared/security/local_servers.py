@@ -102,7 +102,7 @@ def start_secure_servers(
         raise
     ca = tls_files.ca_file if tls_files else None
     overrides = {i.user: service_overrides(i, files[i.user], tls_ca_file=ca) for i in identities}
-    # A secured stack's HTTP API asks for a key too (docs/security.md, API keys).
+    # A secured stack's HTTP API asks for a key too (docs/security.md, The HTTP API).
     gateways = [i.user for i in identities if i.role == "gateway"]
     key_file, keys_file = issue_api_key(state_dir / "secrets") if gateways else (None, None)
     for user in gateways:
