@@ -370,6 +370,26 @@ class GatewaySettings(_Section):
     own stack only. ``greenserve up --cells N`` gives every cell's gateway all N."""
     cell_retry_s: float = Field(default=5.0, gt=0.0)
     """How long a cell whose ingress stream did not answer is skipped."""
+    # Hardening (docs/gateway.md, "Limits and keys"): the ceiling, timeouts and API keys.
+    max_in_flight: int = Field(default=0, ge=0)
+    """Completion requests held at once; more get 429 ``overloaded`` with ``Retry-After``.
+    0: half the process's open-file limit (each held request holds a client socket; at the
+    limit ``accept`` fails for everyone, health checks included)."""
+    overload_retry_after_s: float = Field(default=1.0, gt=0.0)
+    """``Retry-After`` of an ``overloaded`` 429 (1 s: the header's smallest whole unit)."""
+    idle_timeout_s: float = Field(default=30.0, gt=0.0)
+    """A connection without a complete request head this long after it opened (or after its
+    last response) is closed: idle keep-alive and slow headers alike (aiohttp's keep-alive
+    timer). Above the keep-alive expiry of httpx (5 s) and aiohttp's client (15 s), so the
+    server never closes a connection those clients are about to reuse."""
+    body_timeout_s: float = Field(default=30.0, gt=0.0)
+    """Longest time to receive a request's body; a slower one gets 408 ``body_timeout``."""
+    api_keys_file: Path | None = None
+    """OpenAI-style API keys (one per line, or JSON/YAML with per-key limits; hashes or
+    keys: ``shared/security/api_keys.py``); ``None``: no key needed (the local demo).
+    ``greenserve up --secure`` generates one."""
+    api_key_requests_per_min: int = Field(default=0, ge=0)
+    """Per-key rate limit for keys whose entry names none; 0: none (the ceiling still holds)."""
 
     @model_validator(mode="after")
     def _default_within_limit(self) -> GatewaySettings:

@@ -110,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"OpenAI-compatible API: {state.gateway_url}/v1{spread}", file=sys.stderr)
     if state.secure:
         print(
-            f"secure: one identity per service; passwords in {args.state_dir / 'secrets'}",
+            f"secure: one identity per service; passwords in {args.state_dir / 'secrets'}; "
+            f"the API's key (Authorization: Bearer) in {args.state_dir / 'secrets' / 'api-key'}",
             file=sys.stderr,
         )
     if state.tls_ca_file:

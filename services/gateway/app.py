@@ -14,7 +14,8 @@ Where each part lives: the shared state and error answer in :mod:`.state`, the s
 request count around every route in :mod:`.middleware`, the completion routes in
 :mod:`.completion_routes` (body → :mod:`.ingress` → :mod:`.answers`, JSON or SSE), the
 model routes in :mod:`.model_routes`, the carbon-aware query in :mod:`.forecast_route`;
-health and metrics are here with :func:`build_app`.
+health and metrics are here with :func:`build_app`; API keys are checked in :mod:`.auth`,
+the ceiling on requests held in :mod:`.admission`, the body read and decoded in :mod:`.body`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from services.gateway.auth import authenticate
 from services.gateway.completion_routes import completion_handler
 from services.gateway.forecast_route import emissions_forecasts
 from services.gateway.ingress import CELL_REQUESTS, REPLY_HEADER
@@ -50,9 +52,16 @@ async def _metrics(_request: web.Request) -> web.Response:
     return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def build_app(state: GatewayState) -> web.Application:
-    """The OpenAI-compatible application over ``state``."""
-    app = web.Application(client_max_size=state.config.max_body_bytes, middlewares=[observe])
+def build_app(state: GatewayState, *, serve_metrics: bool = True) -> web.Application:
+    """The OpenAI-compatible application over ``state``.
+
+    ``serve_metrics`` false leaves ``/metrics`` to the process's own metrics port
+    (``telemetry.metrics_port``), off the API's address.
+    """
+    # observe wraps authenticate, so a refused key is counted and traced like any answer.
+    app = web.Application(
+        client_max_size=state.config.max_body_bytes, middlewares=[observe, authenticate]
+    )
     app[STATE] = state
     app.router.add_post("/v1/completions", completion_handler("completion"))
     app.router.add_post("/v1/chat/completions", completion_handler("chat"))
@@ -61,5 +70,6 @@ def build_app(state: GatewayState) -> web.Application:
     app.router.add_get("/v1/models/{model:.+}", retrieve_model)
     app.router.add_get("/emissions/forecasts/current", emissions_forecasts)
     app.router.add_get("/healthz", _health)
-    app.router.add_get("/metrics", _metrics)
+    if serve_metrics:
+        app.router.add_get("/metrics", _metrics)
     return app

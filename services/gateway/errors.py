@@ -6,6 +6,7 @@ HTTP status (the tables below) and in ``greenserve_errors_total{service="gateway
 
 from __future__ import annotations
 
+import math
 from typing import Any, Final
 
 __all__ = ["GATEWAY_STATUS", "UPSTREAM_STATUS", "ApiError", "status_of_upstream"]
@@ -17,9 +18,17 @@ GATEWAY_STATUS: Final = {
     "invalid_parameter_combination": 400,
     "missing_field": 400,
     "unsupported": 400,
+    # Bad bytes: a Content-Encoding the gateway does not decode, or bytes that do not
+    # decode under the one named (a "gzip" body that is not gzip).
+    "unsupported_encoding": 400,
+    "invalid_encoding": 400,
+    "invalid_api_key": 401,
     "model_not_found": 404,
     "location_not_found": 404,
+    "body_timeout": 408,
     "body_too_large": 413,
+    "rate_limit_exceeded": 429,
+    "overloaded": 429,
     "unavailable": 503,
     "timeout": 504,
 }
@@ -44,6 +53,10 @@ UPSTREAM_STATUS: Final = {
 
 _TYPES: Final = {
     400: "invalid_request_error",
+    401: "invalid_request_error",
+    408: "invalid_request_error",
+    # OpenAI's type for a requests-per-minute 429 (its ``code`` says which limit).
+    429: "requests",
     404: "invalid_request_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
@@ -58,12 +71,32 @@ def status_of_upstream(code: str) -> int:
 class ApiError(Exception):
     """A request the gateway answers with an OpenAI-style error body."""
 
-    def __init__(self, code: str, message: str, *, param: str | None = None, status: int = 0):
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        param: str | None = None,
+        status: int = 0,
+        retry_after_s: float | None = None,
+    ):
         self.code = code
         self.message = message
         self.param = param
         self.status = status or GATEWAY_STATUS.get(code) or status_of_upstream(code)
+        self.retry_after_s = retry_after_s
+        """When the client may try again (a 429); sent as ``Retry-After``."""
         super().__init__(f"{code}: {message}")
+
+    def headers(self) -> dict[str, str]:
+        """``Retry-After`` in whole seconds (rounded up, at least 1: HTTP has no smaller
+        unit) and ``retry-after-ms``, which the ``openai`` client reads first."""
+        if self.retry_after_s is None:
+            return {}
+        return {
+            "Retry-After": str(max(1, math.ceil(self.retry_after_s))),
+            "retry-after-ms": str(max(1, math.ceil(self.retry_after_s * 1000))),
+        }
 
     @property
     def error_type(self) -> str:

@@ -1,11 +1,11 @@
 """From an HTTP body to a request stored in a cell's ingress stream.
 
-The body is read within ``gateway.max_body_bytes`` (:func:`read_body`); the parsed request
-is published to a cell's ``ingress.client.<client id>`` with ``Nats-Msg-Id`` (a retried
-publish is not a second request), the reply subject in :data:`REPLY_HEADER` and the trace
-context (:func:`publish`). A cell whose stream does not answer is skipped for the next; a
-publish that may have been stored is cancelled before the client hears 503, so it does not
-run for nobody while the client retries under a new id.
+The body was read by :mod:`.body`; the parsed request is published to a cell's
+``ingress.client.<client id>`` with ``Nats-Msg-Id`` (a retried publish is not a second
+request), the reply subject in :data:`REPLY_HEADER` and the trace context (:func:`publish`).
+A cell whose stream does not answer is skipped for the next; a publish that may have been
+stored is cancelled before the client hears 503, so it does not run for nobody while the
+client retries under a new id.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import time
 
 import nats.errors
 import nats.js.errors
-from aiohttp import web
 from prometheus_client import Counter
 
 from proto.codec import encode
@@ -29,7 +28,7 @@ from services.gateway.openai_schema import ParsedRequest, to_request
 from services.gateway.state import GatewayState
 from shared.telemetry import inject_headers
 
-__all__ = ["CELL_REQUESTS", "REPLY_HEADER", "publish", "read_body"]
+__all__ = ["CELL_REQUESTS", "REPLY_HEADER", "publish"]
 
 REPLY_HEADER = "Gs-Reply"
 """The classifier answers an undecodable payload on this header's subject."""
@@ -41,16 +40,6 @@ CELL_REQUESTS: Counter = Counter(
 )
 
 logger = logging.getLogger(__name__)
-
-
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The request's body; ``body_too_large`` beyond ``limit`` bytes."""
-    if request.content_length is not None and request.content_length > limit:
-        raise ApiError("body_too_large", f"body of {request.content_length} bytes > {limit}")
-    try:
-        return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise ApiError("body_too_large", f"body larger than {limit} bytes") from None
 
 
 async def publish(state: GatewayState, parsed: ParsedRequest, request_id: str) -> Cell:

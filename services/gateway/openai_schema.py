@@ -166,6 +166,12 @@ def parse_body(
         body = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         raise ApiError("invalid_json", f"body is not valid JSON: {exc}") from None
+    except UnicodeDecodeError as exc:
+        # msgspec checks a string's UTF-8 only when it builds the str, and raises this, not
+        # DecodeError: bad bytes inside a JSON string would otherwise escape as a 500.
+        raise ApiError(
+            "invalid_json", f"body is not valid UTF-8 JSON (byte {exc.start}: {exc.reason})"
+        ) from None
     except RecursionError:
         # msgspec gives up on deep nesting (~1,000 levels) with RecursionError, not DecodeError:
         # a small body of brackets would otherwise escape as a plain-text 500.

@@ -15,11 +15,13 @@ from aiohttp import web
 from nats.aio.subscription import Subscription
 
 from services.gateway.app import build_app
+from services.gateway.auth import KeyRing
 from services.gateway.cells import CellPicker
 from services.gateway.state import NAME, GatewayState
 from shared.bus import ensure_ingress_stream
 from shared.config import GatewaySettings, Settings
 from shared.lifecycle import ServiceContext, service_context
+from shared.security.api_keys import load_api_keys
 from shared.security.client_ids import pick_client_id
 
 __all__ = ["NAME", "Gateway", "open_gateway", "serve"]
@@ -31,7 +33,14 @@ class Gateway:
     """The HTTP ingress of one stack: start it, read its ``url``, stop it."""
 
     def __init__(self, ctx: ServiceContext, config: GatewaySettings) -> None:
+        """Build the state; a malformed or unreadable API key file fails here, at start.
+
+        Raises:
+            ValueError: ``config.api_keys_file`` is malformed.
+            OSError: it cannot be read.
+        """
         tokenizer = ctx.settings.classifier.tokenizer_path
+        keys_file = config.api_keys_file
         self.state = GatewayState(
             nc=ctx.nc,
             js=ctx.js,
@@ -45,6 +54,11 @@ class Gateway:
             cells=CellPicker(config.cells or (ctx.subjects.prefix,), config.cell_retry_s),
             store=ctx.redis,
             keys=ctx.keys,
+            api_keys=(
+                KeyRing(load_api_keys(keys_file), config.api_key_requests_per_min)
+                if keys_file is not None
+                else None
+            ),
         )
         self._ctx = ctx
         self._runner: web.AppRunner | None = None
@@ -66,13 +80,20 @@ class Gateway:
             )
         await ensure_ingress_stream(state.js, state.subjects)
         runner = web.AppRunner(
-            build_app(state),
+            # With its own metrics port the process serves /metrics there, not here.
+            build_app(state, serve_metrics=self._ctx.settings.telemetry.metrics_port is None),
             handle_signals=False,
             access_log=None,
             shutdown_timeout=self._ctx.settings.shutdown_timeout_s,
             # A client that disconnects cancels its handler at once, even while it waits for
             # the first token: the handler then cancels the request on the bus.
             handler_cancellation=True,
+            # aiohttp closes a connection whose request head is not complete this long after
+            # it opened or after its last response: idle sockets and slow headers alike.
+            keepalive_timeout=state.config.idle_timeout_s,
+            # The body is decoded by .body within its limits; aiohttp's own inflater raised a
+            # 500 on bytes that were not what the header said, and had no limit of its own.
+            auto_decompress=False,
         )
         await runner.setup()
         site = web.TCPSite(runner, state.config.host, state.config.port)
@@ -80,7 +101,12 @@ class Gateway:
         self._runner = runner
         host, port = runner.addresses[0][:2]
         self.url = f"http://{host}:{port}"
-        logger.info("gateway listening on %s", self.url)
+        logger.info(
+            "gateway listening on %s (API keys %s, at most %d requests in flight)",
+            self.url,
+            "required" if state.api_keys is not None else "off",
+            state.admission.limit,
+        )
         return self.url
 
     async def stop(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from nats.aio.client import Client
@@ -19,12 +20,16 @@ from redis.asyncio import Redis
 
 from proto.keys import Keys
 from proto.subjects import Subjects
+from services.gateway.admission import InFlightLimit, default_max_in_flight
 from services.gateway.cells import CellPicker
 from services.gateway.errors import ApiError
 from services.gateway.replies import ReplyRouter
 from shared.config import GatewaySettings
 from shared.counters import ERRORS
 from shared.security.client_ids import instance_token
+
+if TYPE_CHECKING:
+    from services.gateway.auth import KeyRing
 
 __all__ = ["NAME", "STATE", "STREAMING", "GatewayState", "error_response"]
 
@@ -51,9 +56,17 @@ class GatewayState:
     store: Redis | None = None
     """Where the forecaster keeps its latest forecasts (the carbon-aware query reads them)."""
     keys: Keys | None = None
+    api_keys: KeyRing | None = None
+    """The accepted API keys; ``None``: no key needed (``gateway.api_keys_file`` unset)."""
+    admission: InFlightLimit = field(init=False)
+    """The ceiling on completion requests held at once (``gateway.max_in_flight``)."""
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _instance: str = field(default_factory=instance_token)
     """Gateway replicas share their identity's client id; this keeps their ids apart."""
+
+    def __post_init__(self) -> None:
+        limit = self.config.max_in_flight or default_max_in_flight()
+        self.admission = InFlightLimit(limit, self.config.overload_retry_after_s)
 
     def new_request_id(self) -> str:
         """A request id unique to this gateway instance."""
@@ -68,4 +81,9 @@ STREAMING: web.RequestKey[bool] = web.RequestKey("streaming", bool)
 def error_response(err: ApiError) -> web.Response:
     """The OpenAI-shaped error answer (status from :mod:`.errors`), counted by its code."""
     ERRORS.labels(NAME, err.code).inc()
-    return web.json_response(err.body(), status=err.status)
+    response = web.json_response(err.body(), status=err.status, headers=err.headers())
+    if err.status == 408:
+        # Tell the client the connection ends (RFC 9110 asks it of a 408): the rest of its
+        # body may still trickle in, and the route closes rather than read it.
+        response.force_close()
+    return response

@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 from proto.keys import Keys
 from proto.subjects import Subjects
+from shared.security.api_keys import issue_api_key
 from shared.security.credentials import (
     Credential,
     by_user,
@@ -58,6 +59,8 @@ class SecureServers:
     """NATS URL carrying the loadgen identity (for ``greenserve replay``)."""
     tool_redis_url: str
     """Redis URL carrying the monitor identity (for ``greenserve status``)."""
+    api_key_file: Path | None = None
+    """The HTTP API's key (``Authorization: Bearer``), when the stack has a gateway."""
 
 
 def _url_with(url: str, user: str, password: str) -> str:
@@ -99,6 +102,11 @@ def start_secure_servers(
         raise
     ca = tls_files.ca_file if tls_files else None
     overrides = {i.user: service_overrides(i, files[i.user], tls_ca_file=ca) for i in identities}
+    # A secured stack's HTTP API asks for a key too (docs/security.md, The HTTP API).
+    gateways = [i.user for i in identities if i.role == "gateway"]
+    key_file, keys_file = issue_api_key(state_dir / "secrets") if gateways else (None, None)
+    for user in gateways:
+        overrides[user]["gateway"] = {"api_keys_file": str(keys_file)}
     creds = by_user(credentials)
     return SecureServers(
         servers=servers,
@@ -107,4 +115,5 @@ def start_secure_servers(
         tls=tls_files,
         tool_nats_url=_url_with(servers[0].url, "loadgen", creds["loadgen"].nats_password),
         tool_redis_url=_url_with(servers[1].url, "monitor", creds["monitor"].redis_password) + "/0",
+        api_key_file=key_file,
     )

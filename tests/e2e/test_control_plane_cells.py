@@ -5,6 +5,7 @@ control-plane --cells --clients`` (loaded by several client processes) and ``gre
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -86,11 +87,12 @@ def test_up_starts_cells_on_one_set_of_servers_and_down_stops_them_all(
     assert not (Path(first.cells[0]) / "stack.json").exists()
 
 
-def _complete(url: str) -> int:
+def _complete(url: str, key_file: Path | None = None) -> int:
     body = {"model": "llama-3-8b", "prompt": "hello", "max_tokens": 3}
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
-    )
+    headers = {"content-type": "application/json"}
+    if key_file is not None:  # a secured stack's API asks for the key it issued
+        headers["Authorization"] = f"Bearer {key_file.read_text().strip()}"
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
     with urllib.request.urlopen(request, timeout=30) as response:
         tokens: int = json.load(response)["usage"]["completion_tokens"]
     return tokens
@@ -108,14 +110,17 @@ def test_up_secures_cells_each_on_its_own_servers(
     assert main(["up", *argv, "--namespace", namespace, "--state-dir", str(state_dir)]) == 0
     first = load_state(state_dir)
     try:
-        second = load_state(Path(first.cells[0]))
+        cell_dir = Path(first.cells[0])
+        second = load_state(cell_dir)
         assert first.secure
         assert second.secure
         assert set(first.server_pids.values()).isdisjoint(second.server_pids.values())
         assert len(second.server_pids) == 2
         assert first.nats_url != second.nats_url
-        for url in (first.gateway_url, second.gateway_url):
-            assert _complete(f"{url}/v1/completions") == 3
+        for url, folder in ((first.gateway_url, state_dir), (second.gateway_url, cell_dir)):
+            with pytest.raises(urllib.error.HTTPError, match="401"):
+                _complete(f"{url}/v1/completions")
+            assert _complete(f"{url}/v1/completions", folder / "secrets" / "api-key") == 3
         with urllib.request.urlopen(f"{first.gateway_url}/metrics", timeout=10) as response:
             metrics = response.read().decode()
         assert f'greenserve_gateway_cell_requests_total{{cell="{namespace}"}} 1.0' in metrics
