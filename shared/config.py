@@ -188,7 +188,8 @@ class RouterSettings(_Section):
     batches_in_flight: int = Field(default=4, ge=1, le=64)
     """Dispatch batches one worker may have unanswered at once. With 1, a request placed
     while its worker's batch awaits the reply waits a round trip (docs/performance.md,
-    round 6); more batches in flight mean smaller batches, so more messages under load."""
+    "Batches in flight"); more batches in flight mean smaller batches, so more messages
+    under load."""
 
 
 class WorkerSettings(_Section):

@@ -3,7 +3,7 @@
 A full (generation 2) collection walks every container object the process holds; in a
 process that has imported numpy, pydantic, OpenTelemetry, nats-py and redis-py that is a
 pause of tens of milliseconds on the development host, during which the event loop runs
-nothing. Two uses, measured in ``docs/performance.md`` (round 12):
+nothing. Two uses, measured in ``docs/performance.md`` ("Garbage collection"):
 
 * :func:`freeze_startup_heap` in every service once it has started: the objects that exist
   by then (modules, settings, compiled schemas) live as long as the process, so moving them

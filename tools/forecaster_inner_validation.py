@@ -9,36 +9,35 @@ regions x buckets, the buckets that lose to template + level, and day 1 per regi
 
     PYTHONPATH=. GREENSERVE_DATA_DIR=... python tools/forecaster_inner_validation.py VARIANT...
 
-Variants (docs/forecaster.md, third issue-6 round): ``base``; ``A<days>`` recency half-life;
-``B0`` derived low-carbon/renewable share columns; ``B1`` those plus EM 2021-22 rows of the
-three US zones mapped onto them; ``B2`` EM rows of the three US zones with unknown shares
-(kept); ``B3`` the same with all seven EM zones; ``+A<days>`` adds a half-life to a variant.
-Fourth round (source-production tier, :mod:`services.forecaster.mix`), on top of a variant:
-``+M`` the per-fuel mix forecast as a fifth blend member, ``+F`` its log-ratio to the
-template as a booster feature, ``+S`` the forecast mix's fuel shares at the target hour as
-booster features, ``+H<hours>`` those features only for the boosters up to that horizon
-(``B2+M``, ``B2+F``, ``B2+M+F``, ``B2+S``, ``B2+F+S``, ``B2+F+S+H24``: kept, the default
-since the fourth round). Every variant starts from the pre-fourth-round config.
-Fifth round, on top of ``B2+F+S+H24``: ``+R`` the booster learns the log-ratio to template +
-level instead of the template (``booster_base``); ``+G`` three bagged boosters per bucket
-(``booster_bag``; ``+G<k>``: k of them).
-Sixth round, on top of ``B2+F+S+H24+R+G``: ``+C`` the blend scaled per bucket by its
-validation MAPE-optimal factor (``mape_scale``).
+Variants (docs/forecaster.md, *Inner validation*), each lever a suffix on a variant:
+
+* history: ``base``; ``A<days>`` recency half-life; ``B0`` derived low-carbon/renewable share
+  columns; ``B1`` those plus EM 2021-22 rows of the three US zones mapped onto them; ``B2``
+  EM rows of the three US zones with unknown shares (kept); ``B3`` the same with all seven
+  EM zones; ``+A<days>`` adds a half-life to a variant;
+* source-production tier (:mod:`services.forecaster.mix`): ``+M`` the per-fuel mix forecast
+  as a fifth blend member, ``+F`` its log-ratio to the template as a booster feature, ``+S``
+  the forecast mix's fuel shares at the target hour as booster features, ``+H<hours>`` those
+  features only for the boosters up to that horizon (``B2+F+S+H24`` kept); a variant without
+  them starts from the config before the tier;
+* booster base (on top of ``B2+F+S+H24``): ``+R`` the booster learns the log-ratio to
+  template + level instead of the template (``booster_base``); ``+G`` three bagged boosters
+  per bucket (``booster_bag``; ``+G<k>``: k of them); both kept;
+* on top of ``B2+F+S+H24+R+G``: ``+C`` the blend scaled per bucket by its validation
+  MAPE-optimal factor (``mape_scale``); ``+X`` the booster reads the seven regions' recent
+  level ratios (``context_features``, :func:`~services.forecaster.sources.with_context`);
+  ``+W`` blend weights fitted to the validation MAPE (``blend_stack_share`` = 1),
+  ``+W<percent>`` that share of them, the rest inverse-error weights (``+W50``); ``+D`` the
+  booster reads NERC's public holidays (``holiday_features``,
+  :mod:`services.forecaster.holidays`; kept);
+* on top of ``B2+F+S+H24+R+G+D``: ``+Q`` EIA hours whose total generation is implausible
+  become gaps (:mod:`services.forecaster.screening`); ``+Z`` the booster reads the sun's
+  path against the template's (``solar_features``, :mod:`services.forecaster.sun`).
+
 ``EM:<variant>`` runs a variant on the Electricity Maps inner protocol instead (each zone
 cut at 2023-12-31, one fit on 2021-2022, daily origins through 2023; the options that need
 EIA generation data do nothing there): ``EM:B2+F+S+H24`` against ``EM:B2+F+S+H24+R+G``
-checks the fifth-round levers on the zones they were not chosen on.
-Seventh round, on top of ``B2+F+S+H24+R+G``: ``+X`` the booster reads the seven regions'
-recent level ratios (``context_features``, :func:`~services.forecaster.sources.with_context`).
-Eighth round, on top of ``B2+F+S+H24+R+G``: ``+W`` blend weights fitted to the validation
-MAPE (``blend_stack_share`` = 1); ``+W<percent>`` that share of them, the rest
-inverse-error weights (``+W50``).
-Ninth round, on top of ``B2+F+S+H24+R+G``: ``+D`` the booster reads NERC's public holidays
-(``holiday_features``, :mod:`services.forecaster.holidays`).
-Screening (session 9), on top of ``B2+F+S+H24+R+G+D``: ``+Q`` EIA hours whose total
-generation is implausible become gaps (:mod:`services.forecaster.screening`).
-Tenth round, on top of ``B2+F+S+H24+R+G+D``: ``+Z`` the booster reads the sun's path
-against the template's (``solar_features``, :mod:`services.forecaster.sun`).
+checks the booster-base levers on the zones they were not chosen on.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ Reported (JSON, one line):
   (what the hypervisor reports taking; 0 where it reports nothing).
 
 ``--pin`` puts each process on its own CPU (spread over the machine). Run it idle, and
-beside a bench to see what the bench's processes meet (``docs/performance.md``, round 10).
+beside a bench to see what the bench's processes meet (``docs/performance.md``, "Stalls").
 
     python tools/measure_stalls.py [--procs 4] [--seconds 20] [--threshold-ms 2] [--pin]
 """

@@ -13,9 +13,9 @@ This measures, in one process and a forked reader, the CPU (user + system) of:
   apart (both sides asleep in between). Half of it is the wall time one process hand-off
   costs before any Python runs, which is what a request's five to ten hops pay in latency.
 
-On the shared 2-core development VM (session 5) a sleep cost ≈ 35 µs and a write to a
+On the shared 2-core development VM a sleep costs ≈ 35 µs and a write to a
 sleeping reader ≈ 15-25 µs more, against ≈ 1 µs in a burst: per request, the stack pays
-for wake-ups far more than for its Python (docs/performance.md, round 5).
+for wake-ups far more than for its Python (docs/performance.md, "The idle floor").
 
     python tools/measure_wakeup_cost.py [--writes 2000]
 """

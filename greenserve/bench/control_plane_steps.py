@@ -89,7 +89,7 @@ async def measure_step(
     )
     step["requests"] = len(trace)
     # Busy beyond the stack and the load generator: another tenant, or a process an earlier
-    # run left behind (round 15's slow second runs); steal: the hypervisor's.
+    # run left behind (a slow run that follows another); steal: the hypervisor's.
     step["other_cores"] = round(
         (busy1 - busy0) / wall - step["cpu_cores"] - step["loadgen_cpu_cores"], 3
     )
@@ -148,6 +148,6 @@ def step_result(
         "cpu_ms_per_request": 1000.0 * stack_cpu_s / max(len(done), 1),
         "loadgen_cpu_cores": loadgen_cpu_s / wall,
         # One event loop per process: the busiest one's share of a core is its utilisation,
-        # which sets how long requests queue in it (docs/performance.md, round 10).
+        # which sets how long requests queue in it (docs/performance.md, "One request path").
         "cpu_cores_by_process": {name: round(t / wall, 3) for name, t in used_cpu_s.items()},
     }

@@ -361,7 +361,7 @@ async def test_a_worker_gets_a_second_batch_while_its_first_is_unanswered_only_i
     answered its first dispatch goes out at once; with 1 it waits for that answer.
 
     One batch in flight per worker made a request readied during the dispatch round trip
-    wait for it (the ``wake`` and ``place`` tails of ``docs/performance.md``, round 6).
+    wait for it (the ``wake`` and ``place`` tails of ``docs/performance.md``, "Batches in flight").
     """
     held_s = 0.5
     received: dict[str, float] = {}

@@ -37,7 +37,7 @@ pytestmark = pytest.mark.connected
 SPEEDUP = 2.5
 """Low, so control-plane lag (x speed-up in model time) does not drown the effect measured."""
 TRACE = synthetic_trace(
-    # 7 req/s, not 5: with the faster request path (session 4) the 5 req/s trace left the
+    # 7 req/s, not 5: with the push ingress and cheaper placement the 5 req/s trace left the
     # worker so little overloaded that the off run missed only 8-14 % and the on run 3-15 %
     # (14 runs, old and new trees alike), so noise decided the comparison. At 7 req/s:
     # off 34-35 %, on 11-14 % of completed requests (3 runs).

@@ -205,7 +205,7 @@ async def test_completions_and_instance_states_reach_their_node_s_dvfs_agent_onl
             subjects.instance_state(node, "worker-0"),
         )
         # Up to 5 s, publishing again every 0.5 s while a subject is unheard: in 2 of 6 full
-        # suite runs of session 9 neither first message arrived (no permission error either;
+        # suite runs neither first message arrived (no permission error either;
         # the test alone passed every time, cause not found). What this test checks is that
         # the server lets them through, which a later copy shows as well as the first.
         attempts = 0

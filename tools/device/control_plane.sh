@@ -7,7 +7,7 @@
 # cut short still returns what finished.
 #   control_plane.sh sweep    whole machine to 4,000 req/s, pinned to 2 and 4 cores, separate path
 #   control_plane.sh stalls   tools/measure_stalls.py idle and beside the whole-machine bench,
-#                             then the separate path with --hops (round 10, second call)
+#                             then the separate path with --hops
 #   control_plane.sh profile  CPU per process and py-spy of the request path at 2,000 req/s
 #                             on the whole machine, then the bench beside the stall meter
 #   control_plane.sh cells    the same 4 workers as 1, 2 and 4 cells (--cells), whole machine,
@@ -17,7 +17,7 @@
 #                             cell last; the stall meter runs beside the first 240 s
 #   control_plane.sh goal     the issue's verdict for 4 cells: 2,050 and 2,250 req/s, 10-s steps,
 #                             three runs without per-hop stamps (the verdict is the median run's,
-#                             the bench's rule; round 15's two runs made it the worse one), then
+#                             the bench's rule; with two runs it is the worse one), then
 #                             one run with them, to see which hop holds a slow run's tail
 #   control_plane.sh verdict  goal's three verdict runs alone, to repeat them in a second call
 #   control_plane.sh http     what the OpenAI gateway adds: --entry both (JetStream, then HTTP to
