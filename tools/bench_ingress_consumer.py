@@ -3,8 +3,8 @@
 The classifier reads the ingress stream through a durable push consumer with a deliver group
 (``services/classifier/ingress_consumer.py``) rather than ``fetch`` (a pull consumer);
 docs/performance.md, "Push ingress", gives the reason. This measures the two on the bare
-stream, with nothing else in the way: a real nats-server (JetStream, file storage, work-
-queue retention, as ``ensure_ingress_stream`` makes it), one publisher at an open-loop
+stream, with nothing else in the way: a real nats-server (JetStream, file storage,
+work-queue retention, as ``ensure_ingress_stream`` makes it), one publisher at an open-loop
 Poisson rate awaiting each publish's ack, and one consumer that acks what it takes. The
 latency of a message is publish start → the consumer holds it. Both modes run against the
 same fresh server per rate, alternately, so they see the same machine load.
