@@ -110,8 +110,8 @@ goal | verdict)
     # Rates start above 2,000 so no Poisson draw lands a step just under the goal's rate.
     # The verdict runs without per-hop stamps (HOPS=""): they are diagnostics that cost the
     # request path a struct copy per hop, and the product does not run with them. Each step
-    # reports other_cores: CPU the machine spent outside the stack and its clients (round
-    # 15's slow second runs).
+    # reports other_cores (CPU the machine spent outside the stack and its clients) and
+    # steal_cores, so a slow run says whether it was the stack's own.
     HOPS="" bench cells4 300 env -- --workers 4 --cells 4 --clients 2 --rates 2050,2250 \
         --step-s 10 --repeat 3 --plots "$out/cells4"
     [ "$mode" = goal ] && bench cells4hops 90 env -- --workers 4 --cells 4 --clients 2 --rates 2050 --step-s 10
