@@ -9,7 +9,8 @@ regions x buckets, the buckets that lose to template + level, and day 1 per regi
 
     PYTHONPATH=. GREENSERVE_DATA_DIR=... python tools/forecaster_inner_validation.py VARIANT...
 
-Variants (docs/forecaster.md, *Inner validation*), each lever a suffix on a variant:
+Variants (docs/forecaster.md, *Inner validation and the extra history*), each lever a
+suffix on a variant:
 
 * history: ``base``; ``A<days>`` recency half-life; ``B0`` derived low-carbon/renewable share
   columns; ``B1`` those plus EM 2021-22 rows of the three US zones mapped onto them; ``B2``
