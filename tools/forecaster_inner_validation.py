@@ -91,9 +91,9 @@ def main(spec: str, shared: SharedFits | None = None) -> dict[str, object]:
     """Run one variant and return its scores (``shared``: fits reused across variants)."""
     on_em = spec.startswith("EM:")
     variant, *options = spec.removeprefix("EM:").split("+")
-    # The variants start from the config before the fourth round (no source-production
-    # features); the kept fourth-round default is ``B2+F+S+H24``. The later rounds' options
-    # are pinned off, so the variants do not depend on the current default.
+    # The variants start from the config without the source-production features (the kept
+    # variant is ``B2+F+S+H24``) and with every later lever pinned off, so a variant names
+    # its whole model and does not depend on the current default.
     cfg = ForecasterConfig(
         mix_feature=False,
         mix_share_features=False,

@@ -70,7 +70,8 @@ class ForecasterConfig:
     """How far the blend weights move from the inverse-error weights above toward the
     convex weights that minimise the bucket's validation MAPE jointly
     (:func:`~services.forecaster.blend.stacked_weights`): 0 keeps the inverse-error
-    weights, 1 takes the fitted ones. Eighth round (docs/forecaster.md)."""
+    weights, 1 takes the fitted ones. Not kept on inner validation (docs/forecaster.md,
+    *Blend weights fitted to the metric*)."""
     seed: int = 0
     """Random seed of the boosted model."""
     booster_half_life_days: float | None = None
@@ -83,7 +84,7 @@ class ForecasterConfig:
     """Give the booster the source-production forecast's log-ratio to the template as a
     feature (missing for pooled rows without generation data; off by itself wherever no
     pooled history has generation data, e.g. Electricity Maps). Kept on inner validation
-    together with the next two settings (docs/forecaster.md, fourth round)."""
+    together with the next two settings (docs/forecaster.md, *Source-production tier*)."""
     mix_share_features: bool = True
     """Give the booster the forecast mix's share of every fuel at the target hour
     (:func:`services.forecaster.mix.forecast_shares`; missing without generation data)."""
@@ -96,27 +97,28 @@ class ForecasterConfig:
     ``"template"`` (the 7-day template) or ``"template_level"`` (template + level, floored
     at :data:`~services.forecaster.features.FLOOR_G`), so the trees learn only the
     correction to the better baseline instead of rebuilding its level shift. The features
-    are the same either way. ``"template_level"`` since the fifth round, kept on inner
-    validation together with the bag below (docs/forecaster.md)."""
+    are the same either way. ``"template_level"``: kept on inner validation together with
+    the bag below (docs/forecaster.md, *Stronger ratio base and bagged boosters*)."""
     booster_bag: int = 3
     """Boosters averaged per horizon bucket (log-ratio space), each with its own seed and a
     random 70 % of the features at every split (:func:`fit_ratio_booster`'s ``bag``); 1:
-    the single booster. 3 since the fifth round (three times the booster fit cost)."""
+    the single booster. 3: kept on inner validation (three times the booster fit cost)."""
     mape_scale: bool = False
     """Scale the blend per bucket of :data:`BUCKETS` by the factor that minimises its
     validation MAPE (:func:`~services.forecaster.blend.mape_scale`): the MAPE-optimal point
-    forecast of a positive quantity lies below its median. Sixth round (docs/forecaster.md);
-    not kept on inner validation, so off."""
+    forecast of a positive quantity lies below its median. Not kept on inner validation, so
+    off (docs/forecaster.md, *A point forecast for the metric*)."""
     context_features: bool = False
     """Give the booster the recent level ratios of the regions in the histories' context
-    (:func:`~services.forecaster.sources.with_context`; seventh round, docs/forecaster.md).
+    (:func:`~services.forecaster.sources.with_context`; docs/forecaster.md, *Cross-region
+    context*).
     Without a context in the histories it does nothing."""
 
     holiday_features: bool = True
     """Give the booster the region's public-holiday calendar (NERC's six holidays for US
     regions, :mod:`~services.forecaster.holidays`): the target hour's flag and those of the
-    hours its template and same-hour-yesterday read. On since the ninth round, kept on the
-    EIA inner validation (docs/forecaster.md); Electricity Maps histories go without it
+    hours its template and same-hour-yesterday read. On: kept on the EIA inner validation
+    (docs/forecaster.md, *Public holidays*); Electricity Maps histories go without it
     (:func:`config_for`)."""
 
     solar_features: bool = False
@@ -154,11 +156,11 @@ class ForecasterConfig:
 def config_for(source: str, base: ForecasterConfig | None = None) -> ForecasterConfig:
     """The settings for one source's histories (``"eia"`` or ``"em"``), from ``base``.
 
-    Electricity Maps histories get the booster without the fifth round's levers (the ratio
+    Electricity Maps histories get the booster without the booster-base levers (the ratio
     to the template, one booster): R and G were chosen on the EIA inner validation, and on
     Electricity Maps' own (2021-2022 fit, 2023 origins) they did not improve both the
-    relative score and the day-1 mean (docs/forecaster.md, "The fifth-round levers on
-    Electricity Maps"). Nor do they read the holiday calendar (ninth round): it was
+    relative score and the day-1 mean (docs/forecaster.md, "The booster-base levers on
+    Electricity Maps"). Nor do they read the holiday calendar: it was
     validated on EIA only, and four of the seven zones have none. Other sources keep
     ``base`` as it is.
     """

@@ -230,7 +230,7 @@ def _solar_columns(
 ) -> dict[str, FloatArray]:
     """How far the sun at the target hour is from the sun of the hours the baselines read.
 
-    Differences only (tenth round, docs/forecaster.md): the clear-sky level itself would
+    Differences only (docs/forecaster.md, *The sun's path*): the clear-sky level itself would
     tell the booster the date, as the removed day-of-year features did. The hours read are
     those of :func:`_holiday_columns`; targets past the grid's end are covered.
     """

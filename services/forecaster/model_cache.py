@@ -32,9 +32,9 @@ and a fitted forecaster records its blend members, emission factors and booster 
 6: a fitted forecaster records what its booster's ratio is taken against, a field that a
 version-5 pickle lacks (a slots dataclass unpickles without it and fails on predict);
 7: a fitted forecaster has a ``point_scale``; 8: the fit stores its history's
-emission-factor label, and EIA histories are labelled "lifecycle" now; 9: a fitted
+emission-factor label, and EIA histories are labelled "lifecycle"; 9: a fitted
 forecaster names the context regions its booster reads; 10: Electricity Maps fits use the
-booster without the fifth-round levers, and the key does not name the settings; 11: a fitted
+booster without the booster-base levers, and the key does not name the settings; 11: a fitted
 forecaster records whether its booster reads the holiday calendar; 12: and whether it reads
 the sun's path, a field a version-11 pickle lacks)."""
 

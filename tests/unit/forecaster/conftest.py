@@ -51,7 +51,7 @@ def fit_80_days(history: CarbonHistory, **options: Any) -> CarbonForecaster:
 @pytest.fixture(scope="session")
 def fitted(history: CarbonHistory) -> CarbonForecaster:
     """Forecaster fitted on the first 80 days of the synthetic history, with the single
-    booster on the ratio to the template (the model before the fifth round)."""
+    booster on the ratio to the template (without the booster-base levers R and G)."""
     return fit_80_days(history, booster_base="template", booster_bag=1)
 
 
@@ -71,12 +71,12 @@ def fitted_mix(history: CarbonHistory) -> CarbonForecaster:
 
 @pytest.fixture(scope="session")
 def fitted_rg(history: CarbonHistory) -> CarbonForecaster:
-    """The fifth-round options (the default since): the booster learns the ratio to
+    """The booster-base levers R and G (the default): the booster learns the ratio to
     template + level; two bagged boosters per bucket (three by default) keep the test fast."""
     return fit_80_days(history, booster_base="template_level", booster_bag=2)
 
 
 @pytest.fixture(scope="session")
 def fitted_rgc(history: CarbonHistory) -> CarbonForecaster:
-    """The fifth-round fit with the blend aimed at MAPE (sixth round's ``mape_scale``)."""
+    """The R + G fit with the blend aimed at MAPE (``mape_scale``)."""
     return fit_80_days(history, booster_base="template_level", booster_bag=2, mape_scale=True)

@@ -1,4 +1,4 @@
-"""Cross-region context for the booster (seventh issue-6 round, ``context_features``)."""
+"""Cross-region context for the booster (``context_features``; docs/forecaster.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Public holidays for the booster (ninth issue-6 round, ``holiday_features``)."""
+"""Public holidays for the booster (docs/forecaster.md, *Public holidays*; ``holiday_features``)."""
 
 from __future__ import annotations
 

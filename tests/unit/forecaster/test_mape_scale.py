@@ -1,4 +1,4 @@
-"""Tests of the blend's MAPE-optimal scale (docs/forecaster.md, sixth round)."""
+"""Tests of the blend's MAPE-optimal scale (``mape_scale``; docs/forecaster.md)."""
 
 from __future__ import annotations
 

@@ -357,7 +357,7 @@ def test_booster_on_template_level_learns_the_ratio_to_it(history: CarbonHistory
 
 
 def test_forecaster_config_refuses_unknown_booster_options() -> None:
-    """Test the checks on the fifth-round settings."""
+    """Test the checks on the booster-base settings (``booster_base``, ``booster_bag``)."""
     with pytest.raises(ValueError, match="booster_base"):
         ForecasterConfig(booster_base="hw")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="booster_bag"):

@@ -1,4 +1,4 @@
-"""The sun's path for the booster (tenth issue-6 round, ``solar_features``)."""
+"""The sun's path for the booster (docs/forecaster.md, *The sun's path*; ``solar_features``)."""
 
 from __future__ import annotations
 
