@@ -42,8 +42,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result["note"] = (
         "TBT = Splitwise token time (Llama-2-70B, A100/H100, TP2-8) + ML.ENERGY median ITL "
         "(H100, vLLM); TTFT = Splitwise prompt time; power = Splitwise average power (A100) + "
-        "ML.ENERGY power (H100); J/token = ML.ENERGY. All at maximum clock: no public data "
-        "covers other clocks."
+        "ML.ENERGY power (H100); J/token = ML.ENERGY. All at maximum clock; the clock "
+        "response is fitted and checked by `greenserve bench engine-clock`."
     )
     for name, summary in detail.items():
         print(f"{name:>18}: median {summary['median_ape']}%  mean {summary['mape']}%  "
