@@ -26,7 +26,7 @@ from collections import deque
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, ReplayPolicy
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from proto.subjects import Subjects
@@ -82,6 +82,8 @@ def _same_delivery(existing: ConsumerConfig, wanted: ConsumerConfig) -> bool:
         and existing.max_ack_pending == wanted.max_ack_pending
         and existing.ack_policy == wanted.ack_policy
         and existing.deliver_policy == wanted.deliver_policy
+        and (existing.replay_policy or ReplayPolicy.INSTANT)
+        == (wanted.replay_policy or ReplayPolicy.INSTANT)
     )
 
 
@@ -100,8 +102,9 @@ async def ensure_ingress_consumer(
 
     A consumer of this layout whose delivery settings differ (an older version's
     ``max_deliver`` 20, which stranded messages after ten seconds of failed hand-offs) is
-    updated in place; JetStream refuses to update some fields (ack and deliver policy),
-    and such a consumer is deleted and created again, losing nothing for the same reason.
+    updated in place. JetStream refuses to update some fields (replay policy, storage type,
+    heartbeats: an operator's consumer made with ``replay_policy`` original, say), and
+    such a consumer is deleted and created again, losing nothing for the same reason.
     """
     stream = subjects.ingress_stream
     try:
