@@ -22,20 +22,20 @@ async def test_a_restarted_local_redis_comes_back_with_its_data(tmp_path: Path) 
     that one stopped and started again on the same folder and port still holds them."""
     first = start_redis(tmp_path)
     try:
-        client = Redis.from_url(first.url)
+        client = Redis.from_url(first.url, decode_responses=True)
         try:
-            assert await client.config_get("appendonly") == {b"appendonly": b"yes"}
-            assert await client.config_get("appendfsync") == {b"appendfsync": b"everysec"}
-            await client.hset("gs:queued", "c.r1", b"request")
+            assert await client.config_get("appendonly") == {"appendonly": "yes"}
+            assert await client.config_get("appendfsync") == {"appendfsync": "everysec"}
+            await client.hset("gs:queued", "c.r1", "request")
         finally:
             await client.aclose()
     finally:
         first.stop()
     again = start_redis(tmp_path, first.port)
     try:
-        client = Redis.from_url(again.url)
+        client = Redis.from_url(again.url, decode_responses=True)
         try:
-            assert await client.hget("gs:queued", "c.r1") == b"request"
+            assert await client.hget("gs:queued", "c.r1") == "request"
         finally:
             await client.aclose()
     finally:
