@@ -7,14 +7,15 @@ import sys
 from typing import Any
 
 from greenserve.argtypes import positive_float, positive_int
-from greenserve.faults import ALL_SCENARIOS, ScenarioResult, run_scenario
+from greenserve.faults import ALL_SCENARIOS, OUTAGE_S, ScenarioResult, run_scenario
 from loadgen.traces import load_azure_trace, resolve_trace
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
 NAME = "faults"
 HELP = (
-    "fault injection (kill -9 each service, restart NATS and Redis, drop a worker) during replays"
+    "fault injection (kill -9 each service, restart NATS and Redis, Redis down 30 s, drop a "
+    "worker) during replays"
 )
 
 
@@ -25,6 +26,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--requests", type=positive_int, default=300, help="trace requests per scenario"
     )
     parser.add_argument("--speedup", type=positive_float, default=10.0)
+    parser.add_argument(
+        "--outage-s",
+        type=positive_float,
+        default=OUTAGE_S,
+        help="wall seconds a down:<server> scenario keeps the server down (down:redis: 30)",
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -33,7 +40,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results = []
     for scenario in args.scenarios.split(","):
         print(f"fault scenario {scenario} ...", file=sys.stderr, flush=True)
-        outcome = run_scenario(scenario, trace, speedup=args.speedup)
+        outcome = run_scenario(scenario, trace, speedup=args.speedup, outage_s=args.outage_s)
         print(f"  {outcome.as_dict()}", file=sys.stderr, flush=True)
         results.append(outcome)
     recoveries = [r.recovery_s for r in results if r.recovery_s is not None]
