@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from redis import Redis as SyncRedis
+
 from greenserve.local import LocalStack, start_local_stack
 from greenserve.runner import start_process
 from greenserve.stack import StackSpec, stack_launches
@@ -34,7 +36,7 @@ from shared.config import NatsSettings, RedisSettings
 from shared.servers import start_nats, start_redis
 from shared.store import connect_redis
 
-__all__ = ["ALL_SCENARIOS", "ScenarioResult", "run_scenario"]
+__all__ = ["ALL_SCENARIOS", "OUTAGE_S", "ScenarioResult", "run_scenario"]
 
 CONSISTENT_WITHIN_S = 12.0
 """After the replay ends, how long the stack may take to forget every ended request: two
@@ -50,6 +52,10 @@ OUTAGE_S = 30.0
 hand-off retries lasted (20 deliveries 0.5 s apart), so a cliff in them shows as lost
 requests. Wall time, not model time: the retries and timeouts it tests run on the wall
 clock whatever the speed-up."""
+LONG_OUTAGES = ("down", "refuse")
+"""Fault kinds that last ``outage_s`` rather than the short ``downtime_s``."""
+RESTORED = ("kill", "restart", *LONG_OUTAGES)
+"""Fault kinds undone after their downtime (``drop:`` and ``term:`` are not)."""
 SETTLE_AFTER_OUTAGE_S = 30.0
 """How long the replay waits for a next answer beyond a ``down:`` outage (the hand-off
 backoff reaches its 5 s ceiling within it)."""
@@ -69,6 +75,7 @@ ALL_SCENARIOS = (
     "restart:nats",
     "restart:redis",
     "down:redis",
+    "refuse:redis",
     "kill:router+drop:worker-0",
     "kill:requestpath+drop:worker-0",
 )
@@ -78,7 +85,10 @@ router heartbeat timeout (:data:`RESTART_TIMEOUT_S`) the restart beats, so the r
 the same worker id come back with a new ``started_at``;
 ``restart:<server>`` = SIGKILL the server and start it again on the same port and store;
 ``down:<server>`` = the same after an outage of ``outage_s`` (:data:`OUTAGE_S`) instead of
-the scenario's short downtime (``down:redis``: every hand-off fails for that long).
+the scenario's short downtime (``down:redis``: every hand-off fails for that long);
+``refuse:redis`` = Redis up but refusing every write for ``outage_s`` (``NOREPLICAS``, as a
+Redis that lost its replicas or its disk answers): hand-offs fail at once rather than after
+a timeout, so this outage meets the most redeliveries.
 ``requestpath`` is the co-located classifier + scheduler + router process; a scenario that
 names it runs on a stack with the request path co-located; one that names ``gateway``
 replays through the OpenAI-compatible HTTP gateway instead of the ingress stream
@@ -135,6 +145,8 @@ def _inject_one(stack: LocalStack, kind: str, target: str, scenario: str) -> Non
     elif kind in ("restart", "down"):
         server = next(s for s in stack.servers if s.name == target)
         server.kill()
+    elif kind == "refuse" and target == "redis":
+        _refuse_writes(stack.state.redis_url, refuse=True)
     else:
         raise ValueError(f"unknown fault {scenario!r}")
 
@@ -156,11 +168,22 @@ def _recover_one(stack: LocalStack, spec: StackSpec, kind: str, target: str, fol
         )
         launch = next(x for x in stack_launches(full) if x.name == target)
         stack.group.procs[target] = start_process(launch, folder)
+    elif kind == "refuse":
+        _refuse_writes(stack.state.redis_url, refuse=False)
     elif kind in ("restart", "down"):
         index = next(i for i, s in enumerate(stack.servers) if s.name == target)
         old = stack.servers[index]
         start = start_nats if target == "nats" else start_redis
         stack.servers[index] = start(old.workdir, old.port)
+
+
+def _refuse_writes(redis_url: str, *, refuse: bool) -> None:
+    """Make Redis refuse every write (it requires a replica it does not have), or not."""
+    client = SyncRedis.from_url(redis_url)
+    try:
+        client.config_set("min-replicas-to-write", 1 if refuse else 0)
+    finally:
+        client.close()
 
 
 def _score(
@@ -259,7 +282,7 @@ async def _run(
     scenario: str, trace: list[TraceRequest], spec: StackSpec, folder: Path, downtime_s: float
 ) -> ScenarioResult:
     over_http = any(target == "gateway" for _, target in _faults(scenario))
-    long_outage = any(kind == "down" for kind, _ in _faults(scenario))
+    long_outage = any(kind in LONG_OUTAGES for kind, _ in _faults(scenario))
     stack = await asyncio.to_thread(start_local_stack, spec, folder)
     try:
         await asyncio.to_thread(stack.wait_ready)
@@ -297,7 +320,7 @@ async def _run(
             fault_at = time.time()
             await asyncio.to_thread(_inject, stack, spec, scenario, folder)
             restored_at = fault_at
-            if any(kind in ("kill", "restart", "down") for kind, _ in _faults(scenario)):
+            if any(kind in RESTORED for kind, _ in _faults(scenario)):
                 await asyncio.sleep(downtime_s)
                 await asyncio.to_thread(_recover, stack, spec, scenario, folder)
                 restored_at = time.time()
@@ -354,5 +377,6 @@ def run_scenario(
         extra={"router": {"worker_timeout_s": RESTART_TIMEOUT_S}} if restarts_worker else {},
     )
     with tempfile.TemporaryDirectory(prefix="gs-faults-") as folder:
-        down_for = outage_s if any(kind == "down" for kind, _ in _faults(scenario)) else downtime_s
+        long_outage = any(kind in LONG_OUTAGES for kind, _ in _faults(scenario))
+        down_for = outage_s if long_outage else downtime_s
         return asyncio.run(_run(scenario, trace, spec, Path(folder), down_for))
