@@ -51,6 +51,10 @@ LEFTOVER_CODE = "unavailable"
 REASON = "the stack was stopped before this request was served; send it again"
 CONNECT_TIMEOUT_S = 3.0
 """How long ``down`` tries to reach a server before it gives up answering."""
+FLUSH_EVERY = 256
+"""Answers between two flushes: thousands at once overflow the client's send buffer."""
+DELETES_IN_FLIGHT = 64
+"""Stream message deletes sent at once."""
 FLUSH_TIMEOUT_S = 5
 """How long the answers may take to leave (whole seconds: what ``Client.flush`` takes)."""
 
@@ -76,6 +80,10 @@ async def answer_leftovers(state: StackState) -> Leftovers:
     """
     out = Leftovers()
     subjects, keys = Subjects(state.namespace), Keys(state.namespace)
+    # One line per answered request is noise at shutdown: the caller reports the count.
+    replies_log = logging.getLogger("shared.replies")
+    level = replies_log.level
+    replies_log.setLevel(max(level, logging.WARNING))
     nc: Client | None = None
     redis = state.redis_client(connect_timeout_s=CONNECT_TIMEOUT_S, read_timeout_s=10.0)
     try:
@@ -96,6 +104,8 @@ async def answer_leftovers(state: StackState) -> Leftovers:
                 if await _answer(nc, subjects, req):
                     out.answered.append(req.request_id)
                     settled.add(req.reply_subject)
+                    if len(out.answered) % FLUSH_EVERY == 0:  # stay within the send buffer
+                        await nc.flush(timeout=FLUSH_TIMEOUT_S)
                 else:
                     out.unanswered += 1
         await nc.flush(timeout=FLUSH_TIMEOUT_S)
@@ -115,6 +125,7 @@ async def answer_leftovers(state: StackState) -> Leftovers:
             with contextlib.suppress(nats.errors.Error, TimeoutError):
                 await nc.close()
         await redis.aclose()
+        replies_log.setLevel(level)
     return out
 
 
@@ -208,7 +219,13 @@ async def _forget(
         for req, key in records:
             pipe.hdel(key, req.request_id)
         await pipe.execute()
-    deletes = [js.delete_msg(subjects.ingress_stream, seq) for _, seq in stream]
-    for result in await asyncio.gather(*deletes, return_exceptions=True):
-        if isinstance(result, Exception) and not isinstance(result, NotFoundError):
-            raise result
+    # In bounded rounds: thousands of JetStream API requests at once time out.
+    seqs = [seq for _, seq in stream]
+    for start in range(0, len(seqs), DELETES_IN_FLIGHT):
+        deletes = [
+            js.delete_msg(subjects.ingress_stream, seq)
+            for seq in seqs[start : start + DELETES_IN_FLIGHT]
+        ]
+        for result in await asyncio.gather(*deletes, return_exceptions=True):
+            if isinstance(result, Exception) and not isinstance(result, NotFoundError):
+                raise result

@@ -48,9 +48,13 @@ def _answer_leftovers(state: StackState) -> None:
             f"answered {len(outcome.answered)} waiting requests 'unavailable' ({state.namespace})",
             file=sys.stderr,
         )
-    if outcome.unanswered or outcome.error:
+    if outcome.unanswered:
         print(
-            f"could not answer {outcome.unanswered} waiting requests ({state.namespace})"
-            + (f": {outcome.error}" if outcome.error else ""),
+            f"could not answer {outcome.unanswered} waiting requests ({state.namespace})",
+            file=sys.stderr,
+        )
+    if outcome.error:
+        print(
+            f"stopped answering waiting requests ({state.namespace}): {outcome.error}",
             file=sys.stderr,
         )
