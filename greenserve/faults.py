@@ -1,4 +1,5 @@
-"""Fault injection during a replay: kill -9 a service, restart NATS or Redis, drop a worker.
+"""Fault injection during a replay: kill -9 a service, restart NATS or Redis (at once, or
+after a long outage), drop a worker.
 
 Each scenario runs on a fresh local stack with its own servers: replay a stretch of the
 conversation trace, inject the fault a third of the way in, restart what was killed after
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from redis import Redis as SyncRedis
+
 from greenserve.local import LocalStack, start_local_stack
 from greenserve.runner import start_process
 from greenserve.stack import StackSpec, stack_launches
@@ -33,7 +36,7 @@ from shared.config import NatsSettings, RedisSettings
 from shared.servers import start_nats, start_redis
 from shared.store import connect_redis
 
-__all__ = ["ALL_SCENARIOS", "ScenarioResult", "run_scenario"]
+__all__ = ["ALL_SCENARIOS", "OUTAGE_S", "ScenarioResult", "run_scenario"]
 
 CONSISTENT_WITHIN_S = 12.0
 """After the replay ends, how long the stack may take to forget every ended request: two
@@ -44,6 +47,18 @@ retried for as long (:func:`loadgen.http_replay.replay_http`), as OpenAI's clien
 connection errors."""
 RESTART_TIMEOUT_S = 30.0
 """``router.worker_timeout_s`` of a scenario that kills and restarts a worker."""
+OUTAGE_S = 30.0
+"""How long (wall) a ``down:`` scenario keeps its server down: three times what the old
+hand-off retries lasted (20 deliveries 0.5 s apart), so a cliff in them shows as lost
+requests. Wall time, not model time: the retries and timeouts it tests run on the wall
+clock whatever the speed-up."""
+LONG_OUTAGES = ("down", "refuse")
+"""Fault kinds that last ``outage_s`` rather than the short ``downtime_s``."""
+RESTORED = ("kill", "restart", *LONG_OUTAGES)
+"""Fault kinds undone after their downtime (``drop:`` and ``term:`` are not)."""
+SETTLE_AFTER_OUTAGE_S = 30.0
+"""How long the replay waits for a next answer beyond a ``down:`` outage (the hand-off
+backoff reaches its 5 s ceiling within it)."""
 
 ALL_SCENARIOS = (
     "kill:classifier",
@@ -59,6 +74,8 @@ ALL_SCENARIOS = (
     "term:worker-0",
     "restart:nats",
     "restart:redis",
+    "down:redis",
+    "refuse:redis",
     "kill:router+drop:worker-0",
     "kill:requestpath+drop:worker-0",
 )
@@ -66,7 +83,12 @@ ALL_SCENARIOS = (
 ``term:<process>`` = SIGTERM (graceful drain), no restart; ``kill:worker-<i>`` runs with a
 router heartbeat timeout (:data:`RESTART_TIMEOUT_S`) the restart beats, so the router sees
 the same worker id come back with a new ``started_at``;
-``restart:<server>`` = SIGKILL the server and start it again on the same port and store.
+``restart:<server>`` = SIGKILL the server and start it again on the same port and store;
+``down:<server>`` = the same after an outage of ``outage_s`` (:data:`OUTAGE_S`) instead of
+the scenario's short downtime (``down:redis``: every hand-off fails for that long);
+``refuse:redis`` = Redis up but refusing every write for ``outage_s`` (``NOREPLICAS``, as a
+Redis that lost its replicas or its disk answers): hand-offs fail at once rather than after
+a timeout, so this outage meets the most redeliveries.
 ``requestpath`` is the co-located classifier + scheduler + router process; a scenario that
 names it runs on a stack with the request path co-located; one that names ``gateway``
 replays through the OpenAI-compatible HTTP gateway instead of the ingress stream
@@ -120,9 +142,11 @@ def _inject_one(stack: LocalStack, kind: str, target: str, scenario: str) -> Non
         proc.wait()
     elif kind == "term":
         os.kill(stack.group.procs[target].pid, signal.SIGTERM)
-    elif kind == "restart":
+    elif kind in ("restart", "down"):
         server = next(s for s in stack.servers if s.name == target)
         server.kill()
+    elif kind == "refuse" and target == "redis":
+        _refuse_writes(stack.state.redis_url, refuse=True)
     else:
         raise ValueError(f"unknown fault {scenario!r}")
 
@@ -144,11 +168,22 @@ def _recover_one(stack: LocalStack, spec: StackSpec, kind: str, target: str, fol
         )
         launch = next(x for x in stack_launches(full) if x.name == target)
         stack.group.procs[target] = start_process(launch, folder)
-    elif kind == "restart":
+    elif kind == "refuse":
+        _refuse_writes(stack.state.redis_url, refuse=False)
+    elif kind in ("restart", "down"):
         index = next(i for i, s in enumerate(stack.servers) if s.name == target)
         old = stack.servers[index]
         start = start_nats if target == "nats" else start_redis
         stack.servers[index] = start(old.workdir, old.port)
+
+
+def _refuse_writes(redis_url: str, *, refuse: bool) -> None:
+    """Make Redis refuse every write (it requires a replica it does not have), or not."""
+    client = SyncRedis.from_url(redis_url)
+    try:
+        client.config_set("min-replicas-to-write", 1 if refuse else 0)
+    finally:
+        client.close()
 
 
 def _score(
@@ -247,6 +282,7 @@ async def _run(
     scenario: str, trace: list[TraceRequest], spec: StackSpec, folder: Path, downtime_s: float
 ) -> ScenarioResult:
     over_http = any(target == "gateway" for _, target in _faults(scenario))
+    long_outage = any(kind in LONG_OUTAGES for kind, _ in _faults(scenario))
     stack = await asyncio.to_thread(start_local_stack, spec, folder)
     try:
         await asyncio.to_thread(stack.wait_ready)
@@ -275,14 +311,16 @@ async def _run(
                         trace,
                         model=spec.model,
                         speedup=spec.speedup,
-                        settle_timeout_s=30,
+                        settle_timeout_s=(
+                            downtime_s + SETTLE_AFTER_OUTAGE_S if long_outage else 30.0
+                        ),
                     )
                 )
             await asyncio.sleep(trace[len(trace) // 3].t_s / spec.speedup)
             fault_at = time.time()
             await asyncio.to_thread(_inject, stack, spec, scenario, folder)
             restored_at = fault_at
-            if any(kind in ("kill", "restart") for kind, _ in _faults(scenario)):
+            if any(kind in RESTORED for kind, _ in _faults(scenario)):
                 await asyncio.sleep(downtime_s)
                 await asyncio.to_thread(_recover, stack, spec, scenario, folder)
                 restored_at = time.time()
@@ -311,12 +349,14 @@ def run_scenario(
     workers: int = 2,
     speedup: float = 10.0,
     downtime_s: float = 1.0,
+    outage_s: float = OUTAGE_S,
     colocate_request_path: bool | None = None,
 ) -> ScenarioResult:
     """Run one scenario on a fresh stack in a temporary folder.
 
-    ``colocate_request_path`` None co-locates only for a scenario that names
-    ``requestpath``.
+    ``downtime_s`` (wall) passes between a ``kill:``/``restart:`` fault and the restart,
+    ``outage_s`` between a ``down:`` fault and the restart. ``colocate_request_path`` None
+    co-locates only for a scenario that names ``requestpath``.
     """
     colocate = (
         any(target == "requestpath" for _, target in _faults(scenario))
@@ -337,4 +377,6 @@ def run_scenario(
         extra={"router": {"worker_timeout_s": RESTART_TIMEOUT_S}} if restarts_worker else {},
     )
     with tempfile.TemporaryDirectory(prefix="gs-faults-") as folder:
-        return asyncio.run(_run(scenario, trace, spec, Path(folder), downtime_s))
+        long_outage = any(kind in LONG_OUTAGES for kind, _ in _faults(scenario))
+        down_for = outage_s if long_outage else downtime_s
+        return asyncio.run(_run(scenario, trace, spec, Path(folder), down_for))

@@ -57,7 +57,10 @@ class NatsSettings(_Section):
     request_timeout_s: float = 2.0
     ack_wait_s: float = 5.0
     """JetStream redelivers an ingress message not acked within this time."""
-    max_deliver: int = 20
+    max_deliver: int = Field(default=-1, ge=-1)
+    """Deliveries of one ingress message at most; -1 (default): unlimited. A finite bound
+    is honoured by the classifier, which answers the request ``unavailable`` on its last
+    delivery instead of letting JetStream stop delivering it unanswered. 0 is refused."""
     user: str | None = None
     password: SecretStr | None = None
     """Masked in repr and logs; prefer ``password_file`` (never both)."""
@@ -67,6 +70,12 @@ class NatsSettings(_Section):
     """Reply-inbox prefix; a secure stack gives each user a private ``_INBOX.<user>``."""
     tls_ca_file: Path | None = None
     """CA bundle (PEM) that signed the server's certificate; turns TLS on."""
+
+    @model_validator(mode="after")
+    def _max_deliver_unlimited_or_positive(self) -> NatsSettings:
+        if self.max_deliver == 0:
+            raise ValueError("nats.max_deliver must be -1 (unlimited) or at least 1")
+        return self
 
 
 class RedisSettings(_Section):
@@ -135,6 +144,21 @@ class ClassifierSettings(_Section):
     plan_wait_s: float = Field(default=10.0, ge=0.0)
     """At start-up, leave the ingress stream untouched until a plan arrives, at most this
     long: requests published meanwhile wait in the stream instead of getting ``no_plan``."""
+    handoff_retry_first_s: float = Field(default=0.5, gt=0.0)
+    """After a failed hand-off to the scheduler (Redis or the scheduler away), the ingress
+    message comes back after this; each further failure doubles the wait."""
+    handoff_retry_max_s: float = Field(default=5.0, gt=0.0)
+    """Ceiling of that wait: an outage of any length is retried at least this often."""
+    handoff_give_up_s: float = Field(default=3000.0, gt=0.0)
+    """An ingress message this old whose hand-off fails again ends with ``unavailable`` to
+    its client. Below the ingress stream's ``max_age`` (3,600 s), so a request is answered
+    before the stream would drop it unanswered."""
+
+    @model_validator(mode="after")
+    def _retry_ceiling_above_first(self) -> ClassifierSettings:
+        if self.handoff_retry_max_s < self.handoff_retry_first_s:
+            raise ValueError("classifier.handoff_retry_max_s must be >= handoff_retry_first_s")
+        return self
 
 
 class SchedulerSettings(_Section):

@@ -163,11 +163,17 @@ def start_redis(
     *,
     aclfile: Path | None = None,
     tls: TlsFiles | None = None,
+    aof: bool = True,
 ) -> ServerProcess:
-    """Start redis-server without persistence on ``port``.
+    """Start redis-server on ``port``, its data in ``workdir``.
 
-    ``aclfile`` loads ACL users (``shared.security.redis_acl``); ``tls`` serves TLS only
-    on ``port`` (clients present no certificate).
+    With ``aof`` (the default) every write is logged to an append-only file fsynced each
+    second (as in ``docker-compose.yml``), so a server killed and started again on the
+    same ``workdir`` comes back with the queues and records it held, less at most about a
+    second of writes; without it a restart came back empty, and the requests only Redis
+    knew of (queued, placed) were lost. No RDB snapshots either way. ``aclfile`` loads ACL
+    users (``shared.security.redis_acl``); ``tls`` serves TLS only on ``port`` (clients
+    present no certificate).
     """
     port = port or free_port()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -180,7 +186,9 @@ def start_redis(
         "--save",
         "",
         "--appendonly",
-        "no",
+        "yes" if aof else "no",
+        "--appendfsync",
+        "everysec",
         "--dir",
         str(workdir),
         "--logfile",

@@ -89,7 +89,7 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """A redis-server without persistence, for the whole session."""
+    """A redis-server (append-only file on, as ``greenserve up`` runs it), for the session."""
     server = start_redis(Path(tmp_path_factory.mktemp("redis")))
     try:
         yield server

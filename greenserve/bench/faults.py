@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results = []
     for scenario in args.scenarios.split(","):
         print(f"fault scenario {scenario} ...", file=sys.stderr, flush=True)
-        outcome = run_scenario(scenario, trace, speedup=args.speedup)
+        outcome = run_scenario(scenario, trace, speedup=args.speedup, outage_s=args.outage_s)
         print(f"  {outcome.as_dict()}", file=sys.stderr, flush=True)
         results.append(outcome)
     recoveries = [r.recovery_s for r in results if r.recovery_s is not None]

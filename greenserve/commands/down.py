@@ -1,12 +1,20 @@
-"""``greenserve down``: stop everything ``greenserve up`` started."""
+"""``greenserve down``: stop everything ``greenserve up`` started, answering what it held.
+
+The services stop first (a graceful drain), then every request still waiting in the
+ingress stream or in Redis is answered ``unavailable`` (:mod:`greenserve.leftovers`), then
+the servers stop. With no stack running, ``down`` says so and succeeds: stopping what is
+stopped is done.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from pathlib import Path
 
-from greenserve.local import DEFAULT_STATE_DIR, stop_state
+from greenserve.leftovers import answer_leftovers
+from greenserve.local import DEFAULT_STATE_DIR, STATE_FILE, StackState, stop_state
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
@@ -20,11 +28,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Stop services (graceful drain), then the servers."""
-    try:
-        stopped = stop_state(args.state_dir)
-    except FileNotFoundError as exc:
-        print(str(exc), file=sys.stderr)
-        return 1
+    """Stop services (graceful drain), answer what they left, then stop the servers."""
+    if not (args.state_dir / STATE_FILE).exists():
+        print(f"no stack running (nothing recorded in {args.state_dir})", file=sys.stderr)
+        return 0
+    stopped = stop_state(args.state_dir, before_servers=_answer_leftovers)
+    if not stopped:
+        print("no stack running (its processes had ended; state file removed)", file=sys.stderr)
+        return 0
     print(f"stopped {len(stopped)} processes", file=sys.stderr)
     return 0
+
+
+def _answer_leftovers(state: StackState) -> None:
+    """Answer the requests the stopped services left in the stream and in Redis."""
+    outcome = asyncio.run(answer_leftovers(state))
+    if outcome.answered:
+        print(
+            f"answered {len(outcome.answered)} waiting requests 'unavailable' ({state.namespace})",
+            file=sys.stderr,
+        )
+    if outcome.unanswered:
+        print(
+            f"could not answer {outcome.unanswered} waiting requests ({state.namespace})",
+            file=sys.stderr,
+        )
+    if outcome.error:
+        print(
+            f"stopped answering waiting requests ({state.namespace}): {outcome.error}",
+            file=sys.stderr,
+        )

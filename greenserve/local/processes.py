@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from greenserve.local.state import DEFAULT_STATE_DIR, STATE_FILE, StackState, load_state
@@ -62,14 +63,24 @@ def _signal(pid: int, sig: signal.Signals) -> bool:
     return True
 
 
-def stop_state(state_dir: Path = DEFAULT_STATE_DIR, timeout_s: float = 15.0) -> list[str]:
-    """Stop a stack recorded in the state dir (from another process); return what was stopped."""
+def stop_state(
+    state_dir: Path = DEFAULT_STATE_DIR,
+    timeout_s: float = 15.0,
+    before_servers: Callable[[StackState], None] | None = None,
+) -> list[str]:
+    """Stop a stack recorded in the state dir (from another process); return what was stopped.
+
+    ``before_servers(state)`` runs once the services have stopped and while the servers
+    still run (``greenserve down`` answers the requests left in them), for each cell too.
+    """
     state = load_state(state_dir)
     stopped: list[str] = []
     for cell in state.cells:  # on this stack's servers: stop them before the servers
         if (Path(cell) / STATE_FILE).exists():
-            stopped += stop_state(Path(cell), timeout_s)
+            stopped += stop_state(Path(cell), timeout_s, before_servers)
     for group in (state.pids, state.server_pids):
+        if group is state.server_pids and before_servers is not None:
+            before_servers(state)
         ours = {name: pid for name, pid in group.items() if alive(pid, state)}
         for name, pid in ours.items():
             if _signal(pid, signal.SIGTERM):

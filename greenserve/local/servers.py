@@ -76,6 +76,9 @@ def start_servers(
             started.append(start_nats(state_dir / "nats"))
             nats_url = started[-1].url
         if redis_url is None:
+            # Likewise an empty Redis: its append-only file would bring back an earlier
+            # run's queues (``start_redis`` keeps one so that a restart in a run does).
+            shutil.rmtree(state_dir / "redis", ignore_errors=True)
             started.append(start_redis(state_dir / "redis"))
             redis_url = started[-1].url
     except BaseException:

@@ -2,9 +2,11 @@
 
 A message is acked only once the scheduler answered that it holds the request (stored,
 a duplicate, or cancelled first); a hand-off that failed stored nothing for sure
-(:data:`HANDOFF_ERRORS`), so its messages are nak'ed for JetStream to redeliver. The
-scheduler is reached by ``submit``: over NATS in the separate deployment
-(:func:`nats_submit`), by a direct call in the co-located one (``services.requestpath``).
+(:data:`HANDOFF_ERRORS`), so its messages are nak'ed for JetStream to redeliver, with a
+growing wait, until one is too old and is answered ``unavailable`` instead
+(:mod:`.redelivery`). The scheduler is reached by ``submit``: over NATS in the separate
+deployment (:func:`nats_submit`), by a direct call in the co-located one
+(``services.requestpath``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 
 import msgspec
 import nats.errors
@@ -24,11 +27,21 @@ from proto.messages import ClassifiedRequest, SubmitBatch, SubmitBatchReply
 from services.classifier.classify_message import NAME, classify_message
 from services.classifier.ingress_identity import refuse_reused_id
 from services.classifier.pipeline import ClassifierCore
+from services.classifier.redelivery import RedeliveryPolicy
 from shared.bus import HOPS_HEADER, add_hops, request
 from shared.counters import ERRORS, REQUESTS
 from shared.lifecycle import ServiceContext
+from shared.replies import reply_error
 
-__all__ = ["HANDOFF_ERRORS", "Submit", "handle_batch", "nats_submit"]
+__all__ = [
+    "HANDOFF_ERRORS",
+    "UNAVAILABLE",
+    "Submit",
+    "delivery_of",
+    "handle_batch",
+    "nats_submit",
+    "retry_later",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +56,8 @@ HANDOFF_ERRORS: tuple[type[Exception], ...] = (
     RedisError,
 )
 """A hand-off that failed with one of these stored nothing for sure: nak, redeliver."""
+UNAVAILABLE = "unavailable"
+"""Error code of a request whose hand-off kept failing until it was given up."""
 
 
 def nats_submit(ctx: ServiceContext) -> Submit:
@@ -92,11 +107,11 @@ async def handle_batch(
     try:
         reply = await submit([c for _, c in ready])
     except HANDOFF_ERRORS as exc:
-        # The scheduler is away or restarting: let JetStream redeliver soon.
+        # The scheduler or Redis is away: JetStream redelivers, after a growing wait.
         ERRORS.labels(NAME, "handoff").inc(len(ready))
         logger.warning("hand-off of %d requests failed (%s); will be redelivered", len(ready), exc)
-        for msg, _ in ready:
-            await msg.nak(delay=0.5)
+        for msg, classified in ready:
+            await retry_later(ctx, RedeliveryPolicy.from_settings(ctx.settings), msg, classified)
         return
     accepted = set(reply.accepted)
     # Cancelled before it was queued: ended by the scheduler already, so acked as well.
@@ -113,4 +128,35 @@ async def handle_batch(
         if rid in held:
             await msg.ack()
         else:
-            await msg.nak(delay=0.5)
+            await retry_later(ctx, RedeliveryPolicy.from_settings(ctx.settings), msg, classified)
+
+
+async def retry_later(
+    ctx: ServiceContext, policy: RedeliveryPolicy, msg: Msg, classified: ClassifiedRequest
+) -> None:
+    """A message the scheduler does not hold yet: nak it with the policy's wait, or, once
+    the policy gives it up, answer its client ``unavailable`` and settle it for good."""
+    delivered, age_s = delivery_of(msg)
+    if not policy.gives_up(delivered, age_s):
+        await msg.nak(delay=policy.delay_s(delivered))
+        return
+    await reply_error(
+        ctx.nc,
+        ctx.subjects,
+        service=NAME,
+        code=UNAVAILABLE,
+        reason=f"not queued within {age_s:.0f} s ({delivered} attempts); retry later",
+        request=classified.request,
+    )
+    await msg.term()  # answered: JetStream must not deliver it again
+
+
+def delivery_of(msg: Msg) -> tuple[int, float]:
+    """How often JetStream has delivered ``msg`` and how old it is (seconds since the
+    stream stored it); (1, 0.0) for a message without JetStream metadata."""
+    try:
+        meta = msg.metadata
+    except nats.errors.Error:  # not from a JetStream consumer (a test's plain message)
+        return 1, 0.0
+    age_s = (datetime.now(UTC) - meta.timestamp).total_seconds()
+    return meta.num_delivered, max(0.0, age_s)

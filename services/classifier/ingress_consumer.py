@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections import deque
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, ReplayPolicy
+from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from proto.subjects import Subjects
 from shared.security.nats_acl import CLASSIFIER_CONSUMER
@@ -65,7 +66,7 @@ def consumer_config(subjects: Subjects, *, ack_wait_s: float, max_deliver: int) 
     )
 
 
-def _matches(existing: ConsumerConfig, wanted: ConsumerConfig) -> bool:
+def _same_layout(existing: ConsumerConfig, wanted: ConsumerConfig) -> bool:
     return (
         existing.deliver_subject == wanted.deliver_subject
         and existing.deliver_group == wanted.deliver_group
@@ -73,39 +74,78 @@ def _matches(existing: ConsumerConfig, wanted: ConsumerConfig) -> bool:
     )
 
 
+def _same_delivery(existing: ConsumerConfig, wanted: ConsumerConfig) -> bool:
+    """Whether the settings the classifier owns (how and how often it is delivered) agree."""
+    return (
+        existing.max_deliver == wanted.max_deliver
+        and math.isclose(existing.ack_wait or 0.0, wanted.ack_wait or 0.0, abs_tol=1e-3)
+        and existing.max_ack_pending == wanted.max_ack_pending
+        and existing.ack_policy == wanted.ack_policy
+        and existing.deliver_policy == wanted.deliver_policy
+        and (existing.replay_policy or ReplayPolicy.INSTANT)
+        == (wanted.replay_policy or ReplayPolicy.INSTANT)
+    )
+
+
 async def ensure_ingress_consumer(
     js: JetStreamContext, subjects: Subjects, config: ConsumerConfig
 ) -> bool:
-    """Create the consumer, replacing one of an older layout; return whether it replaced one.
+    """Create the consumer, or bring an existing one to ``config``; return whether an
+    existing one was deleted and created again.
 
     Older classifiers made a *pull* consumer of the same name (and before that one filtered
     on ``ingress.request`` only). A consumer cannot change between pull and push, and a
     work-queue stream allows no second consumer on the same subjects, so an old one is
     deleted and this one created. Nothing is lost: work-queue retention keeps every
     unacked message in the stream, and the new consumer (deliver policy ``all``) delivers
-    them, including those the old one had delivered but not seen acked. A consumer of this
-    layout is left alone (its other settings may be an operator's).
+    them, including those the old one had delivered but not seen acked.
+
+    A consumer of this layout whose delivery settings differ (an older version's
+    ``max_deliver`` 20, which stranded messages after ten seconds of failed hand-offs) is
+    updated in place. JetStream refuses to update some fields (replay policy, storage type,
+    heartbeats: an operator's consumer made with ``replay_policy`` original, say), and
+    such a consumer is deleted and created again, losing nothing for the same reason.
     """
     stream = subjects.ingress_stream
-    replaced = False
     try:
         info = await js.consumer_info(stream, CLASSIFIER_CONSUMER)
     except NotFoundError:
-        pass
-    else:
-        if _matches(info.config, config):
+        await js.add_consumer(stream, config=config)
+        return False
+    if _same_layout(info.config, config):
+        if _same_delivery(info.config, config):
             return False
-        await js.delete_consumer(stream, CLASSIFIER_CONSUMER)
-        logger.info(
-            "replaced consumer %s (deliver subject %s, filter %s) by the push consumer on %s",
-            CLASSIFIER_CONSUMER,
-            info.config.deliver_subject,
-            info.config.filter_subject,
-            config.deliver_subject,
-        )
-        replaced = True
+        try:
+            # CONSUMER.CREATE of an existing durable with another config is an update.
+            await js.add_consumer(stream, config=config)
+        except ServiceUnavailableError:
+            raise  # JetStream is busy, not refusing: the caller asks again
+        except APIError as exc:
+            logger.info(
+                "consumer %s cannot be updated in place (%s); creating it again",
+                CLASSIFIER_CONSUMER,
+                exc.description,
+            )
+        else:
+            logger.info(
+                "updated consumer %s: max_deliver %s -> %s, ack_wait %s -> %s s",
+                CLASSIFIER_CONSUMER,
+                info.config.max_deliver,
+                config.max_deliver,
+                info.config.ack_wait,
+                config.ack_wait,
+            )
+            return False
+    await js.delete_consumer(stream, CLASSIFIER_CONSUMER)
+    logger.info(
+        "replaced consumer %s (deliver subject %s, filter %s) by the push consumer on %s",
+        CLASSIFIER_CONSUMER,
+        info.config.deliver_subject,
+        info.config.filter_subject,
+        config.deliver_subject,
+    )
     await js.add_consumer(stream, config=config)
-    return replaced
+    return True
 
 
 async def subscribe_inbox(

@@ -35,7 +35,16 @@ from proto.messages import (
 )
 from services.scheduler.cancels import CancelBook
 from services.scheduler.endings import EndedMemory
-from services.scheduler.intake import CANCELLED_FIRST, REUSED, queue_again, store_new
+from services.scheduler.intake import (
+    CANCELLED_FIRST,
+    REUSED,
+    SEEN_CANCELLED,
+    SEEN_QUEUED,
+    STORED,
+    UnconfirmedStores,
+    queue_again,
+    store_new,
+)
 from services.scheduler.ladder_shell import start_ladder
 from services.scheduler.nats_subjects import serve_hand_offs
 from services.scheduler.pool_queues import SchedulerState
@@ -80,6 +89,8 @@ class SchedulerShell:
         """Ended requests: a late requeue is dropped, their records deleted in a batch."""
         self._reaper = Reaper(ctx, requeue=self.requeue, ended=self.ended, service=NAME)
         self._cancels = CancelBook(ctx, NAME)
+        self._unconfirmed = UnconfirmedStores()
+        """Ids of store-new calls that raised: their redelivery may find them stored."""
 
     async def _publish_ready(self, pool_id: str) -> None:
         await self._ctx.nc.publish(self._ctx.subjects.scheduler_ready(pool_id), b"")
@@ -109,12 +120,20 @@ class SchedulerShell:
         A request id seen before is a ``duplicate`` (a redelivery of the same ingress
         message, or the same request published again) or, when the seen-mark names
         another ingress message with another request, ``reused`` (by its ingress
-        sequence): the client sent a new request under an id it had used.
+        sequence): the client sent a new request under an id it had used. A repeat of
+        a request whose earlier call here raised but was stored all the same (a Redis
+        timeout after the write) is queued now and ``accepted`` (:class:`UnconfirmedStores`).
 
         Raises:
             RedisError: nothing was confirmed; the caller must not ack (redelivery follows).
         """
-        fresh_flags = await store_new(self._ctx, requests)
+        ids = [req.request.request_id for req in requests]
+        try:
+            fresh_flags = await store_new(self._ctx, requests)
+        except RedisError:
+            self._unconfirmed.failed(ids)  # it may have run all the same: see settle
+            raise
+        recovered = self._unconfirmed.settle(ids)
         accepted: list[str] = []
         duplicates: list[str] = []
         reused: list[int] = []
@@ -122,10 +141,15 @@ class SchedulerShell:
         pools: set[str] = set()
         for req, fresh in zip(requests, fresh_flags, strict=True):
             rid = req.request.request_id
+            if rid in recovered and fresh in (SEEN_QUEUED, SEEN_CANCELLED):
+                # Stored by a call that raised here: never queued in memory, so not a
+                # duplicate but this request's first arrival.
+                logger.info("request %s was stored by a hand-off that failed; queueing it", rid)
+                fresh = CANCELLED_FIRST if fresh == SEEN_CANCELLED else STORED
             if fresh == REUSED:
                 reused.append(req.ingress_seq)
                 continue
-            if not fresh:
+            if fresh in (0, SEEN_QUEUED, SEEN_CANCELLED):
                 duplicates.append(rid)
                 continue
             # The Redis mark covers cancels from before the script ran; the memory one that

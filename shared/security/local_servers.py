@@ -87,6 +87,7 @@ def start_secure_servers(
     nats_dir, redis_dir = state_dir / "nats", state_dir / "redis"
     # A stack we start owns its server: an earlier run's stored requests must not come back.
     shutil.rmtree(nats_dir / "jetstream", ignore_errors=True)
+    shutil.rmtree(redis_dir / "appendonlydir", ignore_errors=True)  # nor its queues (AOF)
     nats_dir.mkdir(parents=True, exist_ok=True)
     nats_conf = nats_dir / "nats.conf"
     nats_conf.write_text(nats_server_config(Subjects(namespace), everyone, tls=tls_files))

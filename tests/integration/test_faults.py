@@ -48,6 +48,20 @@ async def test_fault_during_replay_loses_and_duplicates_nothing(scenario: str) -
     assert all(code == 0 for code in outcome.exit_codes.values()), outcome
 
 
+async def test_redis_refusing_writes_past_the_old_retries_loses_and_duplicates_nothing() -> None:
+    """Test refuse:redis for 15 s, past the ten seconds the old hand-off retries lasted (20
+    deliveries 0.5 s apart): every request is answered once, by a completion, and the
+    stack ends consistent."""
+    trace = load_azure_trace(resolve_trace("conv"), max_requests=150)
+    outcome = await asyncio.to_thread(run_scenario, "refuse:redis", trace, outage_s=15.0)
+    assert outcome.lost == 0, outcome
+    assert outcome.duplicated == 0, outcome
+    assert outcome.completed == len(trace), outcome
+    assert outcome.leftover_records == 0, outcome
+    assert outcome.recovery_s is not None
+    assert outcome.recovery_s < 10.0
+
+
 async def test_a_gateway_killed_mid_replay_fails_only_what_it_held_and_explicitly() -> None:
     """Test kill:gateway with OpenAI clients over HTTP: the requests it held or that came
     while it was down end with an explicit error (the client knows to retry), none waits

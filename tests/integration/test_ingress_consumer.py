@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import nats
 import pytest
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig
+from nats.js.api import AckPolicy, ConsumerConfig, ReplayPolicy
 
 from proto.subjects import Subjects
 from services.classifier.ingress_consumer import (
@@ -88,6 +89,66 @@ async def test_a_missing_consumer_is_created_as_a_push_consumer(
         async with asyncio.timeout(5.0):
             (msg,) = await inbox.take(8)
         assert msg.data == b"one"
+    finally:
+        await nc.close()
+
+
+async def test_a_consumer_of_an_older_max_deliver_is_updated_in_place(
+    nats_server: ServerProcess, namespace: str
+) -> None:
+    """Test that the push consumer an older classifier made with ``max_deliver`` 20 (which
+    stranded messages after twenty failed hand-offs) is updated to the configured delivery
+    settings, in place: the same consumer, its delivered-unacked message still pending."""
+    subjects = Subjects(namespace)
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        await ensure_ingress_stream(js, subjects)
+        older = consumer_config(subjects, ack_wait_s=5.0, max_deliver=20)
+        await js.add_consumer(subjects.ingress_stream, config=older)
+        before = await js.consumer_info(subjects.ingress_stream, CLASSIFIER_CONSUMER)
+
+        wanted = consumer_config(subjects, ack_wait_s=2.0, max_deliver=-1)
+        assert not await ensure_ingress_consumer(js, subjects, wanted)
+        info = await js.consumer_info(subjects.ingress_stream, CLASSIFIER_CONSUMER)
+        assert (info.config.max_deliver, info.config.ack_wait) == (-1, 2.0)
+        assert info.created == before.created  # updated, not deleted and made again
+        assert not await ensure_ingress_consumer(js, subjects, wanted)  # nothing to change
+    finally:
+        await nc.close()
+
+
+async def test_a_consumer_jetstream_will_not_update_is_made_again_and_loses_nothing(
+    nats_server: ServerProcess, namespace: str
+) -> None:
+    """Test that a consumer whose replay policy differs (JetStream refuses to update that
+    field) is deleted and created again with the wanted settings, and that a message it had
+    delivered but not seen acked is delivered by the new one."""
+    subjects = Subjects(namespace)
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        await ensure_ingress_stream(js, subjects)
+        wanted = consumer_config(subjects, ack_wait_s=30.0, max_deliver=-1)
+        odd = dataclasses.replace(wanted, replay_policy=ReplayPolicy.ORIGINAL, max_deliver=20)
+        await js.add_consumer(subjects.ingress_stream, config=odd)
+        first = IngressInbox()
+        sub = await subscribe_inbox(js, subjects, first)
+        await js.publish(subjects.ingress_request, b"delivered-unacked")
+        async with asyncio.timeout(5.0):
+            (taken,) = await first.take(8)
+        assert taken.data == b"delivered-unacked"
+        await sub.unsubscribe()
+
+        assert await ensure_ingress_consumer(js, subjects, wanted)
+        info = await js.consumer_info(subjects.ingress_stream, CLASSIFIER_CONSUMER)
+        assert (info.config.replay_policy, info.config.max_deliver) == (ReplayPolicy.INSTANT, -1)
+        again = IngressInbox()
+        await subscribe_inbox(js, subjects, again)
+        async with asyncio.timeout(5.0):
+            (redelivered,) = await again.take(8)
+        assert redelivered.data == b"delivered-unacked"
+        await redelivered.ack()
     finally:
         await nc.close()
 

@@ -6,11 +6,12 @@ import argparse
 
 from greenserve.argtypes import positive_float, positive_int
 
-__all__ = ["ALL_SCENARIOS", "HELP", "NAME", "add_arguments"]
+__all__ = ["ALL_SCENARIOS", "HELP", "NAME", "OUTAGE_S", "add_arguments"]
 
 NAME = "faults"
 HELP = (
-    "fault injection (kill -9 each service, restart NATS and Redis, drop a worker) during replays"
+    "fault injection (kill -9 each service, restart NATS and Redis, Redis down 30 s, drop a "
+    "worker) during replays"
 )
 
 ALL_SCENARIOS = (
@@ -27,12 +28,18 @@ ALL_SCENARIOS = (
     "term:worker-0",
     "restart:nats",
     "restart:redis",
+    "down:redis",
+    "refuse:redis",
     "kill:router+drop:worker-0",
     "kill:requestpath+drop:worker-0",
 )
 """The scenarios of :mod:`greenserve.faults` (its ``ALL_SCENARIOS``, checked equal by a test),
 written out because importing that module would take NATS, Redis and pandas into every
 ``--help``."""
+
+OUTAGE_S = 30.0
+"""Default outage of a ``down:``/``refuse:`` scenario (``greenserve.faults.OUTAGE_S``, checked
+equal by a test)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,3 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--requests", type=positive_int, default=300, help="trace requests per scenario"
     )
     parser.add_argument("--speedup", type=positive_float, default=10.0)
+    parser.add_argument(
+        "--outage-s",
+        type=positive_float,
+        default=OUTAGE_S,
+        help="wall seconds a down:/refuse: scenario keeps Redis out (default 30)",
+    )

@@ -249,6 +249,19 @@ def test_infrastructure_is_what_the_design_names() -> None:
     assert _env(worker)["GREENSERVE_WORKER__VLLM_URL"] == "http://vllm:8000"
 
 
+def test_redis_keeps_an_append_only_file_in_both_compose_files() -> None:
+    """Test that Redis logs every write (AOF, fsync each second) on its volume, in the open
+    and the secure compose file alike: the queues live there, and a Redis restarted
+    without it comes back empty."""
+    open_cmd = " ".join(SERVICES["redis"]["command"])
+    secure_cmd = " ".join(_secure()["services"]["redis"]["command"])
+    for command in (open_cmd, secure_cmd):
+        assert "--appendonly yes" in command
+        assert "--appendfsync everysec" in command
+    assert "redis-data:/data" in SERVICES["redis"]["volumes"]
+    assert "redis-data:/data" in _secure()["services"]["redis"]["volumes"]
+
+
 # --- secure variant (docker-compose.secure.yml) ------------------------------------------
 SECURE = REPO / "docker-compose.secure.yml"
 SECURE_DIR = REPO / "docker" / "secure"
