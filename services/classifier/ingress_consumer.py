@@ -1,6 +1,6 @@
 """The classifier's durable *push* consumer on the ingress stream, and its batching inbox.
 
-Why push, not pull (docs/performance.md, round 4): a pull consumer costs a ``MSG.NEXT``
+Why push, not pull (docs/performance.md, "Push ingress"): a pull consumer costs a ``MSG.NEXT``
 request per fetch (two when the stream is empty: a no-wait probe, then a long poll), and a
 request that arrives while no fetch is outstanding waits for the next one. Measured on the
 bare stream (file storage, one publisher, explicit acks, 64-message batches), publish to

@@ -62,9 +62,9 @@ MAX_BATCHES_IN_FLIGHT = 1
 One: what is pushed during a batch's hand-off (its Redis round trip) becomes the next
 batch, so batches grow with the load. With four in flight (the pull loop's setting) pushed
 messages went one per batch at 1,000-2,000 req/s, and each batch costs a Redis script call
-and a placement round: alternated runs (4 pairs, docs/performance.md round 4) gave p50
-25-30 ms against 31-39 ms at 1,600 req/s and 38-55 against 43-79 ms at 2,000, the same at
-400-1,000 req/s."""
+and a placement round: alternated runs (4 pairs; docs/performance.md, "One ingress batch in
+flight") gave p50 25-30 ms against 31-39 ms at 1,600 req/s and 38-55 against 43-79 ms at
+2,000, the same at 400-1,000 req/s."""
 
 logger = logging.getLogger(__name__)
 
