@@ -65,6 +65,16 @@ class Keys:
         is handed to the scheduler, so a cancel that came first still ends it."""
         return f"{self.prefix}:cancelled:{request_id}"
 
+    def store_marker(self, owner: str) -> str:
+        """Marker an owner of in-memory state (``scheduler``, ``router``) sets in Redis: gone,
+        Redis lost its data (restarted empty) and the owner writes back what it holds."""
+        return f"{self.prefix}:marker:{owner}"
+
+    def revoked(self, worker_id: str) -> str:
+        """Hash request id → wall time the router took the request from this worker (it went
+        silent) to run it elsewhere: the worker, back from a freeze, aborts those it holds."""
+        return f"{self.prefix}:revoked:{worker_id}"
+
     @property
     def stack(self) -> str:
         """Hash describing an embedded stack started by ``greenserve up``."""

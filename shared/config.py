@@ -177,6 +177,9 @@ class SchedulerSettings(_Section):
     """How long a cancel is remembered (Redis ``cancelled`` mark and memory) for a request
     that reaches the scheduler after it: the ingress stream's ``max_age``, so a request
     still in its backlog is ended when it arrives."""
+    store_check_period_s: float = Field(default=0.5, gt=0.0)
+    """Wall period of the check for a Redis that lost its data (restarted empty): its
+    marker key gone, the scheduler writes the queues it holds back (``docs/scheduling.md``)."""
     ladder: bool = True
     """Run DynamoLLM's emergency ladder over each pool's queue every ready period
     (reorder → max clock → re-steer → shed; ``docs/scheduling.md``)."""
@@ -205,6 +208,13 @@ class RouterSettings(_Section):
     """Wall period of the placement loop when woken by no event."""
     worker_timeout_s: float = 3.0
     """A worker silent this long is considered gone; its requests are re-queued."""
+    lease_s: float = Field(default=10.0, gt=0.0)
+    """Wall seconds a dispatch's lease runs from its sending: a worker that reads the
+    dispatch later (it was frozen) does not run it. Longer than ``worker_timeout_s``, so a
+    worker the router still counts alive never drops a dispatch (``docs/routing.md``)."""
+    store_check_period_s: float = Field(default=0.5, gt=0.0)
+    """Wall period of the check for a Redis that lost its data (restarted empty): its
+    marker key gone, the router writes the placements it holds back."""
     ended_audit_period_s: float = Field(default=5.0, gt=0.0)
     """Accepted placements older than this are looked up in the workers' ended records this
     often: an ending whose ``request.done`` this router missed frees its slot within two
@@ -259,6 +269,14 @@ class WorkerSettings(_Section):
     refuse with reason ``admission`` when KV would overflow or an admitted deadline break."""
     admission_hold_s: float = Field(default=0.5, ge=0.0)
     """Wall seconds a refusal keeps the gate closed unless a request ends here first."""
+    lease_stale_after_s: float = Field(default=1.5, gt=0.0)
+    """An event-loop gap longer than this (the process was frozen or starved) makes the
+    worker check, before it sends or starts anything, whether the router reassigned its
+    requests meanwhile (``docs/worker.md``, Leases). Below ``router.worker_timeout_s``:
+    a gap the router may have called silence is always checked."""
+    lease_settle_s: float = Field(default=0.5, ge=0.0)
+    """Wall seconds the worker waits after such a gap before reading the reassignments:
+    a router that called it silent just before it woke has written them by then."""
 
 
 class DvfsSettings(_Section):

@@ -14,12 +14,14 @@ import asyncio
 import contextlib
 import enum
 import logging
+import time
 from typing import Final, TypeAlias
 
 import nats.errors
 from opentelemetry import trace
 
 from proto.codec import DecodeError
+from proto.leases import lease_headers
 from proto.messages import (
     Assignment,
     ClassifiedRequest,
@@ -121,6 +123,7 @@ class Dispatcher:
                 DispatchBatch(requests=requests),
                 DispatchBatchReply,
                 ctx.settings.nats.request_timeout_s,
+                headers=self._lease(),
             )
         except nats.errors.NoRespondersError:
             outcomes = list(await asyncio.gather(*(self._dispatch(r, worker_id) for r in requests)))
@@ -173,12 +176,21 @@ class Dispatcher:
                     req,
                     DispatchReply,
                     ctx.settings.nats.request_timeout_s,
+                    headers=self._lease(),
                 )
             except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError) as exc:
                 ERRORS.labels(self._service, "dispatch_failed").inc()
                 logger.warning("dispatch of %s to %s failed: %s", rid, worker_id, exc)
                 return UNANSWERED
         return self._settle(req, worker_id, reply)
+
+    def _lease(self) -> dict[str, str]:
+        """The lease header of a dispatch sent now (``router.lease_s`` from now, wall).
+
+        A worker frozen past it refuses the dispatch: by then this router may have called
+        the worker silent and placed the request elsewhere (``docs/routing.md``, Leases).
+        """
+        return lease_headers(time.time() + self._ctx.settings.router.lease_s)
 
     def _settle(self, req: ClassifiedRequest, worker_id: str, reply: DispatchReply) -> Outcome:
         """A worker's answer for one request: its Assignment, True if it already ended, None

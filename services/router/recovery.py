@@ -9,7 +9,9 @@ must not run a second time:
 * **adoption**: a restarted router takes over the placements its predecessor recorded;
 * **unanswered dispatches**: sent again to the same live worker, which answers a repeat
   without a second run, before they go back to the queue;
-* **orphans** of workers that went silent, re-queued unless they ended;
+* **orphans** of workers that went silent, re-queued unless they ended, and revoked from
+  the silent worker first (:mod:`services.router.revocations`): one that was only frozen
+  aborts them when it wakes;
 * **the audit**: placements older than one period whose ``request.done`` went unheard.
 """
 
@@ -26,6 +28,7 @@ from redis.exceptions import RedisError
 
 from proto.messages import UNPLACED_WORKER, ClassifiedRequest
 from services.router.registry import InFlight, WorkerRegistry
+from services.router.revocations import revoke
 from services.router.scheduler_link import SchedulerLink
 from shared.counters import MISSED_ENDINGS
 from shared.ended_lookup import ended_among, placement_records
@@ -159,6 +162,7 @@ class Recovery:
             )
             ended = set()
         back: list[ClassifiedRequest] = []
+        taken: list[tuple[str, str]] = []  # back to the queue unanswered: may be held
         again: dict[str, list[ClassifiedRequest]] = {}
         registry = self._registry
         for req, worker_id, unanswered in unsure:
@@ -172,14 +176,17 @@ class Recovery:
             ):
                 self._redispatches[rid] = tries + 1
                 again.setdefault(worker_id, []).append(req)
-            elif registry.release(rid) is not None and rid not in ended:
+            elif (flight := registry.release(rid)) is not None and rid not in ended:
                 back.append(req)
+                if unanswered:
+                    taken.append((rid, flight.worker_id))
         if ended:
             self._ended_unheard(sorted(ended))
             await self._forget_records(sorted(ended))
         if again:
             logger.info("dispatching unanswered requests again to %s", sorted(again))
             self._resend(again)
+        await revoke(self._ctx, taken, self._service)
         return back
 
     async def requeue_orphans(self, orphans: list[InFlight]) -> None:
@@ -188,12 +195,19 @@ class Recovery:
         twice. A Redis outage re-queues them all (losing one would be worse)."""
         pairs = ((o.request.request.request_id, o.worker_id) for o in orphans)
         ended = await ended_among(self._ctx.redis, self._ctx.keys, pairs) or set()
-        back = [o.request for o in orphans if o.request.request.request_id not in ended]
+        kept = [o for o in orphans if o.request.request.request_id not in ended]
         if ended:
             self._ended_unheard(sorted(ended))  # already out of the registry
-        if back:
-            logger.warning("%d requests orphaned by silent workers; re-queueing", len(back))
-            await self._scheduler.requeue(back)
+        if kept:
+            logger.warning("%d requests orphaned by silent workers; re-queueing", len(kept))
+            # Revoked first: a worker that was only frozen must find them revoked when it
+            # wakes, before another worker can have run them (:mod:`.revocations`).
+            await revoke(
+                self._ctx,
+                ((o.request.request.request_id, o.worker_id) for o in kept),
+                self._service,
+            )
+            await self._scheduler.requeue([o.request for o in kept])
 
     async def audit_endings(self) -> None:
         """Free the slots of placements whose ending this router never heard.

@@ -215,6 +215,10 @@ class WorkerRegistry:
             if flight.confirmed and flight.placed_wall_s < cutoff_wall_s
         ]
 
+    def held(self) -> list[InFlight]:
+        """Every placement held (the write-back after a Redis that lost its data)."""
+        return list(self._inflight.values())
+
     def holds(self, request_id: str, worker_id: str) -> bool:
         """Whether the request is still placed on that worker (not ended, released or
         orphaned since)."""

@@ -3,7 +3,11 @@
 Event-driven: a scheduler "ready" event, a request ending or a new heartbeat wakes the
 placement loop; a short tick covers lost events. Each placement is a request/reply to the
 worker, whose acceptance is the end of dispatch; a refusal or a silent worker sends the
-request back to the scheduler, so nothing is dropped between services.
+request back to the scheduler, so nothing is dropped between services. A dispatch carries
+a lease (``proto/leases.py``), and the requests of a worker gone silent are revoked from it
+before they are re-queued (:mod:`.revocations`), so a worker that was only frozen runs
+none of them a second time. A Redis that restarts empty gets the placements written back
+(:mod:`.store_loss`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from services.router.placement import Candidate, make_placer
 from services.router.recovery import Recovery, Unsure
 from services.router.registry import WorkerRegistry
 from services.router.scheduler_link import NatsSchedulerLink, SchedulerLink
+from services.router.store_loss import StoreLoss
 from shared.bus import HOPS_KEY, add_hops
 from shared.counters import DECISIONS, ERRORS
 from shared.lifecycle import ServiceContext
@@ -80,6 +85,8 @@ class RouterShell:
         self._heard_since = 0.0
         """Wall time since when this router's NATS connection has been up (inf while it is
         down): workers are timed from then at the earliest (``WorkerRegistry.expire``)."""
+        self._store_loss = StoreLoss(ctx, self.registry)
+        """Writes the placements back to a Redis that lost its data (:mod:`.store_loss`)."""
         self.recovery = Recovery(
             ctx,
             self.registry,
@@ -174,6 +181,15 @@ class RouterShell:
                     self.audit_endings,
                     service=NAME,
                     name="audit",
+                )
+            )
+            tg.create_task(
+                run_periodic(
+                    self._ctx.stop,
+                    self._ctx.settings.router.store_check_period_s,
+                    self.check_store,
+                    service=NAME,
+                    name="store",
                 )
             )
             await self._place_loop()
@@ -278,6 +294,11 @@ class RouterShell:
             senders = self._senders.setdefault(wid, set())
             if len(senders) < self._in_flight:
                 senders.add(asyncio.create_task(self._send_loop(wid)))
+
+    async def check_store(self) -> None:
+        """Write the placements back if Redis lost its data
+        (:meth:`.store_loss.StoreLoss.check`)."""
+        await self._store_loss.check()
 
     async def adopt(self) -> int:
         """Take over the placements recorded by this router's previous run

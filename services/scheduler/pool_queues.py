@@ -83,6 +83,16 @@ class SchedulerState:
         """Drop a queued request from whichever pool holds it."""
         return self.take(request_id) is not None
 
+    def held(self) -> list[ClassifiedRequest]:
+        """Every queued request, in no particular order (the write-back after a Redis that
+        lost its data, :mod:`services.scheduler.store_loss`)."""
+        out: list[ClassifiedRequest] = []
+        for q in self._queues.values():
+            for item in q.ordered(0.0):
+                assert isinstance(item.payload, ClassifiedRequest)  # push stores nothing else
+                out.append(item.payload)
+        return out
+
     def backlog(self) -> dict[str, int]:
         """Queued requests per pool (non-empty pools only)."""
         return {pool: len(q) for pool, q in self._queues.items() if len(q)}

@@ -4,6 +4,7 @@ Durability: a submitted request is written to Redis (``queued``) before the clas
 told "accepted"; a pulled request moves to ``dispatched`` (as an Assignment without a
 worker) until the router records its worker or it ends. A restarted scheduler reloads its
 queues from Redis; a pulled request that no router placed in time goes back to the queue.
+A Redis that restarts empty gets the queues written back (:mod:`.store_loss`).
 
 :class:`SchedulerShell` keeps the hand-offs (submit, pull, requeue, cancel, restore) and
 the periodic loops; what they lean on is in its own module: the atomic store-new and the
@@ -49,6 +50,7 @@ from services.scheduler.ladder_shell import start_ladder
 from services.scheduler.nats_subjects import serve_hand_offs
 from services.scheduler.pool_queues import SchedulerState
 from services.scheduler.reaper import Reaper
+from services.scheduler.store_loss import StoreLoss
 from shared.bus import tracing_active
 from shared.counters import QUEUE_DEPTH
 from shared.lifecycle import ServiceContext
@@ -91,6 +93,8 @@ class SchedulerShell:
         self._cancels = CancelBook(ctx, NAME)
         self._unconfirmed = UnconfirmedStores()
         """Ids of store-new calls that raised: their redelivery may find them stored."""
+        self._store_loss = StoreLoss(ctx, self.state)
+        """Writes the queues back to a Redis that lost its data (:mod:`.store_loss`)."""
 
     async def _publish_ready(self, pool_id: str) -> None:
         await self._ctx.nc.publish(self._ctx.subjects.scheduler_ready(pool_id), b"")
@@ -278,6 +282,10 @@ class SchedulerShell:
         (:meth:`.reaper.Reaper.audit_endings`; ``records`` when just read)."""
         await self._reaper.audit_endings(records)
 
+    async def check_store(self) -> int:
+        """Write the queues back if Redis lost its data (:meth:`.store_loss.StoreLoss.check`)."""
+        return await self._store_loss.check()
+
     async def remind(self) -> None:
         """Repeat the ready signal of every pool with a backlog (covers lost signals)."""
         for pool_id in self.state.backlog():
@@ -313,6 +321,16 @@ class SchedulerShell:
             tg.create_task(
                 run_periodic(ctx.stop, 1.0, self.sweep_records, service=NAME, name="records")
             )
+            tg.create_task(self._watch_store())
+
+    async def _watch_store(self) -> None:
+        """The store check every ``scheduler.store_check_period_s`` (wall)."""
+
+        async def check() -> None:
+            await self.check_store()
+
+        period = self._ctx.settings.scheduler.store_check_period_s
+        await run_periodic(self._ctx.stop, period, check, service=NAME, name="store")
 
 
 async def serve(ctx: ServiceContext) -> None:

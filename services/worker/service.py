@@ -90,6 +90,7 @@ async def _serve_with(ctx: ServiceContext, shim: WorkerShim) -> None:
         flush_task = tg.create_task(shim.flush_loop())
         resend_task = tg.create_task(shim.resend_loop())
         tg.create_task(shim.heartbeat())
+        tg.create_task(shim.leases.beat(ctx.stop))
         if ctx.settings.dvfs.mode == PREDICTIVE_MODE:  # per-request state for the dvfs agent
             tg.create_task(publish_states(ctx, shim.book.streams, shim.backend.snapshot))
         await ctx.stop.wait()

@@ -22,6 +22,7 @@ from nats.aio.msg import Msg
 from redis.exceptions import RedisError
 
 from proto.codec import DecodeError, decode, encode
+from proto.leases import lease_expiry
 from proto.messages import (
     ClassifiedRequest,
     ClockCommand,
@@ -40,6 +41,7 @@ from services.worker.completions import CompletionSender
 from services.worker.drain import hand_back
 from services.worker.ended_log import EndedLog
 from services.worker.gpu_meters import GpuMeters
+from services.worker.leases import LeaseGuard
 from services.worker.publisher import ReplyPublisher
 from services.worker.registration import deregister, register, worker_stats
 from services.worker.streams import StreamBook
@@ -100,6 +102,18 @@ class WorkerShim:
         """Completions, their latency and spans, and the recently finished requests."""
         self._cancels = CancelMemory(self._cfg.cancel_memory_s)
         """Cancels heard lately: a dispatch that arrives after its cancel is not run."""
+        self.leases = LeaseGuard(
+            ctx.redis,
+            ctx.keys.revoked(self._cfg.worker_id),
+            stale_after_s=self._cfg.lease_stale_after_s,
+            settle_s=self._cfg.lease_settle_s,
+            held=lambda: {
+                s.request.request.request_id: s.accepted_at for s in self._book.streams()
+            },
+            abort=self._abort_revoked,
+            service=NAME,
+        )
+        """After a freeze, requests the router took back are aborted unanswered (:mod:`.leases`)."""
 
     @property
     def backend(self) -> WorkerBackend:
@@ -116,8 +130,9 @@ class WorkerShim:
         """The requests in flight."""
         return self._book
 
-    async def on_dispatch(self, req: ClassifiedRequest, _msg: Msg) -> DispatchReply:
+    async def on_dispatch(self, req: ClassifiedRequest, msg: Msg) -> DispatchReply:
         """Accept a request if there is room; duplicates are accepted idempotently."""
+        await self.leases.hold()  # after a freeze: what was taken back is known first
         rid = req.request.request_id
         now = time.time()
         reply = DispatchReply(
@@ -128,6 +143,15 @@ class WorkerShim:
         if await self._completions.send_again(rid):
             # It ran here already (its dispatch reply was lost): accepted, ended again.
             return reply
+        refusal = self._lease_refusal(rid, msg)
+        if refusal:
+            return DispatchReply(
+                request_id=rid,
+                worker_id=self._cfg.worker_id,
+                accepted=False,
+                accepted_at=now,
+                reason=refusal,
+            )
         if self._cancels.holds(rid, time.monotonic()):
             # Placed while its cancel was on the way. Accepted and ended at once, not
             # refused: a refusal would send it back to the queue only to be ended there.
@@ -168,6 +192,32 @@ class WorkerShim:
         self._completions.opened(req)
         self._gate.opened(req)
         return reply
+
+    def _lease_refusal(self, request_id: str, msg: Msg) -> str:
+        """Why a dispatch's lease forbids running it ("" when it allows it)."""
+        try:
+            expires_at = lease_expiry(msg.headers)
+        except DecodeError as exc:
+            ERRORS.labels(NAME, "malformed").inc()
+            return f"malformed lease: {exc}"
+        lease_s = self._ctx.settings.router.lease_s
+        return self.leases.dispatch_refusal(request_id, expires_at, lease_s)
+
+    async def _abort_revoked(self, request_ids: list[str]) -> None:
+        """Stop requests the router revoked while this worker was frozen, unanswered.
+
+        Not recorded as ended here: another worker runs them, and the router must not
+        take them for ended when it looks this worker's record up.
+        """
+        for rid in request_ids:
+            if rid not in self._book:
+                continue
+            self._backend.abort(rid)
+            self._book.drop(rid)
+            self._completions.forget(rid)
+            self._gate.observe((), (rid,))
+        if not len(self._book):
+            self._emptied.set()
 
     # --- dispatch batches (throughput work, docs/performance.md) ---
     async def on_dispatch_batch(self, batch: DispatchBatch, msg: Msg) -> DispatchBatchReply:
@@ -214,6 +264,7 @@ class WorkerShim:
         Never raises for a NATS outage: this runs in the engine loop, whose end would end
         the worker (its task group) with every request it holds.
         """
+        await self.leases.hold()  # after a freeze: revoked requests leave the book first
         self._tokens_out += len(batch.emitted)
         if self._gate.observe(batch.emitted, batch.finished):
             await self._announce_room()
@@ -233,6 +284,7 @@ class WorkerShim:
 
     async def on_failure(self, request_id: str, code: str, reason: str) -> None:
         """End an accepted request with a final error (the backend could not serve it)."""
+        await self.leases.hold()
         stream = self._book.drop(request_id)
         self._completions.forget(request_id)
         # A gate this reopens is not announced as on_output does: the closed stats say
@@ -301,6 +353,7 @@ class WorkerShim:
         period = max(0.005, self._cfg.stream_flush_ms / 2000.0)
         while True:
             await asyncio.sleep(period)
+            await self.leases.hold()
             for subject, chunk in self._book.flush_due(time.time()):
                 await self._publisher.reply(subject, encode(chunk))
 
