@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -54,7 +55,7 @@ requests. Wall time, not model time: the retries and timeouts it tests run on th
 clock whatever the speed-up."""
 LONG_OUTAGES = ("down", "refuse")
 """Fault kinds that last ``outage_s`` rather than the short ``downtime_s``."""
-RESTORED = ("kill", "restart", *LONG_OUTAGES)
+RESTORED = ("kill", "restart", "freeze", *LONG_OUTAGES)
 """Fault kinds undone after their downtime (``drop:`` and ``term:`` are not)."""
 SETTLE_AFTER_OUTAGE_S = 30.0
 """How long the replay waits for a next answer beyond a ``down:`` outage (the hand-off
@@ -78,6 +79,10 @@ ALL_SCENARIOS = (
     "refuse:redis",
     "kill:router+drop:worker-0",
     "kill:requestpath+drop:worker-0",
+    # --- compound faults and freezes (issue 29): see SEQUENCED and FREEZE_S ---
+    "restart:redis+kill:requestpath",
+    "freeze:worker-0",
+    # --- end compound faults and freezes ---
 )
 """``kill:<process>`` = SIGKILL then restart; ``drop:<worker>`` = SIGKILL, no restart;
 ``term:<process>`` = SIGTERM (graceful drain), no restart; ``kill:worker-<i>`` runs with a
@@ -97,6 +102,23 @@ what the dead gateway's port refused). ``a+b`` injects
 both faults at once and restarts what ``kill:`` or ``restart:`` names after the downtime:
 a worker lost while the router that placed its requests is down (only Redis knows what it
 held)."""
+
+# --- compound faults and freezes (issue 29) ---
+SEQUENCED = ("restart:redis+kill:requestpath",)
+"""Scenarios whose faults follow each other instead of coming at once: Redis restarts
+*empty* (its append-only file removed, as a Redis without persistence or with a lost disk
+comes back), then :data:`KILL_AFTER_WIPE_S` later the request path is killed, and restarted
+after the downtime. Only what the services wrote back to the empty Redis survives the kill."""
+KILL_AFTER_WIPE_S = 3.0
+"""Wall seconds between the empty Redis's restart and the request path's kill."""
+KILLED_FOR_S = 1.0
+"""Wall seconds the request path stays dead in a sequenced scenario (``run_scenario``'s
+default ``downtime_s``)."""
+FREEZE_S = 20.0
+"""Wall seconds a ``freeze:<process>`` scenario keeps the process stopped (SIGSTOP, then
+SIGCONT): far past ``router.worker_timeout_s``, so the router runs a frozen worker's
+requests elsewhere and the worker, woken, must not answer them too."""
+# --- end compound faults and freezes ---
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +153,10 @@ def _faults(scenario: str) -> list[tuple[str, str]]:
 
 
 def _inject(stack: LocalStack, spec: StackSpec, scenario: str, folder: Path) -> None:
+    if scenario in SEQUENCED:  # the first fault now, the rest in _recover_sequenced
+        kind, target = _faults(scenario)[0]
+        _inject_one(stack, kind, target, scenario)
+        return
     for kind, target in _faults(scenario):
         _inject_one(stack, kind, target, scenario)
 
@@ -147,13 +173,39 @@ def _inject_one(stack: LocalStack, kind: str, target: str, scenario: str) -> Non
         server.kill()
     elif kind == "refuse" and target == "redis":
         _refuse_writes(stack.state.redis_url, refuse=True)
+    elif kind == "freeze":
+        os.kill(stack.group.procs[target].pid, signal.SIGSTOP)
     else:
         raise ValueError(f"unknown fault {scenario!r}")
 
 
 def _recover(stack: LocalStack, spec: StackSpec, scenario: str, folder: Path) -> None:
+    if scenario in SEQUENCED:
+        _recover_sequenced(stack, spec, scenario, folder)
+        return
     for kind, target in _faults(scenario):
         _recover_one(stack, spec, kind, target, folder)
+
+
+# --- compound faults and freezes (issue 29) ---
+def _recover_sequenced(stack: LocalStack, spec: StackSpec, scenario: str, folder: Path) -> None:
+    """Bring the first fault's server back empty, then inject and undo the second fault."""
+    (_, server_name), (kind, target) = _faults(scenario)
+    index = next(i for i, s in enumerate(stack.servers) if s.name == server_name)
+    old = stack.servers[index]
+    for aof in (old.workdir / "appendonlydir", old.workdir / "appendonly.aof"):
+        if aof.is_dir():
+            shutil.rmtree(aof)
+        elif aof.exists():
+            aof.unlink()
+    stack.servers[index] = start_redis(old.workdir, old.port)
+    time.sleep(KILL_AFTER_WIPE_S)
+    _inject_one(stack, kind, target, scenario)
+    time.sleep(KILLED_FOR_S)
+    _recover_one(stack, spec, kind, target, folder)
+
+
+# --- end compound faults and freezes ---
 
 
 def _recover_one(stack: LocalStack, spec: StackSpec, kind: str, target: str, folder: Path) -> None:
@@ -170,6 +222,8 @@ def _recover_one(stack: LocalStack, spec: StackSpec, kind: str, target: str, fol
         stack.group.procs[target] = start_process(launch, folder)
     elif kind == "refuse":
         _refuse_writes(stack.state.redis_url, refuse=False)
+    elif kind == "freeze":
+        os.kill(stack.group.procs[target].pid, signal.SIGCONT)
     elif kind in ("restart", "down"):
         index = next(i for i, s in enumerate(stack.servers) if s.name == target)
         old = stack.servers[index]
@@ -374,9 +428,16 @@ def run_scenario(
         colocate_request_path=colocate,
         # The restarted worker must be back before the router would call it silent (else
         # this is ``drop:`` again): what it held is lost to the restart, not to silence.
-        extra={"router": {"worker_timeout_s": RESTART_TIMEOUT_S}} if restarts_worker else {},
+        # Its lease must outlast the timeout (``router.lease_s``).
+        extra=(
+            {"router": {"worker_timeout_s": RESTART_TIMEOUT_S, "lease_s": 2 * RESTART_TIMEOUT_S}}
+            if restarts_worker
+            else {}
+        ),
     )
     with tempfile.TemporaryDirectory(prefix="gs-faults-") as folder:
         long_outage = any(kind in LONG_OUTAGES for kind, _ in _faults(scenario))
         down_for = outage_s if long_outage else downtime_s
+        if any(kind == "freeze" for kind, _ in _faults(scenario)):
+            down_for = FREEZE_S
         return asyncio.run(_run(scenario, trace, spec, Path(folder), down_for))

@@ -120,6 +120,7 @@ class LeaseGuard:
         """Run :meth:`hold` often enough that an idle worker's loop is never taken for
         stalled, and that a gap is noticed even when nothing else runs."""
         period = self._stale_after_s / 4.0
+        self._last = self._monotonic()  # the time the worker took to start is no stall
         while not stop.is_set():
             await self.hold()
             with contextlib.suppress(TimeoutError):

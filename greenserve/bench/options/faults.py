@@ -32,6 +32,10 @@ ALL_SCENARIOS = (
     "refuse:redis",
     "kill:router+drop:worker-0",
     "kill:requestpath+drop:worker-0",
+    # --- compound faults and freezes (issue 29) ---
+    "restart:redis+kill:requestpath",
+    "freeze:worker-0",
+    # --- end compound faults and freezes ---
 )
 """The scenarios of :mod:`greenserve.faults` (its ``ALL_SCENARIOS``, checked equal by a test),
 written out because importing that module would take NATS, Redis and pandas into every
