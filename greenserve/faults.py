@@ -117,7 +117,15 @@ default ``downtime_s``)."""
 FREEZE_S = 20.0
 """Wall seconds a ``freeze:<process>`` scenario keeps the process stopped (SIGSTOP, then
 SIGCONT): far past ``router.worker_timeout_s``, so the router runs a frozen worker's
-requests elsewhere and the worker, woken, must not answer them too."""
+requests elsewhere and the worker, woken, must not answer them too. The stack recovers
+without the frozen worker, as from ``drop:``, so recovery counts from the freeze."""
+
+
+def _frozen(scenario: str) -> bool:
+    """Whether a scenario freezes a process (SIGSTOP, then SIGCONT after :data:`FREEZE_S`)."""
+    return any(kind == "freeze" for kind, _ in _faults(scenario))
+
+
 # --- end compound faults and freezes ---
 
 
@@ -377,7 +385,8 @@ async def _run(
             if any(kind in RESTORED for kind, _ in _faults(scenario)):
                 await asyncio.sleep(downtime_s)
                 await asyncio.to_thread(_recover, stack, spec, scenario, folder)
-                restored_at = time.time()
+                if not _frozen(scenario):  # a freeze is survived, not restored: see FREEZE_S
+                    restored_at = time.time()
             result = await replaying
             leftover = await _leftover_records(
                 stack.state.redis_url, spec.namespace, CONSISTENT_WITHIN_S
@@ -438,6 +447,6 @@ def run_scenario(
     with tempfile.TemporaryDirectory(prefix="gs-faults-") as folder:
         long_outage = any(kind in LONG_OUTAGES for kind, _ in _faults(scenario))
         down_for = outage_s if long_outage else downtime_s
-        if any(kind == "freeze" for kind, _ in _faults(scenario)):
+        if _frozen(scenario):
             down_for = FREEZE_S
         return asyncio.run(_run(scenario, trace, spec, Path(folder), down_for))
