@@ -225,6 +225,12 @@ class RouterSettings(_Section):
     "Batches in flight"); more batches in flight mean smaller batches, so more messages
     under load."""
 
+    @model_validator(mode="after")
+    def _lease_outlasts_the_timeout(self) -> RouterSettings:
+        if self.lease_s <= self.worker_timeout_s:
+            raise ValueError("router.lease_s must be > router.worker_timeout_s")
+        return self
+
 
 class WorkerSettings(_Section):
     """Worker shim: one engine instance."""
