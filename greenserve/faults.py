@@ -11,6 +11,7 @@ the time from the restart to the first completion of a request sent after the fa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from nats.aio.msg import Msg
 from redis import Redis as SyncRedis
 
 from greenserve.local import LocalStack, start_local_stack
@@ -30,7 +32,9 @@ from greenserve.stack import StackSpec, stack_launches
 from loadgen.http_replay import HttpRecord, replay_http
 from loadgen.replay import ReplayResult, replay
 from loadgen.traces import TraceRequest
+from proto.codec import DecodeError, decode_any
 from proto.keys import Keys
+from proto.messages import Completion, ErrorReply
 from proto.subjects import Subjects
 from shared.bus import connect_nats
 from shared.config import NatsSettings, RedisSettings
@@ -124,6 +128,35 @@ without the frozen worker, as from ``drop:``, so recovery counts from the freeze
 def _frozen(scenario: str) -> bool:
     """Whether a scenario freezes a process (SIGSTOP, then SIGCONT after :data:`FREEZE_S`)."""
     return any(kind == "freeze" for kind, _ in _faults(scenario))
+
+
+FROZEN_CLIENT_ID = "faults-freeze"
+"""Client id of a freeze scenario's replay, so :class:`_LateEndings` hears its replies."""
+LISTEN_AFTER_THAW_S = 5.0
+"""How long (wall) a freeze scenario keeps listening to its client's replies after the
+SIGCONT: what the woken worker would answer a second time comes then, and the replay itself
+stops listening once every request has ended (on the other worker, during the freeze)."""
+
+
+class _LateEndings:
+    """Every ending sent to one client for the whole scenario, the thaw included."""
+
+    def __init__(self) -> None:
+        self._endings: dict[str, list[object]] = {}
+
+    async def on_reply(self, msg: Msg) -> None:
+        """Note a completion or error (a chunk or anything undecodable is no ending)."""
+        with contextlib.suppress(DecodeError):
+            message = decode_any(msg.data)
+            if isinstance(message, Completion | ErrorReply) and message.request_id:
+                self._endings.setdefault(message.request_id, []).append(message)
+
+    def duplicated(self) -> int:
+        """Endings beyond each request's first, counted as the replay counts them: an exact
+        repeat (a re-send after a NATS outage) is none."""
+        return sum(
+            sum(1 for e in endings[1:] if e != endings[0]) for endings in self._endings.values()
+        )
 
 
 # --- end compound faults and freezes ---
@@ -353,6 +386,11 @@ async def _run(
             if over_http
             else await connect_nats(NatsSettings(url=stack.state.nats_url), "faults-client")
         )
+        late: _LateEndings | None = None  # --- freeze scenarios: replies after the thaw ---
+        if nc is not None and _frozen(scenario):
+            late = _LateEndings()
+            subjects = Subjects(spec.namespace)
+            await nc.subscribe(subjects.client_wildcard(FROZEN_CLIENT_ID), cb=late.on_reply)
         try:
             replaying: asyncio.Task[ReplayResult | list[HttpRecord]]
             if nc is None:
@@ -376,6 +414,7 @@ async def _run(
                         settle_timeout_s=(
                             downtime_s + SETTLE_AFTER_OUTAGE_S if long_outage else 30.0
                         ),
+                        client_id=FROZEN_CLIENT_ID if late is not None else None,
                     )
                 )
             await asyncio.sleep(trace[len(trace) // 3].t_s / spec.speedup)
@@ -388,6 +427,8 @@ async def _run(
                 if not _frozen(scenario):  # a freeze is survived, not restored: see FREEZE_S
                     restored_at = time.time()
             result = await replaying
+            if late is not None:
+                await asyncio.sleep(LISTEN_AFTER_THAW_S)
             leftover = await _leftover_records(
                 stack.state.redis_url, spec.namespace, CONSISTENT_WITHIN_S
             )
@@ -402,7 +443,12 @@ async def _run(
         await asyncio.to_thread(stack.stop)
     if isinstance(result, list):
         return _score_http(scenario, result, fault_at, restored_at, leftover)
-    return _score(scenario, result, fault_at, restored_at, exit_codes, leftover)
+    outcome = _score(scenario, result, fault_at, restored_at, exit_codes, leftover)
+    if late is not None:  # the replay stopped listening before the thaw; this did not
+        outcome = dataclasses.replace(
+            outcome, duplicated=max(outcome.duplicated, late.duplicated())
+        )
+    return outcome
 
 
 def run_scenario(
