@@ -29,6 +29,7 @@ from services.worker.service import WorkerShim
 from shared.config import Settings
 from shared.lifecycle import ServiceContext, service_context
 from shared.servers import ServerProcess, start_redis
+from shared.store import as_bytes
 from tests.factories import classified_request, no_ready, until, worker_stats
 from tests.integration.test_missed_endings import _Link
 
@@ -115,12 +116,15 @@ async def test_a_router_writes_its_placements_back_to_a_redis_restarted_empty(
                 shell.registry.confirm(rid, time.time())
             redis = _restart_empty(redis)
             deadline = time.monotonic() + 10.0
-            records: dict[bytes, bytes] = {}
+            records: dict[bytes | str, bytes | str] = {}
             while not records and time.monotonic() < deadline:
                 await shell.check_store()
                 records = await ctx.redis.hgetall(ctx.keys.dispatched)
                 await asyncio.sleep(0.05)
-            held = {k.decode(): decode(v, Assignment).worker_id for k, v in records.items()}
+            held = {
+                as_bytes(k).decode(): decode(as_bytes(v), Assignment).worker_id
+                for k, v in records.items()
+            }
             assert held == {"c.r1": "w1", "c.r2": "w1"}
     finally:
         redis.stop()
@@ -185,15 +189,11 @@ async def test_a_dispatch_read_after_its_lease_expired_is_refused(
     settings = _settings(namespace, nats_server.url, redis_server.url)
     async with service_context("worker", settings) as ctx:
         shim = _worker(ctx)
-        late = await shim.on_dispatch(
-            classified_request("c.r1"), _dispatch_msg(ctx, time.time() - 1)
-        )
+        late = await shim.on_dispatch(classified_request("c.r1"), _dispatch_msg(time.time() - 1))
         assert not late.accepted
         assert late.reason == "lease_expired"
         assert "c.r1" not in shim.book
-        live = await shim.on_dispatch(
-            classified_request("c.r2"), _dispatch_msg(ctx, time.time() + 5)
-        )
+        live = await shim.on_dispatch(classified_request("c.r2"), _dispatch_msg(time.time() + 5))
         assert live.accepted
         assert "c.r2" in shim.book
         bad = _dispatch_msg(0.0, {LEASE_HEADER: "soon"})
