@@ -196,7 +196,8 @@ class WorkerShim:
     def _lease_refusal(self, request_id: str, msg: Msg) -> str:
         """Why a dispatch's lease forbids running it ("" when it allows it)."""
         try:
-            expires_at = lease_expiry(msg.headers)
+            # A dispatch handed over in process (tests, tools) comes without a message.
+            expires_at = lease_expiry(getattr(msg, "headers", None))
         except DecodeError as exc:
             ERRORS.labels(NAME, "malformed").inc()
             return f"malformed lease: {exc}"

@@ -248,14 +248,24 @@ async def test_a_worker_waking_from_a_freeze_aborts_what_the_router_revoked_unan
             await sub.unsubscribe()
 
 
-@pytest.mark.parametrize("scenario", ["restart:redis+kill:requestpath", "freeze:worker-0"])
-async def test_compound_fault_during_replay_loses_and_duplicates_nothing(scenario: str) -> None:
+@pytest.mark.parametrize(
+    ("scenario", "requests"),
+    [
+        # Long enough that requests are still sent after the request path's restart (the
+        # wipe, 3 s and its 1-s downtime come a third of the way in).
+        ("restart:redis+kill:requestpath", 300),
+        ("freeze:worker-0", 150),
+    ],
+)
+async def test_compound_fault_during_replay_loses_and_duplicates_nothing(
+    scenario: str, requests: int
+) -> None:
     """Test that Redis restarted empty then the request path killed 3 s later, and a worker
     frozen 20 s, each end with every request answered exactly once and nothing left over."""
-    trace = load_azure_trace(resolve_trace("conv"), max_requests=150)
+    trace = load_azure_trace(resolve_trace("conv"), max_requests=requests)
     outcome = await asyncio.to_thread(run_scenario, scenario, trace)
     assert outcome.lost == 0, outcome
     assert outcome.duplicated == 0, outcome
     assert outcome.completed == len(trace), outcome
     assert outcome.leftover_records == 0, outcome
-    assert outcome.recovery_s is not None
+    assert outcome.recovery_s is not None, outcome
