@@ -27,7 +27,7 @@ from shared.security.api_keys import ApiKeyEntry, hash_api_key
 
 __all__ = ["OPEN_PATHS", "KeyRing", "TokenBucket", "authenticate"]
 
-OPEN_PATHS: Final = frozenset({"/healthz", "/metrics"})
+OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics"})
 """Routes a probe or a scraper reaches without a key."""
 
 
