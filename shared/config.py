@@ -70,6 +70,9 @@ class NatsSettings(_Section):
     """Reply-inbox prefix; a secure stack gives each user a private ``_INBOX.<user>``."""
     tls_ca_file: Path | None = None
     """CA bundle (PEM) that signed the server's certificate; turns TLS on."""
+    jetstream_check_s: float = Field(default=1.0, gt=0.0)
+    """How often the owners of the ingress stream and consumer check that they exist (and
+    after each reconnect), creating them again after a server lost its store."""
 
     @model_validator(mode="after")
     def _max_deliver_unlimited_or_positive(self) -> NatsSettings:
