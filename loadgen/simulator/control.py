@@ -109,7 +109,10 @@ class ControlLoops:
     def start(self) -> None:
         """Start every instance warm (sized for peak), then let reactive policies trim."""
         sim = self.sim
+        modes = sim.policy.plan_tps
         for pool in sim.pools:
+            if modes and pool.config.tp != max(modes):
+                continue  # TP modes share GPUs: the bootstrap fleet is the largest mode's
             for _ in range(pool.max_instances):
                 self._new(pool, 0.0, warm=True)
         sim.update_routes(0.0)

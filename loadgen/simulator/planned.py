@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -52,7 +52,8 @@ import pandas as pd
 
 from loadgen.simulator.demand import ArrivalHistory, forecast_error_alpha
 from loadgen.simulator.feedback import SloFeedback
-from loadgen.simulator.gate import PlanGate
+from loadgen.simulator.gate import PlanGate, instance_idle_w
+from loadgen.simulator.mode_switch import make_room, missing_instances, start_wanted
 from loadgen.simulator.nodes import drain_order
 from proto.messages import Plan as WirePlan
 from services.classifier.classes import scheme_by_name
@@ -144,7 +145,9 @@ class EpochPlanner:
         self.step_s = control.epoch_s / control.steps_per_epoch
         self.steps = control.steps_per_epoch
         self.scheme = scheme_by_name(sim.scenario.slo.scheme)
-        bins = max(1, round(self.step_s / self.live.demand_bin_s))
+        bin_s = sim.policy.plan_demand_bin_s or self.live.demand_bin_s
+        bins = max(1, round(self.step_s / bin_s))
+        coincident = sim.policy.plan_demand == "coincident"
         load_config = LoadForecastConfig(
             bin_s=self.step_s / bins,
             step_s=self.step_s,
@@ -153,7 +156,10 @@ class EpochPlanner:
             recent_steps=self.live.recent_steps,
         )
         self.demand = DemandTracker(
-            {self.scheme.name: self.scheme}, load_config, self.live.demand_history_steps
+            {self.scheme.name: self.scheme},
+            load_config,
+            self.live.demand_history_steps,
+            coincident=coincident,
         )
         # The same completions, kept per class for the event trigger and the trend forecast.
         self.history = ArrivalHistory(load_config, self.live.demand_history_steps)
@@ -204,12 +210,14 @@ class EpochPlanner:
             self.profiles = {pid: rows for pid, (rows, _) in mixed.items()}
             self.mix_capacity = {pid: caps for pid, (_, caps) in mixed.items()}
         self.feedback = (
-            SloFeedback(sim, self.step_s, self.live.demand_bin_s)
+            SloFeedback(sim, self.step_s, load_config.bin_s, coincident=coincident)
             if sim.policy.slo_feedback
             else None
         )
         self.switching = False
         """A plan is waiting for its instances: no feedback until it is in place."""
+        self._waiting: tuple[dict[str, int], Callable[[float], bool]] | None = None
+        """A plan whose instances wait for GPUs its other TP modes hold: (want, switch)."""
         self.derating: dict[str, float] = dict.fromkeys(self.pools, 1.0)
         """Per pool: capacity share learned from observed misses (1: as profiled)."""
         self.capacity: dict[str, float] = {}
@@ -273,6 +281,7 @@ class EpochPlanner:
             return t_s + sample_s
         next_epoch_s = (math.floor(t_s / self.epoch_s) + 1) * self.epoch_s
         event = self.sim.policy.replan == "event" or self.feedback is not None
+        self.top_up(t_s)
         due = self.planned_qps is None or t_s % self.epoch_s == 0.0 or self._outgrown(t_s)
         if not due and self.feedback is not None:
             due = self._missing(t_s)
@@ -282,7 +291,8 @@ class EpochPlanner:
             except (InfeasiblePlanError, ValueError) as error:  # live keeps the last plan too
                 self.solves.append({"t_s": t_s, "status": f"failed: {error}"})
                 self.planned_qps = math.inf if self.planned_qps is None else self.planned_qps
-        return min(next_epoch_s, t_s + sample_s) if event else next_epoch_s
+        often = event or bool(self.sim.policy.plan_tps)  # TP modes: top up every sample
+        return min(next_epoch_s, t_s + sample_s) if often else next_epoch_s
 
     def observed_qps(self, t_s: float) -> float:
         """Σ over classes of the last whole step's peak QPS (history ends one lag before now)."""
@@ -358,6 +368,36 @@ class EpochPlanner:
         ttft = {cls: margin * v for cls, v in slo.ttft_ms_by_class.items()}
         return dataclasses.replace(slo, ttft_ms_by_class=ttft)
 
+    def _whole_instances(self) -> dict[str, Any]:
+        """``build_live_problem``'s whole-instance inputs (``plan_whole_instances``): each
+        pool's idle power, each (region, GPU type)'s GPUs (shared by its TP modes), the node
+        size and the bare power of a GPU without a model, as the simulator accounts them."""
+        sim = self.sim
+        if not sim.policy.plan_whole_instances:
+            return {}
+        return {
+            "instance_idle_w": {p.pool_id: instance_idle_w(p.config) for p in sim.pools},
+            "shared_gpus": {
+                (r.name, gpu): n for r in sim.scenario.regions for gpu, n in r.gpus.items()
+            },
+            "node_gpus": sim.scenario.nodes.gpus_per_node,
+            "bare_w_per_gpu": {p.gpu: sim.nodes.bare_idle_w(p.gpu) for p in sim.pools},
+        }
+
+    def top_up(self, t_s: float) -> None:
+        """A plan waiting for GPUs its other TP modes held: start what now fits, and switch
+        to it once every planned instance is started (:mod:`loadgen.simulator.mode_switch`)."""
+        if self._waiting is None:
+            return
+        want, switch = self._waiting
+        ready_s = start_wanted(self.sim, want, t_s)
+        if missing_instances(self.sim, want):
+            make_room(self.sim, want)
+            return
+        self._waiting = None
+        ready_s = max([ready_s, *(i.ready_s for p in self.sim.pools for i in p.live())])
+        self.sim.schedule_tick(max(ready_s, t_s), switch)
+
     def _plan(self, t_s: float) -> None:
         from services.planner.live_plan import build_live_problem
 
@@ -372,6 +412,7 @@ class EpochPlanner:
             slo=self._slo(),
             slices=self.live.time_share_slices,
             class_groups=self.class_groups,
+            **self._whole_instances(),
         )
         settings = PlannerSettings(
             objective=self.objective, time_limit_s=self.live.time_limit_s,
@@ -423,18 +464,7 @@ class EpochPlanner:
         sim = self.sim
         t_s = sim.now_s
         want = {p.pool_id: p.instances for p in plan.pools}
-        ready_s = t_s
-        for pool in sim.pools:
-            target = want.get(pool.pool_id, 0)
-            for instance in [i for i in pool.instances if i.draining][
-                : max(0, target - len(pool.live()))
-            ]:
-                instance.draining = False
-            while len(pool.live()) < target:
-                started = sim.control.new_instance(pool, t_s)
-                if started is None:
-                    break
-                ready_s = max(ready_s, started.ready_s)
+        ready_s = start_wanted(sim, want, t_s)
         # The router keeps the sim pools' measured no-queue profile (Lat of FREESH Eq. 6), so
         # every policy set is judged against the same per-request E2E bound.
         measured = {p.pool_id: p for p in sim.pools}
@@ -467,7 +497,12 @@ class EpochPlanner:
             sim.resteer_orphans(at_s)
             return False
 
-        if delay > 0:
+        if missing_instances(sim, want):
+            # TP modes over full GPUs: free them first (mode_switch), switch when started.
+            self.switching = True
+            self._waiting = (want, switch)
+            make_room(sim, want)
+        elif delay > 0:
             self.switching = True
             sim.schedule_tick(t_s + delay, switch)
         else:

@@ -35,6 +35,7 @@ Profile = Literal["measured", "classifier-default"]
 RouterView = Literal["fresh", "stats"]
 Replan = Literal["epoch", "event"]
 DemandForecast = Literal["live", "trend"]
+PlanDemand = Literal["class-peaks", "coincident"]
 PlanAlpha = Literal["live", "forecast-error"]
 
 
@@ -138,6 +139,24 @@ class PolicySet:
     step are significantly above ``1 − scaler.slo_goal`` (one-sided binomial test), re-plan
     with that pool's capacity de-rated by its observed load over its planned capacity
     (DynamoLLM's and FREESH's feedback from served latency)."""
+    plan_demand: PlanDemand = "class-peaks"
+    """Demand the epoch planner sizes for (``planned`` only): ``class-peaks``, each class's
+    own peak bin rate per step, summed over classes by Eq. 1b (FREESH §2.5, as live);
+    ``coincident``, each class's share of the step's arrivals times the peak bin rate of
+    all arrivals (classes that share a pool do not peak together)."""
+    plan_demand_bin_s: float | None = None
+    """Counting bin of the planner's peak rates (``planned`` only; ``None``: the live
+    ``demand_bin_s``, 5 s). The mixed-class capacities are measured on Poisson arrivals
+    over 120-s windows, which already hold second-scale bursts."""
+    plan_tps: tuple[int, ...] = ()
+    """TP modes the epoch planner chooses among (``planned``, ``region`` pooling only): one
+    pool per (region, GPU type, TP) over the same GPUs, so the MILP picks the mode of each
+    region's GPUs (DynamoLLM's and FREESH's modes); empty: one pool of ``tp`` per (region,
+    GPU type). Needs ``plan_whole_instances`` (the modes' shared GPU count)."""
+    plan_whole_instances: bool = False
+    """``planned`` only: the MILP counts whole instances at their idle power and powered
+    nodes at their free GPUs' bare power (the simulator's accounting), instead of charging a
+    pool's last, partly planned instance only its planned share."""
     region_choice: RegionChoice = "all"
     """``carbon``: active instances go to the region with the lowest forecast intensity first."""
     scaler: ScalerSettings = field(default_factory=ScalerSettings)

@@ -150,8 +150,10 @@ def build_pools(
             profiles[key] = measure_profile(config)
         return profiles[key]
 
-    def new_pool(pool_id: str, region: str, gpu: str, slots: list[tuple[str, str]]) -> Pool:
-        config = _config(scenario, gpu, policy.tp)
+    def new_pool(
+        pool_id: str, region: str, gpu: str, slots: list[tuple[str, str]], tp: int = policy.tp
+    ) -> Pool:
+        config = _config(scenario, gpu, tp)
         ttft, tbt = profile(config) if policy.profile == "measured" else _classifier_default()
         return Pool(
             pool_id=pool_id,
@@ -211,11 +213,15 @@ def build_pools(
             gpu_counts[gpu] = gpu_counts.get(gpu, 0) + 1
         gpu = max(gpu_counts, key=lambda g: gpu_counts[g])
         return [new_pool("single", "*", gpu, slots)]
+    # TP modes (the planner's choice) are pools over the same GPUs, told apart by "-tpN".
+    tps = policy.plan_tps or (policy.tp,)
     for region in regions:
         for gpu, n in region.gpus.items():
-            if n // policy.tp > 0 and policy.gpu_type in (None, gpu):
-                pool_slots = [(region.name, gpu)] * (n // policy.tp)
-                pools.append(new_pool(f"{region.name}-{gpu}", region.name, gpu, pool_slots))
+            for tp in tps:
+                if n // tp > 0 and policy.gpu_type in (None, gpu):
+                    pool_id = f"{region.name}-{gpu}" + (f"-tp{tp}" if policy.plan_tps else "")
+                    pool_slots = [(region.name, gpu)] * (n // tp)
+                    pools.append(new_pool(pool_id, region.name, gpu, pool_slots, tp))
     return pools
 
 
