@@ -209,6 +209,12 @@ class EpochPlanner:
             mixed = {pid: mixed_mode_profiles(r, goal, groups) for pid, r in requests.items()}
             self.profiles = {pid: rows for pid, (rows, _) in mixed.items()}
             self.mix_capacity = {pid: caps for pid, (_, caps) in mixed.items()}
+        for p in sim.pools:
+            if p.class_group is not None:  # a group's pool is planned for its classes only
+                own = {c for c, g in self.class_groups.items() if g == p.class_group}
+                self.profiles[p.pool_id] = tuple(
+                    r for r in self.profiles[p.pool_id] if r.request_class in own
+                )
         self.feedback = (
             SloFeedback(sim, self.step_s, load_config.bin_s, coincident=coincident)
             if sim.policy.slo_feedback
@@ -291,7 +297,8 @@ class EpochPlanner:
             except (InfeasiblePlanError, ValueError) as error:  # live keeps the last plan too
                 self.solves.append({"t_s": t_s, "status": f"failed: {error}"})
                 self.planned_qps = math.inf if self.planned_qps is None else self.planned_qps
-        often = event or bool(self.sim.policy.plan_tps)  # TP modes: top up every sample
+        # Pools over shared GPUs: a plan may wait for GPUs (top_up), checked every sample.
+        often = event or bool(self.sim.policy.plan_tps) or self.sim.policy.plan_group_pools
         return min(next_epoch_s, t_s + sample_s) if often else next_epoch_s
 
     def observed_qps(self, t_s: float) -> float:
@@ -417,6 +424,7 @@ class EpochPlanner:
         settings = PlannerSettings(
             objective=self.objective, time_limit_s=self.live.time_limit_s,
             mip_rel_gap=self.live.mip_rel_gap,
+            primary_slack=self.sim.policy.plan_primary_slack,
         )  # fmt: skip
         core = solve_plan(problem, settings)
         decisions = pool_decisions(core, problem, self.pools, self.live.time_share_slices)

@@ -153,6 +153,15 @@ class PolicySet:
     pool per (region, GPU type, TP) over the same GPUs, so the MILP picks the mode of each
     region's GPUs (DynamoLLM's and FREESH's modes); empty: one pool of ``tp`` per (region,
     GPU type). Needs ``plan_whole_instances`` (the modes' shared GPU count)."""
+    plan_group_pools: bool = False
+    """``planned`` with ``plan_split_long_input`` only: one pool per (region, GPU type, TP,
+    class group) over the same GPUs, each planned for its own group's classes (DynamoLLM's
+    pools per request type), so both groups can share one region's node instead of needing
+    a pool, and so a region, each. Needs ``plan_whole_instances``."""
+    plan_primary_slack: float = 0.0
+    """``planned`` only: share of the objective's optimum the planner's tie-break may spend
+    (``PlannerSettings.primary_slack``): with the energy objective, the least-carbon plan
+    among those within this share of the least energy."""
     plan_whole_instances: bool = False
     """``planned`` only: the MILP counts whole instances at their idle power and powered
     nodes at their free GPUs' bare power (the simulator's accounting), instead of charging a
@@ -176,6 +185,16 @@ class PolicySet:
     router_view: RouterView = "fresh"
     """KV use the placer sees: ``fresh`` (the engine's now) or ``stats``, the live router's
     view, refreshed by each worker's stats heartbeat every ``control.stats_period_s``."""
+
+    def __post_init__(self) -> None:
+        shared = bool(self.plan_tps) or self.plan_group_pools
+        if shared and not (self.scaling == "planned" and self.plan_whole_instances):
+            raise ValueError(
+                f"{self.name}: plan_tps and plan_group_pools put pools over the same GPUs, "
+                "which only the epoch planner with plan_whole_instances keeps within them"
+            )
+        if self.plan_group_pools and not self.plan_split_long_input:
+            raise ValueError(f"{self.name}: plan_group_pools needs plan_split_long_input")
 
 
 POLICY_SETS: Final[dict[str, PolicySet]] = {

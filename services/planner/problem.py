@@ -286,7 +286,13 @@ class PlannerSettings:
     Adds one binary per (pool, clock)."""
     fallback: bool = True
     """When Eq. 1 is infeasible, return the plan that covers the most demand (flagged)."""
+    primary_slack: float = 0.0
+    """Share of the primary objective's optimum the tie-break stage may spend (0: ties
+    only). With the energy objective and 0.1 the plan is the least-carbon one among plans
+    within 10 % of the least energy: a bounded trade of energy for carbon."""
 
     def __post_init__(self) -> None:
         if self.time_limit_s <= 0:
             raise ValueError("time_limit_s must be positive")
+        if self.primary_slack < 0:
+            raise ValueError("primary_slack must be >= 0")

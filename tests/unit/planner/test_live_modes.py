@@ -160,3 +160,29 @@ def test_coincident_demand_shares_the_total_peak_by_class_share() -> None:
     assert own[keys[0]][0] + own[keys[1]][0] == pytest.approx(0.8)
     assert shared[keys[0]][0] == pytest.approx(0.6 * 3 / 4)
     assert shared[keys[1]][0] == pytest.approx(0.6 * 1 / 4)
+
+
+def test_primary_slack_trades_bounded_energy_for_carbon() -> None:
+    """Test that the energy objective with a slack picks the least-carbon plan within that
+    share of the least energy, and keeps the least-energy plan when the cleaner one costs
+    more than the slack."""
+    from tests.unit.planner.helpers import problem
+
+    rows = [config(gpu="H100", power=100.0, qps=1.0), config(gpu="A100", power=115.0, qps=1.0)]
+    epoch = problem(
+        rows,
+        demand={("a", "SS"): 1.0},
+        inventory={("dirty", "H100"): 2, ("clean", "A100"): 2},
+        intensity={"dirty": 400.0, "clean": 30.0},
+    )
+
+    def region(slack: float) -> str:
+        plan = solve_plan(epoch, PlannerSettings(objective=Objective.ENERGY, primary_slack=slack))
+        assert plan.status.value == "optimal"
+        return {a.region for a in plan.allocations if a.instances}.pop()
+
+    assert region(0.0) == "dirty"
+    assert region(0.1) == "dirty"  # the A100 costs 15 % more energy
+    assert region(0.2) == "clean"
+    with pytest.raises(ValueError, match="primary_slack"):
+        PlannerSettings(primary_slack=-0.1)
