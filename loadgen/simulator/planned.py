@@ -140,6 +140,8 @@ class EpochPlanner:
         self.sim = sim
         self.objective = objective
         self.live = LivePlannerSettings()
+        self.slices = sim.policy.plan_slices or self.live.time_share_slices
+        """Slices per instance (K): a class's capacity in a pool comes in 1/K instances."""
         control = sim.scenario.control
         self.epoch_s = control.epoch_s
         self.step_s = control.epoch_s / control.steps_per_epoch
@@ -228,12 +230,17 @@ class EpochPlanner:
         """Per pool: capacity share learned from observed misses (1: as profiled)."""
         self.capacity: dict[str, float] = {}
         """Per pool: the QPS the current plan's slices give it (Σ over classes)."""
+        # The energy objective sees λ = 1 (FREESH MinEnergy), unless its tie-break may trade
+        # energy for carbon (plan_primary_slack), which needs the forecast intensity.
+        self._forecast_intensity = (
+            objective == Objective.CARBON or sim.policy.plan_primary_slack > 0
+        )
         codes = {r.name: r.carbon for r in sim.scenario.regions}
         start = pd.Timestamp(sim.scenario.start_utc)
         self.start_utc = start
         self.forecasters = (
             {name: fitted_forecaster(code, start) for name, code in codes.items()}
-            if objective == Objective.CARBON and sim.carbon_forecast is None
+            if self._forecast_intensity and sim.carbon_forecast is None
             else {}
         )
         self.codes = codes
@@ -256,7 +263,7 @@ class EpochPlanner:
     def intensity(self, t_s: float) -> dict[str, tuple[float, ...]]:
         """Forecast intensity per region at each step of the epoch starting at ``t_s``."""
         regions = sorted({p.region for p in self.pools.values()})
-        if self.objective == Objective.ENERGY:
+        if not self._forecast_intensity:
             return dict.fromkeys(regions, (1.0,) * self.steps)
         given = self.sim.carbon_forecast
         if given is not None:
@@ -417,7 +424,7 @@ class EpochPlanner:
             step_s=self.step_s,
             alpha=self._alpha(t_s),
             slo=self._slo(),
-            slices=self.live.time_share_slices,
+            slices=self.slices,
             class_groups=self.class_groups,
             **self._whole_instances(),
         )
@@ -427,7 +434,7 @@ class EpochPlanner:
             primary_slack=self.sim.policy.plan_primary_slack,
         )  # fmt: skip
         core = solve_plan(problem, settings)
-        decisions = pool_decisions(core, problem, self.pools, self.live.time_share_slices)
+        decisions = pool_decisions(core, problem, self.pools, self.slices)
         order = tuple(
             sorted(self.pools, key=lambda pid: (sum(intensity[self.pools[pid].region]), pid))
         )

@@ -162,6 +162,11 @@ class PolicySet:
     """``planned`` only: share of the objective's optimum the planner's tie-break may spend
     (``PlannerSettings.primary_slack``): with the energy objective, the least-carbon plan
     among those within this share of the least energy."""
+    plan_slices: int | None = None
+    """``planned`` only: slices per instance (K of the live problem; ``None``: the live
+    ``time_share_slices``, 4). Each class with demand takes whole slices, so with K = 4 a
+    pool's six short classes need 1.5 instances however light their load; a finer K lets
+    whole instances (``plan_whole_instances``) carry the mix they can."""
     plan_whole_instances: bool = False
     """``planned`` only: the MILP counts whole instances at their idle power and powered
     nodes at their free GPUs' bare power (the simulator's accounting), instead of charging a
