@@ -40,7 +40,7 @@ def _scenario() -> Scenario:
 def test_modes_and_groups_are_pools_over_the_same_gpus() -> None:
     """Test that each (TP, class group) gets its own pool, every one sized to the region's
     whole inventory, so that only the planner's shared GPU count keeps them within it."""
-    policy = policy_by_name("min-energy-split-feedback", **MODES)  # type: ignore[arg-type]
+    policy = policy_by_name("min-energy-split-feedback", **MODES)
     pools = build_pools(_scenario(), policy)
     assert sorted(p.pool_id for p in pools) == [
         "R-H100-80GB-tp1-long",
@@ -70,7 +70,7 @@ def test_a_planned_run_over_shared_gpus_serves_everything_within_the_inventory()
     carbon = CarbonClock({"R": np.full(48, 300.0)}, start_offset_s=3600.0)
     sim = ClusterSimulator(
         _scenario(),
-        policy_by_name("min-energy-split-feedback", **MODES),  # type: ignore[arg-type]
+        policy_by_name("min-energy-split-feedback", **MODES),
         trace,
         carbon=carbon,
         carbon_forecast=lambda region, t_s: carbon.forecast(region, t_s),
