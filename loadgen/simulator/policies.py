@@ -427,6 +427,33 @@ def _planned_variants() -> tuple[PolicySet, ...]:
 POLICY_SETS.update({p.name: p for p in _greenserve_variants()})
 POLICY_SETS.update({p.name: p for p in _planned_variants()})
 
+MODES_PRIMARY_SLACK: Final = 0.05
+"""Energy the ``min-energy-modes`` planner may spend for less carbon (5 % of the least):
+chosen on minutes 10-30 of conv (``--window 600:1800``) among 0, 0.05 and 0.3
+(docs/simulator.md, "Planner modes")."""
+
+
+def _modes_set() -> PolicySet:
+    """The planner over whole instances choosing TP modes and class-group pools."""
+    base = POLICY_SETS["min-energy-split-feedback"]
+    return replace(
+        base,
+        name="min-energy-modes",
+        description="the epoch planner over whole instances (idle power, powered nodes) "
+        "choosing per region's GPUs the TP mode (4 or 8) and class-group pools, sized for "
+        "coincident demand; least carbon within 5 % of least energy; mixed-class "
+        "capacities, SLO-miss feedback, MIAD under the plan's clock cap, LLF, least-loaded",
+        plan_demand="coincident",
+        plan_whole_instances=True,
+        plan_tps=(4, 8),
+        plan_group_pools=True,
+        plan_slices=16,
+        plan_primary_slack=MODES_PRIMARY_SLACK,
+    )
+
+
+POLICY_SETS[_modes_set().name] = _modes_set()
+
 
 def miad_available() -> bool:
     """Whether ``services.dvfs`` provides the MIAD controller (another engineer's core)."""
