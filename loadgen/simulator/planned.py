@@ -52,7 +52,7 @@ import pandas as pd
 
 from loadgen.simulator.demand import ArrivalHistory, forecast_error_alpha
 from loadgen.simulator.feedback import SloFeedback
-from loadgen.simulator.gate import PlanGate, instance_idle_w
+from loadgen.simulator.gate import PlanGate
 from loadgen.simulator.mode_switch import make_room, missing_instances, start_wanted
 from loadgen.simulator.nodes import drain_order
 from proto.messages import Plan as WirePlan
@@ -61,7 +61,12 @@ from services.forecaster.load_forecast import LoadForecastConfig
 from services.planner.errors import InfeasiblePlanError
 from services.planner.live_inputs import DemandTracker, LivePool
 from services.planner.live_plan import input_groups, pool_decisions, wire_plan
-from services.planner.live_profiles import ProfileRequest, measure_mode_profiles, slo_policy_for
+from services.planner.live_profiles import (
+    ProfileRequest,
+    measure_mode_profiles,
+    mode_idle_w,
+    slo_policy_for,
+)
 from services.planner.milp import solve_plan
 from services.planner.mixed_profiles import (
     MixedCapacity,
@@ -390,7 +395,10 @@ class EpochPlanner:
         if not sim.policy.plan_whole_instances:
             return {}
         return {
-            "instance_idle_w": {p.pool_id: instance_idle_w(p.config) for p in sim.pools},
+            "instance_idle_w": {
+                p.pool_id: mode_idle_w(p.gpu, p.config.tp, p.config.model, p.config.max_num_seqs)
+                for p in sim.pools
+            },
             "shared_gpus": {
                 (r.name, gpu): n for r in sim.scenario.regions for gpu, n in r.gpus.items()
             },

@@ -186,3 +186,23 @@ def test_primary_slack_trades_bounded_energy_for_carbon() -> None:
     assert region(0.2) == "clean"
     with pytest.raises(ValueError, match="primary_slack"):
         PlannerSettings(primary_slack=-0.1)
+
+
+def test_live_settings_turn_the_planner_modes_on_and_idle_power_is_the_engines() -> None:
+    """Test that the live planner's settings for coincident demand, whole instances and the
+    primary slack default off and validate, and that a mode's idle power is the engine's
+    (all its GPUs, model loaded), growing with TP."""
+    from services.planner.live_profiles import mode_idle_w
+    from shared.config import PlannerSettings as LiveSettings
+    from shared.engine.api import EngineConfig
+    from shared.engine.simulated import create_engine
+
+    live = LiveSettings()
+    assert (live.coincident_demand, live.whole_instances, live.primary_slack) == (False, False, 0)
+    assert LiveSettings(whole_instances=True, primary_slack=0.05).primary_slack == 0.05
+    with pytest.raises(ValueError, match="primary_slack"):
+        LiveSettings(primary_slack=-1.0)
+    tp4 = mode_idle_w("H100-80GB", 4, "llama-3-70b", 64)
+    engine = create_engine(EngineConfig(gpu="H100-80GB", model="llama-3-70b", tp=4))
+    assert tp4 == pytest.approx(engine.idle_power_w)
+    assert mode_idle_w("H100-80GB", 8, "llama-3-70b", 64) > tp4 > 0
