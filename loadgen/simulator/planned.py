@@ -231,6 +231,8 @@ class EpochPlanner:
         """A plan is waiting for its instances: no feedback until it is in place."""
         self._waiting: tuple[dict[str, int], Callable[[float], bool]] | None = None
         """A plan whose instances wait for GPUs its other TP modes hold: (want, switch)."""
+        self._mode = {p.pool_id: (p.gpu, p.config.tp, p.class_group) for p in sim.pools}
+        """Per pool: (GPU type, TP, class group), what pools in other regions share."""
         self.derating: dict[str, float] = dict.fromkeys(self.pools, 1.0)
         """Per pool: capacity share learned from observed misses (1: as profiled)."""
         self.capacity: dict[str, float] = {}
@@ -337,13 +339,29 @@ class EpochPlanner:
             short = True
         return short
 
+    def pool_derating(self, pid: str) -> float:
+        """The capacity share pool ``pid`` is planned at after SLO feedback.
+
+        With whole instances, pools of one mode and class group in other regions are the
+        same hardware serving the same mix, so a de-rating learned on one holds for all:
+        else the re-plan escapes it by moving the load to an equal pool elsewhere (measured:
+        CISO's de-rated long-input TP4 pool moved to PJM's).
+        """
+        if not self.sim.policy.plan_whole_instances:
+            return self.derating[pid]
+        mode = self._mode[pid]
+        return min(d for q, d in self.derating.items() if self._mode[q] == mode)
+
     def _profiles(self) -> dict[str, tuple[ServingConfig, ...]]:
-        return {
-            pid: tuple(dataclasses.replace(r, max_qps=r.max_qps * self.derating[pid]) for r in rows)
-            if self.derating[pid] < 1.0
-            else rows
-            for pid, rows in self.profiles.items()
-        }
+        out: dict[str, tuple[ServingConfig, ...]] = {}
+        for pid, rows in self.profiles.items():
+            share = self.pool_derating(pid)
+            out[pid] = (
+                tuple(dataclasses.replace(r, max_qps=r.max_qps * share) for r in rows)
+                if share < 1.0
+                else rows
+            )
+        return out
 
     def _demand(self, t_s: float) -> dict[tuple[str, str], tuple[float, ...]]:
         keys = [(self.scheme.name, cls) for cls in self.scheme.classes]

@@ -22,13 +22,16 @@ MODES = {
 """Llama-3-8B fits one H100, so its modes here are TP1 and TP2 (70B's are TP4 and TP8)."""
 
 
-def _scenario() -> Scenario:
+def _scenario(regions: tuple[tuple[str, str], ...] = (("R", "CISO"),)) -> Scenario:
     return Scenario.model_validate(
         {
             "name": "modes",
             "model": "llama-3-8b",
             "start_utc": "2022-06-15T00:00:00Z",
-            "regions": [{"name": "R", "carbon": "CISO", "gpus": {"H100-80GB": 4}}],
+            "regions": [
+                {"name": name, "carbon": carbon, "gpus": {"H100-80GB": 4}}
+                for name, carbon in regions
+            ],
             "engine": {"max_num_seqs": 8},
             "nodes": {"gpus_per_node": 4},
             "control": {"sample_period_s": 5.0, "epoch_s": 120.0, "steps_per_epoch": 6},
@@ -86,3 +89,21 @@ def test_a_planned_run_over_shared_gpus_serves_everything_within_the_inventory()
     ]
     assert planned
     assert min(planned) < 4
+
+
+def test_a_feedback_derating_holds_for_the_same_mode_and_group_in_every_region() -> None:
+    """Test that a capacity de-rating learned on one pool applies to the pools of the same
+    GPU type, TP and class group in other regions (the re-plan cannot escape it by moving
+    the load there), and to no other mode or group."""
+    scenario = _scenario((("A", "CISO"), ("B", "PJM")))
+    trace = synthetic_trace(rate_rps=1.0, duration_s=10.0, seed=3)
+    sim = ClusterSimulator(scenario, policy_by_name("min-energy-split-feedback", **MODES), trace)
+    planner = sim.control.planner
+    planner.derating["A-H100-80GB-tp1-short"] = 0.5
+    assert planner.pool_derating("B-H100-80GB-tp1-short") == 0.5
+    assert planner.pool_derating("B-H100-80GB-tp2-short") == 1.0
+    assert planner.pool_derating("A-H100-80GB-tp1-long") == 1.0
+    rows = planner._profiles()
+    for pool in ("A-H100-80GB-tp1-short", "B-H100-80GB-tp1-short"):
+        measured = planner.profiles[pool]
+        assert [r.max_qps for r in rows[pool]] == [0.5 * r.max_qps for r in measured]
