@@ -303,12 +303,11 @@ class EpochPlanner:
         event = self.sim.policy.replan == "event" or self.feedback is not None
         self.top_up(t_s)
         due = self.planned_qps is None or t_s % self.epoch_s == 0.0 or self._outgrown(t_s)
-        hold = False
         if not due and self.feedback is not None:
-            due = hold = self._missing(t_s)
+            due = self._missing(t_s)
         if due:
             try:
-                self._plan(t_s, hold=hold)
+                self._plan(t_s)
             except (InfeasiblePlanError, ValueError) as error:  # live keeps the last plan too
                 self.solves.append({"t_s": t_s, "status": f"failed: {error}"})
                 self.planned_qps = math.inf if self.planned_qps is None else self.planned_qps
@@ -406,7 +405,7 @@ class EpochPlanner:
         ttft = {cls: margin * v for cls, v in slo.ttft_ms_by_class.items()}
         return dataclasses.replace(slo, ttft_ms_by_class=ttft)
 
-    def _whole_instances(self, *, hold: bool = False) -> dict[str, Any]:
+    def _whole_instances(self) -> dict[str, Any]:
         """``build_live_problem``'s whole-instance inputs (``plan_whole_instances``): each
         pool's idle power, each (region, GPU type)'s GPUs (shared by its TP modes), the node
         size and the bare power of a GPU without a model, as the simulator accounts them."""
@@ -423,7 +422,6 @@ class EpochPlanner:
             },
             "node_gpus": sim.scenario.nodes.gpus_per_node,
             "bare_w_per_gpu": {p.gpu: sim.nodes.bare_idle_w(p.gpu) for p in sim.pools},
-            "min_instances": {p.pool_id: len(p.live()) for p in sim.pools} if hold else {},
         }
 
     def top_up(self, t_s: float) -> None:
@@ -440,10 +438,7 @@ class EpochPlanner:
         ready_s = max([ready_s, *(i.ready_s for p in self.sim.pools for i in p.live())])
         self.sim.schedule_tick(max(ready_s, t_s), switch)
 
-    def _plan(self, t_s: float, *, hold: bool = False) -> None:
-        """Solve and apply one plan; ``hold`` (a re-plan on SLO misses, whole instances
-        only) keeps every running instance, so the re-plan adds capacity and never takes
-        any away before the next epoch (no churn of cold starts while pools miss)."""
+    def _plan(self, t_s: float) -> None:
         from services.planner.live_plan import build_live_problem
 
         intensity = self.intensity(t_s)
@@ -457,7 +452,7 @@ class EpochPlanner:
             slo=self._slo(),
             slices=self.slices,
             class_groups=self.class_groups,
-            **self._whole_instances(hold=hold),
+            **self._whole_instances(),
         )
         settings = PlannerSettings(
             objective=self.objective, time_limit_s=self.live.time_limit_s,

@@ -106,7 +106,6 @@ def _units(
     shared_gpus: Mapping[tuple[str, str], int],
     node_gpus: int,
     bare_w_per_gpu: Mapping[str, float],
-    min_instances: Mapping[str, int],
 ) -> tuple[tuple[InstanceUnit, ...], tuple[GpuGroup, ...]]:
     """One unit per pool, one GPU group per (region, GPU type) of the pools."""
     units = tuple(
@@ -117,7 +116,6 @@ def _units(
             gpus=p.tp,
             idle_w=idle_w[pid],
             group=p.gpu,
-            min_instances=min(min_instances.get(pid, 0), len(p.workers)),
         )
         for pid, p in sorted(pools.items())
     )
@@ -153,7 +151,6 @@ def build_live_problem(
     shared_gpus: Mapping[tuple[str, str], int] | None = None,
     node_gpus: int = 8,
     bare_w_per_gpu: Mapping[str, float] | None = None,
-    min_instances: Mapping[str, int] | None = None,
 ) -> PlanningProblem:
     """Eq. 1 over the live pools (profiles keyed by pool id), in slices of 1/``slices``.
 
@@ -162,9 +159,7 @@ def build_live_problem(
     ``shared_gpus`` ((region, GPU type) → GPUs) is the inventory of pools that are modes
     over the same GPUs (default: the sum of the pools' own GPUs); ``node_gpus`` and
     ``bare_w_per_gpu`` (GPU type → watts of a GPU without a model on a powered node) add
-    the powered nodes' cost. ``min_instances`` (pool id → count) keeps at least that many
-    instances per pool (whole instances only): a re-plan on SLO misses then adds capacity
-    and never takes running instances away.
+    the powered nodes' cost.
     """
     idle = dict(instance_idle_w or {})
     configs = tuple(
@@ -174,15 +169,7 @@ def build_live_problem(
         for config in rows
     )
     units, groups = (
-        _units(
-            pools,
-            slices,
-            idle,
-            shared_gpus or {},
-            node_gpus,
-            bare_w_per_gpu or {},
-            min_instances or {},
-        )
+        _units(pools, slices, idle, shared_gpus or {}, node_gpus, bare_w_per_gpu or {})
         if instance_idle_w is not None
         else ((), ())
     )
@@ -215,7 +202,6 @@ def pool_decisions(
     for a in plan.allocations:
         by_pool[a.gpu_type].append(a)
     idle = {u.gpu_type: u.idle_w for u in problem.instance_units}
-    held = {u.gpu_type: u.min_instances for u in problem.instance_units}
     out: dict[str, PoolDecision] = {}
     for pool_id, pool in pools.items():
         allocs = by_pool.get(pool_id, [])
@@ -232,8 +218,7 @@ def pool_decisions(
         # None is the GPU's maximum, so any None row makes the pool run at maximum.
         clocks = [a.clock_mhz for a in allocs if a.clock_mhz is not None]
         clock = max(clocks) if clocks and len(clocks) == len(allocs) else None
-        planned = math.ceil(sum(a.instances for a in allocs) / slices)
-        instances = min(len(pool.workers), max(planned, held.get(pool_id, 0)))
+        instances = min(len(pool.workers), math.ceil(sum(a.instances for a in allocs) / slices))
         out[pool_id] = PoolDecision(
             pool_id=pool_id,
             instances=instances,

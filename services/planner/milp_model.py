@@ -183,9 +183,8 @@ def _add_instance_units(
     terms: list[tuple[str, float, pulp.LpVariable]] = []
     for index, unit in enumerate(problem.instance_units):
         group = groups[(unit.region, unit.group)]
-        top = group.gpus // unit.gpus
         n = pulp.LpVariable(
-            f"n{index}", lowBound=min(unit.min_instances, top), upBound=top, cat=pulp.LpInteger
+            f"n{index}", lowBound=0, upBound=group.gpus // unit.gpus, cat=pulp.LpInteger
         )
         held = slices.get((unit.region, unit.gpu_type), [])
         if held:

@@ -188,14 +188,10 @@ class InstanceUnit:
     gpus: int
     idle_w: float
     group: str
-    min_instances: int = 0
-    """Instances the plan keeps at least (a re-plan on SLO misses adds, never removes)."""
 
     def __post_init__(self) -> None:
-        if self.slices < 1 or self.gpus < 1 or self.idle_w < 0 or self.min_instances < 0:
-            raise ValueError(
-                f"need slices >= 1, gpus >= 1, idle_w >= 0, min_instances >= 0 in {self}"
-            )
+        if self.slices < 1 or self.gpus < 1 or self.idle_w < 0:
+            raise ValueError(f"need slices >= 1, gpus >= 1, idle_w >= 0 in {self}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -206,18 +206,3 @@ def test_live_settings_turn_the_planner_modes_on_and_idle_power_is_the_engines()
     engine = create_engine(EngineConfig(gpu="H100-80GB", model="llama-3-70b", tp=4))
     assert tp4 == pytest.approx(engine.idle_power_w)
     assert mode_idle_w("H100-80GB", 8, "llama-3-70b", 64) > tp4 > 0
-
-
-def test_min_instances_keep_running_instances_through_a_re_plan() -> None:
-    """Test that a re-plan holding the running instances keeps them (and uses them for
-    the demand) where a free plan would move everything to the cheaper pool."""
-    pools = {"a": _pool("a", "A", 4, 2), "b": _pool("b", "B", 4, 2)}
-    rows = {"a": (4.0, 500.0), "b": (4.0, 400.0)}
-    idle = {"a": 200.0, "b": 200.0}
-    assert _decide(pools, rows, 6.0, instance_idle_w=idle) == {"a": 0, "b": 2}
-    held = _decide(pools, rows, 6.0, instance_idle_w=idle, min_instances={"a": 1})
-    assert held["a"] == 1
-    assert held["b"] >= 1
-    with pytest.raises(ValueError, match="min_instances"):
-        InstanceUnit(region="A", gpu_type="a", slices=4, gpus=4, idle_w=1.0, group="g",
-                     min_instances=-1)  # fmt: skip
