@@ -456,7 +456,7 @@ class EpochPlanner:
         )
         settings = PlannerSettings(
             objective=self.objective, time_limit_s=self.live.time_limit_s,
-            mip_rel_gap=self.live.mip_rel_gap,
+            mip_rel_gap=self.sim.policy.plan_mip_rel_gap or self.live.mip_rel_gap,
             primary_slack=self.sim.policy.plan_primary_slack,
         )  # fmt: skip
         core = solve_plan(problem, settings)

@@ -167,6 +167,10 @@ class PolicySet:
     ``time_share_slices``, 4). Each class with demand takes whole slices, so with K = 4 a
     pool's six short classes need 1.5 instances however light their load; a finer K lets
     whole instances (``plan_whole_instances``) carry the mix they can."""
+    plan_mip_rel_gap: float | None = None
+    """``planned`` only: the MILP's relative gap (``None``: the live ``mip_rel_gap``, 1 %).
+    A slack (``plan_primary_slack``) is counted from the first stage's plan, so a gap
+    close to the slack lets near-equal plans decide the region from one solve to the next."""
     plan_whole_instances: bool = False
     """``planned`` only: the MILP counts whole instances at their idle power and powered
     nodes at their free GPUs' bare power (the simulator's accounting), instead of charging a
@@ -449,6 +453,7 @@ def _modes_set() -> PolicySet:
         plan_group_pools=True,
         plan_slices=16,
         plan_primary_slack=MODES_PRIMARY_SLACK,
+        plan_mip_rel_gap=1e-4,
     )
 
 
