@@ -59,7 +59,7 @@ requests. Wall time, not model time: the retries and timeouts it tests run on th
 clock whatever the speed-up."""
 LONG_OUTAGES = ("down", "refuse")
 """Fault kinds that last ``outage_s`` rather than the short ``downtime_s``."""
-RESTORED = ("kill", "restart", "freeze", *LONG_OUTAGES)
+RESTORED = ("kill", "restart", "wipe", "freeze", *LONG_OUTAGES)
 """Fault kinds undone after their downtime (``drop:`` and ``term:`` are not)."""
 SETTLE_AFTER_OUTAGE_S = 30.0
 """How long the replay waits for a next answer beyond a ``down:`` outage (the hand-off
@@ -78,6 +78,7 @@ ALL_SCENARIOS = (
     "kill:worker-0",
     "term:worker-0",
     "restart:nats",
+    "wipe:nats",
     "restart:redis",
     "down:redis",
     "refuse:redis",
@@ -93,6 +94,10 @@ ALL_SCENARIOS = (
 router heartbeat timeout (:data:`RESTART_TIMEOUT_S`) the restart beats, so the router sees
 the same worker id come back with a new ``started_at``;
 ``restart:<server>`` = SIGKILL the server and start it again on the same port and store;
+``wipe:nats`` = SIGKILL nats-server, delete its JetStream store and start it again on the
+same port: it comes back without the ingress stream and consumer, which their owners
+create again (``shared/stream_keeper.py``) while publishers retry; what the lost store held
+and no service had taken yet is gone with it;
 ``down:<server>`` = the same after an outage of ``outage_s`` (:data:`OUTAGE_S`) instead of
 the scenario's short downtime (``down:redis``: every hand-off fails for that long);
 ``refuse:redis`` = Redis up but refusing every write for ``outage_s`` (``NOREPLICAS``, as a
@@ -212,6 +217,11 @@ def _inject_one(stack: LocalStack, kind: str, target: str, scenario: str) -> Non
     elif kind in ("restart", "down"):
         server = next(s for s in stack.servers if s.name == target)
         server.kill()
+    elif kind == "wipe" and target == "nats":
+        server = next(s for s in stack.servers if s.name == target)
+        server.kill()
+        # As a volume lost with its pod: the server starts again from an empty store.
+        shutil.rmtree(server.workdir / "jetstream", ignore_errors=True)
     elif kind == "refuse" and target == "redis":
         _refuse_writes(stack.state.redis_url, refuse=True)
     elif kind == "freeze":
@@ -265,7 +275,7 @@ def _recover_one(stack: LocalStack, spec: StackSpec, kind: str, target: str, fol
         _refuse_writes(stack.state.redis_url, refuse=False)
     elif kind == "freeze":
         os.kill(stack.group.procs[target].pid, signal.SIGCONT)
-    elif kind in ("restart", "down"):
+    elif kind in ("restart", "down", "wipe"):
         index = next(i for i, s in enumerate(stack.servers) if s.name == target)
         old = stack.servers[index]
         start = start_nats if target == "nats" else start_redis

@@ -293,6 +293,9 @@ class Completion(_Message, tag="gs.v1.completion", frozen=True, kw_only=True):
     predicted_output_tokens: NonNegInt = 0
     lat_s: NonNeg = 0.0
     """No-queue latency estimate the deadline was based on (violation window 5·Lat)."""
+    co2_g: NonNeg | None = None
+    """The request's CO2: ``energy_j`` at its worker region's carbon intensity when it
+    finished (``None`` while the worker has no forecast for its region)."""
 
 
 class CompletionBatch(_Message, tag="gs.v1.completion_batch", frozen=True, kw_only=True):

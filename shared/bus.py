@@ -41,6 +41,7 @@ __all__ = [
     "add_hops",
     "connect_nats",
     "ensure_ingress_stream",
+    "ingress_stream_config",
     "parse_hops",
     "publish",
     "request",
@@ -166,35 +167,36 @@ async def retry_on_timeout(
 
 
 async def ensure_ingress_stream(
-    js: JetStreamContext, subjects: Subjects, max_age_s: float = 3600.0
-) -> None:
-    """Create the ingress stream if missing: file-backed, work-queue retention.
+    js: JetStreamContext,
+    subjects: Subjects,
+    max_age_s: float = 3600.0,
+    *,
+    within_s: float = SETUP_RETRY_S,
+) -> bool:
+    """Create the ingress stream if missing: file-backed, work-queue retention; return
+    whether this call created it.
 
     Work-queue retention deletes a message once acked, so an acked request is owned by the
     scheduler and an unacked one is redelivered to another classifier. ``duplicate_window``
     lets clients publish with ``Nats-Msg-Id`` and retry without creating duplicates. Asked
     again while JetStream's API times out (:func:`retry_on_timeout`), as every caller, a
-    service starting beside a busy server, needs.
+    service starting beside a busy server, needs. The same call re-creates the stream when
+    a NATS server comes back without its store (:mod:`shared.stream_keeper`).
     """
-    await retry_on_timeout(
-        lambda: _create_ingress_stream(js, subjects, max_age_s), "creating the ingress stream"
+    return await retry_on_timeout(
+        lambda: _create_ingress_stream(js, subjects, max_age_s),
+        "creating the ingress stream",
+        within_s=within_s,
     )
 
 
 async def _create_ingress_stream(
     js: JetStreamContext, subjects: Subjects, max_age_s: float
-) -> None:
-    config = StreamConfig(
-        name=subjects.ingress_stream,
-        subjects=[subjects.ingress_wildcard],
-        retention=RetentionPolicy.WORK_QUEUE,
-        storage=StorageType.FILE,
-        max_age=max_age_s,
-        duplicate_window=min(120.0, max_age_s),
-    )
+) -> bool:
+    config = ingress_stream_config(subjects, max_age_s)
     with contextlib.suppress(NotFoundError):
         await js.stream_info(subjects.ingress_stream)
-        return
+        return False
     try:
         await js.add_stream(config)
     except BadRequestError as exc:
@@ -211,6 +213,20 @@ async def _create_ingress_stream(
                 f"{owner!r}, not {subjects.ingress_stream!r} (left by an older GreenServe?); "
                 "delete that stream or use another namespace"
             ) from exc
+        return False
+    return True
+
+
+def ingress_stream_config(subjects: Subjects, max_age_s: float = 3600.0) -> StreamConfig:
+    """The ingress stream's one configuration (its owners create and re-create it so)."""
+    return StreamConfig(
+        name=subjects.ingress_stream,
+        subjects=[subjects.ingress_wildcard],
+        retention=RetentionPolicy.WORK_QUEUE,
+        storage=StorageType.FILE,
+        max_age=max_age_s,
+        duplicate_window=min(120.0, max_age_s),
+    )
 
 
 async def publish(

@@ -70,6 +70,9 @@ class NatsSettings(_Section):
     """Reply-inbox prefix; a secure stack gives each user a private ``_INBOX.<user>``."""
     tls_ca_file: Path | None = None
     """CA bundle (PEM) that signed the server's certificate; turns TLS on."""
+    jetstream_check_s: float = Field(default=1.0, gt=0.0)
+    """How often the owners of the ingress stream and consumer check that they exist (and
+    after each reconnect), creating them again after a server lost its store."""
 
     @model_validator(mode="after")
     def _max_deliver_unlimited_or_positive(self) -> NatsSettings:
@@ -374,6 +377,17 @@ class PlannerSettings(_Section):
     """Scale each mode's rows by the capacity measured on the trace's class mix (per group
     when ``class_groups`` applies) on the engine model, at the profiles' percentile; ≈ 1 s
     per mode for Llama-3-8B on one A100, added to the start-up profiling."""
+    coincident_demand: bool = False
+    """Size each class for its share of the step's arrivals × the peak bin rate of all
+    arrivals, not its own peak bin rate (classes sharing a pool do not peak together; the
+    simulator's ``min-energy-modes`` does, docs/simulator.md "Planner modes")."""
+    whole_instances: bool = False
+    """Plan whole instances at their idle power (the engine model's, per mode), so a pool's
+    last, partly used instance is priced in full; pools of one (region, GPU type) share its
+    GPUs (a TP4 and a TP8 pool over the same GPUs: the MILP chooses the mode)."""
+    primary_slack: float = Field(default=0.0, ge=0.0)
+    """Share of the objective's optimum its tie-break may spend (energy objective: least
+    carbon within this share of the least energy)."""
     park_workers: bool = True
     """Workers beyond their pool's planned instances park (``milp`` plans only)."""
     drain_grace_wall_s: float = Field(default=2.0, ge=0.0)

@@ -27,11 +27,12 @@ __all__ = ["HELP", "NAME", "add_arguments", "parse_window", "run"]
 NAME = "cluster"
 HELP = "a policy vs the peak-sized SinglePool in the offline simulator: energy/CO2 at SLO"
 
-DEFAULT_POLICY = "min-energy-split-feedback"
-"""The headline set (the lowest-energy set at >= 99 % SLO in an earlier full run; the rule
-is still computed on every run, as `selected_by_rule`)."""
+DEFAULT_POLICY = "min-energy-modes"
+"""The headline set, chosen on minutes 0-30 of conv only (docs/simulator.md, "Planner
+modes"); the rule is still computed on every run, as `selected_by_rule`."""
 
 DEFAULT_OPTIONS = (
+    "min-energy-split-feedback",
     "greenserve",
     "min-energy-split",
     "greenserve-planned-split",
@@ -42,7 +43,8 @@ DEFAULT_OPTIONS = (
     "greenserve-guard80",
     "scale-inst",
 )
-"""Alternatives to the headline set, reported beside it: the reactive GreenServe set, the
+"""Alternatives to the headline set, reported beside it: the previous headline (the planner
+over TP4 pools per region, in slices), the reactive GreenServe set, the
 epoch planner with exclusive long-input pools and mixed-class capacities (carbon objective,
 and either objective with SLO-miss feedback), the epoch planner as live (carbon, and energy:
 FREESH's MinEnergy), MIAD on the SLO itself, a narrower guard band, and instance scaling at

@@ -106,6 +106,9 @@ def report_status(args: argparse.Namespace) -> int:
         "healthy": healthy,
         "namespace": state.namespace,
         "processes": processes,
+        # Times the supervisor started each service again; a crash loop shows here.
+        "restarts": {name: state.restarts.get(name, 0) for name in state.pids},
+        "supervised": state.supervisor_pid is not None and alive(state.supervisor_pid, state),
         **live,
     }
     if cells:
@@ -186,9 +189,14 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
     table = Table(title=f"GreenServe stack {report['namespace']}")
     table.add_column("process", no_wrap=True)
     table.add_column("state")
+    table.add_column("restarts", justify="right")
+    restarts = report.get("restarts", {})
     for name, up in report["processes"].items():
-        table.add_row(name, "running" if up else "[red]exited[/red]")
+        shown = str(restarts[name]) if name in restarts else ""
+        table.add_row(name, "running" if up else "[red]exited[/red]", shown)
     console.print(table)
+    if not report.get("supervised", False):
+        console.print("supervisor: not running (a service that exits stays down)")
     console.print(_workers_table(report["workers"], console))
     console.print(f"plan: {report['plan']}")
     if "error" in report:

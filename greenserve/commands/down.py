@@ -12,9 +12,12 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from greenserve.leftovers import answer_leftovers
-from greenserve.local import DEFAULT_STATE_DIR, STATE_FILE, StackState, stop_state
+from greenserve.local import DEFAULT_STATE_DIR, STATE_FILE
+
+if TYPE_CHECKING:
+    from greenserve.local import StackState
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
@@ -32,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
     if not (args.state_dir / STATE_FILE).exists():
         print(f"no stack running (nothing recorded in {args.state_dir})", file=sys.stderr)
         return 0
+    from greenserve.local import stop_state
+
     stopped = stop_state(args.state_dir, before_servers=_answer_leftovers)
     if not stopped:
         print("no stack running (its processes had ended; state file removed)", file=sys.stderr)
@@ -42,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _answer_leftovers(state: StackState) -> None:
     """Answer the requests the stopped services left in the stream and in Redis."""
+    # Imported here: it brings NATS, Redis and aiohttp, which `--help` must not load.
+    from greenserve.leftovers import answer_leftovers
+
     outcome = asyncio.run(answer_leftovers(state))
     if outcome.answered:
         print(

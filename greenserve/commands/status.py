@@ -9,7 +9,7 @@ from greenserve.commands._stack_args import add_state_dir_argument
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
 NAME = "status"
-HELP = "show the embedded stack: processes, workers, plan"
+HELP = "show the embedded stack: processes and their restarts, workers, plan"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

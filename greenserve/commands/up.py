@@ -8,7 +8,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from greenserve.argtypes import positive_int
+from greenserve.argtypes import positive_float, positive_int
 from greenserve.commands._stack_args import add_stack_arguments, spec_from_args
 from greenserve.local import STATE_FILE
 
@@ -47,6 +47,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(in <state-dir>/secrets); replay and status use the loadgen and monitor identities",
     )
     parser.add_argument(
+        "--no-supervise",
+        action="store_true",
+        help="do not restart a service that exits (by default a supervisor restarts it with "
+        "exponential backoff and counts it; greenserve status shows the restarts)",
+    )
+    parser.add_argument(
+        "--restart-max-backoff-s",
+        type=positive_float,
+        default=30.0,
+        help="longest wait of the supervisor before restarting a service that keeps exiting "
+        "(the wait doubles from 0.5 s per restart in a row)",
+    )
+    parser.add_argument(
         "--tls",
         action="store_true",
         help="with --secure: TLS on NATS and Redis with a local CA (needs 'cryptography')",
@@ -57,7 +70,17 @@ def run(args: argparse.Namespace) -> int:
     """Start the stack (or its cells) and wait until it is ready."""
     # Imported here, not above: NATS, Redis and aiohttp are not needed for --help.
     from greenserve.local import start_cells, start_local_stack
+    from greenserve.local.supervisor import SupervisorSettings
     from shared.security.secrets import redact_url
+
+    supervise = (
+        None
+        if args.no_supervise
+        else SupervisorSettings(
+            max_backoff_s=args.restart_max_backoff_s,
+            first_backoff_s=min(SupervisorSettings().first_backoff_s, args.restart_max_backoff_s),
+        )
+    )
 
     stacks: list[LocalStack] = []
     try:
@@ -70,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
                 redis_url=args.redis_url,
                 secure=args.secure,
                 tls=args.tls,
+                supervise=supervise,
             )
         else:
             stacks = [
@@ -80,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
                     redis_url=args.redis_url,
                     secure=args.secure,
                     tls=args.tls,
+                    supervise=supervise,
                 )
             ]
         for cell in stacks:

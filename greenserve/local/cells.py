@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from greenserve.local.startup import LocalStack, forecaster_cache, start_local_stack
+from greenserve.local.supervisor import SupervisorSettings
 from greenserve.stack import StackSpec
 
 __all__ = ["cell_specs", "start_cells"]
@@ -56,6 +57,7 @@ def start_cells(
     settle: Callable[[LocalStack], object] | None = None,
     secure: bool = False,
     tls: bool = False,
+    supervise: SupervisorSettings | None = None,
 ) -> list[LocalStack]:
     """Start ``spec`` as ``cells`` independent stacks on one NATS and one Redis.
 
@@ -68,7 +70,8 @@ def start_cells(
 
     ``secure`` (and ``tls``) gives every cell its own secured NATS and Redis instead: a
     secured server holds the users and permissions of one stack's processes, so secured
-    cells share no server, and each gateway serves its own cell only.
+    cells share no server, and each gateway serves its own cell only. ``supervise``
+    gives every cell its own supervisor.
 
     Raises:
         ValueError: as :func:`cell_specs` and :func:`start_local_stack`.
@@ -83,7 +86,13 @@ def start_cells(
     stacks: list[LocalStack] = []
     try:
         first = start_local_stack(
-            specs[0], state_dir, nats_url=nats_url, redis_url=redis_url, secure=secure, tls=tls
+            specs[0],
+            state_dir,
+            nats_url=nats_url,
+            redis_url=redis_url,
+            secure=secure,
+            tls=tls,
+            supervise=supervise,
         )
         stacks.append(first)
         if cells > 1:
@@ -102,6 +111,7 @@ def start_cells(
                     secure=secure,
                     tls=tls,
                     origin_wall_s=first.state.origin_wall_s,
+                    supervise=supervise,
                     **shared,
                 )
             )

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from greenserve.local.state import DEFAULT_STATE_DIR, STATE_FILE, StackState, load_state
 
-__all__ = ["alive", "start_ticks", "stop_state"]
+__all__ = ["alive", "start_ticks", "stop_pids", "stop_state", "stop_supervisor"]
 
 
 def _alive(pid: int) -> bool:
@@ -74,6 +74,9 @@ def stop_state(
     still run (``greenserve down`` answers the requests left in them), for each cell too.
     """
     state = load_state(state_dir)
+    if stop_supervisor(state, timeout_s):
+        # It may have restarted a service since the file was read: stop what it records now.
+        state = load_state(state_dir)
     stopped: list[str] = []
     for cell in state.cells:  # on this stack's servers: stop them before the servers
         if (Path(cell) / STATE_FILE).exists():
@@ -81,20 +84,37 @@ def stop_state(
     for group in (state.pids, state.server_pids):
         if group is state.server_pids and before_servers is not None:
             before_servers(state)
-        ours = {name: pid for name, pid in group.items() if alive(pid, state)}
-        for name, pid in ours.items():
-            if _signal(pid, signal.SIGTERM):
-                stopped.append(name)
-        deadline = time.monotonic() + timeout_s
-        for pid in ours.values():
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, os.WNOHANG)
-            if _alive(pid):
-                _signal(pid, signal.SIGKILL)
+        stopped += stop_pids(group, state, timeout_s)
     (state_dir / STATE_FILE).unlink(missing_ok=True)
     return stopped
+
+
+def stop_pids(pids: dict[str, int], state: StackState, timeout_s: float) -> list[str]:
+    """SIGTERM each of ``pids`` that is still the recorded process, SIGKILL what is left
+    after ``timeout_s``; return the names signalled."""
+    ours = {name: pid for name, pid in pids.items() if alive(pid, state)}
+    stopped = [name for name, pid in ours.items() if _signal(pid, signal.SIGTERM)]
+    deadline = time.monotonic() + timeout_s
+    for pid in ours.values():
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+        if _alive(pid):
+            _signal(pid, signal.SIGKILL)
+    return stopped
+
+
+def stop_supervisor(state: StackState, timeout_s: float = 15.0) -> bool:
+    """Stop the stack's supervisor, if one runs; return whether one did.
+
+    First of all, so that the services' exits that follow are not restarted.
+    """
+    pid = state.supervisor_pid
+    if pid is None or not alive(pid, state):
+        return False
+    stop_pids({"supervisor": pid}, state, timeout_s)
+    return True
 
 
 def alive(pid: int, state: StackState | None = None) -> bool:

@@ -8,20 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import subprocess
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from greenserve.local.processes import alive, start_ticks
+from greenserve.local.processes import alive, start_ticks, stop_pids, stop_supervisor
 from greenserve.local.servers import StackServers, start_servers
 from greenserve.local.state import DEFAULT_STATE_DIR, STATE_FILE, StackState, load_state
+from greenserve.local.supervisor import SupervisorSettings, save_state, start_supervisor
 from greenserve.runner import ProcessGroup, start_process
 from greenserve.stack import StackSpec, stack_launches, with_settings
 from proto.keys import Keys
-from shared.security.secrets import write_secret
 from shared.servers import ServerProcess, free_port
 
 __all__ = ["FORECASTER_CACHE_ENV", "LocalStack", "forecaster_cache", "start_local_stack"]
@@ -40,8 +39,9 @@ class LocalStack:
     servers: list[ServerProcess]
 
     def save(self) -> Path:
-        """Write the state file."""
-        return write_secret(self.state_dir / STATE_FILE, json.dumps(asdict(self.state), indent=2))
+        """Write the state file (whole or not at all: the supervisor reads it meanwhile)."""
+        save_state(self.state_dir, self.state)
+        return self.state_dir / STATE_FILE
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Wait until every worker is registered and a plan is published.
@@ -52,12 +52,26 @@ class LocalStack:
         asyncio.run(_wait_ready(self, timeout_s))
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        """Stop services (graceful drain), then the servers we started."""
+        """Stop the supervisor, services (graceful drain), then the servers we started."""
+        if stop_supervisor(self.state, timeout_s):
+            self._stop_restarted(timeout_s)
         self.group.stop(timeout_s)
         for server in self.servers:
             server.stop()
         with contextlib.suppress(FileNotFoundError):
             (self.state_dir / STATE_FILE).unlink()
+
+    def _stop_restarted(self, timeout_s: float) -> None:
+        """Stop the services the supervisor started again (this process is not their
+        parent, so they are not in ``group``)."""
+        try:
+            state = load_state(self.state_dir)
+        except (FileNotFoundError, ValueError, TypeError):
+            return
+        ours = {proc.pid for proc in self.group.procs.values()}
+        restarted = {name: pid for name, pid in state.pids.items() if pid not in ours}
+        stop_pids(restarted, state, timeout_s)
+        self.state = state
 
 
 async def _wait_ready(stack: LocalStack, timeout_s: float) -> None:
@@ -108,13 +122,16 @@ def start_local_stack(
     secure: bool = False,
     tls: bool = False,
     origin_wall_s: float | None = None,
+    supervise: SupervisorSettings | None = None,
 ) -> LocalStack:
     """Start servers (unless URLs are given) and every service process of ``spec``.
 
     ``secure`` starts both servers with per-service users and permissions and gives each
     process its own identity (``shared.security.local_servers``); ``tls`` adds a local CA.
     ``origin_wall_s`` (default: now) is the wall time of model time's origin; cells share
-    their first cell's, so their model clocks agree.
+    their first cell's, so their model clocks agree. ``supervise`` starts a supervisor
+    (:mod:`greenserve.local.supervisor`) that restarts a service that exits; the fault
+    bench and the tests that kill services on purpose leave it ``None``.
 
     Raises:
         ValueError: ``secure`` with server URLs (it must configure the servers itself), or
@@ -180,10 +197,21 @@ def start_local_stack(
         secure=secure,
         tls_ca_file=str(secured.tls.ca_file) if secured and secured.tls else None,
         gateway_url=f"http://127.0.0.1:{spec.gateway_port}",
+        modules={launch.name: launch.module for launch in launches},
     )
     stack = LocalStack(state, state_dir, ProcessGroup(procs), servers.started)
     stack.save()
+    if supervise is not None:
+        # Started once the state file names every service: that file is what it watches.
+        stack.state.supervisor_pid = start_supervisor(state_dir, supervise).pid
+        stack.state.start_ticks.update(_ticks_of(stack.state.supervisor_pid))
+        stack.save()
     return stack
+
+
+def _ticks_of(pid: int) -> dict[str, int]:
+    ticks = start_ticks(pid)
+    return {} if ticks is None else {str(pid): ticks}
 
 
 def forecaster_cache(state_dir: Path) -> Path:
@@ -207,9 +235,9 @@ def _refuse_running_stack(state_dir: Path) -> None:
         return
     except (ValueError, TypeError):
         return  # unreadable: it cannot name anything to stop either
-    running = sorted(
-        name for name, pid in {**state.pids, **state.server_pids}.items() if alive(pid, state)
-    )
+    supervisor = {} if state.supervisor_pid is None else {"supervisor": state.supervisor_pid}
+    recorded = {**state.pids, **state.server_pids, **supervisor}
+    running = sorted(name for name, pid in recorded.items() if alive(pid, state))
     if running:
         raise RuntimeError(
             f"a stack recorded in {state_dir / STATE_FILE} is still running "

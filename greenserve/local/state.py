@@ -44,6 +44,14 @@ class StackState:
     cells: list[str] = field(default_factory=list)
     """State dirs of the further cells started with this one (``greenserve up --cells``), on
     this one's servers; ``stop_state`` stops them first."""
+    modules: dict[str, str] = field(default_factory=dict)
+    """The module each service process runs (``python -m``), by name: what the supervisor
+    starts again, on the settings file in ``<state_dir>/config/<name>.yaml``."""
+    restarts: dict[str, int] = field(default_factory=dict)
+    """Times the supervisor started each service again after it exited."""
+    supervisor_pid: int | None = None
+    """The supervisor process (``greenserve.local.supervisor``); ``None``: unsupervised.
+    Stopped before the services, so that their stop is not taken for a crash."""
     start_ticks: dict[str, int] = field(default_factory=dict)
     """Start time of each process (``/proc/<pid>/stat``, clock ticks since boot) by PID: a
     PID that names another process now (the stack crashed, the machine rebooted) is not

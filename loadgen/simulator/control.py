@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loadgen.simulator.instance import RequestState, SimInstance
-from loadgen.simulator.nodes import drain_order
+from loadgen.simulator.nodes import NodeFullError, drain_order
 from loadgen.simulator.policies import instances_needed, miad_available
 from shared.metrics.energy import JOULES_PER_KWH
 from shared.metrics.latency import SLO_WINDOW_FACTOR
@@ -109,9 +109,18 @@ class ControlLoops:
     def start(self) -> None:
         """Start every instance warm (sized for peak), then let reactive policies trim."""
         sim = self.sim
+        modes = sim.policy.plan_tps
+        shared = bool(modes) or sim.policy.plan_group_pools
         for pool in sim.pools:
+            if modes and pool.config.tp != max(modes):
+                continue  # TP modes share GPUs: the bootstrap fleet is the largest mode's
             for _ in range(pool.max_instances):
-                self._new(pool, 0.0, warm=True)
+                try:
+                    self._new(pool, 0.0, warm=True)
+                except NodeFullError:
+                    if not shared:
+                        raise
+                    break  # group pools share GPUs: the bootstrap fills them in pool order
         sim.update_routes(0.0)
         control = sim.scenario.control
         sim.schedule_tick(control.sample_period_s, self._sample_tick)

@@ -61,9 +61,21 @@ def binomial_tail(misses: int, requests: int, rate: float) -> float:
 class SloFeedback:
     """Completions per pool over a trailing window, judged against the SLO goal."""
 
-    def __init__(self, sim: ClusterSimulator, window_s: float, bin_s: float = 5.0) -> None:
-        """Judge ``sim``'s pools over the last ``window_s``; peaks over ``bin_s`` bins."""
+    def __init__(
+        self,
+        sim: ClusterSimulator,
+        window_s: float,
+        bin_s: float = 5.0,
+        *,
+        coincident: bool = False,
+    ) -> None:
+        """Judge ``sim``'s pools over the last ``window_s``; peaks over ``bin_s`` bins.
+
+        ``coincident``: a class's peak is its share of the window's arrivals times the peak
+        bin rate of all of them (the planner's coincident demand), else its own peak.
+        """
         self._sim = sim
+        self._coincident = coincident
         self._window_s = window_s
         self._bin_s = bin_s
         self._goal = sim.policy.scaler.slo_goal
@@ -113,6 +125,10 @@ class SloFeedback:
             by_class[cls].append(arrival)
         start = t_s - self._window_s
         edges = np.arange(start, t_s + self._bin_s, self._bin_s)
+        if self._coincident and by_class:
+            every = [a for times in by_class.values() for a in times]
+            peak = float(np.histogram(every, bins=edges)[0].max()) / self._bin_s
+            return {cls: peak * len(times) / len(every) for cls, times in by_class.items()}
         return {
             cls: float(np.histogram(times, bins=edges)[0].max()) / self._bin_s
             for cls, times in by_class.items()

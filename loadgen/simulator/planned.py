@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -53,6 +53,7 @@ import pandas as pd
 from loadgen.simulator.demand import ArrivalHistory, forecast_error_alpha
 from loadgen.simulator.feedback import SloFeedback
 from loadgen.simulator.gate import PlanGate
+from loadgen.simulator.mode_switch import make_room, missing_instances, start_wanted
 from loadgen.simulator.nodes import drain_order
 from proto.messages import Plan as WirePlan
 from services.classifier.classes import scheme_by_name
@@ -60,7 +61,12 @@ from services.forecaster.load_forecast import LoadForecastConfig
 from services.planner.errors import InfeasiblePlanError
 from services.planner.live_inputs import DemandTracker, LivePool
 from services.planner.live_plan import input_groups, pool_decisions, wire_plan
-from services.planner.live_profiles import ProfileRequest, measure_mode_profiles, slo_policy_for
+from services.planner.live_profiles import (
+    ProfileRequest,
+    measure_mode_profiles,
+    mode_idle_w,
+    slo_policy_for,
+)
 from services.planner.milp import solve_plan
 from services.planner.mixed_profiles import (
     MixedCapacity,
@@ -139,12 +145,16 @@ class EpochPlanner:
         self.sim = sim
         self.objective = objective
         self.live = LivePlannerSettings()
+        self.slices = sim.policy.plan_slices or self.live.time_share_slices
+        """Slices per instance (K): a class's capacity in a pool comes in 1/K instances."""
         control = sim.scenario.control
         self.epoch_s = control.epoch_s
         self.step_s = control.epoch_s / control.steps_per_epoch
         self.steps = control.steps_per_epoch
         self.scheme = scheme_by_name(sim.scenario.slo.scheme)
-        bins = max(1, round(self.step_s / self.live.demand_bin_s))
+        bin_s = sim.policy.plan_demand_bin_s or self.live.demand_bin_s
+        bins = max(1, round(self.step_s / bin_s))
+        coincident = sim.policy.plan_demand == "coincident"
         load_config = LoadForecastConfig(
             bin_s=self.step_s / bins,
             step_s=self.step_s,
@@ -153,7 +163,10 @@ class EpochPlanner:
             recent_steps=self.live.recent_steps,
         )
         self.demand = DemandTracker(
-            {self.scheme.name: self.scheme}, load_config, self.live.demand_history_steps
+            {self.scheme.name: self.scheme},
+            load_config,
+            self.live.demand_history_steps,
+            coincident=coincident,
         )
         # The same completions, kept per class for the event trigger and the trend forecast.
         self.history = ArrivalHistory(load_config, self.live.demand_history_steps)
@@ -203,23 +216,38 @@ class EpochPlanner:
             mixed = {pid: mixed_mode_profiles(r, goal, groups) for pid, r in requests.items()}
             self.profiles = {pid: rows for pid, (rows, _) in mixed.items()}
             self.mix_capacity = {pid: caps for pid, (_, caps) in mixed.items()}
+        for p in sim.pools:
+            if p.class_group is not None:  # a group's pool is planned for its classes only
+                own = {c for c, g in self.class_groups.items() if g == p.class_group}
+                self.profiles[p.pool_id] = tuple(
+                    r for r in self.profiles[p.pool_id] if r.request_class in own
+                )
         self.feedback = (
-            SloFeedback(sim, self.step_s, self.live.demand_bin_s)
+            SloFeedback(sim, self.step_s, load_config.bin_s, coincident=coincident)
             if sim.policy.slo_feedback
             else None
         )
         self.switching = False
         """A plan is waiting for its instances: no feedback until it is in place."""
+        self._waiting: tuple[dict[str, int], Callable[[float], bool]] | None = None
+        """A plan whose instances wait for GPUs its other TP modes hold: (want, switch)."""
+        self._mode = {p.pool_id: (p.gpu, p.config.tp, p.class_group) for p in sim.pools}
+        """Per pool: (GPU type, TP, class group), what pools in other regions share."""
         self.derating: dict[str, float] = dict.fromkeys(self.pools, 1.0)
         """Per pool: capacity share learned from observed misses (1: as profiled)."""
         self.capacity: dict[str, float] = {}
         """Per pool: the QPS the current plan's slices give it (Σ over classes)."""
+        # The energy objective sees λ = 1 (FREESH MinEnergy), unless its tie-break may trade
+        # energy for carbon (plan_primary_slack), which needs the forecast intensity.
+        self._forecast_intensity = (
+            objective == Objective.CARBON or sim.policy.plan_primary_slack > 0
+        )
         codes = {r.name: r.carbon for r in sim.scenario.regions}
         start = pd.Timestamp(sim.scenario.start_utc)
         self.start_utc = start
         self.forecasters = (
             {name: fitted_forecaster(code, start) for name, code in codes.items()}
-            if objective == Objective.CARBON and sim.carbon_forecast is None
+            if self._forecast_intensity and sim.carbon_forecast is None
             else {}
         )
         self.codes = codes
@@ -242,7 +270,7 @@ class EpochPlanner:
     def intensity(self, t_s: float) -> dict[str, tuple[float, ...]]:
         """Forecast intensity per region at each step of the epoch starting at ``t_s``."""
         regions = sorted({p.region for p in self.pools.values()})
-        if self.objective == Objective.ENERGY:
+        if not self._forecast_intensity:
             return dict.fromkeys(regions, (1.0,) * self.steps)
         given = self.sim.carbon_forecast
         if given is not None:
@@ -273,6 +301,7 @@ class EpochPlanner:
             return t_s + sample_s
         next_epoch_s = (math.floor(t_s / self.epoch_s) + 1) * self.epoch_s
         event = self.sim.policy.replan == "event" or self.feedback is not None
+        self.top_up(t_s)
         due = self.planned_qps is None or t_s % self.epoch_s == 0.0 or self._outgrown(t_s)
         if not due and self.feedback is not None:
             due = self._missing(t_s)
@@ -282,7 +311,9 @@ class EpochPlanner:
             except (InfeasiblePlanError, ValueError) as error:  # live keeps the last plan too
                 self.solves.append({"t_s": t_s, "status": f"failed: {error}"})
                 self.planned_qps = math.inf if self.planned_qps is None else self.planned_qps
-        return min(next_epoch_s, t_s + sample_s) if event else next_epoch_s
+        # Pools over shared GPUs: a plan may wait for GPUs (top_up), checked every sample.
+        often = event or bool(self.sim.policy.plan_tps) or self.sim.policy.plan_group_pools
+        return min(next_epoch_s, t_s + sample_s) if often else next_epoch_s
 
     def observed_qps(self, t_s: float) -> float:
         """Σ over classes of the last whole step's peak QPS (history ends one lag before now)."""
@@ -308,13 +339,29 @@ class EpochPlanner:
             short = True
         return short
 
+    def pool_derating(self, pid: str) -> float:
+        """The capacity share pool ``pid`` is planned at after SLO feedback.
+
+        With whole instances, pools of one mode and class group in other regions are the
+        same hardware serving the same mix, so a de-rating learned on one holds for all:
+        else the re-plan escapes it by moving the load to an equal pool elsewhere (measured:
+        CISO's de-rated long-input TP4 pool moved to PJM's).
+        """
+        if not self.sim.policy.plan_whole_instances:
+            return self.derating[pid]
+        mode = self._mode[pid]
+        return min(d for q, d in self.derating.items() if self._mode[q] == mode)
+
     def _profiles(self) -> dict[str, tuple[ServingConfig, ...]]:
-        return {
-            pid: tuple(dataclasses.replace(r, max_qps=r.max_qps * self.derating[pid]) for r in rows)
-            if self.derating[pid] < 1.0
-            else rows
-            for pid, rows in self.profiles.items()
-        }
+        out: dict[str, tuple[ServingConfig, ...]] = {}
+        for pid, rows in self.profiles.items():
+            share = self.pool_derating(pid)
+            out[pid] = (
+                tuple(dataclasses.replace(r, max_qps=r.max_qps * share) for r in rows)
+                if share < 1.0
+                else rows
+            )
+        return out
 
     def _demand(self, t_s: float) -> dict[tuple[str, str], tuple[float, ...]]:
         keys = [(self.scheme.name, cls) for cls in self.scheme.classes]
@@ -358,6 +405,39 @@ class EpochPlanner:
         ttft = {cls: margin * v for cls, v in slo.ttft_ms_by_class.items()}
         return dataclasses.replace(slo, ttft_ms_by_class=ttft)
 
+    def _whole_instances(self) -> dict[str, Any]:
+        """``build_live_problem``'s whole-instance inputs (``plan_whole_instances``): each
+        pool's idle power, each (region, GPU type)'s GPUs (shared by its TP modes), the node
+        size and the bare power of a GPU without a model, as the simulator accounts them."""
+        sim = self.sim
+        if not sim.policy.plan_whole_instances:
+            return {}
+        return {
+            "instance_idle_w": {
+                p.pool_id: mode_idle_w(p.gpu, p.config.tp, p.config.model, p.config.max_num_seqs)
+                for p in sim.pools
+            },
+            "shared_gpus": {
+                (r.name, gpu): n for r in sim.scenario.regions for gpu, n in r.gpus.items()
+            },
+            "node_gpus": sim.scenario.nodes.gpus_per_node,
+            "bare_w_per_gpu": {p.gpu: sim.nodes.bare_idle_w(p.gpu) for p in sim.pools},
+        }
+
+    def top_up(self, t_s: float) -> None:
+        """A plan waiting for GPUs its other TP modes held: start what now fits, and switch
+        to it once every planned instance is started (:mod:`loadgen.simulator.mode_switch`)."""
+        if self._waiting is None:
+            return
+        want, switch = self._waiting
+        ready_s = start_wanted(self.sim, want, t_s)
+        if missing_instances(self.sim, want):
+            make_room(self.sim, want)
+            return
+        self._waiting = None
+        ready_s = max([ready_s, *(i.ready_s for p in self.sim.pools for i in p.live())])
+        self.sim.schedule_tick(max(ready_s, t_s), switch)
+
     def _plan(self, t_s: float) -> None:
         from services.planner.live_plan import build_live_problem
 
@@ -370,15 +450,17 @@ class EpochPlanner:
             step_s=self.step_s,
             alpha=self._alpha(t_s),
             slo=self._slo(),
-            slices=self.live.time_share_slices,
+            slices=self.slices,
             class_groups=self.class_groups,
+            **self._whole_instances(),
         )
         settings = PlannerSettings(
             objective=self.objective, time_limit_s=self.live.time_limit_s,
-            mip_rel_gap=self.live.mip_rel_gap,
+            mip_rel_gap=self.sim.policy.plan_mip_rel_gap or self.live.mip_rel_gap,
+            primary_slack=self.sim.policy.plan_primary_slack,
         )  # fmt: skip
         core = solve_plan(problem, settings)
-        decisions = pool_decisions(core, problem, self.pools, self.live.time_share_slices)
+        decisions = pool_decisions(core, problem, self.pools, self.slices)
         order = tuple(
             sorted(self.pools, key=lambda pid: (sum(intensity[self.pools[pid].region]), pid))
         )
@@ -423,18 +505,7 @@ class EpochPlanner:
         sim = self.sim
         t_s = sim.now_s
         want = {p.pool_id: p.instances for p in plan.pools}
-        ready_s = t_s
-        for pool in sim.pools:
-            target = want.get(pool.pool_id, 0)
-            for instance in [i for i in pool.instances if i.draining][
-                : max(0, target - len(pool.live()))
-            ]:
-                instance.draining = False
-            while len(pool.live()) < target:
-                started = sim.control.new_instance(pool, t_s)
-                if started is None:
-                    break
-                ready_s = max(ready_s, started.ready_s)
+        ready_s = start_wanted(sim, want, t_s)
         # The router keeps the sim pools' measured no-queue profile (Lat of FREESH Eq. 6), so
         # every policy set is judged against the same per-request E2E bound.
         measured = {p.pool_id: p for p in sim.pools}
@@ -467,7 +538,12 @@ class EpochPlanner:
             sim.resteer_orphans(at_s)
             return False
 
-        if delay > 0:
+        if missing_instances(sim, want):
+            # TP modes over full GPUs: free them first (mode_switch), switch when started.
+            self.switching = True
+            self._waiting = (want, switch)
+            make_room(sim, want)
+        elif delay > 0:
             self.switching = True
             sim.schedule_tick(t_s + delay, switch)
         else:

@@ -35,6 +35,7 @@ Profile = Literal["measured", "classifier-default"]
 RouterView = Literal["fresh", "stats"]
 Replan = Literal["epoch", "event"]
 DemandForecast = Literal["live", "trend"]
+PlanDemand = Literal["class-peaks", "coincident"]
 PlanAlpha = Literal["live", "forecast-error"]
 
 
@@ -138,6 +139,42 @@ class PolicySet:
     step are significantly above ``1 − scaler.slo_goal`` (one-sided binomial test), re-plan
     with that pool's capacity de-rated by its observed load over its planned capacity
     (DynamoLLM's and FREESH's feedback from served latency)."""
+    plan_demand: PlanDemand = "class-peaks"
+    """Demand the epoch planner sizes for (``planned`` only): ``class-peaks``, each class's
+    own peak bin rate per step, summed over classes by Eq. 1b (FREESH §2.5, as live);
+    ``coincident``, each class's share of the step's arrivals times the peak bin rate of
+    all arrivals (classes that share a pool do not peak together)."""
+    plan_demand_bin_s: float | None = None
+    """Counting bin of the planner's peak rates (``planned`` only; ``None``: the live
+    ``demand_bin_s``, 5 s). The mixed-class capacities are measured on Poisson arrivals
+    over 120-s windows, which already hold second-scale bursts."""
+    plan_tps: tuple[int, ...] = ()
+    """TP modes the epoch planner chooses among (``planned``, ``region`` pooling only): one
+    pool per (region, GPU type, TP) over the same GPUs, so the MILP picks the mode of each
+    region's GPUs (DynamoLLM's and FREESH's modes); empty: one pool of ``tp`` per (region,
+    GPU type). Needs ``plan_whole_instances`` (the modes' shared GPU count)."""
+    plan_group_pools: bool = False
+    """``planned`` with ``plan_split_long_input`` only: one pool per (region, GPU type, TP,
+    class group) over the same GPUs, each planned for its own group's classes (DynamoLLM's
+    pools per request type), so both groups can share one region's node instead of needing
+    a pool, and so a region, each. Needs ``plan_whole_instances``."""
+    plan_primary_slack: float = 0.0
+    """``planned`` only: share of the objective's optimum the planner's tie-break may spend
+    (``PlannerSettings.primary_slack``): with the energy objective, the least-carbon plan
+    among those within this share of the least energy."""
+    plan_slices: int | None = None
+    """``planned`` only: slices per instance (K of the live problem; ``None``: the live
+    ``time_share_slices``, 4). Each class with demand takes whole slices, so with K = 4 a
+    pool's six short classes need 1.5 instances however light their load; a finer K lets
+    whole instances (``plan_whole_instances``) carry the mix they can."""
+    plan_mip_rel_gap: float | None = None
+    """``planned`` only: the MILP's relative gap (``None``: the live ``mip_rel_gap``, 1 %).
+    A slack (``plan_primary_slack``) is counted from the first stage's plan, so a gap
+    close to the slack lets near-equal plans decide the region from one solve to the next."""
+    plan_whole_instances: bool = False
+    """``planned`` only: the MILP counts whole instances at their idle power and powered
+    nodes at their free GPUs' bare power (the simulator's accounting), instead of charging a
+    pool's last, partly planned instance only its planned share."""
     region_choice: RegionChoice = "all"
     """``carbon``: active instances go to the region with the lowest forecast intensity first."""
     scaler: ScalerSettings = field(default_factory=ScalerSettings)
@@ -157,6 +194,16 @@ class PolicySet:
     router_view: RouterView = "fresh"
     """KV use the placer sees: ``fresh`` (the engine's now) or ``stats``, the live router's
     view, refreshed by each worker's stats heartbeat every ``control.stats_period_s``."""
+
+    def __post_init__(self) -> None:
+        shared = bool(self.plan_tps) or self.plan_group_pools
+        if shared and not (self.scaling == "planned" and self.plan_whole_instances):
+            raise ValueError(
+                f"{self.name}: plan_tps and plan_group_pools put pools over the same GPUs, "
+                "which only the epoch planner with plan_whole_instances keeps within them"
+            )
+        if self.plan_group_pools and not self.plan_split_long_input:
+            raise ValueError(f"{self.name}: plan_group_pools needs plan_split_long_input")
 
 
 POLICY_SETS: Final[dict[str, PolicySet]] = {
@@ -383,6 +430,34 @@ def _planned_variants() -> tuple[PolicySet, ...]:
 
 POLICY_SETS.update({p.name: p for p in _greenserve_variants()})
 POLICY_SETS.update({p.name: p for p in _planned_variants()})
+
+MODES_PRIMARY_SLACK: Final = 0.05
+"""Energy the ``min-energy-modes`` planner may spend for less carbon (5 % of the least):
+chosen on minutes 10-30 of conv (``--window 600:1800``) among 0, 0.05 and 0.3
+(docs/simulator.md, "Planner modes")."""
+
+
+def _modes_set() -> PolicySet:
+    """The planner over whole instances choosing TP modes and class-group pools."""
+    base = POLICY_SETS["min-energy-split-feedback"]
+    return replace(
+        base,
+        name="min-energy-modes",
+        description="the epoch planner over whole instances (idle power, powered nodes) "
+        "choosing per region's GPUs the TP mode (4 or 8) and class-group pools, sized for "
+        "coincident demand; least carbon within 5 % of least energy; mixed-class "
+        "capacities, SLO-miss feedback, MIAD under the plan's clock cap, LLF, least-loaded",
+        plan_demand="coincident",
+        plan_whole_instances=True,
+        plan_tps=(4, 8),
+        plan_group_pools=True,
+        plan_slices=16,
+        plan_primary_slack=MODES_PRIMARY_SLACK,
+        plan_mip_rel_gap=1e-4,
+    )
+
+
+POLICY_SETS[_modes_set().name] = _modes_set()
 
 
 def miad_available() -> bool:

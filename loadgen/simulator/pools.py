@@ -52,6 +52,9 @@ class Pool:
     """(region, GPU type) of each instance slot, in the order slots are filled."""
     request_class: str | None = None
     """The one class this pool serves (MultiPool); ``None``: every class."""
+    class_group: str | None = None
+    """The one exclusive class group the epoch planner may give this pool
+    (``PolicySet.plan_group_pools``); ``None``: any."""
     instances: list[SimInstance] = field(default_factory=list)
 
     def live(self) -> list[SimInstance]:
@@ -150,8 +153,10 @@ def build_pools(
             profiles[key] = measure_profile(config)
         return profiles[key]
 
-    def new_pool(pool_id: str, region: str, gpu: str, slots: list[tuple[str, str]]) -> Pool:
-        config = _config(scenario, gpu, policy.tp)
+    def new_pool(
+        pool_id: str, region: str, gpu: str, slots: list[tuple[str, str]], tp: int = policy.tp
+    ) -> Pool:
+        config = _config(scenario, gpu, tp)
         ttft, tbt = profile(config) if policy.profile == "measured" else _classifier_default()
         return Pool(
             pool_id=pool_id,
@@ -211,11 +216,28 @@ def build_pools(
             gpu_counts[gpu] = gpu_counts.get(gpu, 0) + 1
         gpu = max(gpu_counts, key=lambda g: gpu_counts[g])
         return [new_pool("single", "*", gpu, slots)]
+    # TP modes (the planner's choice) and class groups are pools over the same GPUs, told
+    # apart by "-tpN" and "-<group>".
+    tps = policy.plan_tps or (policy.tp,)
+    groups: tuple[str | None, ...] = (None,)
+    if policy.plan_group_pools:
+        from services.classifier.classes import scheme_by_name
+        from services.planner.live_plan import input_groups
+
+        scheme = scheme_by_name(scenario.slo.scheme)
+        groups = tuple(sorted(set(input_groups(scheme.classes, scheme.labels).values())))
     for region in regions:
         for gpu, n in region.gpus.items():
-            if n // policy.tp > 0 and policy.gpu_type in (None, gpu):
-                pool_slots = [(region.name, gpu)] * (n // policy.tp)
-                pools.append(new_pool(f"{region.name}-{gpu}", region.name, gpu, pool_slots))
+            for tp in tps:
+                if n // tp <= 0 or policy.gpu_type not in (None, gpu):
+                    continue
+                for group in groups:
+                    pool_id = f"{region.name}-{gpu}" + (f"-tp{tp}" if policy.plan_tps else "")
+                    pool_id += f"-{group}" if group else ""
+                    pool_slots = [(region.name, gpu)] * (n // tp)
+                    pool = new_pool(pool_id, region.name, gpu, pool_slots, tp)
+                    pool.class_group = group
+                    pools.append(pool)
     return pools
 
 

@@ -42,6 +42,7 @@ from shared.counters import ERRORS
 from shared.lifecycle import ServiceContext
 from shared.loops import sleep_or_stop
 from shared.plan_watch import watch_plan
+from shared.stream_keeper import ensure_consumer_exists, keep_jetstream
 
 __all__ = [
     "HANDOFF_ERRORS",
@@ -138,6 +139,27 @@ async def consume(
     await _await_first_plan(ctx, core)
     inbox = IngressInbox()
     sub = await subscribe_inbox(ctx.js, ctx.subjects, inbox)
+    # A server back without its store has neither: the subscription above stays bound to
+    # the deliver subject, so a consumer created again delivers to it.
+    check_s = nats_cfg.jetstream_check_s
+    keeper = asyncio.create_task(
+        keep_jetstream(
+            ctx.nc,
+            [
+                (
+                    "ingress stream",
+                    lambda: ensure_ingress_stream(ctx.js, ctx.subjects, within_s=check_s),
+                ),
+                (
+                    "ingress consumer",
+                    lambda: ensure_consumer_exists(ctx.js, ctx.subjects.ingress_stream, config),
+                ),
+            ],
+            ctx.stop,
+            service=NAME,
+            check_s=check_s,
+        )
+    )
     batch = ctx.settings.classifier.fetch_batch
     slots = asyncio.Semaphore(MAX_BATCHES_IN_FLIGHT)
     handling: set[asyncio.Task[None]] = set()
@@ -169,6 +191,9 @@ async def consume(
             task.add_done_callback(handling.discard)
     finally:
         closer.cancel()
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper
         with contextlib.suppress(nats.errors.Error):
             await sub.unsubscribe()
         # Delivered but never classified: hand them back now rather than after ack_wait.

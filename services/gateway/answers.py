@@ -21,7 +21,14 @@ from aiohttp import web
 from proto.messages import Completion, ErrorReply, TokenChunk
 from services.gateway.errors import ApiError
 from services.gateway.flight import Flight
-from services.gateway.openai_schema import ParsedRequest, completion_body, stream_chunk, usage
+from services.gateway.footprint import observe_footprint
+from services.gateway.openai_schema import (
+    ParsedRequest,
+    completion_body,
+    footprint_headers,
+    stream_chunk,
+    usage,
+)
 from services.gateway.replies import TokenText
 from services.gateway.state import NAME, STREAMING, GatewayState
 from shared.counters import ERRORS
@@ -83,9 +90,10 @@ async def answer(
             created,
             tokens.text,
             reply.finish_reason,
-            usage(reply.input_tokens, reply.output_tokens),
+            usage(reply.input_tokens, reply.output_tokens, reply.energy_j, reply.co2_g),
         )
-        return web.json_response(body)
+        observe_footprint(reply.energy_j, reply.co2_g)
+        return web.json_response(body, headers=footprint_headers(reply.energy_j, reply.co2_g))
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
@@ -110,8 +118,9 @@ async def answer(
     await response.write(
         sse(stream_chunk(parsed, request_id, created, text=rest, finish_reason=reply.finish_reason))
     )
+    observe_footprint(reply.energy_j, reply.co2_g)
     if parsed.include_usage:
-        final = usage(reply.input_tokens, reply.output_tokens)
+        final = usage(reply.input_tokens, reply.output_tokens, reply.energy_j, reply.co2_g)
         await response.write(
             sse(stream_chunk(parsed, request_id, created, text=None, token_usage=final))
         )

@@ -14,8 +14,9 @@ Where each part lives: the shared state and error answer in :mod:`.state`, the s
 request count around every route in :mod:`.middleware`, the completion routes in
 :mod:`.completion_routes` (body → :mod:`.ingress` → :mod:`.answers`, JSON or SSE), the
 model routes in :mod:`.model_routes`, the carbon-aware query in :mod:`.forecast_route`;
-health and metrics are here with :func:`build_app`; API keys are checked in :mod:`.auth`,
-the ceiling on requests held in :mod:`.admission`, the body read and decoded in :mod:`.body`.
+liveness and readiness in :mod:`.health`, metrics here with :func:`build_app`; API keys
+are checked in :mod:`.auth`, the ceiling on requests held in :mod:`.admission`, the body
+read and decoded in :mod:`.body`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from services.gateway.auth import authenticate
 from services.gateway.completion_routes import completion_handler
 from services.gateway.forecast_route import emissions_forecasts
+from services.gateway.health import add_health_routes
 from services.gateway.ingress import CELL_REQUESTS, REPLY_HEADER
 from services.gateway.middleware import HTTP_REQUESTS, observe
 from services.gateway.model_routes import list_models, retrieve_model
@@ -40,12 +42,6 @@ __all__ = [
     "GatewayState",
     "build_app",
 ]
-
-
-async def _health(request: web.Request) -> web.Response:
-    if request.app[STATE].nc.is_connected:
-        return web.json_response({"status": "ok"})
-    return web.json_response({"status": "nats disconnected"}, status=503)
 
 
 async def _metrics(_request: web.Request) -> web.Response:
@@ -69,7 +65,7 @@ def build_app(state: GatewayState, *, serve_metrics: bool = True) -> web.Applica
     # Model ids may hold a slash (``org/name``), which the client sends percent-encoded.
     app.router.add_get("/v1/models/{model:.+}", retrieve_model)
     app.router.add_get("/emissions/forecasts/current", emissions_forecasts)
-    app.router.add_get("/healthz", _health)
+    add_health_routes(app)
     if serve_metrics:
         app.router.add_get("/metrics", _metrics)
     return app

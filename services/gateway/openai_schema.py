@@ -23,10 +23,13 @@ from services.gateway.sampling import parse_sampling
 
 __all__ = [
     "CLAMP_CHARS_PER_TOKEN",
+    "CO2_HEADER",
+    "ENERGY_HEADER",
     "Endpoint",
     "ParsedRequest",
     "chat_prompt",
     "completion_body",
+    "footprint_headers",
     "parse_body",
     "stream_chunk",
     "to_request",
@@ -38,6 +41,10 @@ CLAMP_CHARS_PER_TOKEN: Final = 3.0
 """Characters per token assumed when only the text is known and a default limit must fit
 the context: fewer than the usual 4 of English text, so the cut errs towards leaving
 room."""
+ENERGY_HEADER: Final = "X-GreenServe-Energy-Joules"
+"""Response header: the request's GPU energy (J), as ``usage.gpu_energy_joules``."""
+CO2_HEADER: Final = "X-GreenServe-CO2-Grams"
+"""Response header: the request's CO2 (g), as ``usage.co2_grams`` (absent when unknown)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -290,13 +297,38 @@ def to_request(
     )
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    """OpenAI's ``usage`` object."""
-    return {
+def usage(
+    prompt_tokens: int,
+    completion_tokens: int,
+    energy_j: float | None = None,
+    co2_g: float | None = None,
+) -> dict[str, Any]:
+    """OpenAI's ``usage`` object, with the request's GPU energy and CO2 as extension fields.
+
+    ``gpu_energy_joules`` is the request's share of its instance's energy (each iteration's
+    energy split equally over the tokens it produced); ``co2_grams`` that energy at the
+    worker region's carbon intensity when the request finished, ``null`` while the worker
+    has no forecast. OpenAI clients keep unknown ``usage`` fields (``usage.model_extra`` in
+    the Python SDK), so the extension breaks none of them.
+    """
+    body: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+    if energy_j is not None:
+        body["gpu_energy_joules"] = round(energy_j, 6)
+        body["co2_grams"] = None if co2_g is None else round(co2_g, 9)
+    return body
+
+
+def footprint_headers(energy_j: float, co2_g: float | None) -> dict[str, str]:
+    """The same figures as response headers (non-streaming answers: a stream's headers go
+    out before the request has run, so a stream carries them in its usage chunk only)."""
+    headers = {ENERGY_HEADER: f"{energy_j:.6f}"}
+    if co2_g is not None:
+        headers[CO2_HEADER] = f"{co2_g:.9f}"
+    return headers
 
 
 def _object_id(parsed: ParsedRequest, request_id: str) -> str:
@@ -309,7 +341,7 @@ def completion_body(
     created: int,
     text: str,
     finish_reason: str,
-    token_usage: dict[str, int],
+    token_usage: dict[str, Any],
 ) -> dict[str, Any]:
     """A non-streaming response."""
     if parsed.endpoint == "chat":
@@ -341,7 +373,7 @@ def stream_chunk(
     text: str | None,
     finish_reason: str | None = None,
     role: bool = False,
-    token_usage: dict[str, int] | None = None,
+    token_usage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One SSE event's JSON; ``token_usage`` alone makes the final usage-only chunk."""
     chat = parsed.endpoint == "chat"

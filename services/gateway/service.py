@@ -7,6 +7,7 @@ fuzz bench use :class:`Gateway` (or :func:`open_gateway`) with an explicit confi
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -23,6 +24,7 @@ from shared.config import GatewaySettings, Settings
 from shared.lifecycle import ServiceContext, service_context
 from shared.security.api_keys import load_api_keys
 from shared.security.client_ids import pick_client_id
+from shared.stream_keeper import keep_jetstream
 
 __all__ = ["NAME", "Gateway", "open_gateway", "serve"]
 
@@ -63,6 +65,8 @@ class Gateway:
         self._ctx = ctx
         self._runner: web.AppRunner | None = None
         self._subs: list[Subscription] = []
+        self._keeper: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
         self.url = ""
         """Base URL once started, e.g. ``http://127.0.0.1:8080`` (clients add ``/v1``)."""
 
@@ -79,6 +83,21 @@ class Gateway:
                 )
             )
         await ensure_ingress_stream(state.js, state.subjects)
+        check_s = self._ctx.settings.nats.jetstream_check_s
+        self._keeper = asyncio.create_task(
+            keep_jetstream(
+                state.nc,
+                [
+                    (
+                        "ingress stream",
+                        lambda: ensure_ingress_stream(state.js, state.subjects, within_s=check_s),
+                    )
+                ],
+                self._stopping,
+                service=NAME,
+                check_s=check_s,
+            )
+        )
         runner = web.AppRunner(
             # With its own metrics port the process serves /metrics there, not here.
             build_app(state, serve_metrics=self._ctx.settings.telemetry.metrics_port is None),
@@ -114,6 +133,12 @@ class Gateway:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            self._stopping.set()
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
         subs, self._subs = self._subs, []
         for sub in subs:
             with contextlib.suppress(Exception):

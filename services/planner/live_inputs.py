@@ -10,6 +10,10 @@
   compare partitions the classifier is not applying now. A request is seen only when it
   finishes, so the history ends one lag before now: the 90th percentile of recent E2E
   latencies (steps younger than that would look emptier than they were).
+  With ``coincident`` demand a class's step peak is instead its share of the step's
+  arrivals times the peak bin rate of the partition's *total* arrivals: the classes share
+  one pool, so their peaks need not be summed (on the conv trace the sum of per-class 5-s
+  peaks is twice the total's 5-s peak and four times the mean rate).
 * Intensity: the region's latest carbon forecast sampled at each step's start; the last
   value seen for the region when no forecast covers a step.
 """
@@ -93,9 +97,19 @@ class DemandTracker:
     """Observed arrivals per (partition, class), and the load forecast made from them."""
 
     def __init__(
-        self, schemes: Mapping[str, ClassScheme], config: LoadForecastConfig, history_steps: int
+        self,
+        schemes: Mapping[str, ClassScheme],
+        config: LoadForecastConfig,
+        history_steps: int,
+        *,
+        coincident: bool = False,
     ) -> None:
-        """Track arrivals under every scheme (keyed by partition name)."""
+        """Track arrivals under every scheme (keyed by partition name).
+
+        ``coincident``: a class's step peak is its share of the step's arrivals times the
+        peak bin rate of all its partition's arrivals (else its own peak bin rate).
+        """
+        self._coincident = coincident
         self._schemes = dict(schemes)
         self._config = config
         self._history_steps = history_steps
@@ -146,13 +160,37 @@ class DemandTracker:
         for times in self._arrivals.values():
             del times[: bisect.bisect_left(times, start)]
         out: dict[tuple[str, str], tuple[float, ...]] = {}
+        shared = self._coincident_peaks(start, steps) if self._coincident else {}
         for key in keys:
             times = self._arrivals.get(key, [])
             if not times:
                 out[key] = (0.0,) * self._config.steps
                 continue
-            past = peak_qps_per_step(np.asarray(times), start, steps, self._config)
+            past = shared.get(key)
+            if past is None:
+                past = peak_qps_per_step(np.asarray(times), start, steps, self._config)
             out[key] = tuple(float(v) for v in forecast_peak_qps(past, self._config))
+        return out
+
+    def _coincident_peaks(self, start_s: float, steps: int) -> dict[tuple[str, str], np.ndarray]:
+        """Per (partition, class): share of each step's arrivals × the partition's total peak."""
+        config = self._config
+        edges = start_s + config.step_s * np.arange(steps + 1)
+        counts = {
+            key: np.histogram(np.asarray(times), bins=edges)[0].astype(np.float64)
+            for key, times in self._arrivals.items()
+        }
+        out: dict[tuple[str, str], np.ndarray] = {}
+        for partition in self._schemes:
+            keys = [k for k in counts if k[0] == partition]
+            if not keys:
+                continue
+            every = np.concatenate([np.asarray(self._arrivals[k]) for k in keys])
+            total_peak = peak_qps_per_step(every, start_s, steps, config)
+            total = np.sum([counts[k] for k in keys], axis=0)
+            for key in keys:
+                share = np.divide(counts[key], total, out=np.zeros(steps), where=total > 0)
+                out[key] = share * total_peak
         return out
 
 

@@ -17,6 +17,13 @@ capacity. Routes: each class to the pools holding its slices, weighted by planne
 With exclusive class groups (:func:`input_groups`, the MILP's ``class_groups``) a class with
 no slice is routed to the active pools of its own group instead of ``*``, so no pool is sent
 a class of the other group (DynamoLLM's pools per request type).
+
+With ``instance_idle_w`` (idle power of one instance per pool) the problem counts whole
+instances (:class:`~services.planner.problem.InstanceUnit`): a slice then costs only the
+power load adds above idle, each running instance its idle power, and pools of one (region,
+GPU type) draw on one GPU group, so pools that are TP modes over the same GPUs (a TP4 and a
+TP8 pool) compete for them and the MILP chooses the mode (DynamoLLM's and FREESH's modes).
+With ``bare_w_per_gpu`` it also counts powered nodes (free GPUs on them draw bare power).
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from services.planner.live_profiles import scheme_name_for
 from services.planner.plan_model import Allocation
 from services.planner.plan_model import Plan as CorePlan
 from services.planner.problem import (
+    GpuGroup,
+    InstanceUnit,
     IntensityUnit,
     PlanningProblem,
     ServingConfig,
@@ -78,14 +87,53 @@ def input_groups(classes: Sequence[str], labels: Sequence[str]) -> dict[str, str
     return {cls: "long" if cls[0] == labels[-1] else "short" for cls in classes}
 
 
-def _slice(config: ServingConfig, pool: LivePool, slices: int) -> ServingConfig:
+def _slice(
+    config: ServingConfig, pool: LivePool, slices: int, idle_w: float = 0.0
+) -> ServingConfig:
     return replace(
         config,
         gpu_type=pool.pool_id,
         gpus=1,
-        power_w=config.power_w / slices,
+        power_w=max(0.0, config.power_w - idle_w) / slices,
         max_qps=config.max_qps / slices,
     )
+
+
+def _units(
+    pools: Mapping[str, LivePool],
+    slices: int,
+    idle_w: Mapping[str, float],
+    shared_gpus: Mapping[tuple[str, str], int],
+    node_gpus: int,
+    bare_w_per_gpu: Mapping[str, float],
+) -> tuple[tuple[InstanceUnit, ...], tuple[GpuGroup, ...]]:
+    """One unit per pool, one GPU group per (region, GPU type) of the pools."""
+    units = tuple(
+        InstanceUnit(
+            region=p.region,
+            gpu_type=p.pool_id,
+            slices=slices,
+            gpus=p.tp,
+            idle_w=idle_w[pid],
+            group=p.gpu,
+        )
+        for pid, p in sorted(pools.items())
+    )
+    held: dict[tuple[str, str], int] = defaultdict(int)
+    for p in pools.values():
+        held[(p.region, p.gpu)] += p.gpus
+    groups = tuple(
+        GpuGroup(
+            region=region,
+            name=gpu,
+            # Pools over the same GPUs (TP modes) name their shared count; else their sum.
+            gpus=shared_gpus.get((region, gpu), gpus),
+            node_gpus=node_gpus,
+            bare_w_per_gpu=bare_w_per_gpu.get(gpu, 0.0),
+        )
+        for (region, gpu), gpus in sorted(held.items())
+    )
+    return units, groups
 
 
 def build_live_problem(
@@ -99,16 +147,31 @@ def build_live_problem(
     slo: SloPolicy,
     slices: int,
     class_groups: Mapping[str, str] | None = None,
+    instance_idle_w: Mapping[str, float] | None = None,
+    shared_gpus: Mapping[tuple[str, str], int] | None = None,
+    node_gpus: int = 8,
+    bare_w_per_gpu: Mapping[str, float] | None = None,
 ) -> PlanningProblem:
     """Eq. 1 over the live pools (profiles keyed by pool id), in slices of 1/``slices``.
 
     ``class_groups`` (class → group) makes each pool serve one group's classes only.
+    ``instance_idle_w`` (pool id → idle watts of one instance) plans whole instances;
+    ``shared_gpus`` ((region, GPU type) → GPUs) is the inventory of pools that are modes
+    over the same GPUs (default: the sum of the pools' own GPUs); ``node_gpus`` and
+    ``bare_w_per_gpu`` (GPU type → watts of a GPU without a model on a powered node) add
+    the powered nodes' cost.
     """
+    idle = dict(instance_idle_w or {})
     configs = tuple(
-        _slice(config, pools[pool_id], slices)
+        _slice(config, pools[pool_id], slices, idle.get(pool_id, 0.0))
         for pool_id, rows in sorted(profiles.items())
         if pool_id in pools
         for config in rows
+    )
+    units, groups = (
+        _units(pools, slices, idle, shared_gpus or {}, node_gpus, bare_w_per_gpu or {})
+        if instance_idle_w is not None
+        else ((), ())
     )
     inventory = {(p.region, p.pool_id): len(p.workers) * slices for p in pools.values()}
     regions = tuple(sorted({p.region for p in pools.values()}))
@@ -123,6 +186,8 @@ def build_live_problem(
         alpha=alpha,
         slo=slo,
         class_groups=dict(class_groups or {}),
+        instance_units=units,
+        gpu_groups=groups,
     )
 
 
@@ -136,6 +201,7 @@ def pool_decisions(
     by_pool: dict[str, list[Allocation]] = defaultdict(list)
     for a in plan.allocations:
         by_pool[a.gpu_type].append(a)
+    idle = {u.gpu_type: u.idle_w for u in problem.instance_units}
     out: dict[str, PoolDecision] = {}
     for pool_id, pool in pools.items():
         allocs = by_pool.get(pool_id, [])
@@ -152,11 +218,14 @@ def pool_decisions(
         # None is the GPU's maximum, so any None row makes the pool run at maximum.
         clocks = [a.clock_mhz for a in allocs if a.clock_mhz is not None]
         clock = max(clocks) if clocks and len(clocks) == len(allocs) else None
+        instances = min(len(pool.workers), math.ceil(sum(a.instances for a in allocs) / slices))
         out[pool_id] = PoolDecision(
             pool_id=pool_id,
-            instances=min(len(pool.workers), math.ceil(sum(a.instances for a in allocs) / slices)),
+            instances=instances,
             clock_mhz=clock,
-            power_w=sum(a.instances * a.power_w for a in allocs),
+            # With whole instances the rows carry only load power: add the idle power back.
+            power_w=sum(a.instances * a.power_w for a in allocs)
+            + instances * idle.get(pool_id, 0.0),
             capacity_by_class=dict(capacity),
             ttft_ms=ttft / total if total > 0 else 0.0,
             tbt_ms=tbt / total if total > 0 else 0.0,

@@ -45,6 +45,7 @@ __all__ = [
     "gpu_family",
     "live_mode_profiles",
     "measure_mode_profiles",
+    "mode_idle_w",
     "profiles_for_mode",
     "scheme_name_for",
     "slo_policy_for",
@@ -57,6 +58,16 @@ ModeKey = tuple[str, int]
 def gpu_family(gpu: str) -> str:
     """Short lower-case GPU name (``"A100-80GB"`` and ``"A100"`` both give ``"a100"``)."""
     return gpu.split("-")[0].lower()
+
+
+def mode_idle_w(gpu: str, tp: int, model: str, max_num_seqs: int) -> float:
+    """Idle power (W) of one instance of a mode with the model loaded, on the engine model:
+    what a planned but unused instance draws (the live planner's ``whole_instances``)."""
+    from shared.engine.api import EngineConfig
+    from shared.engine.simulated import create_engine
+
+    engine = create_engine(EngineConfig(gpu=gpu, model=model, tp=tp, max_num_seqs=max_num_seqs))
+    return float(engine.idle_power_w)
 
 
 def scheme_name_for(partition: str) -> str:

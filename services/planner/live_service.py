@@ -50,6 +50,7 @@ from services.planner.live_profiles import (
     ProfileRequest,
     gpu_family,
     live_mode_profiles,
+    mode_idle_w,
     profiles_for_mode,
     scheme_name_for,
     slo_policy_for,
@@ -120,10 +121,12 @@ class LivePlanner:
                 recent_steps=cfg.recent_steps,
             ),
             cfg.demand_history_steps,
+            coincident=cfg.coincident_demand,
         )
         self._measured: dict[ProfileKey, tuple[ServingConfig, ...]] = {}
         self._measuring: dict[ProfileKey, asyncio.Task[tuple[ServingConfig, ...]]] = {}
         self._max_num_seqs: dict[str, int] = {}
+        self._idle: dict[tuple[str, int, str, int], float] = {}
         self._last_intensity: dict[str, float] = {}
         self._ready_wall: dict[str, float] = {}
         self._running: _Running | None = None
@@ -155,6 +158,16 @@ class LivePlanner:
                     stats.append(decode(as_bytes(raw), WorkerStats))
         self._max_num_seqs = {s.pool_id: s.engine_limit for s in stats}
         return pools_from_stats(stats)
+
+    def _idle_w(self, pools: dict[str, LivePool]) -> dict[str, float]:
+        """Idle power of one instance per pool (engine model; cached per mode)."""
+        out: dict[str, float] = {}
+        for pool_id, pool in pools.items():
+            key = (pool.gpu, pool.tp, pool.model, self._max_num_seqs[pool_id])
+            if key not in self._idle:
+                self._idle[key] = mode_idle_w(*key)
+            out[pool_id] = self._idle[key]
+        return out
 
     def _class_groups(self, pools: dict[str, LivePool]) -> dict[str, str]:
         """The configured exclusive groups, or none when the fleet has fewer pools than
@@ -289,10 +302,12 @@ class LivePlanner:
             pools=pools, profiles=profiles, demand_qps=self._demand.forecast(now, keys),
             intensity=intensity, step_s=cfg.epoch_s / cfg.steps_per_epoch, alpha=cfg.alpha,
             slo=slo_policy_for(partitions), slices=cfg.time_share_slices, class_groups=groups,
+            instance_idle_w=self._idle_w(pools) if cfg.whole_instances else None,
         )  # fmt: skip
         settings = PlannerSettings(
             objective=Objective(cfg.objective), solver=Solver(cfg.solver),
             time_limit_s=cfg.time_limit_s, mip_rel_gap=cfg.mip_rel_gap,
+            primary_slack=cfg.primary_slack,
         )  # fmt: skip
         with self._ctx.tracer.start_as_current_span(
             "plan_epoch",

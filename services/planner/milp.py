@@ -5,7 +5,8 @@ Call :func:`solve_plan`. The order of work:
 1. SLO filter (Eq. 1e) on the problem's configurations.
 2. Eq. 1 (see :mod:`services.planner.milp_model`) with the primary objective — carbon
    (Σ λ·P·Δt, Eq. 1a) or energy (MinEnergy, λ = 1) — then, if a tie-break is set, a second
-   solve that fixes the primary at its optimum (+1e-6 relative) and optimises the secondary.
+   solve that fixes the primary at its optimum (+1e-6 relative, or + ``primary_slack`` of it)
+   and optimises the secondary.
    Default (``TieBreak.AUTO``): MinEnergy breaks ties by least carbon; carbon has none, unless
    negative λ is clamped (then least energy, since workers at λ = 0 cost nothing).
 3. If Eq. 1 is infeasible: the same model with a shortfall slack per (partition, class);
@@ -142,7 +143,10 @@ def _solve_lexicographic(
     stages: list[pulp.LpAffineExpression],
     settings: PlannerSettings,
     deadline: float,
+    primary: int = 0,
 ) -> _Outcome:
+    """Solve ``stages`` in order, each bounding the next; ``primary`` is the index of the
+    stage whose bound gets ``settings.primary_slack``."""
     outcome = _Outcome(solved=False, infeasible=False, time_limited=False)
     if not model.problem.variables():
         # Nothing eligible or nothing in inventory: the rows are constants, and CBC, handed a
@@ -176,7 +180,9 @@ def _solve_lexicographic(
             break
         if index + 1 < len(stages):
             best = float(pulp.value(expr))
-            model.problem += expr <= best + 1e-6 * max(1.0, abs(best)), f"lexicographic_{index}"
+            slack = settings.primary_slack if index == primary else 0.0
+            allowed = max(1e-6 * max(1.0, abs(best)), slack * abs(best))
+            model.problem += expr <= best + allowed, f"lexicographic_{index}"
     return outcome
 
 
@@ -231,7 +237,7 @@ def solve_plan(problem: PlanningProblem, settings: PlannerSettings | None = None
         assert model.shortfall_share is not None  # built with_shortfall
         stages = [model.shortfall_share, *_objectives(model, settings)]
         build_s += time.perf_counter() - started
-        outcome = _solve_lexicographic(model, stages, settings, deadline)
+        outcome = _solve_lexicographic(model, stages, settings, deadline, primary=1)
         solve_s += outcome.solve_s
         status = PlanStatus.FALLBACK_SHORTFALL
 

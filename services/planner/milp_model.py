@@ -11,6 +11,10 @@ Linearisation (seed 000 §1.4, repo practice, tightened):
 - Inventory (1c): Σ x·G ≤ Ḡ per (n, GPU type). TP degrees 2/4/8 all divide an 8-GPU node, so a
   GPU count that fits also packs into nodes (first-fit decreasing on divisible sizes).
 - Objectives in kg CO2 and Wh (not raw λ·W·s ≈ 1e10) to keep the solver's numerics sane.
+- Optional whole instances (``PlanningProblem.instance_units``): an integer n per (region,
+  configuration label) with Σ slices ≤ slices·n, Σ n·G ≤ GPUs of the shared group (TP modes
+  over the same GPUs), n·idle power in the objective, and an integer count of powered nodes
+  per group whose GPUs without an instance draw bare idle power.
 - Optional: shortfall u_{s,r} ≥ 0 on the demand rows (infeasible fallback), one clock per pool
   (DynamoLLM Eq. 1; binaries y per pool and clock), per-(class, region) capacity shares, and
   exclusive class groups per (region, GPU type) (binaries per group, at most one chosen).
@@ -18,6 +22,7 @@ Linearisation (seed 000 §1.4, repo practice, tightened):
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -135,15 +140,17 @@ def build_model(
         _add_single_clock(lp, x, bounds)
     _add_region_shares(lp, problem, x)
     _add_class_groups(lp, problem, x, bounds)
+    powered = [(region, c.power_w, var) for (region, c), var in x.items()]
+    powered += _add_instance_units(lp, problem, x)
 
     kg = problem.intensity_unit.kg_per_mwh / JOULES_PER_MWH
     energy_terms, carbon_terms, objective_terms = [], [], []
-    for (region, config), var in x.items():
+    for region, power_w, var in powered:
         lam = problem.intensity[region]
-        energy_terms.append((var, config.power_w * problem.epoch_s / 3600.0))
-        carbon_terms.append((var, config.power_w * problem.step_s * sum(lam) * kg))
+        energy_terms.append((var, power_w * problem.epoch_s / 3600.0))
+        carbon_terms.append((var, power_w * problem.step_s * sum(lam) * kg))
         seen = lam if settings.negative_intensity_fill else [max(v, 0.0) for v in lam]
-        objective_terms.append((var, config.power_w * problem.step_s * sum(seen) * kg))
+        objective_terms.append((var, power_w * problem.step_s * sum(seen) * kg))
     return PlannerModel(
         problem=lp,
         x=x,
@@ -154,6 +161,49 @@ def build_model(
         shortfall_share=pulp.LpAffineExpression(shortfall_terms) if with_shortfall else None,
         shortfall=shortfall,
     )
+
+
+def _add_instance_units(
+    lp: pulp.LpProblem, problem: PlanningProblem, x: dict[XKey, pulp.LpVariable]
+) -> list[tuple[str, float, pulp.LpVariable]]:
+    """Whole instances and powered nodes; returns (region, watts, variable) power terms.
+
+    An instance's GPUs draw its idle power instead of the bare share, hence
+    ``idle_w − gpus·bare_w_per_gpu`` per instance beside ``node_gpus·bare_w_per_gpu`` per
+    powered node: a node's energy is then its instances' idle power plus its free GPUs'
+    bare power, as the simulator accounts it.
+    """
+    if not problem.instance_units:
+        return []
+    groups = {(g.region, g.name): g for g in problem.gpu_groups}
+    slices: dict[tuple[str, str], list[pulp.LpVariable]] = defaultdict(list)
+    for (region, config), var in x.items():
+        slices[(region, config.gpu_type)].append(var)
+    used: dict[tuple[str, str], list[tuple[pulp.LpVariable, float]]] = defaultdict(list)
+    terms: list[tuple[str, float, pulp.LpVariable]] = []
+    for index, unit in enumerate(problem.instance_units):
+        group = groups[(unit.region, unit.group)]
+        n = pulp.LpVariable(
+            f"n{index}", lowBound=0, upBound=group.gpus // unit.gpus, cat=pulp.LpInteger
+        )
+        held = slices.get((unit.region, unit.gpu_type), [])
+        if held:
+            lp += pulp.lpSum(held) <= unit.slices * n, f"instances_{index}"
+        used[(unit.region, unit.group)].append((n, float(unit.gpus)))
+        terms.append((unit.region, unit.idle_w - unit.gpus * group.bare_w_per_gpu, n))
+    for index, (key, held_gpus) in enumerate(sorted(used.items(), key=lambda kv: kv[0])):
+        group = groups[key]
+        lp += pulp.LpAffineExpression(held_gpus) <= group.gpus, f"gpu_group_{index}"
+        if group.bare_w_per_gpu > 0:
+            nodes = pulp.LpVariable(
+                f"nodes{index}",
+                lowBound=0,
+                upBound=math.ceil(group.gpus / group.node_gpus),
+                cat=pulp.LpInteger,
+            )
+            lp += group.node_gpus * nodes >= pulp.LpAffineExpression(held_gpus)
+            terms.append((group.region, group.node_gpus * group.bare_w_per_gpu, nodes))
+    return terms
 
 
 def _add_single_clock(

@@ -16,6 +16,8 @@ from typing import Final
 
 __all__ = [
     "DEFAULT_TTFT_MS_BY_CLASS",
+    "GpuGroup",
+    "InstanceUnit",
     "IntensityUnit",
     "Objective",
     "PartitionScheme",
@@ -151,6 +153,48 @@ class SloPolicy:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GpuGroup:
+    """Physical GPUs of one type in one region, shared by the instance units drawn on it.
+
+    Only whole nodes power off, so every GPU of a powered node without an instance draws
+    ``bare_w_per_gpu`` (the simulator's node accounting; 0 leaves nodes out of the model).
+    """
+
+    region: str
+    name: str
+    gpus: int
+    node_gpus: int = 8
+    bare_w_per_gpu: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.gpus < 0 or self.node_gpus < 1 or self.bare_w_per_gpu < 0:
+            raise ValueError(f"need gpus >= 0, node_gpus >= 1, bare_w_per_gpu >= 0 in {self}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceUnit:
+    """Whole instances of the configurations labelled ``gpu_type`` in ``region``.
+
+    Configurations in slices (time shares of one instance, the live problem's rows) come in
+    whole instances: ``n`` instances hold at most ``n × slices`` slices and ``n × gpus`` GPUs
+    of ``group``, and each draws ``idle_w`` whether its slices are planned or not (the rows'
+    power is then what load adds above idle). Without units a pool's last, partly planned
+    instance costs only its planned share, which lets a plan spread load over many pools.
+    """
+
+    region: str
+    gpu_type: str
+    slices: int
+    gpus: int
+    idle_w: float
+    group: str
+
+    def __post_init__(self) -> None:
+        if self.slices < 1 or self.gpus < 1 or self.idle_w < 0:
+            raise ValueError(f"need slices >= 1, gpus >= 1, idle_w >= 0 in {self}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PlanningProblem:
     """One epoch of FREESH Eq. 1: regions, configurations, inventory, forecasts.
 
@@ -182,6 +226,12 @@ class PlanningProblem:
     type) — in a live problem, one pool — serve classes of one group only. Classes not
     listed are unconstrained. DynamoLLM's pools per request type: long prefills in the same
     iterations as short requests break the short ones' TTFT tail."""
+    instance_units: tuple[InstanceUnit, ...] = ()
+    """Optional whole-instance accounting (:class:`InstanceUnit`): integer instances per
+    (region, configuration label), their idle power, and GPUs shared between labels (TP
+    modes over the same GPUs); empty: Eq. 1 as FREESH states it."""
+    gpu_groups: tuple[GpuGroup, ...] = ()
+    """The physical GPU groups the instance units draw on (one per unit ``group``)."""
 
     def __post_init__(self) -> None:
         steps = {len(v) for v in self.demand_qps.values()} | {
@@ -194,6 +244,10 @@ class PlanningProblem:
             raise ValueError(f"no intensity for regions {sorted(missing)}")
         if self.step_s <= 0 or self.alpha <= 0:
             raise ValueError("step_s and alpha must be positive")
+        groups = {(g.region, g.name) for g in self.gpu_groups}
+        orphans = [u for u in self.instance_units if (u.region, u.group) not in groups]
+        if orphans:
+            raise ValueError(f"instance units without a GPU group: {orphans}")
 
     @property
     def steps(self) -> int:
@@ -232,7 +286,13 @@ class PlannerSettings:
     Adds one binary per (pool, clock)."""
     fallback: bool = True
     """When Eq. 1 is infeasible, return the plan that covers the most demand (flagged)."""
+    primary_slack: float = 0.0
+    """Share of the primary objective's optimum the tie-break stage may spend (0: ties
+    only). With the energy objective and 0.1 the plan is the least-carbon one among plans
+    within 10 % of the least energy: a bounded trade of energy for carbon."""
 
     def __post_init__(self) -> None:
         if self.time_limit_s <= 0:
             raise ValueError("time_limit_s must be positive")
+        if self.primary_slack < 0:
+            raise ValueError("primary_slack must be >= 0")

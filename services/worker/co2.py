@@ -39,6 +39,9 @@ class RegionCarbon:
         self._forecast: Forecast | None = None
         self._read_at = 0.0
         self._failed = False
+        self.last_intensity: float | None = None
+        """The intensity :meth:`intensity_now` last returned (g/kWh), for pricing each
+        finished request without a Redis read on the token path."""
 
     async def grams(self, energy_j: float) -> float:
         """Grams of CO2 so far, given the energy counter's current value (joules)."""
@@ -64,4 +67,6 @@ class RegionCarbon:
                 self._failed, self._forecast = True, None
             else:
                 self._failed = False
-        return None if self._forecast is None else self._forecast.value_at(self._ctx.clock.now())
+        value = None if self._forecast is None else self._forecast.value_at(self._ctx.clock.now())
+        self.last_intensity = value
+        return value

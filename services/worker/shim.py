@@ -380,6 +380,7 @@ class WorkerShim:
             logger.exception("backend refresh failed; publishing the last known stats")
         self._update_parking()
         await register(self._ctx, self._stats_subject, self.stats(), self._co2, self._meters)
+        self.book.intensity_g_per_kwh = self._co2.last_intensity
 
     async def heartbeat(self) -> None:
         """Stats loop; a Redis or NATS outage delays heartbeats but never ends the worker."""

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from proto.messages import ClassifiedRequest, Completion, TokenChunk, client_request_id
+from shared.metrics.energy import JOULES_PER_KWH
 
 __all__ = ["RequestStream", "StreamBook"]
 
@@ -37,6 +38,9 @@ class StreamBook:
         self._worker_id = worker_id
         self._flush_s = flush_s
         self._streams: dict[str, RequestStream] = {}
+        self.intensity_g_per_kwh: float | None = None
+        """The worker region's carbon intensity now (set by the stats heartbeat): a finished
+        request's CO2 is its energy at this intensity."""
 
     def __contains__(self, request_id: str) -> bool:
         return request_id in self._streams
@@ -150,4 +154,7 @@ class StreamBook:
             finish_reason=finish_reason,
             predicted_output_tokens=req.predicted_output_tokens,
             lat_s=req.lat_s,
+            co2_g=None
+            if self.intensity_g_per_kwh is None
+            else stream.energy_j / JOULES_PER_KWH * self.intensity_g_per_kwh,
         )

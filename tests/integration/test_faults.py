@@ -78,3 +78,18 @@ async def test_a_gateway_killed_mid_replay_fails_only_what_it_held_and_explicitl
     assert outcome.recovery_s is not None
     assert outcome.recovery_s < 10.0
     assert outcome.leftover_records == 0, outcome
+
+
+async def test_nats_back_without_its_store_heals_and_loses_nothing_silently() -> None:
+    """Test wipe:nats: nats-server killed and started again with its JetStream store deleted.
+    The ingress stream and consumer are created again by their owners, publishes retried
+    into them complete, and every request ends once (a completion, or an explicit error for
+    one the lost store held): none is left unanswered."""
+    trace = load_azure_trace(resolve_trace("conv"), max_requests=150)
+    outcome = await asyncio.to_thread(run_scenario, "wipe:nats", trace)
+    assert outcome.lost == 0, outcome
+    assert outcome.duplicated == 0, outcome
+    assert outcome.completed + outcome.failed == len(trace), outcome
+    assert outcome.completed > len(trace) // 2, outcome
+    assert outcome.recovery_s is not None
+    assert outcome.recovery_s < 10.0

@@ -10,8 +10,8 @@ __all__ = ["ALL_SCENARIOS", "HELP", "NAME", "OUTAGE_S", "add_arguments"]
 
 NAME = "faults"
 HELP = (
-    "fault injection (kill -9 each service, restart NATS and Redis, Redis down 30 s, drop a "
-    "worker) during replays"
+    "fault injection (kill -9 each service, restart NATS and Redis, NATS without its store, "
+    "Redis down 30 s, drop a worker) during replays"
 )
 
 ALL_SCENARIOS = (
@@ -27,6 +27,7 @@ ALL_SCENARIOS = (
     "kill:worker-0",
     "term:worker-0",
     "restart:nats",
+    "wipe:nats",
     "restart:redis",
     "down:redis",
     "refuse:redis",

@@ -11,11 +11,15 @@ from pydantic import ValidationError
 from proto.messages import TokenChunk
 from services.gateway.errors import ApiError, status_of_upstream
 from services.gateway.openai_schema import (
+    CO2_HEADER,
+    ENERGY_HEADER,
     ParsedRequest,
     chat_prompt,
+    footprint_headers,
     parse_body,
     stream_chunk,
     to_request,
+    usage,
 )
 from services.gateway.replies import TokenText
 from shared.config import GatewaySettings, load_settings
@@ -322,3 +326,20 @@ def test_gateway_settings_refuse_unknown_fields() -> None:
     """Test that a misspelt setting is an error, not silently ignored."""
     with pytest.raises(ValidationError):
         load_settings(gateway={"prot": 1})
+
+
+def test_usage_carries_energy_and_co2_as_extension_fields_and_headers() -> None:
+    """Test that the footprint joins OpenAI's usage fields without changing them, that an
+    unknown CO2 is null in the body and absent from the headers."""
+    body = usage(24, 7, 12.5, 0.0015)
+    assert body == {
+        "prompt_tokens": 24,
+        "completion_tokens": 7,
+        "total_tokens": 31,
+        "gpu_energy_joules": 12.5,
+        "co2_grams": 0.0015,
+    }
+    assert usage(24, 7, 12.5, None)["co2_grams"] is None
+    assert set(usage(24, 7)) == {"prompt_tokens", "completion_tokens", "total_tokens"}
+    assert footprint_headers(12.5, None) == {ENERGY_HEADER: "12.500000"}
+    assert footprint_headers(12.5, 0.0015)[CO2_HEADER] == "0.001500000"

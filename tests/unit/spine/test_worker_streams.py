@@ -41,3 +41,17 @@ def test_completion_carries_every_token_and_the_energy_share() -> None:
     assert by_id["a"].energy_j + by_id["b"].energy_j == 6.0
     assert by_id["a"].first_token_at <= by_id["a"].finished_at
     assert len(book) == 0
+
+
+def test_completion_co2_is_its_energy_at_the_region_s_intensity_or_unknown() -> None:
+    """Test that a finished request's CO2 is its energy share priced at the intensity the
+    heartbeat last read (400 g/kWh: 3.6e6 J → 400 g), and ``None`` before any forecast."""
+    book = StreamBook("w", flush_s=10.0)
+    book.open(_classified("a", 1), accepted_at=0.0)
+    _, completions = book.on_iteration(("a",), ("a",), (), 9.0, at=1.0)
+    assert completions[0][1].co2_g is None
+    book.intensity_g_per_kwh = 400.0
+    book.open(_classified("b", 1), accepted_at=0.0)
+    _, completions = book.on_iteration(("b",), ("b",), (), 3.6e6, at=2.0)
+    assert completions[0][1].energy_j == 3.6e6
+    assert completions[0][1].co2_g == 400.0
