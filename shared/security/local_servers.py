@@ -91,13 +91,13 @@ def start_secure_servers(
     nats_dir.mkdir(parents=True, exist_ok=True)
     # bcrypt hashes in the (owner-only) file: the server's environment holds no password.
     hashes = {c.identity.user: bcrypt_hash(c.nats_password) for c in credentials}
-    config = nats_server_config(Subjects(namespace), everyone, tls=tls_files, password_hashes=hashes)
+    config = nats_server_config(
+        Subjects(namespace), everyone, tls=tls_files, password_hashes=hashes
+    )
     nats_conf = write_secret(nats_dir / "nats.conf", config)
     acl = redis_acl_file(Keys(namespace), [(c.identity, c.redis_password) for c in credentials])
     aclfile = write_secret(redis_dir / "users.acl", acl)
-    servers = [
-        start_nats(nats_dir, config_file=nats_conf, tls=tls)
-    ]
+    servers = [start_nats(nats_dir, config_file=nats_conf, tls=tls)]
     try:
         servers.append(start_redis(redis_dir, aclfile=aclfile, tls=tls_files))
     except BaseException:

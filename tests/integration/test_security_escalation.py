@@ -158,9 +158,7 @@ async def test_a_worker_cannot_purge_the_ingress_stream_by_any_route(stack: Secu
 
 
 @pytest.mark.parametrize("user", ["classifier", "gateway"])
-async def test_the_stream_s_users_may_not_purge_or_delete_it(
-    stack: SecureStack, user: str
-) -> None:
+async def test_the_stream_s_users_may_not_purge_or_delete_it(stack: SecureStack, user: str) -> None:
     """Test that the identities with JetStream grants (creating the stream, consuming it)
     are still refused its purge and delete: only admin owns the stream."""
     subjects = Subjects(stack.namespace)
