@@ -13,10 +13,12 @@ follower (the operator may publish it) must be ignored and counted.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import bcrypt
 import nats.errors
 import pytest
 from nats.aio.client import Client
@@ -213,3 +215,20 @@ async def test_a_far_future_plan_is_refused_by_the_server_and_by_the_followers(
     finally:
         await worker.close()
         await admin.close()
+
+
+def test_the_server_holds_password_hashes_and_no_password(stack: SecureStack) -> None:
+    """Test that nats.conf (0600) has a bcrypt hash per user that matches the user's
+    password, while neither it nor the server's environment holds a password."""
+    nats_server = stack.secured.servers[0]
+    conf = nats_server.workdir / "nats.conf"
+    text = conf.read_text()
+    assert conf.stat().st_mode & 0o777 == 0o600
+    environ = Path(f"/proc/{nats_server.proc.pid}/environ").read_bytes().decode(errors="replace")
+    assert "GS_NATS_PASSWORD_" not in environ
+    for user, cred in stack.creds.items():
+        assert cred.nats_password not in text
+        assert cred.nats_password not in environ
+        hashed = re.search(rf'user: "{re.escape(user)}", password: "([^"]+)"', text)
+        assert hashed is not None, user
+        assert bcrypt.checkpw(cred.nats_password.encode(), hashed.group(1).encode()), user
