@@ -33,9 +33,10 @@ __all__ = [
 
 
 BCRYPT_ROUNDS: Final = 10
-"""bcrypt cost of the NATS password hashes. nats-server checks the hash on every connect
-(about 0.1 s of its CPU at 10); the passwords are 32 random characters, so the cost guards
-against nothing a lower one would not, while a higher one slows every (re)connect."""
+"""bcrypt cost (log2 of the iterations) of the NATS password hashes. nats-server checks
+the hash on every connect and the work doubles per round; the passwords carry 192 random
+bits (``generate_password``), so no cost is needed against brute force, and a higher one
+would only slow every (re)connect of every service."""
 
 
 def bcrypt_hash(password: str, rounds: int = BCRYPT_ROUNDS) -> str:
