@@ -332,6 +332,9 @@ class PlannerSettings(_Section):
     epoch_s: float = 1800.0
     republish_wall_s: float = 2.0
     """Re-publish the current plan this often (wall), for late joiners and a restarted Redis."""
+    follower_max_epochs_ahead: int = Field(default=2, ge=0)
+    """Followers believe a plan on the bus at most this many epochs past the plan in force
+    and their own clock's epoch; beyond it only the stored plan vouches (shared.plan_watch)."""
     mode: str = "static"
     static_pools: tuple[dict[str, Any], ...] = (
         {"pool_id": "main", "region": "PJM", "gpu": "A100-80GB", "tp": 1, "instances": 1},

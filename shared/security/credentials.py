@@ -10,15 +10,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+
+import bcrypt
 
 from shared.security.identities import Identity, env_var_name
 from shared.security.nats_acl import NATS_PASSWORD_ENV_PREFIX
 from shared.security.secrets import generate_password, write_secret
 
 __all__ = [
+    "BCRYPT_ROUNDS",
     "Credential",
     "SecretFiles",
+    "bcrypt_hash",
     "by_user",
     "issue_credentials",
     "nats_password_env",
@@ -26,6 +30,18 @@ __all__ = [
     "service_overrides",
     "write_credentials",
 ]
+
+
+BCRYPT_ROUNDS: Final = 10
+"""bcrypt cost (log2 of the iterations) of the NATS password hashes. nats-server checks
+the hash on every connect and the work doubles per round; the passwords carry 192 random
+bits (``generate_password``), so no cost is needed against brute force, and a higher one
+would only slow every (re)connect of every service."""
+
+
+def bcrypt_hash(password: str, rounds: int = BCRYPT_ROUNDS) -> str:
+    """The ``$2b$`` bcrypt hash nats-server accepts as a user's ``password``."""
+    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds)).decode()
 
 
 @dataclass(frozen=True, slots=True)

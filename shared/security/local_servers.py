@@ -22,9 +22,9 @@ from proto.subjects import Subjects
 from shared.security.api_keys import issue_api_key
 from shared.security.credentials import (
     Credential,
+    bcrypt_hash,
     by_user,
     issue_credentials,
-    nats_password_env,
     service_overrides,
     write_credentials,
 )
@@ -89,13 +89,15 @@ def start_secure_servers(
     shutil.rmtree(nats_dir / "jetstream", ignore_errors=True)
     shutil.rmtree(redis_dir / "appendonlydir", ignore_errors=True)  # nor its queues (AOF)
     nats_dir.mkdir(parents=True, exist_ok=True)
-    nats_conf = nats_dir / "nats.conf"
-    nats_conf.write_text(nats_server_config(Subjects(namespace), everyone, tls=tls_files))
+    # bcrypt hashes in the (owner-only) file: the server's environment holds no password.
+    hashes = {c.identity.user: bcrypt_hash(c.nats_password) for c in credentials}
+    config = nats_server_config(
+        Subjects(namespace), everyone, tls=tls_files, password_hashes=hashes
+    )
+    nats_conf = write_secret(nats_dir / "nats.conf", config)
     acl = redis_acl_file(Keys(namespace), [(c.identity, c.redis_password) for c in credentials])
     aclfile = write_secret(redis_dir / "users.acl", acl)
-    servers = [
-        start_nats(nats_dir, config_file=nats_conf, env=nats_password_env(credentials), tls=tls)
-    ]
+    servers = [start_nats(nats_dir, config_file=nats_conf, tls=tls)]
     try:
         servers.append(start_redis(redis_dir, aclfile=aclfile, tls=tls_files))
     except BaseException:

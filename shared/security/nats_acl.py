@@ -16,15 +16,21 @@ everything not listed denied by the server:
   their own ``client.<id>.>`` replies, so the server binds a request's client id (and
   whose requests a cancel may name) to the identity that sent it;
 * every identity has a private reply inbox ``_INBOX.<user>.>`` (request/reply and
-  JetStream acks land there), and responders answer through ``allow_responses``, so no
-  one needs a wildcard over other users' inboxes.
+  JetStream acks land there); a responder may publish only into the inboxes of the
+  identities that may send it requests (:func:`reply_inboxes`), never to "whatever reply
+  subject a message carries": that route (``allow_responses``) let an identity publish a
+  message to a subject it reads, with any reply subject, and answer it, and so publish
+  anywhere (a clock command, ``$JS.API.STREAM.PURGE``, a plan);
+* no identity but ``admin`` may purge or delete a stream: the ingress stream's users get
+  only the ``$JS.API`` calls they make (create-if-missing and info; the classifier its
+  consumer's create, info and delete).
 
 Pure functions: the caller writes the text to a file and starts nats-server with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from proto.subjects import Subjects
@@ -44,6 +50,7 @@ __all__ = [
     "internal_subjects",
     "nats_server_config",
     "permissions_for",
+    "reply_inboxes",
     "subjects_overlap",
 ]
 
@@ -64,8 +71,9 @@ class SubjectPermissions:
 
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
-    allow_responses: bool = False
-    """May answer requests it received (one reply each), whatever their reply subject."""
+    serves: tuple[str, ...] = ()
+    """Subjects it answers requests on; it may reply into the inboxes of the identities
+    that may publish there (:func:`reply_inboxes`), and nowhere else."""
 
 
 def _stream_admin(stream: str) -> tuple[str, ...]:
@@ -109,7 +117,8 @@ def permissions_for(subjects: Subjects, identity: Identity) -> SubjectPermission
     return SubjectPermissions(
         publish=_union((p.publish for p in own), internal_pub),
         subscribe=_union((p.subscribe for p in own), internal_sub),
-        allow_responses=any(p.allow_responses for p in own),
+        # A subject it no longer subscribes to (internal) is not served on the bus either.
+        serves=_union((p.serves for p in own), internal_sub),
     )
 
 
@@ -181,7 +190,7 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
     overrides = (s.dvfs_override_wildcard,)  # the scheduler's emergency max clock → dvfs
     pub: tuple[str, ...]
     sub: tuple[str, ...]
-    responds = False
+    serves: tuple[str, ...] = ()
     if role == "classifier":
         pub = (
             s.scheduler_submit,
@@ -204,7 +213,7 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
             s.plan,  # ... and re-steers only to pools the plan gives the request's class
             s.cancel_wildcard,  # ends cancelled requests it holds, marks the rest
         )
-        responds = True
+        serves = (s.scheduler_submit, s.scheduler_pull, s.scheduler_requeue)
     elif role == "router":
         pub = (
             s.scheduler_pull,
@@ -243,7 +252,12 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
             # Every client's cancels: nothing tells which worker runs a cancelled request.
             s.cancel_wildcard,
         )
-        responds = True
+        serves = (
+            s.worker_dispatch(scope),
+            s.worker_dispatch_batch(scope),
+            clock,
+            s.worker_clock(scope),
+        )
     elif role == "dvfs":
         pub = (s.worker_clock_v2_node_wildcard(scope), s.dvfs_report(scope))
         sub = (
@@ -281,10 +295,32 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
             s.errors,
         )
     elif role == "admin":
-        return SubjectPermissions(publish=(">",), subscribe=(">",), allow_responses=True)
+        return SubjectPermissions(publish=(">",), subscribe=(">",))
     else:  # pragma: no cover - Identity validates the role
         raise ValueError(f"no permissions for role {role!r}")
-    return SubjectPermissions(publish=pub, subscribe=(inbox, *sub), allow_responses=responds)
+    return SubjectPermissions(publish=pub, subscribe=(inbox, *sub), serves=serves)
+
+
+def reply_inboxes(subjects: Subjects, identities: Sequence[Identity]) -> dict[str, tuple[str, ...]]:
+    """Per user, the reply inboxes it may publish into: those of its possible requesters.
+
+    A requester is an identity whose publish permission overlaps a subject the user serves
+    (``SubjectPermissions.serves``): a worker answers the router (dispatch), its node's
+    dvfs agent and the planner (clock) and admin; the scheduler answers the classifier, the
+    router and the workers (requeue). Derived from the same rules, so a new requester gets
+    its replies without a hand-written grant, and nobody else's inbox is reachable.
+    """
+    perms = {i.user: permissions_for(subjects, i) for i in identities}
+    grants: dict[str, tuple[str, ...]] = {}
+    for identity in identities:
+        served = perms[identity.user].serves
+        grants[identity.user] = tuple(
+            f"{other.inbox_prefix}.>"
+            for other in identities
+            if other.user != identity.user
+            and any(subjects_overlap(p, s) for p in perms[other.user].publish for s in served)
+        )
+    return grants
 
 
 def _quote(text: str) -> str:
@@ -305,22 +341,30 @@ def nats_server_config(
     account: str = "GREENSERVE",
     monitor_port: int | None = None,
     tls: TlsFiles | None = None,
+    password_hashes: Mapping[str, str] | None = None,
 ) -> str:
     """A nats-server configuration: JetStream on, one account, one user per identity.
 
     ``host``/``port``/``store_dir`` left ``None`` are omitted (command-line flags give them).
 
-    Passwords are not in the text: each user's password is the environment variable
-    ``GS_NATS_PASSWORD_<USER>`` (:func:`~shared.security.identities.env_var_name`), which
-    nats-server resolves when it loads the file, so the file can be committed and mounted
-    while the secrets come from the environment.
+    With ``password_hashes`` (user → bcrypt hash, :func:`~shared.security.credentials.
+    bcrypt_hash`), each user's hash is written into the text: nats-server compares a
+    client's password with it, and neither the file nor the server's environment holds a
+    password. Without them (the committed compose file) each user's password is the
+    environment variable ``GS_NATS_PASSWORD_<USER>``
+    (:func:`~shared.security.identities.env_var_name`), resolved when the file loads.
 
     Raises:
-        ValueError: two identities share a user name or a password variable.
+        ValueError: two identities share a user name or a password variable, or a user
+            has no hash in ``password_hashes``.
     """
     variables = [env_var_name(NATS_PASSWORD_ENV_PREFIX, i.user) for i in identities]
     if len(set(variables)) != len(variables):
         raise ValueError("user names must differ after upper-casing and '-' → '_'")
+    if password_hashes is not None:
+        missing = [i.user for i in identities if i.user not in password_hashes]
+        if missing:
+            raise ValueError(f"no password hash for {missing}")
     lines = [
         "# Generated by shared.security.nats_acl for namespace "
         f"{subjects.prefix!r}; do not edit by hand.",
@@ -333,18 +377,21 @@ def nats_server_config(
     store = f"store_dir: {_quote(store_dir)} " if store_dir is not None else ""
     lines += [f"jetstream {{ {store}}}", "accounts {"]
     lines += [f"  {account} {{", "    jetstream: enabled", "    users: ["]
+    replies = reply_inboxes(subjects, identities)
     for identity, variable in zip(identities, variables, strict=True):
         perms = permissions_for(subjects, identity)
+        publish = (*perms.publish, *replies[identity.user])
+        password = (
+            f"${variable}" if password_hashes is None else _quote(password_hashes[identity.user])
+        )
         lines += [
-            f"      {{ user: {_quote(identity.user)}, password: ${variable}",
+            f"      {{ user: {_quote(identity.user)}, password: {password}",
             "        permissions: {",
-            f"          publish: {{ allow: {_list(perms.publish)} }}"
-            if perms.publish
+            f"          publish: {{ allow: {_list(publish)} }}"
+            if publish
             else '          publish: { deny: [">"] }',
             f"          subscribe: {{ allow: {_list(perms.subscribe)} }}",
         ]
-        if perms.allow_responses:
-            lines.append("          allow_responses: { max: 1 }")
         lines += ["        }", "      }"]
     lines += ["    ]", "  }", "}"]
     if tls is not None:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import re
 
+import bcrypt
 import pytest
 
 from proto.subjects import Subjects
+from shared.security.credentials import bcrypt_hash
 from shared.security.identities import COMPOSITE_ROLES, ROLES, Identity, env_var_name
 from shared.security.nats_acl import (
     SubjectPermissions,
     internal_subjects,
     nats_server_config,
     permissions_for,
+    reply_inboxes,
     subjects_overlap,
 )
 
@@ -208,14 +211,51 @@ def test_a_client_cancels_only_as_itself_and_those_who_hold_requests_hear_it() -
 
 
 def test_every_identity_reads_only_its_own_inbox_and_only_responders_answer() -> None:
-    """Test private inboxes (no _INBOX.> for anyone but admin) and allow_responses."""
+    """Test private inboxes (no _INBOX.> for anyone but admin) and who serves requests."""
     for role in ROLES:
         perms = permissions_for(S, _identity(role))
         inboxes = [p for p in perms.subscribe if p.startswith("_INBOX")]
         if role == "admin":
             continue
         assert inboxes == [f"_INBOX.{role}-x.>"], role
-        assert perms.allow_responses == (role in {"scheduler", "worker", "requestpath"}), role
+        assert bool(perms.serves) == (role in {"scheduler", "worker", "requestpath"}), role
+        # Nothing may publish into inboxes by its own rules; replies are granted per requester.
+        assert not [p for p in perms.publish if p.startswith("_INBOX")], role
+
+
+def test_responders_reply_only_into_their_requesters_inboxes() -> None:
+    """Test that reply grants name exactly the identities that may send each responder a
+    request: a worker answers the router, its node's dvfs agent, the planner and admin."""
+    identities = [
+        Identity("router", "router"),
+        Identity("classifier", "classifier"),
+        Identity("scheduler", "scheduler"),
+        Identity("worker-0", "worker", "worker-0", "node-a"),
+        Identity("worker-1", "worker", "worker-1", "node-b"),
+        Identity("dvfs-a", "dvfs", "node-a"),
+        Identity("dvfs-b", "dvfs", "node-b"),
+        Identity("planner", "planner"),
+        Identity("client-a", "client", "client-a"),
+        Identity("admin", "admin"),
+    ]
+    grants = reply_inboxes(S, identities)
+    assert set(grants["worker-0"]) == {
+        "_INBOX.router.>",
+        "_INBOX.dvfs-a.>",
+        "_INBOX.planner.>",
+        "_INBOX.admin.>",
+    }
+    assert set(grants["scheduler"]) == {
+        "_INBOX.router.>",
+        "_INBOX.classifier.>",
+        "_INBOX.worker-0.>",
+        "_INBOX.worker-1.>",
+        "_INBOX.admin.>",
+    }
+    for user in ("router", "classifier", "dvfs-a", "planner", "client-a", "admin"):
+        assert grants[user] == (), user
+    text = nats_server_config(S, identities)
+    assert "allow_responses" not in text
 
 
 def test_scoped_roles_need_their_id_and_others_refuse_one() -> None:
@@ -240,7 +280,7 @@ def test_the_server_config_names_every_user_and_no_password() -> None:
     users = re.findall(r'user: "([^"]+)", password: \$(\w+)', text)
     assert [u for u, _ in users] == [i.user for i in identities]
     assert [v for _, v in users] == [env_var_name("GS_NATS_PASSWORD_", i.user) for i in identities]
-    assert text.count("allow_responses") == 4  # scheduler, requestpath, worker, admin
+    assert "allow_responses" not in text  # replies go to named inboxes only
     assert 'publish: { deny: [">"] }' in text  # the monitor publishes nothing
 
 
@@ -297,7 +337,7 @@ def test_the_request_path_role_is_its_parts_minus_what_they_said_only_to_each_ot
     assert set(own.publish) == {p for r in parts for p in r.publish} - internal_pub
     assert set(own.subscribe) == {p for r in parts for p in r.subscribe} - internal_sub
     assert len(own.publish) == len(set(own.publish))
-    assert own.allow_responses  # it answers workers' scheduler.requeue
+    assert own.serves == (S.scheduler_requeue,)  # it answers workers' scheduler.requeue
     assert own.subscribe[0] == "_INBOX.rp.>"
 
 
@@ -369,3 +409,18 @@ def test_stats_are_bound_to_their_worker_and_a_dvfs_agent_hears_its_node_only() 
     assert not _can_subscribe("dvfs", S.worker_stats("p", "n2", "w1"))
     for role in ("router", "scheduler", "requestpath", "loadgen", "monitor", "worker"):
         assert _can_subscribe(role, S.worker_stats("p", "n2", "w9")), role
+
+
+def test_hashed_passwords_are_written_into_the_config_and_must_cover_every_user() -> None:
+    """Test that with bcrypt hashes the file names each user's hash and no variable."""
+    identities = [Identity("scheduler", "scheduler"), Identity("admin", "admin")]
+    hashes = {i.user: bcrypt_hash(f"secret-{i.user}", rounds=4) for i in identities}
+    text = nats_server_config(S, identities, password_hashes=hashes)
+    assert re.findall(r'user: "([^"]+)", password: "(\$2b\$04\$[^"]+)"', text) == list(
+        hashes.items()
+    )
+    assert "GS_NATS_PASSWORD_" not in text
+    assert "secret-" not in text
+    assert bcrypt.checkpw(b"secret-admin", hashes["admin"].encode())
+    with pytest.raises(ValueError, match="no password hash"):
+        nats_server_config(S, identities, password_hashes={"admin": hashes["admin"]})
