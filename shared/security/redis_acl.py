@@ -4,15 +4,15 @@ Derived from the key table of ``docs/protocol.md`` and the services' calls:
 
 | role | keys | commands |
 |---|---|---|
-| scheduler | ``queued``, ``dispatched``, ``seen:*``, ``ended:*`` (R)‡ | HGETALL HSET HDEL ZMSCORE*|
-| router | ``dispatched``; ``ended:*`` (R) | HSET HGETALL HDEL ZMSCORE |
-| worker | own ``worker:<id>``, ``ended:<id>``; ``plan``, ``forecast:*`` (R) | SET DEL GET ZADD† |
+| scheduler | ``queued``, ``dispatched``, ``seen:*``, ``marker:scheduler``; ``ended:*`` (R)‡ | * |
+| router | ``dispatched``, ``marker:router``, ``revoked:*``; ``ended:*`` (R) | HSET HGETALL … |
+| worker | own ``worker:``, ``ended:``; ``plan``, ``forecast:*``, own ``revoked:`` (R) | SET …† |
 | planner | ``plan``; ``worker:*``, ``forecast:*`` read only | SET, GET, MGET, SCAN |
 | forecaster | ``forecast:*`` | SET |
 | classifier, dvfs | ``plan`` (read only) | GET |
 | requestpath | the union of classifier, scheduler and router | the union |
 | monitor | ``worker:*``, ``plan``, ``forecast:*`` (read only) | GET SCAN EXISTS |
-| gateway | ``forecast:*`` (read only) | MGET |
+| gateway | ``forecast:*``, ``worker:*`` (read only) | MGET EXISTS SCAN |
 | others | none | connection only |
 
 (*) MULTI/EXEC and the store-new script: EVALSHA, EVAL, SCRIPT LOAD/EXISTS, with SET,
@@ -82,8 +82,15 @@ def _role_grants(keys: Keys, identity: Identity) -> tuple[list[str], list[str]]:
     commands: list[str]
     if role == "scheduler":
         # cancelled:*: SET on a cancel; EXISTS in the store-new script, at restore, on a requeue.
+        # marker:scheduler: GET/SET, the write-back after a Redis that came back empty.
         key_rules, commands = _grant(
-            [keys.queued, keys.dispatched, keys.seen("*"), keys.cancelled("*")],
+            [
+                keys.queued,
+                keys.dispatched,
+                keys.seen("*"),
+                keys.cancelled("*"),
+                keys.store_marker("scheduler"),
+            ],
             ["hgetall", "hset", "hdel", "set", "get", "exists", "zmscore", *_SCRIPT, *_TRANSACTION],
         )
         key_rules.append(f"%R~{keys.plan}")  # the ladder's re-steer follows the plan's classes
@@ -95,7 +102,12 @@ def _role_grants(keys: Keys, identity: Identity) -> tuple[list[str], list[str]]:
         # and ZMSCORE on the workers' ended sets: an adopted or orphaned placement its worker
         # had ended is dropped, not run again, and the audit frees the slots of endings
         # whose request.done was lost (shared/ended_lookup.py).
-        key_rules, commands = _grant([keys.dispatched], ["hset", "hgetall", "hdel", "zmscore"])
+        # marker:router (GET/SET): its write-back after an empty Redis; revoked:* (HSET, EXPIRE):
+        # the placements it took back from a silent worker, which that worker reads on waking.
+        key_rules, commands = _grant(
+            [keys.dispatched, keys.store_marker("router"), keys.revoked("*")],
+            ["hset", "hgetall", "hdel", "zmscore", "get", "set", "expire"],
+        )
         key_rules.append(f"%R~{keys.ended_pattern}")
     elif role == "worker":
         scope = identity.scope or ""
@@ -104,6 +116,8 @@ def _role_grants(keys: Keys, identity: Identity) -> tuple[list[str], list[str]]:
             ["set", "del", "get", "zadd", "expire", "zremrangebyscore"],
         )
         key_rules.append(f"%R~{keys.plan}")  # reads the plan to know whether to park
+        key_rules.append(f"%R~{keys.revoked(scope)}")  # what the router took back (HGETALL)
+        commands.append("+hgetall")
         # Reads its region's carbon forecast for the CO2 metric; the identity names no region,
         # and forecasts are no secret, so every region's is readable.
         key_rules.append(f"%R~{keys.forecast('*')}")
@@ -125,7 +139,10 @@ def _role_grants(keys: Keys, identity: Identity) -> tuple[list[str], list[str]]:
     elif role == "gateway":
         # Answers the carbon-aware forecast query from the forecaster's stored forecasts,
         # every location in one MGET.
-        key_rules, commands = _grant([keys.forecast("*")], ["mget"], read_only=True)
+        # Readiness (/readyz) checks that a worker is registered: EXISTS, SCAN on worker:*.
+        key_rules, commands = _grant(
+            [keys.forecast("*"), keys.worker_pattern], ["mget", "exists", "scan"], read_only=True
+        )
     else:  # loadgen, client: no shared state of their own
         key_rules, commands = _grant([], [])
     return key_rules, commands

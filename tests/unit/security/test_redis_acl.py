@@ -38,23 +38,32 @@ def test_only_the_planner_writes_the_plan_and_the_classifier_reads_it() -> None:
 
 
 def test_a_worker_writes_only_its_own_heartbeat_and_ended_record() -> None:
-    """Test that worker w1 may write gs:worker:w1 and gs:ended:w1 and only read the plan and
-    forecasts."""
+    """Test that worker w1 may write gs:worker:w1 and gs:ended:w1 and only read the plan,
+    forecasts and its own revoked placements (never another worker's)."""
     assert _keys("worker") == {
         f"~{K.worker('w1')}",
         f"~{K.ended('w1')}",
         f"%R~{K.plan}",
         f"%R~{K.forecast('*')}",
+        f"%R~{K.revoked('w1')}",
     }
     assert _commands("worker") == {
-        "ping", "hello", "set", "del", "get", "zadd", "expire", "zremrangebyscore",
+        "ping", "hello", "set", "del", "get", "zadd", "expire", "zremrangebyscore", "hgetall",
     }  # fmt: skip
 
 
 def test_a_router_reads_placements_and_the_workers_ended_records_only() -> None:
-    """Test the router's grant: its placement hash, and the ended sets read only."""
-    assert _keys("router") == {f"~{K.dispatched}", f"%R~{K.ended_pattern}"}
-    assert _commands("router") == {"ping", "hello", "hset", "hgetall", "hdel", "zmscore"}
+    """Test the router's grant: its placement hash, its store marker, the revoked
+    placements it writes for silent workers, and the ended sets read only."""
+    assert _keys("router") == {
+        f"~{K.dispatched}",
+        f"~{K.store_marker('router')}",
+        f"~{K.revoked('*')}",
+        f"%R~{K.ended_pattern}",
+    }
+    assert _commands("router") == {
+        "ping", "hello", "hset", "hgetall", "hdel", "zmscore", "get", "set", "expire",
+    }  # fmt: skip
 
 
 def test_the_scheduler_gets_its_hashes_dedup_keys_and_script_commands() -> None:
@@ -64,6 +73,7 @@ def test_the_scheduler_gets_its_hashes_dedup_keys_and_script_commands() -> None:
         f"~{K.dispatched}",
         f"~{K.seen('*')}",
         f"~{K.cancelled('*')}",  # cancel marks, checked inside the store-new script
+        f"~{K.store_marker('scheduler')}",  # the write-back after an empty Redis
         f"%R~{K.plan}",
         f"%R~{K.ended_pattern}",  # its audit of placements whose ending it missed
     }
@@ -79,11 +89,11 @@ def test_roles_without_shared_state_get_no_keys() -> None:
         assert _commands(role) == {"ping", "hello"}, role
 
 
-def test_the_gateway_only_reads_forecasts() -> None:
-    """Test that the gateway (the carbon-aware forecast query) reads forecast keys and
-    nothing else, and writes nothing."""
-    assert _keys("gateway") == {f"%R~{K.forecast('*')}"}
-    assert _commands("gateway") == {"ping", "hello", "mget"}
+def test_the_gateway_only_reads_forecasts_and_the_worker_registry() -> None:
+    """Test that the gateway reads forecast keys (the carbon-aware query) and the worker
+    registry (readiness), and writes nothing."""
+    assert _keys("gateway") == {f"%R~{K.forecast('*')}", f"%R~{K.worker_pattern}"}
+    assert _commands("gateway") == {"ping", "hello", "mget", "exists", "scan"}
 
 
 def test_every_rule_starts_from_nothing() -> None:
