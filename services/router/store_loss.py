@@ -1,12 +1,10 @@
 """A Redis that lost its data: the router writes back the placements it holds.
 
 The placement records (``dispatched``) are what a restarted router adopts and what the
-scheduler's reaper and audit read; the router itself works from memory (its registry).
-A Redis that restarts empty erases them while the router goes on, and a crash of the router
-(or of the co-located request path) after that left every placed request to its worker
-alone, with nobody to re-queue it should that worker fail too. As the scheduler does for
-its queues (``services/scheduler/store_loss.py``), a marker key tells a Redis that lost
-its data; once it is gone every placement held is written back, then the marker again.
+scheduler's reaper and audit read; the router itself works from memory (its registry). They
+are written back when the router's marker key is gone (:mod:`shared.store_marker`), so a
+crash of the router after a Redis that restarted empty leaves no placed request without
+someone to re-queue it.
 """
 
 from __future__ import annotations
@@ -15,12 +13,12 @@ import logging
 from typing import Final
 
 from prometheus_client import Counter
-from redis.exceptions import RedisError
 
 from proto.codec import encode
 from proto.messages import Assignment
 from services.router.registry import WorkerRegistry
 from shared.lifecycle import ServiceContext
+from shared.store_marker import write_back_if_lost
 
 __all__ = ["MARKER_OWNER", "WRITTEN_BACK", "StoreLoss"]
 
@@ -49,30 +47,25 @@ class StoreLoss:
 
         A placement whose dispatch is still unanswered is written too: a router that
         adopts it sends it to the same worker, which answers a repeat without a second run.
-        The marker is set only after the write-back went through.
         """
-        redis = self._ctx.redis
-        try:
-            if await redis.get(self._marker) is not None:
-                return 0
-            held = self._registry.held()
-            if held:
-                records = {
-                    f.request.request.request_id: encode(
-                        Assignment(
-                            request=f.request,
-                            worker_id=f.worker_id,
-                            dispatched_at=f.accepted_at or f.placed_wall_s,
-                        )
-                    )
-                    for f in held
-                }
-                await redis.hset(self._ctx.keys.dispatched, mapping=records)  # type: ignore[arg-type]
-            await redis.set(self._marker, "1")
-        except RedisError as exc:
-            logger.debug("store check skipped: %s", exc)
-            return 0
+        written = await write_back_if_lost(self._ctx.redis, self._marker, self._write_back)
+        if written:
+            WRITTEN_BACK.inc(written)
+            logger.warning("redis lost its data (marker gone): wrote back %d placements", written)
+        return written
+
+    async def _write_back(self) -> int:
+        held = self._registry.held()
         if held:
-            WRITTEN_BACK.inc(len(held))
-            logger.warning("redis lost its data (marker gone): wrote back %d placements", len(held))
+            records = {
+                f.request.request.request_id: encode(
+                    Assignment(
+                        request=f.request,
+                        worker_id=f.worker_id,
+                        dispatched_at=f.accepted_at or f.placed_wall_s,
+                    )
+                )
+                for f in held
+            }
+            await self._ctx.redis.hset(self._ctx.keys.dispatched, mapping=records)  # type: ignore[arg-type]
         return len(held)
