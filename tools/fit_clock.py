@@ -18,7 +18,8 @@ from dataclasses import asdict
 
 from scipy.optimize import minimize
 
-from greenserve.bench.engine_clock_run import saturated_tokens_per_joule
+from greenserve.bench.engine_clock_paper import THROTTLLEM
+from greenserve.bench.engine_clock_run import throttllem_sweep
 from shared.engine.clock import ClockSettings
 
 STARTS = (
@@ -43,10 +44,8 @@ def settings(x: tuple[float, ...] | list[float]) -> ClockSettings:
 
 def response(clock: ClockSettings) -> dict[str, float]:
     """Return the engine's values of the four targets under ``clock``."""
-    sweep = saturated_tokens_per_joule(
-        gpu="A100-80GB", model="llama-2-13b", tp=2, batch=32, context_tokens=513, clock=clock
-    )
-    top, at = sweep[1410.0], sweep[1050.0]
+    sweep = throttllem_sweep(clock)
+    top, at = sweep[THROTTLLEM.max_clock_mhz], sweep[1050.0]
     return {
         "sweet_mhz": max(sweep, key=lambda mhz: sweep[mhz][0]),
         "tpj_gain": at[0] / top[0] - 1.0,

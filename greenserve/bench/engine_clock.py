@@ -111,12 +111,9 @@ def _engine_cells(pools: Any, name: str, model: str, tps: float, seeds: int) -> 
 
 def _throttllem() -> dict[str, Any]:
     from greenserve.bench.engine_clock_paper import THROTTLLEM as P
-    from greenserve.bench.engine_clock_run import saturated_tokens_per_joule
+    from greenserve.bench.engine_clock_run import throttllem_sweep
 
-    sweep = saturated_tokens_per_joule(
-        gpu=P.gpu, model=P.model, tp=P.tp, batch=P.batch,
-        context_tokens=P.prompt_tokens + P.output_tokens / 2,
-    )  # fmt: skip
+    sweep = throttllem_sweep()
     sweet = max(sweep, key=lambda mhz: sweep[mhz][0])
     top = sweep[P.max_clock_mhz]
     at = sweep[1050.0]

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from greenserve.bench.engine_clock_paper import THROTTLLEM
 from services.classifier.classes import DYNAMOLLM_TBT_MS, DYNAMOLLM_TTFT_MS
 from shared.engine.api import EngineConfig, EngineRequest
 from shared.engine.clock import DEFAULT_CLOCK_SETTINGS, ClockSettings
@@ -32,6 +33,7 @@ __all__ = [
     "class_pools",
     "run_cell",
     "saturated_tokens_per_joule",
+    "throttllem_sweep",
 ]
 
 _INPUT_EDGES = (1, 256, 1024, 8193)
@@ -194,3 +196,15 @@ def saturated_tokens_per_joule(
         power = cost.power_w_per_gpu * tp
         out[mhz] = (batch / (cost.duration_s * power), cost.duration_s, power)
     return out
+
+
+def throttllem_sweep(
+    clock: ClockSettings = DEFAULT_CLOCK_SETTINGS,
+) -> dict[float, tuple[float, float, float]]:
+    """:func:`saturated_tokens_per_joule` on throttLL'eM's characterisation engine (its full
+    batch at the mean context of a 1-token prompt and its 1,024 output tokens)."""
+    p = THROTTLLEM
+    return saturated_tokens_per_joule(
+        gpu=p.gpu, model=p.model, tp=p.tp, batch=p.batch,
+        context_tokens=p.prompt_tokens + p.output_tokens / 2, clock=clock,
+    )  # fmt: skip

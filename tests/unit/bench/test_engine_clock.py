@@ -12,6 +12,7 @@ from greenserve.bench.engine_clock_run import (
     class_pools,
     run_cell,
     saturated_tokens_per_joule,
+    throttllem_sweep,
 )
 from loadgen.traces import resolve_trace
 from shared.engine.clock import ClockSettings
@@ -33,9 +34,7 @@ def test_old_power_law_clock_model_misses_the_sweet_spot() -> None:
     flat_floor = ClockSettings(voltage_floor_fraction=0.05, min_voltage_ratio=0.3,
                                memory_knee_fraction=0.6, memory_knee_sharpness=50.0,
                                memory_power_clock_independent_share=0.4)  # fmt: skip
-    sweep = saturated_tokens_per_joule(
-        gpu="A100-80GB", model="llama-2-13b", tp=2, batch=32, context_tokens=513, clock=flat_floor
-    )
+    sweep = throttllem_sweep(flat_floor)
     assert max(sweep, key=lambda mhz: sweep[mhz][0]) < 0.85 * 1050.0
 
 
