@@ -19,8 +19,9 @@ Redis, aiohttp and the service settings, most of a second of the CLI's start oth
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from shared.lazy_exports import lazy_getattr
 
 if TYPE_CHECKING:
     from greenserve.local.cells import cell_specs, start_cells
@@ -56,9 +57,4 @@ _MODULE_OF = {
     "load_state": "state",
 }
 
-
-def __getattr__(name: str) -> object:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__ = lazy_getattr(__name__, _MODULE_OF)

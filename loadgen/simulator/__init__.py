@@ -11,8 +11,9 @@ numpy and pandas with it.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from shared.lazy_exports import lazy_getattr
 
 if TYPE_CHECKING:
     from loadgen.simulator.cluster import ClusterSimulator, simulate
@@ -44,9 +45,4 @@ _MODULE_OF = {
     "load_scenario": "scenario",
 }
 
-
-def __getattr__(name: str) -> object:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__ = lazy_getattr(__name__, _MODULE_OF)
