@@ -83,6 +83,16 @@ async def _stream_empty(ctx: ServiceContext) -> bool:
     return info.state.messages == 0
 
 
+def _settings(namespace: str, nats_url: str, redis_url: str, **classifier: float) -> Settings:
+    """A classifier's settings on the test's servers, with short hand-off retries."""
+    return Settings(
+        namespace=namespace,
+        nats={"url": nats_url},
+        redis={"url": redis_url},
+        classifier={**FAST_RETRIES, **classifier},
+    )
+
+
 async def test_a_handoff_failing_past_the_old_delivery_limit_is_queued_once_redis_writes(
     nats_server: ServerProcess, namespace: str, tmp_path: Path
 ) -> None:
@@ -90,12 +100,7 @@ async def test_a_handoff_failing_past_the_old_delivery_limit_is_queued_once_redi
     writes) is delivered again until Redis takes writes, then queued once and acked."""
     store = start_redis(tmp_path / "redis")
     try:
-        settings = Settings(
-            namespace=namespace,
-            nats={"url": nats_server.url},
-            redis={"url": store.url},
-            classifier=FAST_RETRIES,
-        )
+        settings = _settings(namespace, nats_server.url, store.url)
         async with service_context("classifier", settings) as ctx:
             await ensure_ingress_stream(ctx.js, ctx.subjects)
             scheduler = SchedulerShell(ctx, on_ready=no_ready)
@@ -132,12 +137,7 @@ async def test_a_redelivery_of_a_request_stored_by_a_handoff_that_timed_out_is_q
     """Test that when the store ran but its call timed out (the reply was lost), the
     redelivered request is queued in the scheduler's memory and acked, not acked as a
     duplicate and left in Redis ``queued`` unserved; and that it is queued once."""
-    settings = Settings(
-        namespace=namespace,
-        nats={"url": nats_server.url},
-        redis={"url": redis_server.url},
-        classifier=FAST_RETRIES,
-    )
+    settings = _settings(namespace, nats_server.url, redis_server.url)
     async with service_context("classifier", settings) as ctx:
         await ensure_ingress_stream(ctx.js, ctx.subjects)
         scheduler = SchedulerShell(ctx, on_ready=no_ready)
@@ -209,12 +209,7 @@ async def test_a_request_whose_handoff_keeps_failing_is_answered_unavailable(
     with an ``unavailable`` error to its client and leaves the stream: never silence."""
     store = start_redis(tmp_path / "redis")
     try:
-        settings = Settings(
-            namespace=namespace,
-            nats={"url": nats_server.url},
-            redis={"url": store.url},
-            classifier={**FAST_RETRIES, "handoff_give_up_s": 0.5},
-        )
+        settings = _settings(namespace, nats_server.url, store.url, handoff_give_up_s=0.5)
         client = await connect_nats(NatsSettings(url=nats_server.url), "test-client")
         try:
             subjects = Subjects(namespace)
