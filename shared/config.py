@@ -342,13 +342,16 @@ class PlannerSettings(_Section):
     """Pools of the static plan (fields of ``proto.messages.PoolPlan``)."""
     scheme: str = "dynamollm9"
     """Class scheme of the static plan, and of the start-up profiles in ``milp`` mode."""
-    objective: str = "carbon"
-    """``milp`` objective: ``carbon`` (forecast intensity × power × time) or ``energy``."""
+    objective: str = "energy"
+    """``milp`` objective: ``carbon`` (forecast intensity × power × time) or ``energy``
+    (FREESH's MinEnergy; with ``primary_slack``, least carbon within that share of it)."""
     solver: str = "highs"
     """``highs`` (in process) or ``cbc``."""
     time_limit_s: float = Field(default=5.0, gt=0.0)
     """Wall limit of one epoch's solve; the core falls back to a feasible plan beyond it."""
-    mip_rel_gap: float = Field(default=0.01, ge=0.0)
+    mip_rel_gap: float = Field(default=1e-4, ge=0.0)
+    """Relative MIP gap; well below ``primary_slack``, so that near-equal plans do not decide
+    the region from one solve to the next (docs/simulator.md, "Planner modes")."""
     alpha: float = Field(default=1.1, gt=0.0)
     """Safety margin on forecast peak demand (FREESH Eq. 1b)."""
     steps_per_epoch: int = Field(default=6, ge=1)
@@ -367,30 +370,45 @@ class PlannerSettings(_Section):
     """Clocks (fractions of the GPU's maximum) measured when profiling at start-up."""
     profile_window_s: float = Field(default=30.0, gt=0.0)
     """Engine seconds of Poisson arrivals per start-up measurement (short; see planner.md)."""
-    time_share_slices: int = Field(default=4, ge=1)
+    time_share_slices: int = Field(default=16, ge=1)
     """Live pools serve every class: an instance is planned in 1/slices shares of its time
     (1 = FREESH's dedicated instances per class)."""
-    class_groups: Literal["none", "input-split"] = "none"
+    class_groups: Literal["none", "input-split"] = "input-split"
     """``input-split``: each pool serves the long-input classes (the scheme's last input
     bucket, ≥ 1024 prompt tokens for ``dynamollm9``) or the others, never both (an exclusive
-    group per pool in Eq. 1; needs at least two pools, else it is not applied). Off by
-    default: the simulator needs it for ≥ 99 % SLO, but a fleet of one pool per region would
-    have to put one group in the dirtier region (docs/planner.md, "Input groups")."""
-    mixed_capacity: bool = False
+    group per pool in Eq. 1; needs at least two pools, else it is not applied; a fleet of one
+    pool per region puts one group in the dirtier region, docs/planner.md "Input groups")."""
+    mixed_capacity: bool = True
     """Scale each mode's rows by the capacity measured on the trace's class mix (per group
     when ``class_groups`` applies) on the engine model, at the profiles' percentile; ≈ 1 s
     per mode for Llama-3-8B on one A100, added to the start-up profiling."""
-    coincident_demand: bool = False
+    coincident_demand: bool = True
     """Size each class for its share of the step's arrivals × the peak bin rate of all
     arrivals, not its own peak bin rate (classes sharing a pool do not peak together; the
     simulator's ``min-energy-modes`` does, docs/simulator.md "Planner modes")."""
-    whole_instances: bool = False
+    whole_instances: bool = True
     """Plan whole instances at their idle power (the engine model's, per mode), so a pool's
     last, partly used instance is priced in full; pools of one (region, GPU type) share its
     GPUs (a TP4 and a TP8 pool over the same GPUs: the MILP chooses the mode)."""
-    primary_slack: float = Field(default=0.0, ge=0.0)
+    primary_slack: float = Field(default=0.05, ge=0.0)
     """Share of the objective's optimum its tie-break may spend (energy objective: least
-    carbon within this share of the least energy)."""
+    carbon within this share of the least energy; 0.05 chosen on minutes 10-30 of conv among
+    0, 0.05 and 0.3, docs/simulator.md "Planner modes")."""
+    observed_profiles: bool = True
+    """Re-measure the profiles on the served request sizes when they drift from the ones
+    profiled (``services/planner/observed_mix.py``): a mix the planner did not expect."""
+    observed_sample: int = Field(default=2000, ge=1)
+    observed_min_requests: int = Field(default=300, ge=1)
+    slo_feedback: bool = True
+    """Re-plan when a pool misses its SLO significantly more than the 1 % goal allows, with
+    its capacity cut and its clock at the maximum (``services/planner/slo_feedback.py``)."""
+    feedback_step: float | None = Field(default=0.8, gt=0.0, le=1.0)
+    """The most one miss window cuts a pool's planned capacity (a factor); ``None``: down to
+    the load it missed at."""
+    feedback_floor: float = Field(default=0.3, ge=0.0, le=1.0)
+    """The least capacity share SLO feedback leaves a pool."""
+    feedback_boost: bool = True
+    """A pool that missed runs at its maximum clock for one planning step."""
     park_workers: bool = True
     """Workers beyond their pool's planned instances park (``milp`` plans only)."""
     drain_grace_wall_s: float = Field(default=2.0, ge=0.0)

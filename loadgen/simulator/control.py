@@ -366,7 +366,10 @@ class ControlLoops:
                 engine, now_s=t_s, latencies=windows, arrival_rate_rps=load_rps
             )
             target = instance.controller.decide(observation)  # type: ignore[attr-defined]
-            if self.planner is not None and instance.pool_id in self.planner.clock_caps:
+            boost = getattr(self.planner, "clock_boosted", None)
+            if boost is not None and boost(instance.pool_id, t_s):
+                target = max(engine.supported_clocks_mhz)
+            elif self.planner is not None and instance.pool_id in self.planner.clock_caps:
                 # The plan's clock caps MIAD (the live dvfs agent's pool_clock_caps), but never
                 # below the SLO floor MIAD itself keeps.
                 cap = max(self.planner.clock_caps[instance.pool_id], self._floor(engine.config))

@@ -65,6 +65,7 @@ from services.planner.live_profiles import (
     ProfileRequest,
     measure_mode_profiles,
     mode_idle_w,
+    reference_lengths,
     slo_policy_for,
 )
 from services.planner.milp import solve_plan
@@ -75,7 +76,9 @@ from services.planner.mixed_profiles import (
     derate_rows,
     trace_mix,
 )
+from services.planner.observed_mix import ObservedMix, profile_lengths
 from services.planner.problem import Objective, PlannerSettings, ServingConfig, SloPolicy
+from services.planner.slo_feedback import CapacityFeedback, FeedbackSettings
 from shared.config import PlannerSettings as LivePlannerSettings
 
 if TYPE_CHECKING:
@@ -98,10 +101,14 @@ def mode_profiles(request: ProfileRequest) -> tuple[ServingConfig, ...]:
 
 @functools.lru_cache(maxsize=16)
 def mixed_mode_profiles(
-    request: ProfileRequest, goal: float, groups: tuple[tuple[str, str], ...] = ()
+    request: ProfileRequest,
+    goal: float,
+    groups: tuple[tuple[str, str], ...] = (),
+    mix: tuple[MixRequest, ...] | None = None,
 ) -> tuple[tuple[ServingConfig, ...], tuple[MixedCapacity, ...]]:
     """One mode's rows scaled by its mixed-class capacity at ``goal`` (once per process),
-    per exclusive class group when ``groups`` ((class, group) pairs) is given."""
+    per exclusive class group when ``groups`` ((class, group) pairs) is given, on ``mix``
+    (``None``: the reference trace's)."""
     scheme = scheme_by_name(request.scheme)
     return derate_rows(
         mode_profiles(request),
@@ -109,7 +116,7 @@ def mixed_mode_profiles(
         model=request.model,
         scheme=request.scheme,
         max_num_seqs=request.max_num_seqs,
-        mix=_trace_mix(scheme.name),
+        mix=_trace_mix(scheme.name) if mix is None else mix,
         load=MixedLoad(goal=goal),
         groups=dict(groups),
     )
@@ -190,38 +197,19 @@ class EpochPlanner:
             )
             for p in sim.pools
         }
-        requests = {
-            pid: ProfileRequest(
-                gpu=pool.gpu,
-                tp=pool.tp,
-                model=pool.model,
-                scheme=self.scheme.name,
-                clock_fractions=self.live.profile_clock_fractions,
-                window_s=self.live.profile_window_s,
-                max_num_seqs=sim.max_num_seqs,
-            )
-            for pid, pool in self.pools.items()
-        }
-        goal = sim.policy.plan_mix_goal
         self.class_groups = (
             input_groups(self.scheme.classes, self.scheme.labels)
             if sim.policy.plan_split_long_input
             else {}
         )
-        groups = tuple(sorted(self.class_groups.items()))
+        self.observed = ObservedMix(self.scheme) if sim.policy.plan_observed_sizes else None
+        """Served request sizes; the planner re-profiles when they drift (observed_mix)."""
+        self.profiled_on: tuple[tuple[int, int], ...] = reference_lengths()
+        """The lengths the profiles in use were measured on."""
+        self.reprofiles: list[float] = []
+        self.profiles: dict[str, tuple[ServingConfig, ...]] = {}
         self.mix_capacity: dict[str, tuple[MixedCapacity, ...]] = {}
-        if goal is None:
-            self.profiles = {pid: mode_profiles(r) for pid, r in requests.items()}
-        else:
-            mixed = {pid: mixed_mode_profiles(r, goal, groups) for pid, r in requests.items()}
-            self.profiles = {pid: rows for pid, (rows, _) in mixed.items()}
-            self.mix_capacity = {pid: caps for pid, (_, caps) in mixed.items()}
-        for p in sim.pools:
-            if p.class_group is not None:  # a group's pool is planned for its classes only
-                own = {c for c, g in self.class_groups.items() if g == p.class_group}
-                self.profiles[p.pool_id] = tuple(
-                    r for r in self.profiles[p.pool_id] if r.request_class in own
-                )
+        self._measure_profiles(None)
         self.feedback = (
             SloFeedback(sim, self.step_s, load_config.bin_s, coincident=coincident)
             if sim.policy.slo_feedback
@@ -233,7 +221,13 @@ class EpochPlanner:
         """A plan whose instances wait for GPUs its other TP modes hold: (want, switch)."""
         self._mode = {p.pool_id: (p.gpu, p.config.tp, p.class_group) for p in sim.pools}
         """Per pool: (GPU type, TP, class group), what pools in other regions share."""
-        self.derating: dict[str, float] = dict.fromkeys(self.pools, 1.0)
+        policy = sim.policy
+        self.learned = CapacityFeedback(
+            FeedbackSettings(
+                step=policy.feedback_step, floor=policy.feedback_floor, boost=policy.feedback_boost
+            )
+        )
+        """Per pool: capacity share learned from observed misses, and clock boosts."""
         """Per pool: capacity share learned from observed misses (1: as profiled)."""
         self.capacity: dict[str, float] = {}
         """Per pool: the QPS the current plan's slices give it (Σ over classes)."""
@@ -257,15 +251,69 @@ class EpochPlanner:
         self.solves: list[dict[str, Any]] = []
         self.gate = PlanGate(self)
 
+    def _measure_profiles(self, observed: tuple[tuple[int, int], ...] | None) -> None:
+        """Profile every pool's mode (and its mixed-class capacity) on the reference lengths,
+        or on ``observed`` ones (the reference's kept for buckets they leave sparse)."""
+        sim = self.sim
+        prompts: tuple[int, ...] = ()
+        outputs: tuple[int, ...] = ()
+        mix: tuple[MixRequest, ...] | None = None
+        if observed is not None:
+            prompts, outputs = profile_lengths(observed, reference_lengths(), self.scheme)
+            mix = tuple(MixRequest(p, o, self.scheme.classify(p, o)) for p, o in observed)
+        requests = {
+            pid: ProfileRequest(
+                gpu=pool.gpu,
+                tp=pool.tp,
+                model=pool.model,
+                scheme=self.scheme.name,
+                clock_fractions=self.live.profile_clock_fractions,
+                window_s=self.live.profile_window_s,
+                max_num_seqs=sim.max_num_seqs,
+                prompts=prompts,
+                outputs=outputs,
+            )
+            for pid, pool in self.pools.items()
+        }
+        goal = sim.policy.plan_mix_goal
+        groups = tuple(sorted(self.class_groups.items()))
+        if goal is None:
+            self.profiles = {pid: mode_profiles(r) for pid, r in requests.items()}
+        else:
+            mixed = {pid: mixed_mode_profiles(r, goal, groups, mix) for pid, r in requests.items()}
+            self.profiles = {pid: rows for pid, (rows, _) in mixed.items()}
+            self.mix_capacity = {pid: caps for pid, (_, caps) in mixed.items()}
+        for p in sim.pools:
+            if p.class_group is not None:  # a group's pool is planned for its classes only
+                own = {c for c, g in self.class_groups.items() if g == p.class_group}
+                self.profiles[p.pool_id] = tuple(
+                    r for r in self.profiles[p.pool_id] if r.request_class in own
+                )
+
+    def _reprofile_if_drifted(self, t_s: float) -> bool:
+        """Re-measure the profiles on the served sizes when they left the profiled ones; a
+        learned SLO de-rating was learned against the old profiles, so it starts over."""
+        if self.observed is None or not self.observed.drifted(self.profiled_on):
+            return False
+        sample = self.observed.sample()
+        assert sample is not None  # drifted() needs one
+        self._measure_profiles(sample)
+        self.profiled_on = sample
+        self.reprofiles.append(t_s)
+        self.learned.reset()
+        return True
+
     # -- inputs -------------------------------------------------------------------------
     def observe(self, state: RequestState) -> None:
         """A completion: the live planner's only demand signal (``request.done``)."""
+        if self.observed is not None:
+            self.observed.add(state.prompt, max(1, state.tokens))
         self.demand.add(
             state.arrival_s, state.prompt, max(1, state.tokens), state.last_s - state.arrival_s
         )
         self.history.add(state.arrival_s, self.scheme.classify(state.prompt, max(1, state.tokens)))
         if self.feedback is not None:
-            self.feedback.add(state)
+            self.feedback.add_state(state)
 
     def intensity(self, t_s: float) -> dict[str, tuple[float, ...]]:
         """Forecast intensity per region at each step of the epoch starting at ``t_s``."""
@@ -303,6 +351,7 @@ class EpochPlanner:
         event = self.sim.policy.replan == "event" or self.feedback is not None
         self.top_up(t_s)
         due = self.planned_qps is None or t_s % self.epoch_s == 0.0 or self._outgrown(t_s)
+        due = self._reprofile_if_drifted(t_s) or due
         if not due and self.feedback is not None:
             due = self._missing(t_s)
         if due:
@@ -330,14 +379,15 @@ class EpochPlanner:
         assert self.feedback is not None
         if self.switching:
             return False
-        short = False
-        for pid, load in self.feedback.overloaded(t_s).items():
-            planned = self.capacity.get(pid, 0.0)
-            if planned > 0 and load < planned:
-                # It missed at ``load``: that is the most this pool's plan really serves.
-                self.derating[pid] *= load / planned
-            short = True
-        return short
+        overloaded = self.feedback.overloaded(t_s)
+        # Pools absent from the plan in force have no planned capacity: boost only.
+        return self.learned.learn(overloaded, self.capacity, t_s, self.step_s)
+
+    def clock_boosted(self, pool_id: str, t_s: float) -> bool:
+        """Whether ``pool_id`` missed its SLO within the last step: it runs at the maximum
+        clock until then, whatever the plan's cap and MIAD say (capacity comes back at once,
+        while a re-plan's instances take their start time)."""
+        return self.learned.boosted(pool_id, t_s)
 
     def pool_derating(self, pid: str) -> float:
         """The capacity share pool ``pid`` is planned at after SLO feedback.
@@ -348,9 +398,9 @@ class EpochPlanner:
         CISO's de-rated long-input TP4 pool moved to PJM's).
         """
         if not self.sim.policy.plan_whole_instances:
-            return self.derating[pid]
+            return self.learned.share(pid)
         mode = self._mode[pid]
-        return min(d for q, d in self.derating.items() if self._mode[q] == mode)
+        return min(self.learned.share(q) for q in self.pools if self._mode[q] == mode)
 
     def _profiles(self) -> dict[str, tuple[ServingConfig, ...]]:
         out: dict[str, tuple[ServingConfig, ...]] = {}
@@ -481,7 +531,7 @@ class EpochPlanner:
                 "instances": {p.pool_id: p.instances for p in plan.pools},
                 "clock_mhz": {d.pool_id: d.clock_mhz for d in decisions.values()},
                 "intensity": {r: v[0] for r, v in intensity.items()},
-                "derating": {p: round(d, 4) for p, d in self.derating.items() if d < 1.0},
+                "derating": {p: round(d, 4) for p, d in self.learned.derating.items() if d < 1},
                 "mix_derating": {
                     p: {f"{c.group}@{c.clock_mhz:g}": round(c.derating, 4) for c in caps}
                     for p, caps in self.mix_capacity.items()

@@ -15,15 +15,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
+from shared.config import Settings
 from shared.engine.profiler import ProfileSlo
 
 __all__ = [
+    "ABLATIONS",
+    "DEFAULT_SET",
     "POLICY_SETS",
+    "SIMULATOR_SIDE",
     "PolicySet",
     "ScalerSettings",
     "instances_needed",
     "miad_available",
     "policy_by_name",
+    "policy_from_settings",
 ]
 
 Pooling = Literal["single", "region", "class"]
@@ -171,6 +176,17 @@ class PolicySet:
     """``planned`` only: the MILP's relative gap (``None``: the live ``mip_rel_gap``, 1 %).
     A slack (``plan_primary_slack``) is counted from the first stage's plan, so a gap
     close to the slack lets near-equal plans decide the region from one solve to the next."""
+    feedback_step: float | None = None
+    """``slo_feedback`` only: the most one miss window cuts a pool's capacity (a factor);
+    ``None``: down to the load it missed at, however low."""
+    feedback_floor: float = 0.0
+    """``slo_feedback`` only: the least capacity share feedback leaves a pool."""
+    feedback_boost: bool = False
+    """``slo_feedback`` only: a pool that missed runs at its maximum clock for one step."""
+    plan_observed_sizes: bool = False
+    """``planned`` only: re-profile the modes on the request sizes served so far when they
+    drift from the profiled ones (:mod:`services.planner.observed_mix`; the live
+    ``PlannerSettings.observed_profiles``), instead of keeping the reference trace's."""
     plan_whole_instances: bool = False
     """``planned`` only: the MILP counts whole instances at their idle power and powered
     nodes at their free GPUs' bare power (the simulator's accounting), instead of charging a
@@ -488,3 +504,125 @@ def instances_needed(
     share = settings.target_share if share is None else share
     per_instance = max(share * max_num_seqs, 1.0)
     return max(settings.min_instances, math.ceil(settings.headroom * load / per_instance))
+
+
+DEFAULT_SET: Final = "default"
+"""The product's default policy: what ``greenserve bench cluster`` reports as its headline."""
+
+FLEET_TP_MODES: Final = (4, 8)
+"""TP modes the simulated fleet's GPUs can be run in (the live fleet's are the TPs its
+workers register with): part of the deployment, not a planner setting."""
+
+
+def policy_from_settings(settings: Settings, *, name: str = DEFAULT_SET) -> PolicySet:
+    """The policy the live stack runs with ``settings`` (``planner.mode = milp``), as a
+    simulator policy set: every planner, scheduler and classifier setting it reads is the
+    live one. What the simulator adds is said in :data:`SIMULATOR_SIDE`."""
+    planner = settings.planner
+    split = planner.class_groups == "input-split"
+    return PolicySet(
+        name=name,
+        description="the live planner's settings: the epoch planner (MILP, "
+        f"{planner.objective} objective, least carbon within {planner.primary_slack:.0%}) over "
+        "whole instances choosing TP modes and class-group pools for coincident demand; "
+        "profiles re-measured on the served sizes; SLO feedback (capacity cut <= "
+        f"{1 - (planner.feedback_step or 0):.0%} per miss window, floor "
+        f"{planner.feedback_floor:.0%}, maximum clock for a step after a miss); MIAD under the "
+        f"plan's clock cap; {settings.scheduler.discipline.upper()}, least-loaded; "
+        f"{settings.classifier.predictor} length predictor",
+        pooling="region",
+        discipline=settings.scheduler.discipline,
+        placer="least-loaded",
+        predictor=settings.classifier.predictor,
+        clock="miad",
+        miad_guard=0.5,
+        miad_slo_floor=True,
+        scaling="planned",
+        objective="energy" if planner.objective == "energy" else "carbon",
+        plan_mix_goal=PROFILE_PERCENTILE if planner.mixed_capacity else None,
+        plan_split_long_input=split,
+        plan_group_pools=split,
+        slo_feedback=planner.slo_feedback,
+        feedback_step=planner.feedback_step,
+        feedback_floor=planner.feedback_floor,
+        feedback_boost=planner.feedback_boost,
+        plan_observed_sizes=planner.observed_profiles,
+        plan_demand="coincident" if planner.coincident_demand else "class-peaks",
+        plan_tps=FLEET_TP_MODES if planner.whole_instances else (),
+        plan_whole_instances=planner.whole_instances,
+        plan_primary_slack=planner.primary_slack,
+        plan_slices=planner.time_share_slices,
+        plan_mip_rel_gap=planner.mip_rel_gap,
+    )
+
+
+SIMULATOR_SIDE: Final = (
+    "clock: MIAD with thresholds at half the SLO and the SLO clock floor (the live agent's "
+    "MIAD uses the SLO itself and FREESH's 300 MHz floor); placement: least-loaded (the live "
+    "router's default is BF-IO; `default-bfio` is the ablation); TP modes 4 and 8 over the "
+    "scenario's GPUs (live: the TPs the workers register with)"
+)
+"""Where the headline still differs from ``greenserve up --set planner.mode=milp``."""
+
+
+def _default_set() -> PolicySet:
+    """The product's default: the live defaults (:func:`policy_from_settings`)."""
+    return policy_from_settings(Settings())
+
+
+def _ablations(base: PolicySet) -> tuple[PolicySet, ...]:
+    """The default with one lever switched off each (issue 28: one ablation per lever)."""
+    return (
+        _variant(
+            base,
+            "no-scale-down",
+            "the default without scale-down: every instance always on in static TP4 pools "
+            "per region (no planner), MIAD clocks, LLF, least-loaded",
+            scaling="static",
+            pooling="region",
+            plan_tps=(),
+            plan_group_pools=False,
+            plan_split_long_input=False,
+            plan_whole_instances=False,
+        ),
+        _variant(
+            base, "max-clock", "the default at the maximum clock (no MIAD, no caps)", clock="max"
+        ),
+        _variant(
+            base, "tp8-only", "the default with one TP mode (TP8, DynamoLLM's)", tp=8, plan_tps=()
+        ),
+        _variant(
+            base,
+            "no-shift",
+            "the default without the carbon tie-break (least "
+            "energy only: no region or time shift for carbon)",
+            plan_primary_slack=0.0,
+        ),
+        _variant(base, "fcfs", "the default with FCFS queues instead of LLF", discipline="fcfs"),
+        _variant(
+            base, "bfio", "the default with BF-IO placement instead of least-loaded", placer="bfio"
+        ),
+        _variant(
+            base,
+            "no-guards",
+            "the default without the robustness guard rails "
+            "(reference-trace profiles, unbounded feedback, no clock boost)",
+            plan_observed_sizes=False,
+            feedback_step=None,
+            feedback_floor=0.0,
+            feedback_boost=False,
+        ),
+        _variant(
+            base,
+            "oracle-lengths",
+            "the default with true output lengths (an "
+            "ablation: no deployable predictor knows them)",
+            predictor="oracle",
+        ),
+    )
+
+
+POLICY_SETS[DEFAULT_SET] = _default_set()
+ABLATIONS: Final = tuple(p.name for p in _ablations(POLICY_SETS[DEFAULT_SET]))
+"""The default's one-lever ablations, in the order ``bench cluster`` reports them."""
+POLICY_SETS.update({p.name: p for p in _ablations(POLICY_SETS[DEFAULT_SET])})

@@ -19,6 +19,7 @@ else is pure.
 from __future__ import annotations
 
 import csv
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -29,7 +30,13 @@ from services.classifier.classes import (
     default_slos,
     scheme_by_name,
 )
-from services.planner.mixed_profiles import MixedCapacity, MixedLoad, derate_rows, trace_mix
+from services.planner.mixed_profiles import (
+    MixedCapacity,
+    MixedLoad,
+    MixRequest,
+    derate_rows,
+    trace_mix,
+)
 from services.planner.problem import ServingConfig, SloPolicy
 from services.planner.slo_filter import UNMEASURED
 from shared.engine.hardware import gpu_spec
@@ -38,15 +45,18 @@ from shared.engine.profiler import ProfileSlo, ProfileTarget, RequestClass, prof
 from shared.paths import data_path
 
 __all__ = [
+    "REFERENCE_TRACE",
     "ModeKey",
     "ModeProfileJob",
     "ProfileRequest",
     "class_pools",
+    "class_pools_from_sides",
     "gpu_family",
     "live_mode_profiles",
     "measure_mode_profiles",
     "mode_idle_w",
     "profiles_for_mode",
+    "reference_lengths",
     "scheme_name_for",
     "slo_policy_for",
 ]
@@ -109,18 +119,29 @@ def class_pools(
     on either side are left out.
     """
     pairs = [(p, o) for p, o in lengths if p >= 1 and o >= 1]
+    return class_pools_from_sides(
+        scheme, [p for p, _ in pairs], [o for _, o in pairs], pool_size=pool_size
+    )
+
+
+def class_pools_from_sides(
+    scheme: ClassScheme, prompts: Iterable[int], outputs: Iterable[int], *, pool_size: int = 200
+) -> list[RequestClass]:
+    """:func:`class_pools` from the two sides apart (each drawn independently anyway)."""
+    prompt_list = [p for p in prompts if p >= 1]
+    output_list = [o for o in outputs if o >= 1]
     classes: list[RequestClass] = []
     for name in scheme.classes:
         first, second = scheme.labels.index(name[0]), scheme.labels.index(name[1])
-        prompts = sorted(p for p, _ in pairs if scheme.input_bucket(p) == first)
-        outputs = sorted(o for _, o in pairs if scheme.output_bucket(o) == second)
-        if prompts and outputs:
+        ins = sorted(p for p in prompt_list if scheme.input_bucket(p) == first)
+        outs = sorted(o for o in output_list if scheme.output_bucket(o) == second)
+        if ins and outs:
             classes.append(
                 RequestClass(
                     partition=scheme.name,
                     name=name,
-                    prompt_tokens=_thin(prompts, pool_size),
-                    output_tokens=_thin(outputs, pool_size),
+                    prompt_tokens=_thin(ins, pool_size),
+                    output_tokens=_thin(outs, pool_size),
                 )
             )
     return classes
@@ -130,6 +151,19 @@ def _thin(values: list[int], size: int) -> tuple[int, ...]:
     if len(values) <= size:
         return tuple(values)
     return tuple(values[(i * len(values)) // size] for i in range(size))
+
+
+REFERENCE_TRACE = "AzureLLMInferenceTrace_conv.csv"
+"""Lengths the planner profiles on before it has observed its own traffic."""
+
+
+@functools.lru_cache(maxsize=1)
+def reference_lengths() -> tuple[tuple[int, int], ...]:
+    """(prompt, output) of every request of :data:`REFERENCE_TRACE`."""
+    with data_path("traces", REFERENCE_TRACE).open(newline="") as handle:
+        return tuple(
+            (int(r["ContextTokens"]), int(r["GeneratedTokens"])) for r in csv.DictReader(handle)
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,6 +178,11 @@ class ProfileRequest:
     window_s: float = 30.0
     tolerance: float = 0.15
     max_num_seqs: int = 256
+    prompts: tuple[int, ...] = ()
+    """Prompt lengths to draw from (:func:`services.planner.observed_mix.profile_lengths`);
+    empty, with ``outputs``: the ``conv`` trace's, the planner's lengths before it has
+    observed any."""
+    outputs: tuple[int, ...] = ()
 
 
 def measure_mode_profiles(request: ProfileRequest) -> tuple[ServingConfig, ...]:
@@ -156,11 +195,11 @@ def measure_mode_profiles(request: ProfileRequest) -> tuple[ServingConfig, ...]:
         ValueError: unknown GPU, model or scheme.
     """
     scheme = scheme_by_name(request.scheme)
-    trace = data_path("traces", "AzureLLMInferenceTrace_conv.csv")
-    with trace.open(newline="") as handle:
-        lengths = [
-            (int(r["ContextTokens"]), int(r["GeneratedTokens"])) for r in csv.DictReader(handle)
-        ]
+    if request.prompts and request.outputs:
+        prompts, outputs = request.prompts, request.outputs
+    else:
+        lengths = reference_lengths()
+        prompts, outputs = tuple(p for p, _ in lengths), tuple(o for _, o in lengths)
     gpu = gpu_spec(request.gpu)
     clocks = sorted({gpu.snap_clock(f * gpu.max_clock_mhz) for f in request.clock_fractions})
     targets = [
@@ -181,7 +220,7 @@ def measure_mode_profiles(request: ProfileRequest) -> tuple[ServingConfig, ...]:
     rows = profile_sweep(
         backend,
         targets,
-        class_pools(scheme, lengths),
+        class_pools_from_sides(scheme, prompts, outputs),
         slo=slo,
         relative_tolerance=request.tolerance,
     )
@@ -220,6 +259,9 @@ class ModeProfileJob:
     """Scale the rows of ``request.scheme`` by their measured mixed-class capacity."""
     groups: tuple[tuple[str, str], ...] = ()
     """(class, group) pairs: measure each exclusive group's sub-mix apart."""
+    observed: tuple[tuple[int, int], ...] = ()
+    """Served (prompt, output) lengths to measure the mix on; empty: the reference trace's.
+    The one-class rows' lengths are ``request.prompts``/``outputs``."""
 
 
 def live_mode_profiles(
@@ -241,7 +283,11 @@ def live_mode_profiles(
         model=job.request.model,
         scheme=scheme.name,
         max_num_seqs=job.request.max_num_seqs,
-        mix=trace_mix(scheme),
+        mix=(
+            tuple(MixRequest(p, o, scheme.classify(p, o)) for p, o in job.observed)
+            if job.observed
+            else trace_mix(scheme)
+        ),
         load=MixedLoad(goal=ProfileSlo().percentile),
         groups=dict(job.groups),
     )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import multiprocessing
 import time
@@ -32,7 +33,7 @@ from nats.aio.msg import Msg
 from proto.codec import DecodeError, decode, request_endings
 from proto.messages import Completion, Forecast, WorkerStats
 from proto.messages import Plan as WirePlan
-from services.classifier.classes import scheme_by_name
+from services.classifier.classes import default_slos, scheme_by_name
 from services.forecaster.load_forecast import LOAD_METHODS, LoadForecastConfig
 from services.planner.freesh_instance import load_profiles_csv
 from services.planner.live_inputs import DemandTracker, LivePool, intensity_steps, pools_from_stats
@@ -52,10 +53,12 @@ from services.planner.live_profiles import (
     live_mode_profiles,
     mode_idle_w,
     profiles_for_mode,
+    reference_lengths,
     scheme_name_for,
     slo_policy_for,
 )
 from services.planner.milp import solve_plan
+from services.planner.observed_mix import ObservedMix, ObservedMixSettings, profile_lengths
 from services.planner.overhead_gate import TransitionCosts, gate_plans
 from services.planner.plan_model import Plan as CorePlan
 from services.planner.plan_model import demand_shortfall
@@ -66,17 +69,27 @@ from services.planner.problem import (
     ServingConfig,
     Solver,
 )
+from services.planner.slo_feedback import CapacityFeedback, FeedbackSettings, MissWindow
 from shared.counters import PLANNER_SOLVE_S
 from shared.lifecycle import ServiceContext
+from shared.metrics.latency import SLO_WINDOW_FACTOR
 from shared.store import as_bytes
 
 __all__ = ["LivePlanner"]
 
 logger = logging.getLogger(__name__)
 
-ProfileKey = tuple[str, int, str, int, bool]
-"""(GPU family, TP, model, max_num_seqs, split): what one start-up measurement covers (the
-mixed-class capacity of a split fleet is measured per group)."""
+SLO_GOAL = 0.99
+"""Share of requests a pool must serve within SLO (the fleet's goal; the simulator's
+``ScalerSettings.slo_goal``)."""
+MISS_MIN_REQUESTS = 20
+"""Completions a pool's window needs before its miss rate is trusted (the simulator's
+``ScalerSettings.min_window_requests``)."""
+
+ProfileKey = tuple[str, int, str, int, bool, int]
+"""(GPU family, TP, model, max_num_seqs, split, lengths version): what one measurement
+covers (the mixed-class capacity of a split fleet is measured per group; version 0 is the
+reference lengths, each re-profile on drifted served sizes the next)."""
 
 
 @dataclass(slots=True)
@@ -123,6 +136,32 @@ class LivePlanner:
             cfg.demand_history_steps,
             coincident=cfg.coincident_demand,
         )
+        self._slos = default_slos(own)
+        self._observed = (
+            ObservedMix(
+                own,
+                ObservedMixSettings(
+                    sample=cfg.observed_sample, min_requests=cfg.observed_min_requests
+                ),
+            )
+            if cfg.observed_profiles
+            else None
+        )
+        self._profiled_on: tuple[tuple[int, int], ...] = ()
+        """Served lengths the newest profiles are measured on (empty: the reference's)."""
+        self._lengths_version = 0
+        self._misses = (
+            MissWindow(step_s, goal=SLO_GOAL, min_requests=MISS_MIN_REQUESTS, bin_s=step_s / bins,
+                       coincident=cfg.coincident_demand)
+            if cfg.slo_feedback
+            else None
+        )  # fmt: skip
+        self._learned = CapacityFeedback(
+            FeedbackSettings(
+                step=cfg.feedback_step, floor=cfg.feedback_floor, boost=cfg.feedback_boost
+            )
+        )
+        self._step_s = step_s
         self._measured: dict[ProfileKey, tuple[ServingConfig, ...]] = {}
         self._measuring: dict[ProfileKey, asyncio.Task[tuple[ServingConfig, ...]]] = {}
         self._max_num_seqs: dict[str, int] = {}
@@ -143,6 +182,64 @@ class LivePlanner:
                     self._demand.add(
                         arrival, done.input_tokens, max(1, done.output_tokens), latency
                     )
+                    if self._observed is not None:
+                        self._observed.add(done.input_tokens, done.output_tokens)
+                    if self._misses is not None:
+                        self._misses.add(
+                            done.pool_id,
+                            finish_s=arrival + latency,
+                            arrival_s=arrival,
+                            request_class=done.request_class,
+                            missed=self._missed(done, latency),
+                        )
+
+    def _missed(self, done: Completion, latency_s: float) -> bool:
+        """Whether a completion missed its class SLO (TTFT, TBT, or E2E > 5·Lat), as the
+        simulator judges it (``loadgen/simulator/feedback.py``)."""
+        clock = self._ctx.clock
+        ttft = clock.model_at(done.first_token_at) - clock.model_at(done.sent_at)
+        tokens = done.output_tokens
+        tbt = (
+            (clock.model_at(done.finished_at) - clock.model_at(done.first_token_at)) / (tokens - 1)
+            if tokens > 1
+            else 0.0
+        )
+        missed = done.lat_s > 0 and latency_s > SLO_WINDOW_FACTOR * done.lat_s
+        slo = self._slos.get(done.request_class)
+        if slo is not None:
+            missed |= ttft > slo.ttft_ms / 1e3 or tbt > slo.tbt_ms / 1e3
+        return missed
+
+    def wants_replan(self) -> bool:
+        """Between epochs: whether the served sizes drifted from the profiled ones (start
+        re-profiling them) or a pool missed its SLO (learn its capacity, boost its clock)."""
+        if self._running is None:
+            return False
+        now = self._ctx.clock.now()
+        due = False
+        if self._observed is not None and self._observed.drifted(
+            self._profiled_on or reference_lengths()
+        ):
+            sample = self._observed.sample()
+            assert sample is not None  # drifted() needs one
+            self._profiled_on = sample
+            self._lengths_version += 1
+            self._learned.reset()
+            logger.info(
+                "served request sizes drifted from the profiled ones: re-profiling on %d",
+                len(sample),
+            )
+            due = True
+        if self._misses is not None:
+            planned = {
+                pid: sum(d.capacity_by_class.values()) for pid, d in self._running.decisions.items()
+            }
+            overloaded = self._misses.overloaded(now)
+            if self._learned.learn(overloaded, planned, now, self._step_s):
+                logger.warning("pools missing their SLO: %s; re-planning", sorted(overloaded))
+                self._misses.clear()  # the next plan is judged on its own completions
+                due = True
+        return due
 
     async def on_ready(self, msg: Msg) -> None:
         """Note that the scheduler holds queued work for a pool."""
@@ -190,26 +287,44 @@ class LivePlanner:
             if rows and not mixed:
                 out[pool_id] = rows
                 continue
+            version = self._lengths_version
             key = (
                 gpu_family(pool.gpu), pool.tp, pool.model, self._max_num_seqs[pool_id],
-                mixed and bool(groups),
+                mixed and bool(groups), version,
             )  # fmt: skip
-            # While the other split variant is all there is (the applied groups changed with
-            # the fleet), plan with it rather than fall back to the bootstrap plan.
-            known = self._measured.get(key) or self._measured.get((*key[:4], not key[4]))
+            # While the other split variant, or the profiles of older lengths, are all there
+            # is, plan with them rather than fall back to the bootstrap plan.
+            known = self._measured.get(key) or self._measured.get((*key[:4], not key[4], version))
+            for older in range(version - 1, -1, -1):
+                known = known or self._measured.get((*key[:5], older))
             if known:
-                out[pool_id] = known
+                out[pool_id] = self._derated(pool_id, known)
             if key not in self._measured and key not in self._measuring:
+                prompts: tuple[int, ...] = ()
+                outputs: tuple[int, ...] = ()
+                if self._profiled_on:
+                    prompts, outputs = profile_lengths(
+                        self._profiled_on, reference_lengths(), scheme_by_name(self._cfg.scheme)
+                    )
                 request = ProfileRequest(
                     gpu=pool.gpu, tp=pool.tp, model=pool.model, scheme=self._cfg.scheme,
                     clock_fractions=self._cfg.profile_clock_fractions,
                     window_s=self._cfg.profile_window_s, max_num_seqs=key[3],
+                    prompts=prompts, outputs=outputs,
                 )  # fmt: skip
                 job = ModeProfileJob(
-                    request=request, rows=rows, mixed=mixed, groups=tuple(sorted(groups.items()))
-                )
+                    request=request, rows=rows if not self._profiled_on else (), mixed=mixed,
+                    groups=tuple(sorted(groups.items())), observed=self._profiled_on,
+                )  # fmt: skip
                 self._measuring[key] = asyncio.create_task(self._measure(key, job))
         return out
+
+    def _derated(self, pool_id: str, rows: tuple[ServingConfig, ...]) -> tuple[ServingConfig, ...]:
+        """``rows`` with the capacity SLO feedback learned for ``pool_id``."""
+        share = self._learned.share(pool_id)
+        if share >= 1.0:
+            return rows
+        return tuple(dataclasses.replace(r, max_qps=r.max_qps * share) for r in rows)
 
     async def close(self) -> None:
         """Cancel the measurements in progress and end their child processes."""
@@ -257,7 +372,8 @@ class LivePlanner:
     async def _intensity(self, regions: list[str], start_s: float) -> dict[str, tuple[float, ...]]:
         cfg = self._cfg
         steps, step_s = cfg.steps_per_epoch, cfg.epoch_s / cfg.steps_per_epoch
-        if cfg.objective == Objective.ENERGY:
+        if cfg.objective == Objective.ENERGY and cfg.primary_slack == 0:
+            # FREESH's MinEnergy sees λ = 1; with a slack its tie-break is least carbon.
             return dict.fromkeys(regions, (1.0,) * steps)
         out: dict[str, tuple[float, ...] | None] = {}
         for region in regions:
@@ -371,8 +487,15 @@ class LivePlanner:
             for pid, seen in self._ready_wall.items()
             if now - seen <= self._cfg.drain_grace_wall_s
         )
+        model_now = self._ctx.clock.now()
+        decisions = {
+            pid: dataclasses.replace(d, clock_mhz=None)
+            if self._learned.boosted(pid, model_now)
+            else d
+            for pid, d in running.decisions.items()
+        }
         return wire_plan(
-            decisions=running.decisions,
+            decisions=decisions,
             pools=running.pools,
             partition=running.core.partition,
             epoch=epoch,

@@ -106,7 +106,7 @@ async def _serve_milp(ctx: ServiceContext, live: LivePlanner) -> None:
     async def publish() -> None:
         nonlocal planned, failures, retry_at
         epoch = int(ctx.clock.now() // cfg.epoch_s)
-        due = epoch != planned or live.bootstrapping
+        due = epoch != planned or live.bootstrapping or live.wants_replan()
         if due and time.monotonic() >= retry_at:
             try:
                 await live.plan_epoch(epoch)

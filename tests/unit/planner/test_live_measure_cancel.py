@@ -48,7 +48,7 @@ async def _start(
     started = tmp_path / "started"
     monkeypatch.setenv(STARTED_ENV, str(started))
     monkeypatch.setattr(live_service, "live_mode_profiles", slow_profiles)
-    key: ProfileKey = ("A100", 1, "llama-3-8b", 64, False)
+    key: ProfileKey = ("A100", 1, "llama-3-8b", 64, False, 0)
     job = ModeProfileJob(
         request=ProfileRequest(gpu="A100-80GB", tp=1, model="llama-3-8b", scheme="dynamollm")
     )

@@ -190,16 +190,16 @@ def test_primary_slack_trades_bounded_energy_for_carbon() -> None:
 
 def test_live_settings_turn_the_planner_modes_on_and_idle_power_is_the_engines() -> None:
     """Test that the live planner's settings for coincident demand, whole instances and the
-    primary slack default off and validate, and that a mode's idle power is the engine's
-    (all its GPUs, model loaded), growing with TP."""
+    primary slack default on (the headline's values) and validate, and that a mode's idle
+    power is the engine's (all its GPUs, model loaded), growing with TP."""
     from services.planner.live_profiles import mode_idle_w
     from shared.config import PlannerSettings as LiveSettings
     from shared.engine.api import EngineConfig
     from shared.engine.simulated import create_engine
 
     live = LiveSettings()
-    assert (live.coincident_demand, live.whole_instances, live.primary_slack) == (False, False, 0)
-    assert LiveSettings(whole_instances=True, primary_slack=0.05).primary_slack == 0.05
+    assert (live.coincident_demand, live.whole_instances, live.primary_slack) == (True, True, 0.05)
+    assert LiveSettings(whole_instances=False, primary_slack=0.0).primary_slack == 0.0
     with pytest.raises(ValueError, match="primary_slack"):
         LiveSettings(primary_slack=-1.0)
     tp4 = mode_idle_w("H100-80GB", 4, "llama-3-70b", 64)

@@ -9,11 +9,11 @@ import pytest
 
 from loadgen.simulator.cluster import ClusterSimulator
 from loadgen.simulator.demand import forecast_error_alpha
-from loadgen.simulator.feedback import SIGNIFICANCE, binomial_tail
 from loadgen.simulator.planned import input_groups
 from loadgen.simulator.policies import policy_by_name
 from loadgen.simulator.scenario import Scenario
 from loadgen.traces import synthetic_trace
+from services.planner.slo_feedback import SIGNIFICANCE, binomial_tail
 
 
 def test_binomial_tail_matches_the_exact_sum() -> None:

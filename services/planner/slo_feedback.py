@@ -1,0 +1,202 @@
+"""SLO feedback for the planner: which pools miss their SLO, and how much capacity to add.
+
+DynamoLLM (§3, its re-configuration loops) and FREESH (§2.4, MIAD on served latency) both
+close the loop on observed latency, not only on forecast load. The planner's capacity model
+(profile rows) can be wrong for the load a pool really serves; a pool that misses SLOs while
+its load is within its planned capacity is the evidence.
+
+:class:`MissWindow` keeps, per pool, the completions of the trailing window (one planner
+step) and reports a pool as short when its misses are significantly above ``1 − goal``: a
+one-sided binomial test at :data:`SIGNIFICANCE`, so the ≈ 1 % of misses a pool at the goal
+shows by chance does not trigger it, while a real shortfall does within seconds. It also
+reports the pool's load in the planner's own unit (Σ over classes of the peak ``bin_s`` QPS,
+FREESH §2.5), the load at which the plan missed.
+
+:class:`CapacityFeedback` turns those reports into what the next solve sees: a de-rating of
+the pool's profiled capacity, cut by at most ``step`` per report and never below ``floor``
+(with a backlog the window's arrival peaks understate the load, and an unbounded cut spirals
+down to a few per cent of the profile: measured on the ``code`` trace, docs/simulator.md
+"SLO feedback"), and a clock boost: a pool that missed runs at its maximum clock for one
+step, which restores capacity at once while a re-plan's instances take their start time.
+
+Pure: the live planner (``request.done``) and the simulator (its completions) feed it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict, deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
+
+__all__ = [
+    "SIGNIFICANCE",
+    "CapacityFeedback",
+    "FeedbackSettings",
+    "MissWindow",
+    "binomial_tail",
+]
+
+Entry = tuple[float, float, str, bool]
+"""One completion: finish time, arrival time, class, whether it missed its SLO."""
+
+SIGNIFICANCE: Final = 0.01
+"""One-sided test level: the chance that a pool exactly at the goal is reported short."""
+
+
+def binomial_tail(misses: int, requests: int, rate: float) -> float:
+    """P(X ≥ misses) for X ~ Binomial(requests, rate), summed in log space."""
+    if misses <= 0:
+        return 1.0
+    if misses > requests:
+        return 0.0
+    if rate <= 0.0:
+        return 0.0
+    log_p, log_q = math.log(rate), math.log1p(-rate)
+    below = 0.0
+    for k in range(misses):
+        log_term = (
+            math.lgamma(requests + 1)
+            - math.lgamma(k + 1)
+            - math.lgamma(requests - k + 1)
+            + k * log_p
+            + (requests - k) * log_q
+        )
+        below += math.exp(log_term)
+    return max(0.0, 1.0 - below)
+
+
+class MissWindow:
+    """Completions per pool over a trailing window, judged against the SLO goal."""
+
+    def __init__(
+        self,
+        window_s: float,
+        *,
+        goal: float,
+        min_requests: int,
+        bin_s: float = 5.0,
+        coincident: bool = False,
+    ) -> None:
+        """Judge pools over the last ``window_s`` at ``goal``; peaks over ``bin_s`` bins.
+
+        ``min_requests``: completions a window needs before its miss rate is trusted.
+        ``coincident``: a class's peak is its share of the window's arrivals times the peak
+        bin rate of all of them (the planner's coincident demand), else its own peak.
+        """
+        self._coincident = coincident
+        self._window_s = window_s
+        self._bin_s = bin_s
+        self._goal = goal
+        self._min_requests = min_requests
+        self._done: dict[str, deque[Entry]] = defaultdict(deque)
+
+    def add(
+        self, pool: str, *, finish_s: float, arrival_s: float, request_class: str, missed: bool
+    ) -> None:
+        """One completion of ``pool``."""
+        self._done[pool].append((finish_s, arrival_s, request_class, missed))
+
+    def clear(self) -> None:
+        """Forget every window (a new plan is judged on its own completions)."""
+        self._done.clear()
+
+    def _prune(self, t_s: float) -> None:
+        for window in self._done.values():
+            while window and window[0][0] < t_s - self._window_s:
+                window.popleft()
+
+    def overloaded(self, t_s: float) -> dict[str, float]:
+        """Pools whose window misses significantly more than the goal, with their load."""
+        self._prune(t_s)
+        out: dict[str, float] = {}
+        for pool, window in self._done.items():
+            requests = len(window)
+            if requests < self._min_requests:
+                continue
+            misses = sum(1 for entry in window if entry[3])
+            if binomial_tail(misses, requests, 1.0 - self._goal) < SIGNIFICANCE:
+                out[pool] = sum(self._peaks(window, t_s).values())
+        return out
+
+    def peaks(self, t_s: float) -> dict[str, float]:
+        """Peak ``bin_s`` QPS per class over every pool's window (arrival times)."""
+        self._prune(t_s)
+        return self._peaks([e for w in self._done.values() for e in w], t_s)
+
+    def _peaks(self, entries: Iterable[Entry], t_s: float) -> dict[str, float]:
+        by_class: dict[str, list[float]] = defaultdict(list)
+        for _, arrival, cls, _ in entries:
+            by_class[cls].append(arrival)
+        start = t_s - self._window_s
+        edges = np.arange(start, t_s + self._bin_s, self._bin_s)
+        if self._coincident and by_class:
+            every = [a for times in by_class.values() for a in times]
+            peak = float(np.histogram(every, bins=edges)[0].max()) / self._bin_s
+            return {cls: peak * len(times) / len(every) for cls, times in by_class.items()}
+        return {
+            cls: float(np.histogram(times, bins=edges)[0].max()) / self._bin_s
+            for cls, times in by_class.items()
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FeedbackSettings:
+    """How a miss report changes the next plan (``PlannerSettings.feedback_*``)."""
+
+    step: float | None = 0.8
+    """The most one report cuts a pool's capacity (a factor; the reactive scaler's
+    multiplicative decrease); ``None``: down to the load it missed at, however low."""
+    floor: float = 0.3
+    """The least capacity share feedback leaves a pool."""
+    boost: bool = True
+    """A pool that missed runs at its maximum clock for ``hold_s``."""
+
+    def __post_init__(self) -> None:
+        if self.step is not None and not 0.0 < self.step <= 1.0:
+            raise ValueError("feedback step must be in (0, 1]")
+        if not 0.0 <= self.floor <= 1.0:
+            raise ValueError("feedback floor must be in [0, 1]")
+
+
+@dataclass(slots=True)
+class CapacityFeedback:
+    """Per pool: the capacity share learned from misses, and until when its clock is boosted."""
+
+    settings: FeedbackSettings
+    derating: dict[str, float] = field(default_factory=dict)
+    boost_until: dict[str, float] = field(default_factory=dict)
+
+    def learn(
+        self,
+        overloaded: Mapping[str, float],
+        planned: Mapping[str, float],
+        t_s: float,
+        hold_s: float,
+    ) -> bool:
+        """Take one report (pool → load it missed at) against the capacities the plan in
+        force gave the pools; whether any pool was short (the planner then re-plans)."""
+        step = self.settings.step
+        for pool, load in overloaded.items():
+            capacity = planned.get(pool, 0.0)
+            if capacity > 0 and load < capacity:
+                factor = load / capacity if step is None else max(step, load / capacity)
+                self.derating[pool] = max(self.settings.floor, self.share(pool) * factor)
+            if self.settings.boost:
+                self.boost_until[pool] = t_s + hold_s
+        return bool(overloaded)
+
+    def share(self, pool: str) -> float:
+        """The capacity share ``pool`` is planned at (1: as profiled)."""
+        return self.derating.get(pool, 1.0)
+
+    def boosted(self, pool: str, t_s: float) -> bool:
+        """Whether ``pool`` missed within its hold: it runs at the maximum clock."""
+        return self.boost_until.get(pool, -math.inf) > t_s
+
+    def reset(self) -> None:
+        """Forget what was learned (the profiles it was learned against were replaced)."""
+        self.derating.clear()

@@ -1,0 +1,70 @@
+"""The planner's observed request sizes: when they count as drift, and what is profiled."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.classifier.classes import scheme_by_name
+from services.planner.live_profiles import class_pools, class_pools_from_sides
+from services.planner.observed_mix import ObservedMix, ObservedMixSettings, profile_lengths
+
+SCHEME = scheme_by_name("dynamollm9")
+# dynamollm9: inputs < 256 / < 1024 / longer; outputs < 100 / < 350 / longer.
+CONV_LIKE = [(120, 40)] * 50 + [(600, 200)] * 30 + [(1500, 60)] * 20
+SETTINGS = ObservedMixSettings(sample=500, min_requests=50, min_bucket_samples=5)
+
+
+def _mix(pairs: list[tuple[int, int]]) -> ObservedMix:
+    mix = ObservedMix(SCHEME, SETTINGS)
+    for prompt, output in pairs:
+        mix.add(prompt, output)
+    return mix
+
+
+def test_no_verdict_before_enough_requests() -> None:
+    mix = _mix([(4000, 50)] * 49)
+    assert mix.sample() is None
+    assert not mix.drifted(CONV_LIKE)
+
+
+def test_same_mix_is_not_drift() -> None:
+    assert not _mix(CONV_LIKE * 2).drifted(CONV_LIKE)
+
+
+def test_class_shares_moving_is_drift() -> None:
+    code_like = [(120, 40)] * 20 + [(600, 200)] * 20 + [(1500, 60)] * 60
+    assert _mix(code_like).drifted(CONV_LIKE)
+
+
+def test_longer_prompts_in_the_same_classes_are_drift() -> None:
+    # Same class shares; the long-input class's prompts are twice as long (code vs conv).
+    longer = [(120, 40)] * 50 + [(600, 200)] * 30 + [(3000, 60)] * 20
+    assert _mix(longer).drifted(CONV_LIKE)
+    slightly = [(120, 40)] * 50 + [(600, 200)] * 30 + [(1700, 60)] * 20
+    assert not _mix(slightly).drifted(CONV_LIKE)
+
+
+def test_bad_lengths_are_ignored() -> None:
+    mix = _mix([(0, 10), (10, 0), (-1, 5)])
+    assert len(mix) == 0
+
+
+def test_profile_lengths_keep_reference_for_sparse_buckets() -> None:
+    observed = [(3000, 60)] * 40  # only the long-input, short-output bucket
+    prompts, outputs = profile_lengths(observed, CONV_LIKE, SCHEME, min_bucket_samples=5)
+    # Long inputs come from the sample only; short and medium inputs from the reference.
+    assert {p for p in prompts if p >= 1024} == {3000}
+    assert {p for p in prompts if p < 1024} == {120, 600}
+    # Short outputs from the sample (60), medium outputs from the reference (200).
+    assert {o for o in outputs if o < 100} == {60}
+    assert 200 in outputs
+    # Every class the reference profiles is still profiled.
+    reference = {c.name for c in class_pools(SCHEME, CONV_LIKE)}
+    assert reference <= {c.name for c in class_pools_from_sides(SCHEME, prompts, outputs)}
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="share_shift"):
+        ObservedMixSettings(share_shift=0.0)
+    with pytest.raises(ValueError, match=">= 1"):
+        ObservedMixSettings(sample=0)
