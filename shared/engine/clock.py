@@ -36,19 +36,24 @@ class ClockSettings:
     compared by ``greenserve bench engine-clock``; ``docs/engine.md`` gives both.
     """
 
-    voltage_floor_fraction: float = 0.791
+    voltage_floor_fraction: float = 0.744
     """``s_v``: clock, as a fraction of the maximum, below which the voltage stays at its
     minimum, so dynamic power falls only in proportion to the clock."""
-    min_voltage_ratio: float = 0.514
+    min_voltage_ratio: float = 0.521
     """``v0 = V_min / V_max`` along the DVFS curve."""
-    memory_knee_fraction: float = 0.557
+    memory_knee_fraction: float = 0.535
     """``k``: clock fraction around which memory-bound work turns from nearly clock-free to
     clock-bound (A100: 0.6 × 1410 ≈ 846 MHz, throttLL'eM's 840 MHz)."""
-    memory_knee_sharpness: float = 7.30
+    memory_knee_sharpness: float = 6.637
     """``q`` of the soft knee; large ``q`` approaches ``max(1, k/s)``."""
-    memory_power_clock_independent_share: float = 0.666
+    memory_power_clock_independent_share: float = 0.506
     """Share of the memory-bound dynamic power drawn by HBM and I/O, which does not scale
     with the SM clock (the memory clock is never changed)."""
+    active_power_tdp_fraction: float = 0.125
+    """``a``: power drawn while kernels run that does not scale with the SM clock (HBM and
+    I/O kept active, L2 and uncore), as a fraction of the board's TDP. It is paid for the
+    GPU-active part of each iteration and not in the host's gaps, so a slower clock, which
+    stretches the kernels, pays it for longer."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -56,6 +61,7 @@ class ClockSettings:
             "min_voltage_ratio",
             "memory_knee_fraction",
             "memory_power_clock_independent_share",
+            "active_power_tdp_fraction",
         ):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:

@@ -97,14 +97,16 @@ def test_bench_reports_the_goals(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         engine_clock,
         "_engine_cells",
-        lambda pools, name, model, tps, seeds: {
+        lambda pools, name, model, tps, seeds, coefficients: {
             (tp, m): CellResult(1.0 + tp + m / 1000.0, 0.1, 0.05, True)
             for tp in (2, 4, 8)
             for m in (800.0, 1200.0, 1600.0, 1980.0)
         },
     )
-    result = engine_clock.run(argparse.Namespace(seeds=1, trace="conv"))
+    result = engine_clock.run(argparse.Namespace(seeds=1, trace="conv", stack=None))
     for key in ("spearman_mean", "optimum_match", "u_shape_classes", "throttllem", "goals_met"):
         assert key in result
     assert result["u_shape_classes"] == []  # monotone stub cells have no U
     assert result["goals_met"]["u_shape"] is False
+    assert result["stack"] == "splitwise"
+    assert result["table_i_summary_vllm_stack"]["u_shape_classes"] == []
