@@ -156,7 +156,8 @@ def main() -> None:
         coefficients = fit_engine(points, ClockSettings(active_power_tdp_fraction=active))
         value, clock = fit_at(active, coefficients)
         fits[active] = (value, clock, coefficients)
-        print(f"active {active:.3f}: loss {value:.6f}")
+        shape = {k: round(float(v), 3) for k, v in asdict(clock).items()}
+        print(f"active {active:.3f}: loss {value:.6f} {shape}", flush=True)
     # The targets bound the active power from both sides (Ma et al.'s 32 % from below,
     # throttLL'eM's 2x power span from above) but are met equally well in between: take the
     # middle of that plateau rather than an end picked by round-off.
