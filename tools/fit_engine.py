@@ -35,6 +35,7 @@ from shared.engine.calibration import (
     predict,
     predict_layer_s,
 )
+from shared.engine.clock import DEFAULT_CLOCK_SETTINGS, ClockSettings
 from shared.engine.coefficients import (
     COEFFICIENTS_PATH,
     COEFFICIENTS_VERSION,
@@ -105,8 +106,13 @@ def _fit_allreduce(
     return latency, rate
 
 
+_CLOCK = [DEFAULT_CLOCK_SETTINGS]
+"""The clock model the max-clock terms are fitted under (``tools/fit_clock.py`` refits the
+power terms under each candidate clock model: its active power is part of max-clock power)."""
+
+
 def _costs(gpu: str, model: str, tp: int, c: GpuCoefficients) -> CostModel:
-    return CostModel(gpu_spec(gpu), model_shape(model), tp, c)
+    return CostModel(gpu_spec(gpu), model_shape(model), tp, c, _CLOCK[0])
 
 
 def _stack_values(x: np.ndarray) -> dict[str, Any]:
@@ -164,8 +170,11 @@ def _fit_power(base: GpuCoefficients, gpu: str, rows: list[CalibrationPoint],
     return replace(base, busy_w=float(x[0]), compute_w=float(x[1]), memory_w=float(x[2]))
 
 
-def fit(points: list[CalibrationPoint]) -> Coefficients:
-    """Fit every coefficient on the ``train`` points of ``points``."""
+def fit(
+    points: list[CalibrationPoint], clock: ClockSettings = DEFAULT_CLOCK_SETTINGS
+) -> Coefficients:
+    """Fit every coefficient on the ``train`` points of ``points`` under ``clock``."""
+    _CLOCK[0] = clock
     train = [p for p in points if p.split == "train"]
     gpus: dict[str, GpuCoefficients] = {}
     stacks: dict[str, dict[str, dict[str, Any]]] = {"vllm": {}, "splitwise": {}}

@@ -98,14 +98,41 @@ def compare_table(paper: Any, engine: dict[tuple[int, float], Any]) -> dict[str,
     }
 
 
-def _engine_cells(pools: Any, name: str, model: str, tps: float, seeds: int) -> dict[Any, Any]:
+def _engine_cells(
+    pools: Any, name: str, model: str, tps: float, seeds: int, coefficients: Any
+) -> dict[Any, Any]:
     from greenserve.bench.engine_clock_paper import PAPER_CLOCKS_MHZ
     from greenserve.bench.engine_clock_run import run_cell
 
+    cells = {}
+    for tp in (2, 4, 8):
+        for mhz in PAPER_CLOCKS_MHZ:
+            cells[(tp, mhz)] = run_cell(pools, name, model=model, tp=tp, clock_mhz=mhz, tps=tps,
+                                        seeds=seeds, coefficients=coefficients)  # fmt: skip
+    return cells
+
+
+def _table_i(pools: Any, seeds: int, coefficients: Any) -> dict[str, Any]:
+    from greenserve.bench.engine_clock_paper import TABLE_I
+
+    table: dict[str, Any] = {}
+    for name, paper in TABLE_I.items():
+        print(f"engine-clock: Table I {name}", file=sys.stderr, flush=True)
+        cells = _engine_cells(pools, name, "llama-2-70b", 2000.0, seeds, coefficients)
+        table[name] = compare_table(paper, cells)
+    return table
+
+
+def _summary(table_i: dict[str, Any]) -> dict[str, Any]:
+    """Spearman mean, optimum matches and U classes of a Table I comparison."""
+    rhos = [row["spearman"] for row in table_i.values() if row["spearman"] is not None]
     return {
-        (tp, mhz): run_cell(pools, name, model=model, tp=tp, clock_mhz=mhz, tps=tps, seeds=seeds)
-        for tp in (2, 4, 8)
-        for mhz in PAPER_CLOCKS_MHZ
+        "spearman_mean": sum(rhos) / len(rhos) if rhos else None,
+        "optimum_match": sum(row["optimum_match"] for row in table_i.values()),
+        "u_shape_classes": sorted(
+            k for k, row in table_i.items() if row["u_expected"] and row["u_engine"]
+        ),
+        "u_shape_expected": sorted(k for k, row in table_i.items() if row["u_expected"]),
     }
 
 
@@ -152,32 +179,32 @@ def _h100_saturated() -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run Tables I–III on the engine and the throttLL'eM sweep; return the comparison."""
-    from greenserve.bench.engine_clock_paper import TABLE_I, TABLE_II, TABLE_III
-    from greenserve.bench.engine_clock_run import class_pools
+    from greenserve.bench.engine_clock_paper import TABLE_II, TABLE_III
+    from greenserve.bench.engine_clock_run import DYNAMOLLM_STACK, class_pools, stack_coefficients
     from loadgen.traces import resolve_trace
 
+    stack = args.stack or DYNAMOLLM_STACK
     pools = class_pools(resolve_trace(args.trace))
-    table_i: dict[str, Any] = {}
-    for name, paper in TABLE_I.items():
-        print(f"engine-clock: Table I {name}", file=sys.stderr, flush=True)
-        cells = _engine_cells(pools, name, "llama-2-70b", 2000.0, args.seeds)
-        table_i[name] = compare_table(paper, cells)
+    coefficients = stack_coefficients(stack)
+    table_i = _table_i(pools, args.seeds, coefficients)
     table_ii = {
         f"{tps:g}_tps": compare_table(paper, _engine_cells(pools, "MM", "llama-2-70b", tps,
-                                                           args.seeds))
+                                                           args.seeds, coefficients))
         for tps, paper in TABLE_II.items()
     }  # fmt: skip
     table_iii = {
-        model: compare_table(paper, _engine_cells(pools, "MM", model, 2000.0, args.seeds))
+        model: compare_table(paper, _engine_cells(pools, "MM", model, 2000.0, args.seeds,
+                                                  coefficients))
         for model, paper in TABLE_III.items()
-    }
-    rhos = [row["spearman"] for row in table_i.values() if row["spearman"] is not None]
-    u_expected = sorted(k for k, row in table_i.items() if row["u_expected"])
-    u_engine = sorted(k for k, row in table_i.items() if row["u_expected"] and row["u_engine"])
-    matches = sum(row["optimum_match"] for row in table_i.values())
+    }  # fmt: skip
+    other = "vllm" if stack != "vllm" else "splitwise"
+    other_summary = _summary(_table_i(pools, args.seeds, stack_coefficients(other)))
+    summary = _summary(table_i)
+    spearman_mean = summary["spearman_mean"]
+    matches = summary["optimum_match"]
+    u_engine, u_expected = summary["u_shape_classes"], summary["u_shape_expected"]
     throttllem = _throttllem()
-    spearman_mean = sum(rhos) / len(rhos) if rhos else None
-    return {
+    report: dict[str, Any] = {
         "spearman_mean": spearman_mean,
         "optimum_match": matches,
         "classes": len(table_i),
@@ -191,6 +218,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "u_shape": u_engine == u_expected,
             "throttllem": throttllem["within_15pct"],
         },
+        "stack": stack,
+        f"table_i_summary_{other}_stack": other_summary,
         "table_i": table_i,
         "table_ii_held_out": table_ii,
         "table_iii_held_out": table_iii,
@@ -198,5 +227,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "(prompt + output tokens/s), energy from the first arrival until the last request "
         "finishes, mean of --seeds runs; SLO: p99 TTFT within Table IV's limit by input class "
         "and p99 TBT <= 100 ms; clocks 795 (paper 800), 1200, 1605 (1600), 1980 MHz after NVML "
-        "snapping",
+        f"snapping; host overheads of the {stack!r} serving stack",
     }
+    if getattr(args, "plots", None) is not None:
+        from greenserve.bench.engine_clock_paper import PAPER_CLOCKS_MHZ, THROTTLLEM
+        from greenserve.bench.engine_clock_plots import plot_table_i, plot_throttllem
+        from greenserve.bench.engine_clock_run import throttllem_sweep
+
+        report["plots"] = [
+            str(plot_table_i(table_i, PAPER_CLOCKS_MHZ, args.plots / "engine_clock_table_i.png")),
+            str(plot_throttllem(throttllem_sweep(), THROTTLLEM,
+                                args.plots / "engine_clock_throttllem.png")),
+        ]  # fmt: skip
+    return report

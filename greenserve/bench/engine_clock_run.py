@@ -25,16 +25,29 @@ from greenserve.bench.engine_clock_paper import THROTTLLEM
 from services.classifier.classes import DYNAMOLLM_TBT_MS, DYNAMOLLM_TTFT_MS
 from shared.engine.api import EngineConfig, EngineRequest
 from shared.engine.clock import DEFAULT_CLOCK_SETTINGS, ClockSettings
+from shared.engine.coefficients import Coefficients, for_stack, load_coefficients
 from shared.engine.simulated import create_engine
 
 __all__ = [
+    "DYNAMOLLM_STACK",
     "CellResult",
     "ClassPools",
     "class_pools",
     "run_cell",
     "saturated_tokens_per_joule",
+    "stack_coefficients",
     "throttllem_sweep",
 ]
+
+DYNAMOLLM_STACK = "splitwise"
+"""The serving-stack overheads DynamoLLM's tables are replayed with. DynamoLLM ran vLLM
+before v0.6 (arXiv v1 2408.00741, August 2024; v0.6.0 came out in September 2024), whose
+CPU side left the GPU waiting for a large share of each decode step: the vLLM team's
+profile of v0.5.3 (blog "vLLM v0.6.0: 2.7x Throughput Improvement", 2024-09-05) had the
+API server and scheduler take 62 % of Llama-3-8B's time on one H100, and v0.6.0 halved
+Llama-70B's time per output token on 4×H100. Of the engine's fitted stacks, ``splitwise``
+(host overheads fitted on Splitwise's Llama-2-70B DGX-H100 token times, the same group and
+period) is that era's; ``vllm`` (ML.ENERGY, vLLM v1) is today's."""
 
 _INPUT_EDGES = (1, 256, 1024, 8193)
 _OUTPUT_EDGES = (1, 100, 350, 1 << 30)
@@ -65,6 +78,15 @@ def class_pools(trace_csv: Path) -> ClassPools:
     return pools
 
 
+def stack_coefficients(stack: str, coefficients: Coefficients | None = None) -> Coefficients:
+    """Return ``coefficients`` (the packaged ones by default) with every GPU's host
+    overheads replaced by those of serving ``stack`` (see :data:`DYNAMOLLM_STACK`)."""
+    base = coefficients or load_coefficients()
+    gpus = {gpu: for_stack(base, gpu, stack) for gpu in base.gpus}
+    return Coefficients(version=base.version, gpus=gpus, stacks=base.stacks,
+                        provenance=base.provenance)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class CellResult:
     """One (class, TP, clock, load) cell, averaged over seeds."""
@@ -92,10 +114,12 @@ def _one_run(
     seed: int,
     window_s: float,
     clock: ClockSettings,
+    coefficients: Coefficients | None,
 ) -> tuple[float, float, float, bool]:
     prompts, outputs = pools[name]
     engine = create_engine(
         EngineConfig(gpu="H100-80GB", model=model, tp=tp, clock_mhz=clock_mhz),
+        coefficients=coefficients,
         clock_settings=clock,
     )
     rng = random.Random(f"{name}/{seed}")
@@ -157,13 +181,14 @@ def run_cell(
     seeds: int = 5,
     window_s: float = 30.0,
     clock: ClockSettings = DEFAULT_CLOCK_SETTINGS,
+    coefficients: Coefficients | None = None,
 ) -> CellResult | None:
     """Replay class ``name`` at ``tps`` on one H100 instance; ``None`` when the model does not
     fit at that TP (the paper's TP2 cells of large models are empty for the same reason)."""
     try:
         runs = [
             _one_run(pools, name, model=model, tp=tp, clock_mhz=clock_mhz, tps=tps,
-                     seed=seed, window_s=window_s, clock=clock)
+                     seed=seed, window_s=window_s, clock=clock, coefficients=coefficients)
             for seed in range(seeds)
         ]  # fmt: skip
     except ValueError:
@@ -184,10 +209,13 @@ def saturated_tokens_per_joule(
     batch: int,
     context_tokens: float,
     clock: ClockSettings = DEFAULT_CLOCK_SETTINGS,
+    coefficients: Coefficients | None = None,
 ) -> dict[float, tuple[float, float, float]]:
     """Return ``{clock: (tokens/J, iteration s, power W of all GPUs)}`` of a full decode batch
     at every supported clock (throttLL'eM's characterisation, a saturated engine)."""
-    engine = create_engine(EngineConfig(gpu=gpu, model=model, tp=tp), clock_settings=clock)
+    engine = create_engine(
+        EngineConfig(gpu=gpu, model=model, tp=tp), coefficients=coefficients, clock_settings=clock
+    )
     costs = engine.cost_model
     out: dict[float, tuple[float, float, float]] = {}
     kv = batch * context_tokens
@@ -200,6 +228,7 @@ def saturated_tokens_per_joule(
 
 def throttllem_sweep(
     clock: ClockSettings = DEFAULT_CLOCK_SETTINGS,
+    coefficients: Coefficients | None = None,
 ) -> dict[float, tuple[float, float, float]]:
     """:func:`saturated_tokens_per_joule` on throttLL'eM's characterisation engine (its full
     batch at the mean context of a 1-token prompt and its 1,024 output tokens)."""
@@ -207,4 +236,5 @@ def throttllem_sweep(
     return saturated_tokens_per_joule(
         gpu=p.gpu, model=p.model, tp=p.tp, batch=p.batch,
         context_tokens=p.prompt_tokens + p.output_tokens / 2, clock=clock,
+        coefficients=coefficients,
     )  # fmt: skip

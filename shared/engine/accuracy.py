@@ -16,6 +16,7 @@ from shared.engine.calibration import (
     predict_allreduce_s,
     predict_layer_s,
 )
+from shared.engine.clock import DEFAULT_CLOCK_SETTINGS, ClockSettings
 from shared.engine.coefficients import Coefficients, for_stack
 from shared.engine.costs import CostModel
 from shared.engine.hardware import gpu_spec, model_shape
@@ -36,9 +37,16 @@ def _summary(errors: list[float]) -> dict[str, float]:
 
 
 def evaluate(
-    points: list[CalibrationPoint], coefficients: Coefficients, split: str = "test"
+    points: list[CalibrationPoint],
+    coefficients: Coefficients,
+    split: str = "test",
+    clock: ClockSettings = DEFAULT_CLOCK_SETTINGS,
 ) -> dict[str, Any]:
-    """Return error summaries (percent) of every metric on the points of ``split``."""
+    """Return error summaries (percent) of every metric on the points of ``split``.
+
+    ``clock`` matters at the maximum clock only through its active power (see
+    :mod:`shared.engine.clock`); ``tools/fit_clock.py`` passes its candidates.
+    """
     prompt_tokens = float(coefficients.provenance.get("mlenergy_mean_prompt_tokens", 500.0))
     errors: dict[str, list[float]] = {}
 
@@ -62,7 +70,7 @@ def evaluate(
             continue
         stack = "vllm" if point.source == "mlenergy" else "splitwise"
         coeff = for_stack(coefficients, point.gpu, stack)
-        costs = CostModel(spec, model_shape(point.model), point.tp, coeff)
+        costs = CostModel(spec, model_shape(point.model), point.tp, coeff, clock)
         result = predict(point, costs, spec.max_clock_mhz, prompt_tokens)
         if point.source == "splitwise-prefill":
             add("ttft", result.time_s, point.time_s)

@@ -15,9 +15,11 @@ Latency of an iteration on each GPU of a TP group (all GPUs run in lock step), w
 - ``h_layer``, ``h_tok``, ``h_iter``, ``a_extra``: host-side overheads of the serving stack.
 - ``α``, ``β``: NCCL all-reduce latency and bandwidth (fitted on Vidur's tables).
 
-Power per GPU: ``P = P_idle + d(s)·(P_busy + P_c·u_c) + P_m·u_m·(b + (1 − b)·d(s))``, capped
-at TDP, with ``d(s) = s·V(s)²`` (``ClockSettings.dynamic_power_factor``) and ``u_c``,
-``u_m`` the shares of the iteration spent at the achieved compute and bandwidth rates.
+Power per GPU: ``P = P_idle + A·u_k + d(s)·(P_busy + P_c·u_c) + P_m·u_m·(b + (1 − b)·d(s))``,
+capped at TDP, with ``d(s) = s·V(s)²`` (``ClockSettings.dynamic_power_factor``), ``u_c``,
+``u_m`` the shares of the iteration spent at the achieved compute and bandwidth rates, and
+``u_k`` the share in which kernels run (everything but the host terms ``h_*``); ``A`` is
+the clock-independent active power (``ClockSettings.active_power_tdp_fraction`` × TDP).
 Splitwise's phase powers (prompt near TDP, token lower) motivate the split.
 """
 
@@ -30,6 +32,9 @@ from shared.engine.coefficients import GpuCoefficients
 from shared.engine.hardware import GpuSpec, ModelShape
 
 __all__ = ["CostModel", "DecodePricing", "IterationCost", "roofline"]
+
+_ClockTerms = tuple[float, float, float, float, float, float, float]
+"""The clock-only terms of :meth:`CostModel.cost_of` (see :meth:`CostModel._terms_at`)."""
 
 
 def roofline(compute_s: float, memory_s: float, sharpness: float) -> float:
@@ -71,10 +76,13 @@ class DecodePricing:
     kernel_layers_at_s: float
     token_time: float
     """``n · per-token time``."""
+    token_kernel_time: float
+    """``n · per-token GPU kernel time`` (the part of ``token_time`` the GPU is active)."""
     host_fixed_s: float
     allreduce_s: float
     """All-reduce time of the iteration, 0 at TP 1 (then not added, as in ``cost_of``)."""
     idle_w: float
+    active_w: float
     dyn: float
     busy_w: float
     compute_w: float
@@ -87,6 +95,7 @@ class CostModel:
     """Latency and power of one (GPU, model, TP) instance at any clock."""
 
     __slots__ = (
+        "_active_w",
         "_ar_bytes_per_token",
         "_ar_fixed_s",
         "_ar_rate",
@@ -140,9 +149,10 @@ class CostModel:
         self._host_fixed_s = model.layers * c.layer_overhead_s + c.iteration_overhead_s
         self._clock = clock
         self._mem_power_floor = clock.memory_power_clock_independent_share
+        self._active_w = clock.active_power_tdp_fraction * gpu.tdp_w
         # Terms that depend only on the clock, computed once per clock with the very same
         # float operations as before (results are bit-identical, see _terms_at).
-        self._clock_terms: dict[float, tuple[float, float, float, float, float, float]] = {}
+        self._clock_terms: dict[float, _ClockTerms] = {}
         self._decode_pricings: dict[tuple[int, float], DecodePricing] = {}
         if tp > 1:
             key = str(tp)
@@ -184,7 +194,7 @@ class CostModel:
         terms = self._clock_terms.get(clock_mhz)
         if terms is None:
             terms = self._terms_at(clock_mhz)
-        s, slowdown, kernel_layers_at_s, per_token_s, dyn, mem_power_share = terms
+        s, slowdown, kernel_layers_at_s, per_token_s, kernel_token_s, dyn, mem_power_share = terms
         flops = (
             self._lin_flops_per_token * tokens
             + self._head_flops_per_seq * sampled_seqs
@@ -197,20 +207,25 @@ class CostModel:
         memory_s = memory_full * slowdown
         p = self._p
         c = self._coeff
-        duration = (
-            (compute_s**p + memory_s**p) ** (1.0 / p)
-            + kernel_layers_at_s
-            + tokens * per_token_s
-            + self._host_fixed_s
-        )
+        kernels_s = (compute_s**p + memory_s**p) ** (1.0 / p) + kernel_layers_at_s
+        duration = kernels_s + tokens * per_token_s + self._host_fixed_s
+        kernels_s += tokens * kernel_token_s
         if self._ar_fixed_s:
-            duration += self._ar_fixed_s + self._ar_bytes_per_token * tokens / self._ar_rate
+            allreduce_s = self._ar_fixed_s + self._ar_bytes_per_token * tokens / self._ar_rate
+            duration += allreduce_s
+            kernels_s += allreduce_s
         # Utilisations are shares of the iteration at the achieved rates; a fully
         # compute-bound prefill draws busy + compute power, an idle-ish decode little more
-        # than busy power.
+        # than busy power. The clock-independent active power is paid while kernels run
+        # (not in the host's gaps), so a slower clock pays it for longer.
         u_c = compute_s / duration
         u_m = memory_full / duration
-        power = c.idle_w + dyn * (c.busy_w + c.compute_w * u_c) + c.memory_w * u_m * mem_power_share
+        power = (
+            c.idle_w
+            + self._active_w * (kernels_s / duration)
+            + dyn * (c.busy_w + c.compute_w * u_c)
+            + c.memory_w * u_m * mem_power_share
+        )
         # Boards are power-capped at TDP; the firmware holds the cap by shaving clocks,
         # which this model folds into the fitted efficiencies.
         power = min(power, self._gpu.tdp_w)
@@ -222,7 +237,7 @@ class CostModel:
         if cached is not None:
             return cached
         terms = self._clock_terms.get(clock_mhz) or self._terms_at(clock_mhz)
-        s, slowdown, kernel_layers_at_s, per_token_s, dyn, mem_power_share = terms
+        s, slowdown, kernel_layers_at_s, per_token_s, kernel_token_s, dyn, mem_power_share = terms
         c = self._coeff
         allreduce = 0.0
         if self._ar_fixed_s:
@@ -240,9 +255,11 @@ class CostModel:
             sharpness=self._p,
             kernel_layers_at_s=kernel_layers_at_s,
             token_time=sequences * per_token_s,
+            token_kernel_time=sequences * kernel_token_s,
             host_fixed_s=self._host_fixed_s,
             allreduce_s=allreduce,
             idle_w=c.idle_w,
+            active_w=self._active_w,
             dyn=dyn,
             busy_w=c.busy_w,
             compute_w=c.compute_w,
@@ -254,11 +271,12 @@ class CostModel:
             self._decode_pricings[(sequences, clock_mhz)] = pricing
         return pricing
 
-    def _terms_at(self, clock_mhz: float) -> tuple[float, float, float, float, float, float]:
+    def _terms_at(self, clock_mhz: float) -> _ClockTerms:
         """Return and cache the clock-only terms of :meth:`cost_of`.
 
-        They are s, the memory slowdown, the kernel time per iteration and per token, the
-        dynamic-power factor ``d(s)`` and the clock factor of memory-bound power.
+        They are s, the memory slowdown, the kernel time per iteration, the time per token
+        (GPU and host) and its GPU part, the dynamic-power factor ``d(s)`` and the clock
+        factor of memory-bound power.
         """
         s = clock_mhz / self._gpu.max_clock_mhz
         slowdown = self._clock.memory_slowdown(s)
@@ -269,6 +287,7 @@ class CostModel:
             slowdown,
             self._kernel_layers_s / s,
             self._kernel_token_s * slowdown + self._coeff.token_overhead_s,
+            self._kernel_token_s * slowdown,
             dyn,
             floor + (1.0 - floor) * dyn,
         )

@@ -224,13 +224,15 @@ class DecodeGroupBatcher(ContinuousBatcher):
         durations, energies, powers, kv_used = out
         residues, finish_at, base_sum = self._residues, self._finish_at, self._base_sum
         (linear, attention, flop_rate, s, weights, kv_bytes, mem_rate, slowdown, p, kernels,
-         token_time, host, allreduce, idle_w, dyn, busy_w, compute_w, memory_w, mem_share,
-         tdp_w) = (pricing.linear_flops, pricing.attention_flops_per_pair, pricing.flop_rate,
-                   pricing.s, pricing.weight_bytes, pricing.kv_bytes_per_token, pricing.mem_rate,
-                   pricing.slowdown, pricing.sharpness, pricing.kernel_layers_at_s,
-                   pricing.token_time, pricing.host_fixed_s, pricing.allreduce_s,
-                   pricing.idle_w, pricing.dyn, pricing.busy_w, pricing.compute_w,
-                   pricing.memory_w, pricing.mem_power_share, pricing.tdp_w)  # fmt: skip
+         token_time, token_kernel_time, host, allreduce, idle_w, active_w, dyn, busy_w,
+         compute_w, memory_w, mem_share, tdp_w) = (
+            pricing.linear_flops, pricing.attention_flops_per_pair, pricing.flop_rate,
+            pricing.s, pricing.weight_bytes, pricing.kv_bytes_per_token, pricing.mem_rate,
+            pricing.slowdown, pricing.sharpness, pricing.kernel_layers_at_s,
+            pricing.token_time, pricing.token_kernel_time, pricing.host_fixed_s,
+            pricing.allreduce_s, pricing.idle_w, pricing.active_w, pricing.dyn,
+            pricing.busy_w, pricing.compute_w, pricing.memory_w, pricing.mem_power_share,
+            pricing.tdp_w)  # fmt: skip
         tick = self._tick
         free = self._free_blocks
         total = self._total_blocks
@@ -251,10 +253,14 @@ class DecodeGroupBatcher(ContinuousBatcher):
             compute_s = (linear + attention * float(context)) / flop_rate / s
             memory_full = (weights + kv_bytes * context) / mem_rate
             memory_s = memory_full * slowdown
-            duration = (compute_s**p + memory_s**p) ** (1.0 / p) + kernels + token_time + host
+            kernels_s = (compute_s**p + memory_s**p) ** (1.0 / p) + kernels
+            duration = kernels_s + token_time + host
+            kernels_s += token_kernel_time
             if allreduce:
                 duration += allreduce
-            power = (idle_w + dyn * (busy_w + compute_w * (compute_s / duration))
+                kernels_s += allreduce
+            power = (idle_w + active_w * (kernels_s / duration)
+                     + dyn * (busy_w + compute_w * (compute_s / duration))
                      + memory_w * (memory_full / duration) * mem_share)  # fmt: skip
             power = min(power, tdp_w) * gpus
             energy = power * duration

@@ -97,14 +97,46 @@ def test_bench_reports_the_goals(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         engine_clock,
         "_engine_cells",
-        lambda pools, name, model, tps, seeds: {
+        lambda pools, name, model, tps, seeds, coefficients: {
             (tp, m): CellResult(1.0 + tp + m / 1000.0, 0.1, 0.05, True)
             for tp in (2, 4, 8)
             for m in (800.0, 1200.0, 1600.0, 1980.0)
         },
     )
-    result = engine_clock.run(argparse.Namespace(seeds=1, trace="conv"))
+    result = engine_clock.run(argparse.Namespace(seeds=1, trace="conv", stack=None))
     for key in ("spearman_mean", "optimum_match", "u_shape_classes", "throttllem", "goals_met"):
         assert key in result
     assert result["u_shape_classes"] == []  # monotone stub cells have no U
     assert result["goals_met"]["u_shape"] is False
+    assert result["stack"] == "splitwise"
+    assert result["table_i_summary_vllm_stack"]["u_shape_classes"] == []
+
+
+def test_active_power_makes_a_u_at_dynamollms_fixed_load() -> None:
+    """At DynamoLLM's fixed load (LL on TP8, 2,000 TPS, its era's serving stack) energy is
+    lowest at 1.2 GHz: 0.8 GHz costs more, as in the paper. The same run without the
+    clock-independent active power falls monotonically with the clock, so the check can fail."""
+    from dataclasses import replace
+
+    from greenserve.bench.engine_clock_paper import PAPER_CLOCKS_MHZ
+    from greenserve.bench.engine_clock_run import DYNAMOLLM_STACK, stack_coefficients
+    from shared.engine.clock import DEFAULT_CLOCK_SETTINGS
+
+    pools = class_pools(resolve_trace("conv"))
+    coefficients = stack_coefficients(DYNAMOLLM_STACK)
+
+    def energies(clock: ClockSettings) -> list[float]:
+        out = []
+        for mhz in PAPER_CLOCKS_MHZ:
+            cell = run_cell(pools, "LL", model="llama-2-70b", tp=8, clock_mhz=mhz, tps=2000.0,
+                            seeds=2, clock=clock, coefficients=coefficients)  # fmt: skip
+            assert cell is not None
+            out.append(cell.energy_wh)
+        return out
+
+    with_active = energies(DEFAULT_CLOCK_SETTINGS)
+    assert min(with_active) == with_active[1]  # 1.2 GHz
+    assert with_active[0] > 1.02 * with_active[1]
+    assert with_active[-1] > 1.15 * with_active[1]
+    without = energies(replace(DEFAULT_CLOCK_SETTINGS, active_power_tdp_fraction=0.0))
+    assert without == sorted(without)

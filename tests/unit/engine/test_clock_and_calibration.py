@@ -124,3 +124,30 @@ def test_every_required_model_runs_on_every_gpu_at_some_tp(model: str, gpu: str)
     while (step := engine.step()) is not None:
         assert 0.0 < step.duration_s < 5.0
         assert 0.0 < step.power_w <= 8 * 700.0
+
+
+def test_active_power_is_paid_while_kernels_run_not_in_host_gaps() -> None:
+    """Test that the clock-independent active power is paid for the kernel share of an
+    iteration only: under a stack with long host gaps it adds less than its full value, and
+    more at a lower clock, whose longer kernels fill more of the iteration."""
+    from dataclasses import replace
+
+    from shared.engine.clock import DEFAULT_CLOCK_SETTINGS
+    from shared.engine.coefficients import for_stack
+    from shared.engine.costs import CostModel
+    from shared.engine.hardware import gpu_spec, model_shape
+
+    gpu, model = gpu_spec("H100-80GB"), model_shape("llama-2-70b")
+    coeff = for_stack(load_coefficients(), "H100-80GB", "splitwise")
+    active = DEFAULT_CLOCK_SETTINGS.active_power_tdp_fraction * gpu.tdp_w
+    assert active > 0.0
+    with_active = CostModel(gpu, model, 8, coeff)
+    without = CostModel(gpu, model, 8, coeff, replace(DEFAULT_CLOCK_SETTINGS,
+                                                      active_power_tdp_fraction=0.0))  # fmt: skip
+
+    def added_w(clock: float) -> float:
+        args = (0, 16, 16 * 600.0, 16 * 600.0, 16, clock)
+        return with_active.cost_of(*args).power_w_per_gpu - without.cost_of(*args).power_w_per_gpu
+
+    assert 0.3 * active < added_w(1980.0) < 0.9 * active  # splitwise's host gaps are long
+    assert added_w(795.0) > added_w(1980.0) + 0.05 * active
