@@ -499,3 +499,14 @@ def test_the_nvml_overlay_grants_the_clock_agent_exactly_what_nvml_needs(
     assert "nvidia.com/gpu" not in container["resources"].get("limits", {})
     base_env = {e["name"]: e["value"] for e in _main(before[("DaemonSet", "dvfs")])["env"]}
     assert {k: v for k, v in env.items() if not k.startswith("NVIDIA_")} == base_env
+
+
+def test_the_data_image_is_built_where_the_init_containers_copy_from(base: list[Obj]) -> None:
+    """Test docker/Dockerfile.data builds the image the init containers use, with the data
+    at the folder they copy from."""
+    text = (REPO / "docker" / "Dockerfile.data").read_text(encoding="utf-8")
+    for name in DEPLOYED:
+        [init] = _pod(_workloads(base)[name])["initContainers"]
+        assert f"-t {init['image']} " in text, name
+        source = init["command"][-2].removesuffix("/.")
+        assert re.search(rf"^COPY \. {re.escape(source)}$", text, re.MULTILINE), name
