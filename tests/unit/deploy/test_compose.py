@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[3]
 COMPOSE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "docker" / "Dockerfile"
 PREFIX = "GREENSERVE_"
-INFRA = {"nats", "redis", "jaeger", "vllm"}
+INFRA = {"nats", "redis", "jaeger", "prometheus", "grafana", "vllm"}
 INTERPOLATION = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
 
 
@@ -417,3 +417,200 @@ def test_the_redis_healthcheck_keeps_the_password_off_the_command_line(tmp_path:
     finally:
         proc.terminate()
         proc.wait(5)
+
+
+# --- the compose-spec schema, the image, the operator's view ------------------------------
+PROMETHEUS_YML = REPO / "docker" / "prometheus" / "prometheus.yml"
+GRAFANA = REPO / "docker" / "grafana" / "provisioning"
+METRICS_PORT = "GREENSERVE_TELEMETRY__METRICS_PORT"
+
+
+def _compose_spec_validator() -> Any:
+    """The compose-spec JSON schema that check-jsonschema ships (``vendor.compose-spec``)."""
+    import importlib.resources
+    import json
+
+    import jsonschema
+
+    vendor = importlib.resources.files("check_jsonschema.builtin_schemas.vendor")
+    schema = json.loads((vendor / "compose-spec.json").read_text(encoding="utf-8"))
+    return jsonschema.Draft202012Validator(schema)
+
+
+@pytest.mark.parametrize("path", [COMPOSE, SECURE], ids=lambda p: p.name)
+def test_the_compose_files_follow_the_compose_spec(path: Path) -> None:
+    """Test each compose file against the compose-spec schema (no Docker engine here)."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    errors = [
+        f"{list(e.absolute_path)}: {e.message}" for e in _compose_spec_validator().iter_errors(data)
+    ]
+    assert errors == []
+
+
+def test_the_compose_spec_check_catches_a_wrong_file() -> None:
+    """Test that the schema check fails on a misspelt key and a wrongly typed port list."""
+    data = _compose()
+    data["services"]["gateway"]["imagee"] = "greenserve:local"
+    data["services"]["nats"]["ports"] = "4222:4222"
+    messages = " | ".join(e.message for e in _compose_spec_validator().iter_errors(data))
+    assert "'imagee' was unexpected" in messages
+    assert "'4222:4222' is not of type 'array'" in messages
+
+
+def test_the_dockerfile_installs_the_pinned_versions() -> None:
+    """Test that the image installs with constraints.txt, which pins every runtime dependency."""
+    import tomllib
+
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert re.search(r"^COPY .*\bconstraints\.txt\b", text, re.MULTILINE)
+    assert "pip install -c constraints.txt -r /tmp/requirements.txt" in text
+    pins = {
+        re.split(r"==", line)[0].lower().replace("_", "-")
+        for line in (REPO / "constraints.txt").read_text(encoding="utf-8").splitlines()
+        if "==" in line and not line.startswith("#")
+    }
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    for requirement in project["dependencies"]:
+        name = re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+        assert name in pins, f"{name} is not pinned in constraints.txt"
+
+
+def _image_tag(image: str) -> str:
+    return image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else ""
+
+
+def test_every_image_is_pinned_to_a_version() -> None:
+    """Test that no third-party image floats on ``latest`` (or no tag): a restart would pull
+    a different server than the one this file was checked with."""
+    for name, svc in SERVICES.items():
+        tag = _image_tag(svc["image"])
+        assert tag, f"{name}: {svc['image']} has no tag"
+        assert tag != "latest", f"{name}: {svc['image']}"
+        assert re.match(r"v?\d", tag) or svc["image"] == "greenserve:local", name
+
+
+def test_every_published_port_is_a_port_its_service_listens_on() -> None:
+    """Test host:container pairs: the gateway on its setting, Prometheus, Grafana, the servers."""
+    listens = {
+        "nats": {"4222", "8222"},
+        "redis": {"6379"},
+        "jaeger": {"16686", "4318"},
+        "prometheus": {"9090"},
+        "grafana": {"3000"},
+        "gateway": {_env(GREENSERVE["gateway"])["GREENSERVE_GATEWAY__PORT"]},
+    }
+    published: dict[str, set[str]] = {}
+    for name, svc in SERVICES.items():
+        for mapping in svc.get("ports", []):
+            host, container = mapping.split(":")
+            assert host == container, f"{name}: {mapping}"
+            published.setdefault(name, set()).add(container)
+    assert published == listens
+
+
+def _scrape_targets() -> dict[str, tuple[str, str]]:
+    """Prometheus's ``service`` label → (host, port) over every static target."""
+    config = yaml.safe_load(PROMETHEUS_YML.read_text(encoding="utf-8"))
+    targets: dict[str, tuple[str, str]] = {}
+    for job in config["scrape_configs"]:
+        if job["job_name"] == "prometheus":
+            continue
+        assert job.get("metrics_path", "/metrics") == "/metrics"
+        for group in job["static_configs"]:
+            for target in group["targets"]:
+                host, port = target.rsplit(":", 1)
+                assert group["labels"]["service"] == host, target
+                targets[host] = (host, port)
+    return targets
+
+
+def test_prometheus_scrapes_every_greenserve_container_on_its_metrics_port() -> None:
+    """Test that the scrape list is exactly the GreenServe services, each on the port its
+    environment serves metrics on (bound to all interfaces, so reachable from Prometheus)."""
+    targets = _scrape_targets()
+    assert set(targets) == set(GREENSERVE)
+    for name, svc in GREENSERVE.items():
+        env = _env(svc)
+        assert env["GREENSERVE_TELEMETRY__METRICS_HOST"] == "0.0.0.0", name
+        assert targets[name][1] == env[METRICS_PORT], name
+    prometheus = SERVICES["prometheus"]
+    mount = "./docker/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro"
+    assert mount in prometheus["volumes"]
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prometheus["command"]
+
+
+def test_promtool_accepts_the_prometheus_config(tmp_path: Path) -> None:
+    """Test ``promtool check config`` on docker/prometheus/prometheus.yml, and that it
+    rejects a broken copy (so a pass means something)."""
+    import shutil
+    import subprocess
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian package 'prometheus')")
+    done = subprocess.run(
+        [promtool, "check", "config", str(PROMETHEUS_YML)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    broken = tmp_path / "prometheus.yml"
+    broken.write_text(
+        PROMETHEUS_YML.read_text(encoding="utf-8").replace(
+            "scrape_interval: 10s", "scrape_interval: often"
+        ),
+        encoding="utf-8",
+    )
+    rejected = subprocess.run(
+        [promtool, "check", "config", str(broken)], capture_output=True, check=False, timeout=60
+    )
+    assert rejected.returncode != 0
+
+
+def test_grafana_is_provisioned_with_prometheus_and_the_dashboard() -> None:
+    """Test the datasource URL names the Prometheus service and port, the dashboard provider
+    reads the folder where dashboards/ is mounted, and the dashboard's panels use the
+    datasource variable that the default datasource fills."""
+    import json
+
+    grafana = SERVICES["grafana"]
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in grafana["volumes"] if m.startswith("./")}
+    assert (REPO / mounts["/etc/grafana/provisioning"]).resolve() == GRAFANA
+    datasources = yaml.safe_load((GRAFANA / "datasources" / "prometheus.yml").read_text())
+    [source] = datasources["datasources"]
+    assert source["type"] == "prometheus"
+    assert source["isDefault"] is True
+    assert source["url"] == "http://prometheus:9090"
+    assert "9090:9090" in SERVICES["prometheus"]["ports"]
+    providers = yaml.safe_load((GRAFANA / "dashboards" / "greenserve.yml").read_text())
+    [provider] = providers["providers"]
+    folder = provider["options"]["path"]
+    assert (REPO / mounts[folder]).resolve() == REPO / "dashboards"
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert (REPO / "dashboards" / Path(home).relative_to(folder)).is_file()
+    dashboard = json.loads((REPO / "dashboards" / "greenserve.json").read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["query"] == "prometheus"
+    for panel in dashboard["panels"]:
+        if panel["type"] != "row":
+            assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+    assert grafana["depends_on"]["prometheus"]["condition"] == "service_healthy"
+
+
+def test_grafana_needs_a_password_in_the_secure_stack() -> None:
+    """Test that the secure file turns anonymous access off and requires the admin password."""
+    env = _secure()["services"]["grafana"]["environment"]
+    assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
+    assert REQUIRED.findall(env["GF_SECURITY_ADMIN_PASSWORD"]) == ["GS_GRAFANA_ADMIN_PASSWORD"]
+
+
+def test_greenserve_secrets_generates_every_variable_the_secure_file_requires() -> None:
+    """Test that ``greenserve secrets`` names exactly the ``${VAR:?...}`` of the secure file."""
+    from greenserve.secure_env import secure_env_names
+
+    required = set(REQUIRED.findall(SECURE.read_text(encoding="utf-8")))
+    names = secure_env_names()
+    assert len(names) == len(set(names))
+    assert set(names) == required

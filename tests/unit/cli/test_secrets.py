@@ -1,0 +1,64 @@
+"""``greenserve secrets``: every credential of the secure stack, random, owner-only, kept."""
+
+from __future__ import annotations
+
+import re
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from greenserve.cli import main
+from greenserve.secure_env import secure_env_names
+
+
+def _read(path: Path) -> dict[str, str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+
+
+def test_it_writes_every_password_owner_only(tmp_path: Path) -> None:
+    """Test one distinct random URL-safe password per required variable, in a 0600 file."""
+    out = tmp_path / "deploy" / "secure.env"
+    assert main(["secrets", "--out", str(out)]) == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    values = _read(out)
+    assert list(values) == secure_env_names()
+    assert len(set(values.values())) == len(values)
+    for value in values.values():
+        assert re.fullmatch(r"[A-Za-z0-9_-]{32}", value), value
+
+
+def test_a_shell_reads_the_file_as_compose_is_told_to(tmp_path: Path) -> None:
+    """Test ``set -a; . ./secure.env`` exports each value unchanged (no quoting needed)."""
+    out = tmp_path / "secure.env"
+    assert main(["secrets", "--out", str(out)]) == 0
+    values = _read(out)
+    script = f"set -a; . {out}; set +a; env"
+    env = subprocess.run(
+        ["sh", "-c", script], capture_output=True, text=True, check=True, env={}
+    ).stdout
+    exported = dict(line.split("=", 1) for line in env.splitlines() if line.startswith("GS_"))
+    assert exported == values
+
+
+def test_an_existing_file_is_kept_unless_forced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Test that a second run exits 1 with one line and leaves the passwords; --force renews
+    them and narrows a wider mode back to 0600."""
+    out = tmp_path / "secure.env"
+    assert main(["secrets", "--out", str(out)]) == 0
+    before = out.read_text(encoding="utf-8")
+    capsys.readouterr()
+    assert main(["secrets", "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "--force" in err[0]
+    assert out.read_text(encoding="utf-8") == before
+    out.chmod(0o644)
+    assert main(["secrets", "--out", str(out), "--force"]) == 0
+    assert out.read_text(encoding="utf-8") != before
+    assert set(_read(out)) == set(secure_env_names())
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600

@@ -1,0 +1,512 @@
+"""deploy/k8s is the compose stack on Kubernetes, valid for a named Kubernetes version.
+
+The kustomizations are rendered (by :mod:`kustomize_lite`, and compared with
+``kubectl kustomize`` where kubectl is installed) with a credentials file that
+``greenserve secrets`` writes, every object is validated with ``kubernetes-validate``
+against the API schemas of :data:`K8S_VERSION` (strict: unknown fields are errors), and the
+workloads are read against docker-compose.yml and docker-compose.secure.yml: the same
+images, commands, ports and variables, each service under its own identity.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from greenserve.secure_env import secure_env_names, write_secure_env
+from tests.unit.deploy.kustomize_lite import KustomizeError, render
+
+REPO = Path(__file__).resolve().parents[3]
+K8S = REPO / "deploy" / "k8s"
+K8S_VERSION = "1.33.0"
+"""The Kubernetes release whose API schemas every object must satisfy."""
+OVERLAY = "overlays/nvml-clocks"
+INFRA = {"nats", "redis", "jaeger"}
+TOOLS = {"loadgen", "monitor", "admin"}
+INTERPOLATION = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
+Obj = dict[str, Any]
+
+
+def _load(path: Path) -> Obj:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+COMPOSE = _load(REPO / "docker-compose.yml")["services"]
+SECURE = _load(REPO / "docker-compose.secure.yml")["services"]
+# The GreenServe services a plain `docker compose up` runs (the vllm profile needs a GPU
+# host and a model, and is not part of the Kubernetes stack).
+DEPLOYED = {
+    name: svc
+    for name, svc in COMPOSE.items()
+    if svc.get("image") == "greenserve:local" and "profiles" not in svc
+}
+
+
+def _resolve(value: str) -> str:
+    return INTERPOLATION.sub(lambda m: m.group(2) or "", value)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """deploy/k8s copied aside with a fresh credentials file (as an operator makes one)."""
+    root = tmp_path_factory.mktemp("k8s") / "k8s"
+    shutil.copytree(K8S, root, ignore=shutil.ignore_patterns("secure.env"))
+    write_secure_env(root / "base" / "secure.env")
+    return root
+
+
+@pytest.fixture(scope="module")
+def base(tree: Path) -> list[Obj]:
+    return render(tree / "base")
+
+
+@pytest.fixture(scope="module")
+def overlay(tree: Path) -> list[Obj]:
+    return render(tree / OVERLAY)
+
+
+def _by(objects: list[Obj], kind: str) -> dict[str, Obj]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+def _workloads(objects: list[Obj]) -> dict[str, Obj]:
+    kinds = {"Deployment", "StatefulSet", "DaemonSet"}
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] in kinds}
+
+
+def _pod(workload: Obj) -> Obj:
+    spec: Obj = workload["spec"]["template"]["spec"]
+    return spec
+
+
+def _main(workload: Obj) -> Obj:
+    [container] = _pod(workload)["containers"]
+    assert isinstance(container, dict)
+    return container
+
+
+def _k8s_env(objects: list[Obj], container: Obj) -> dict[str, str]:
+    env: dict[str, str] = {}
+    config_maps = _by(objects, "ConfigMap")
+    for source in container.get("envFrom", []):
+        env.update(config_maps[source["configMapRef"]["name"]]["data"])
+    for item in container.get("env", []):
+        assert "value" in item, f"{item['name']}: GreenServe containers take plain values"
+        env[item["name"]] = item["value"]
+    return env
+
+
+def _compose_env(name: str) -> dict[str, str]:
+    env = {k: _resolve(v) for k, v in COMPOSE[name].get("environment", {}).items()}
+    env.update(SECURE.get(name, {}).get("environment", {}))
+    return env
+
+
+# --- rendering and validation -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("folder", ["base", OVERLAY])
+def test_kubectl_kustomize_renders_the_same_objects(tree: Path, folder: str) -> None:
+    """Test that what the tests read is what ``kubectl kustomize`` (offline) would apply."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed; the objects are rendered by kustomize_lite only")
+    done = subprocess.run(
+        [kubectl, "kustomize", str(tree / folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    theirs = [d for d in yaml.safe_load_all(done.stdout) if d]
+
+    def keyed(objects: list[Obj]) -> dict[tuple[str, str], Obj]:
+        return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+    assert keyed(theirs) == keyed(render(tree / folder))
+
+
+def test_the_renderer_refuses_what_it_does_not_render(tmp_path: Path) -> None:
+    """Test that a kustomize feature the renderer lacks fails instead of being dropped."""
+    (tmp_path / "kustomization.yaml").write_text("resources: []\nimages: [{name: x}]\n")
+    with pytest.raises(KustomizeError, match="unsupported fields"):
+        render(tmp_path)
+
+
+@pytest.mark.parametrize("folder", ["base", OVERLAY])
+def test_every_object_is_valid_for_the_named_kubernetes_version(tree: Path, folder: str) -> None:
+    """Test each rendered object against the Kubernetes API schemas, unknown fields refused."""
+    import kubernetes_validate
+
+    objects = render(tree / folder)
+    assert len(objects) > 40
+    for obj in objects:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_the_validation_catches_a_wrong_object(base: list[Obj]) -> None:
+    """Test that a misspelt field and a port given as text are refused (the check bites)."""
+    import kubernetes_validate
+
+    misspelt = _workloads(base)["gateway"]
+    misspelt = {**misspelt, "spec": {**misspelt["spec"], "replica": 2}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(misspelt, K8S_VERSION, strict=True)
+    service = _by(base, "Service")["gateway"]
+    wrong_port = {**service, "spec": {**service["spec"], "ports": [{"port": "8080"}]}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(wrong_port, K8S_VERSION, strict=True)
+
+
+# --- the same stack as compose ------------------------------------------------------------
+
+
+def test_one_workload_per_compose_service(base: list[Obj]) -> None:
+    """Test a Deployment per GreenServe service, the dvfs agent as a DaemonSet, NATS and
+    Redis as StatefulSets and Jaeger as a Deployment: the compose file's services, no more."""
+    workloads = _workloads(base)
+    assert set(workloads) == set(DEPLOYED) | INFRA
+    kinds = {name: w["kind"] for name, w in workloads.items()}
+    assert kinds.pop("dvfs") == "DaemonSet"
+    assert kinds.pop("nats") == kinds.pop("redis") == "StatefulSet"
+    assert set(kinds.values()) == {"Deployment"}
+
+
+@pytest.mark.parametrize("name", sorted(DEPLOYED))
+def test_each_service_runs_the_compose_image_command_and_variables(
+    base: list[Obj], name: str
+) -> None:
+    """Test the image, the command and every variable (shared and the service's own,
+    identity included) equal the compose service's under the secure file."""
+    container = _main(_workloads(base)[name])
+    assert container["image"] == COMPOSE[name]["image"]
+    assert container["command"] == COMPOSE[name]["command"]
+    assert _k8s_env(base, container) == _compose_env(name)
+
+
+def test_the_servers_run_the_compose_images_and_commands(base: list[Obj]) -> None:
+    """Test NATS, Redis and Jaeger: same images, the secure file's server commands, and a
+    container port for every port compose publishes."""
+    workloads = _workloads(base)
+    for name in INFRA:
+        container = _main(workloads[name])
+        assert container["image"] == COMPOSE[name]["image"], name
+        listening = {str(p["containerPort"]) for p in container["ports"]}
+        published = {p.split(":")[1] for p in COMPOSE[name]["ports"]}
+        assert published <= listening, name
+    assert _main(workloads["nats"])["args"] == SECURE["nats"]["command"]
+    script = SECURE["redis"]["command"][-1].replace("$$", "$")
+    assert _main(workloads["redis"])["command"] == ["sh", "-c", script]
+    jaeger = {e["name"]: e["value"] for e in _main(workloads["jaeger"])["env"]}
+    assert jaeger == COMPOSE["jaeger"]["environment"]
+
+
+def test_ports_are_the_settings_ports_and_services_expose_them(base: list[Obj]) -> None:
+    """Test the metrics port of every GreenServe container and the gateway's API port are
+    the ones its variables name, and each Service forwards to a named container port."""
+    workloads = _workloads(base)
+    services = _by(base, "Service")
+    for name in DEPLOYED:
+        container = _main(workloads[name])
+        env = _k8s_env(base, container)
+        ports = {p["name"]: str(p["containerPort"]) for p in container["ports"]}
+        assert ports["metrics"] == env["GREENSERVE_TELEMETRY__METRICS_PORT"], name
+        if name == "gateway":
+            assert ports["http"] == env["GREENSERVE_GATEWAY__PORT"]
+    for name, service in services.items():
+        pod_ports = {p["name"] for p in _main(workloads[name])["ports"]}
+        assert {p["targetPort"] for p in service["spec"]["ports"]} <= pod_ports, name
+        selector = service["spec"]["selector"]
+        labels = workloads[name]["spec"]["template"]["metadata"]["labels"]
+        assert selector.items() <= labels.items(), name
+    assert set(services) == set(workloads)
+
+
+def test_the_data_directory_is_mounted_read_only_where_the_setting_points(
+    base: list[Obj],
+) -> None:
+    """Test that each GreenServe container reads the reference data read-only at data_dir,
+    filled by an init container from the data image (compose mounts the host folder)."""
+    for name in DEPLOYED:
+        pod = _pod(_workloads(base)[name])
+        container = _main(_workloads(base)[name])
+        data_dir = _k8s_env(base, container)["GREENSERVE_DATA_DIR"]
+        [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == data_dir]
+        assert mount["readOnly"] is True
+        [init] = pod["initContainers"]
+        assert any(m["name"] == mount["name"] for m in init["volumeMounts"])
+
+
+# --- probes, resources, restarts, budgets -------------------------------------------------
+
+
+def test_every_container_has_probes_and_resource_requests(base: list[Obj]) -> None:
+    """Test liveness and readiness on every server and service; CPU and memory requested
+    and memory bounded; GreenServe probes on /healthz, the gateway ready on /readyz."""
+    for name, workload in _workloads(base).items():
+        pod = _pod(workload)
+        assert pod.get("restartPolicy", "Always") == "Always", name
+        for container in pod["containers"] + pod.get("initContainers", []):
+            resources = container["resources"]
+            assert {"cpu", "memory"} <= set(resources["requests"]), name
+            assert "memory" in resources["limits"], name
+        container = _main(workload)
+        assert "livenessProbe" in container, name
+        assert "readinessProbe" in container, name
+        if name in DEPLOYED:
+            assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+            ready = container["readinessProbe"]["httpGet"]
+            expected = {"path": "/readyz", "port": "http"} if name == "gateway" else None
+            assert ready == (expected or {"path": "/healthz", "port": "metrics"}), name
+
+
+def test_a_disruption_budget_per_deployment_and_statefulset(base: list[Obj]) -> None:
+    """Test one PodDisruptionBudget selecting each Deployment's and StatefulSet's pods:
+    replicated services keep one pod up, single ones allow the drain (they restart)."""
+    budgets = _by(base, "PodDisruptionBudget")
+    for name, workload in _workloads(base).items():
+        if workload["kind"] == "DaemonSet":
+            assert name not in budgets  # a drain does not evict DaemonSet pods
+            continue
+        budget = budgets[name]["spec"]
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        assert budget["selector"]["matchLabels"].items() <= labels.items(), name
+        replicas = workload["spec"]["replicas"]
+        if replicas > 1:
+            assert 1 <= budget["minAvailable"] < replicas, name
+        else:
+            assert budget["maxUnavailable"] == 1, name
+            if workload["kind"] == "Deployment":
+                assert workload["spec"]["strategy"]["type"] == "Recreate", name
+
+
+# --- identities, secrets, network policies ------------------------------------------------
+
+
+def _identities() -> dict[str, Any]:
+    from shared.security.compose import COMPOSE_IDENTITIES
+
+    return {identity.user: identity for identity in COMPOSE_IDENTITIES}
+
+
+def test_the_server_configs_are_the_generated_ones() -> None:
+    """Test deploy/k8s/base/secure/* equal what shared.security.compose generates today."""
+    from shared.security.compose import compose_files
+
+    for name, text in compose_files().items():
+        assert (K8S / "base" / "secure" / name).read_text(encoding="utf-8") == text, (
+            f"deploy/k8s/base/secure/{name} is stale: "
+            "python -m shared.security.compose deploy/k8s/base/secure"
+        )
+
+
+def test_the_secret_holds_every_password_greenserve_secrets_writes(base: list[Obj]) -> None:
+    """Test the Secret built from secure.env carries each variable, values intact."""
+    [secret] = _by(base, "Secret").values()
+    assert list(secret["data"]) == secure_env_names()
+    for value in secret["data"].values():
+        assert re.fullmatch(r"[A-Za-z0-9_-]{32}", base64.b64decode(value).decode())
+
+
+@pytest.mark.parametrize("name", sorted(DEPLOYED))
+def test_each_service_mounts_only_its_own_two_passwords(base: list[Obj], name: str) -> None:
+    """Test the files its *_PASSWORD_FILE variables name hold its identity's passwords, and
+    no other key of the Secret reaches the pod."""
+    workload = _workloads(base)[name]
+    container = _main(workload)
+    env = _k8s_env(base, container)
+    volumes = {v["name"]: v for v in _pod(workload)["volumes"]}
+    keys = set()
+    for mount in container["volumeMounts"]:
+        source = volumes[mount["name"]].get("secret")
+        if source is None:
+            continue
+        for item in source["items"]:
+            keys.add(item["key"])
+            path = f"{mount['mountPath']}/{item['path']}"
+            kind = "NATS" if item["key"].startswith("GS_NATS_") else "REDIS"
+            assert env[f"GREENSERVE_{kind}__PASSWORD_FILE"] == path, name
+    suffix = name.upper().replace("-", "_")
+    assert keys == {f"GS_NATS_PASSWORD_{suffix}", f"GS_REDIS_PASSWORD_{suffix}"}
+    assert not any(item.get("valueFrom") for item in container.get("env", []))
+
+
+def test_the_servers_get_every_identitys_password_from_the_secret(base: list[Obj]) -> None:
+    """Test NATS gets each GS_NATS_PASSWORD_<USER> quoted (as compose gives it) and Redis
+    each GS_REDIS_PASSWORD_<USER>, all read from keys the Secret has."""
+    [secret] = _by(base, "Secret").values()
+    workloads = _workloads(base)
+    for server, kind in (("nats", "NATS"), ("redis", "REDIS")):
+        env = {e["name"]: e for e in _main(workloads[server])["env"]}
+        expected = {f"GS_{kind}_PASSWORD_{u.upper().replace('-', '_')}" for u in _identities()}
+        assert expected <= set(env), server
+        for item in env.values():
+            ref = item.get("valueFrom", {}).get("secretKeyRef")
+            if ref is not None:
+                assert ref["name"] == secret["metadata"]["name"]
+                assert ref["key"] in secret["data"]
+        for variable in expected:
+            if kind == "NATS":
+                raw = variable.replace("GS_NATS_PASSWORD_", "GS_NATS_SECRET_")
+                assert env[variable]["value"] == f'"$({raw})"'
+                assert env[raw]["valueFrom"]["secretKeyRef"]["key"] == variable
+            else:
+                assert env[variable]["valueFrom"]["secretKeyRef"]["key"] == variable
+
+
+def _selects(selector: Obj, labels: dict[str, str]) -> bool:
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for rule in selector.get("matchExpressions", []):
+        value = labels.get(rule["key"])
+        if rule["operator"] == "In" and value not in rule["values"]:
+            return False
+        if rule["operator"] == "Exists" and value is None:
+            return False
+    return True
+
+
+def _allowed(base: list[Obj], source: dict[str, str], target: str, port: str) -> bool:
+    """Whether a pod labelled ``source`` in this namespace may open ``target``'s ``port``."""
+    labels = _workloads(base)[target]["spec"]["template"]["metadata"]["labels"]
+    for policy in _by(base, "NetworkPolicy").values():
+        spec = policy["spec"]
+        if not _selects(spec["podSelector"], labels):
+            continue
+        for rule in spec.get("ingress", []):
+            ports = {p["port"] for p in rule.get("ports", [])}
+            if ports and port not in ports:
+                continue
+            peers = rule.get("from")
+            if peers is None or any(_selects(p.get("podSelector", {}), source) for p in peers):
+                return True
+    return False
+
+
+def test_network_policies_follow_the_identities(base: list[Obj]) -> None:
+    """Test that every GreenServe pod is labelled with the user it authenticates as, that
+    exactly those pods reach NATS, Redis and Jaeger, that anyone reaches the gateway's API,
+    and that an unlabelled pod reaches nothing else."""
+    workloads = _workloads(base)
+    identities = _identities()
+    deployed_users = set(identities) - TOOLS - {"worker-vllm"}
+    assert set(DEPLOYED) == deployed_users
+    stranger = {"app.kubernetes.io/name": "debug"}
+    for name in DEPLOYED:
+        labels = workloads[name]["spec"]["template"]["metadata"]["labels"]
+        env = _k8s_env(base, _main(workloads[name]))
+        assert labels["greenserve.io/identity"] == env["GREENSERVE_NATS__USER"] == name
+        for target, port in (("nats", "client"), ("redis", "redis"), ("jaeger", "otlp-http")):
+            assert _allowed(base, labels, target, port), (name, target)
+        assert not _allowed(base, stranger, name, "metrics")
+    for target, port in (("nats", "client"), ("redis", "redis"), ("jaeger", "otlp-http")):
+        assert not _allowed(base, stranger, target, port), target
+        assert not _allowed(base, {"greenserve.io/identity": "admin"}, target, port), target
+    assert _allowed(base, stranger, "gateway", "http")
+    prometheus = {"app.kubernetes.io/name": "prometheus"}
+    assert all(_allowed(base, prometheus, name, "metrics") for name in DEPLOYED)
+    deny = _by(base, "NetworkPolicy")["default-deny-ingress"]["spec"]
+    assert deny == {"podSelector": {}, "policyTypes": ["Ingress"]}
+
+
+# --- pod security and the clock agent -----------------------------------------------------
+
+
+def _containers(workload: Obj) -> Iterator[Obj]:
+    pod = _pod(workload)
+    yield from pod["containers"]
+    yield from pod.get("initContainers", [])
+
+
+def test_every_pod_meets_the_restricted_pod_security_standard(base: list[Obj]) -> None:
+    """Test the restricted level the namespace enforces: non-root, RuntimeDefault seccomp,
+    no privilege escalation, every capability dropped, no host namespaces or paths."""
+    [namespace] = _by(base, "Namespace").values()
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    for name, workload in _workloads(base).items():
+        pod = _pod(workload)
+        assert pod["securityContext"]["runAsNonRoot"] is True, name
+        assert pod["securityContext"]["runAsUser"] != 0, name
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        assert not {"hostPID", "hostNetwork", "hostIPC"} & set(pod), name
+        assert all("hostPath" not in v for v in pod.get("volumes", [])), name
+        for container in _containers(workload):
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False, name
+            assert context["capabilities"] == {"drop": ["ALL"]}, name
+
+
+def test_the_clock_agent_runs_on_the_gpu_node_it_is_scoped_to(base: list[Obj]) -> None:
+    """Test the DaemonSet lands on GPU nodes (NVIDIA's node label and taint) labelled with
+    the node id its identity is scoped to, and the workers it governs name that node."""
+    dvfs = _workloads(base)["dvfs"]
+    pod = _pod(dvfs)
+    node_id = _k8s_env(base, _main(dvfs))["GREENSERVE_DVFS__NODE_ID"]
+    assert _identities()["dvfs"].scope == node_id
+    assert pod["nodeSelector"] == {
+        "nvidia.com/gpu.present": "true",
+        "greenserve.io/node-id": node_id,
+    }
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    for name, workload in _workloads(base).items():
+        env = _k8s_env(base, _main(workload)) if name in DEPLOYED else {}
+        if "GREENSERVE_WORKER__NODE_ID" in env:
+            assert env["GREENSERVE_WORKER__NODE_ID"] == node_id, name
+
+
+def test_the_nvml_overlay_grants_the_clock_agent_exactly_what_nvml_needs(
+    base: list[Obj], overlay: list[Obj]
+) -> None:
+    """Test that the overlay changes only the dvfs DaemonSet and the namespace's level, and
+    gives the agent root and CAP_SYS_ADMIN with every other capability still dropped, the
+    GPUs visible through the NVIDIA runtime without taking one, and nothing more."""
+
+    def keyed(objects: list[Obj]) -> dict[tuple[str, str], Obj]:
+        return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+    before, after = keyed(base), keyed(overlay)
+    changed = {key for key in before if before[key] != after[key]}
+    assert changed == {("DaemonSet", "dvfs"), ("Namespace", "greenserve")}
+    labels = after[("Namespace", "greenserve")]["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert labels["pod-security.kubernetes.io/warn"] == "restricted"
+    assert labels["pod-security.kubernetes.io/audit"] == "restricted"
+    dvfs = after[("DaemonSet", "dvfs")]
+    pod, container = _pod(dvfs), _main(dvfs)
+    assert pod["securityContext"]["runAsUser"] == 0
+    assert not {"hostPID", "hostNetwork", "hostIPC"} & set(pod)
+    assert all("hostPath" not in v for v in pod["volumes"])
+    context = container["securityContext"]
+    assert context["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+    assert context["privileged"] is False
+    assert context["allowPrivilegeEscalation"] is False
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    assert "nvidia.com/gpu" not in container["resources"].get("limits", {})
+    base_env = {e["name"]: e["value"] for e in _main(before[("DaemonSet", "dvfs")])["env"]}
+    assert {k: v for k, v in env.items() if not k.startswith("NVIDIA_")} == base_env
+
+
+def test_the_data_image_is_built_where_the_init_containers_copy_from(base: list[Obj]) -> None:
+    """Test docker/Dockerfile.data builds the image the init containers use, with the data
+    at the folder they copy from."""
+    text = (REPO / "docker" / "Dockerfile.data").read_text(encoding="utf-8")
+    for name in DEPLOYED:
+        [init] = _pod(_workloads(base)[name])["initContainers"]
+        assert f"-t {init['image']} " in text, name
+        source = init["command"][-2].removesuffix("/.")
+        assert re.search(rf"^COPY \. {re.escape(source)}$", text, re.MULTILINE), name
