@@ -409,6 +409,8 @@ class PlannerSettings(_Section):
     """The least capacity share SLO feedback leaves a pool."""
     feedback_boost: bool = True
     """A pool that missed runs at its maximum clock for one planning step."""
+    feedback_replan: bool = True
+    """A miss also cuts the pool's planned capacity and re-plans; ``False``: clock only."""
     park_workers: bool = True
     """Workers beyond their pool's planned instances park (``milp`` plans only)."""
     drain_grace_wall_s: float = Field(default=2.0, ge=0.0)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from greenserve.argtypes import UsageError, positive_float
+from loadgen.simulator.policy_names import ABLATION_LEVERS, CLI_POLICY_NAMES, DEFAULT_SET
 
 if TYPE_CHECKING:
     from loadgen.simulator.baselines import SizedBaselines
@@ -27,28 +28,12 @@ __all__ = ["HELP", "NAME", "add_arguments", "parse_window", "run"]
 NAME = "cluster"
 HELP = "a policy vs the peak-sized SinglePool in the offline simulator: energy/CO2 at SLO"
 
-DEFAULT_POLICY = "min-energy-modes"
-"""The headline set, chosen on minutes 0-30 of conv only (docs/simulator.md, "Planner
-modes"); the rule is still computed on every run, as `selected_by_rule`."""
+DEFAULT_POLICY = DEFAULT_SET
+"""The headline: the product's default, built from the live planner settings
+(``loadgen.simulator.policies.policy_from_settings``)."""
 
-DEFAULT_OPTIONS = (
-    "min-energy-split-feedback",
-    "greenserve",
-    "min-energy-split",
-    "greenserve-planned-split",
-    "greenserve-planned-split-feedback",
-    "greenserve-planned",
-    "min-energy",
-    "greenserve-miad-edge",
-    "greenserve-guard80",
-    "scale-inst",
-)
-"""Alternatives to the headline set, reported beside it: the previous headline (the planner
-over TP4 pools per region, in slices), the reactive GreenServe set, the
-epoch planner with exclusive long-input pools and mixed-class capacities (carbon objective,
-and either objective with SLO-miss feedback), the epoch planner as live (carbon, and energy:
-FREESH's MinEnergy), MIAD on the SLO itself, a narrower guard band, and instance scaling at
-max clock. MultiPool is a sized baseline of its own (`multi_pool`)."""
+DEFAULT_OPTIONS = tuple(f"{DEFAULT_SET}-{lever}" for lever in ABLATION_LEVERS)
+"""The default with one lever switched off each, reported beside it (the ablation table)."""
 
 BASELINES = frozenset({"single-pool", "multi-pool", "max-clock-fcfs-rr"})
 """Sets that the selection rule never picks (they are what GreenServe is compared with)."""
@@ -135,12 +120,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from loadgen.simulator.baselines import size_baselines
     from loadgen.simulator.carbon import CarbonClock
     from loadgen.simulator.compare import SimRunner
-    from loadgen.simulator.policies import POLICY_SETS, policy_by_name
+    from loadgen.simulator.policies import SIMULATOR_SIDE, policy_by_name
     from loadgen.simulator.scenario import load_scenario
     from loadgen.traces import TraceFormatError, read_azure_trace, resolve_trace
 
     names = [args.policy, *(() if args.no_options else (args.option or DEFAULT_OPTIONS))]
-    unknown = sorted({n for n in names if n not in POLICY_SETS})
+    unknown = sorted({n for n in names if n not in CLI_POLICY_NAMES})
     if unknown:
         raise UsageError(f"unknown policy set(s) {', '.join(unknown)}; see greenserve simulate")
     load_from, start, end = _window(args)
@@ -202,6 +187,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rejected": _rejected(ours, dropped),
         "gpus": scenario.total_gpus,
         "trade_off": trade_off,
+        "ablation": _ablation(args.policy, ours, others, base),
+        "simulator_side": SIMULATOR_SIDE,
         "wall_s": runner.wall_s,
         "per_policy": {name: _detail(r) for name, r in {args.policy: ours, **others}.items()},
     }
@@ -279,6 +266,35 @@ def _row(result: SimResult, base: SimResult, full: SimResult) -> dict[str, Any]:
         },
         "description": result.description,
     }
+
+
+def _ablation(
+    policy: str, ours: SimResult, others: dict[str, SimResult], base: SimResult
+) -> list[dict[str, Any]]:
+    """One row per lever switched off (``<policy>-<lever>`` sets that ran): its SLO and
+    savings, and what the lever is worth (the default's saving minus the ablation's)."""
+    rows = []
+    mine = _row(ours, base, base)
+    for lever in ABLATION_LEVERS:
+        result = others.get(f"{policy}-{lever}")
+        if result is None:
+            continue
+        row = _row(result, base, base)
+        rows.append(
+            {
+                "lever_off": lever,
+                "slo_attainment_pct": row["slo_attainment_pct"],
+                "energy_saving_pct": row["energy_saving_pct"],
+                "co2_saving_pct": row["co2_saving_pct"],
+                "lever_energy_pts": _minus(mine["energy_saving_pct"], row["energy_saving_pct"]),
+                "lever_co2_pts": _minus(mine["co2_saving_pct"], row["co2_saving_pct"]),
+            }
+        )
+    return rows
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
 
 
 def _rejected(result: SimResult, dropped: dict[str, int]) -> dict[str, Any]:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from loadgen.simulator.policies import POLICY_SETS
+from loadgen.simulator.policy_names import CLI_POLICY_NAMES
 
 __all__ = ["POLICY_METAVAR", "POLICY_NAMES", "listed"]
 
-POLICY_NAMES: tuple[str, ...] = tuple(sorted(POLICY_SETS))
-"""Every named policy set of the offline simulator (``loadgen.simulator.policies``, a module
-that imports no numpy), sorted as argparse lists them."""
+POLICY_NAMES: tuple[str, ...] = tuple(sorted(CLI_POLICY_NAMES))
+"""The policy sets the CLI offers (``loadgen.simulator.policy_names``, a module that imports
+nothing heavy), sorted as argparse lists them."""
 
 POLICY_METAVAR = "POLICY"
 """What the usage line shows in place of the policy names."""

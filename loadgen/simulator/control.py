@@ -94,6 +94,7 @@ class ControlLoops:
         self.clock_changes = 0
         self.end_s = 0.0
         self._floors: dict[tuple[str, int], float] = {}
+        self._served_floors: dict[tuple[str, int, int], float] = {}
         self.planner: Any = None
         if sim.policy.scaling == "planned":
             from loadgen.simulator.planned import EpochPlanner
@@ -184,6 +185,34 @@ class ControlLoops:
             )
         served = frozenset(sim.slos)
         return live_profile_policy(table, sim.slos, served, period_s=self.clock_period_s)
+
+    def _served_floor(self, pool_id: str, config: Any) -> float:
+        """The SLO floor of the long prompts a pool is sent (0 when none applies).
+
+        The floor of :meth:`_floor` covers the bounded input buckets only. A pool that
+        serves the open-ended long-input bucket also needs its long prompts' first token in
+        time, and how long they are is what the planner observes (its served sizes,
+        ``plan_observed_sizes``): the observed p99 prompt of that bucket stands for it.
+        """
+        planner = self.planner
+        sim = self.sim
+        observed = getattr(planner, "observed", None)
+        if observed is None or not sim.policy.miad_slo_floor:
+            return 0.0
+        pool = sim.pool_by_id.get(pool_id)
+        if pool is None or pool.class_group == "short":
+            return 0.0
+        p99 = observed.open_bucket_p99()
+        if p99 is None:
+            return 0.0
+        key = (config.gpu, config.tp, p99)
+        if key not in self._served_floors:
+            from loadgen.simulator.pools import slo_clock_floor_mhz
+
+            self._served_floors[key] = slo_clock_floor_mhz(
+                config, sim.scheme, sim.slos, sim.policy.miad_guard, open_prompt=p99
+            )
+        return self._served_floors[key]
 
     def _floor(self, config: Any) -> float:
         """MIAD's f_min: FREESH's 300 MHz, or the SLO floor when the policy asks for it."""
@@ -374,6 +403,7 @@ class ControlLoops:
                 # below the SLO floor MIAD itself keeps.
                 cap = max(self.planner.clock_caps[instance.pool_id], self._floor(engine.config))
                 target = min(target, cap)
+            target = max(target, self._served_floor(instance.pool_id, engine.config))
             if abs(target - engine.clock_mhz) > 0.5:
                 engine.set_clock_mhz(target)
                 instance.stall(stall)

@@ -224,7 +224,10 @@ class EpochPlanner:
         policy = sim.policy
         self.learned = CapacityFeedback(
             FeedbackSettings(
-                step=policy.feedback_step, floor=policy.feedback_floor, boost=policy.feedback_boost
+                step=policy.feedback_step,
+                floor=policy.feedback_floor,
+                boost=policy.feedback_boost,
+                replan=policy.feedback_replan,
             )
         )
         """Per pool: capacity share learned from observed misses, and clock boosts."""

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
+from loadgen.simulator.policy_names import ABLATION_LEVERS, DEFAULT_SET
 from shared.config import Settings
 from shared.engine.profiler import ProfileSlo
 
@@ -183,6 +184,8 @@ class PolicySet:
     """``slo_feedback`` only: the least capacity share feedback leaves a pool."""
     feedback_boost: bool = False
     """``slo_feedback`` only: a pool that missed runs at its maximum clock for one step."""
+    feedback_replan: bool = True
+    """``slo_feedback`` only: a miss also cuts capacity and re-plans (else: boost only)."""
     plan_observed_sizes: bool = False
     """``planned`` only: re-profile the modes on the request sizes served so far when they
     drift from the profiled ones (:mod:`services.planner.observed_mix`; the live
@@ -506,9 +509,6 @@ def instances_needed(
     return max(settings.min_instances, math.ceil(settings.headroom * load / per_instance))
 
 
-DEFAULT_SET: Final = "default"
-"""The product's default policy: what ``greenserve bench cluster`` reports as its headline."""
-
 FLEET_TP_MODES: Final = (4, 8)
 """TP modes the simulated fleet's GPUs can be run in (the live fleet's are the TPs its
 workers register with): part of the deployment, not a planner setting."""
@@ -546,6 +546,7 @@ def policy_from_settings(settings: Settings, *, name: str = DEFAULT_SET) -> Poli
         feedback_step=planner.feedback_step,
         feedback_floor=planner.feedback_floor,
         feedback_boost=planner.feedback_boost,
+        feedback_replan=planner.feedback_replan,
         plan_observed_sizes=planner.observed_profiles,
         plan_demand="coincident" if planner.coincident_demand else "class-peaks",
         plan_tps=FLEET_TP_MODES if planner.whole_instances else (),
@@ -557,8 +558,9 @@ def policy_from_settings(settings: Settings, *, name: str = DEFAULT_SET) -> Poli
 
 
 SIMULATOR_SIDE: Final = (
-    "clock: MIAD with thresholds at half the SLO and the SLO clock floor (the live agent's "
-    "MIAD uses the SLO itself and FREESH's 300 MHz floor); placement: least-loaded (the live "
+    "clock: MIAD with thresholds at half the SLO and the SLO clock floor, raised for pools "
+    "sent long prompts to the observed p99 prompt's (the live agent's MIAD uses the SLO "
+    "itself and FREESH's 300 MHz floor); placement: least-loaded (the live "
     "router's default is BF-IO; `default-bfio` is the ablation); TP modes 4 and 8 over the "
     "scenario's GPUs (live: the TPs the workers register with)"
 )
@@ -611,6 +613,7 @@ def _ablations(base: PolicySet) -> tuple[PolicySet, ...]:
             feedback_step=None,
             feedback_floor=0.0,
             feedback_boost=False,
+            feedback_replan=True,
         ),
         _variant(
             base,
@@ -623,6 +626,6 @@ def _ablations(base: PolicySet) -> tuple[PolicySet, ...]:
 
 
 POLICY_SETS[DEFAULT_SET] = _default_set()
-ABLATIONS: Final = tuple(p.name for p in _ablations(POLICY_SETS[DEFAULT_SET]))
+ABLATIONS: Final = tuple(f"{DEFAULT_SET}-{lever}" for lever in ABLATION_LEVERS)
 """The default's one-lever ablations, in the order ``bench cluster`` reports them."""
 POLICY_SETS.update({p.name: p for p in _ablations(POLICY_SETS[DEFAULT_SET])})

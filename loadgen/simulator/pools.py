@@ -86,23 +86,32 @@ def _lone_ttft_s(config: EngineConfig, prompt: int, clock_mhz: float) -> float:
 
 
 def slo_clock_floor_mhz(
-    config: EngineConfig, scheme: ClassScheme, slos: dict[str, ClassSLO], guard: float
+    config: EngineConfig,
+    scheme: ClassScheme,
+    slos: dict[str, ClassSLO],
+    guard: float,
+    open_prompt: int | None = None,
 ) -> float:
     """Lowest clock at which a lone request meets ``guard`` × its TTFT SLO in every bounded
-    input class.
+    input class (and, given ``open_prompt``, in the open-ended last one).
 
     For each input bucket with an upper edge (DynamoLLM S < 256, M < 1024 tokens) the
     longest prompt of the bucket must reach its first token within ``guard`` × the bucket's
-    TTFT SLO (the tightest over its output buckets) when it runs alone on ``config``.
-    Binary search over the supported clocks (prefill time falls monotonically with clock).
+    TTFT SLO (the tightest over its output buckets) when it runs alone on ``config``; the
+    last bucket has no longest prompt, so ``open_prompt`` stands for it (the planner's
+    observed p99 there). Binary search over the supported clocks (prefill time falls
+    monotonically with clock); the maximum clock when even it is too slow.
     """
     clocks = create_engine(config).supported_clocks_mhz
     needs: list[tuple[int, float]] = []
-    for index, edge in enumerate(scheme.input_edges):
+    bounds = [edge - 1 for edge in scheme.input_edges]
+    if open_prompt is not None:
+        bounds.append(open_prompt)
+    for index, prompt in enumerate(bounds):
         label = scheme.labels[index]
         budgets = [slos[label + out].ttft_ms for out in scheme.labels if label + out in slos]
         if budgets:
-            needs.append((edge - 1, guard * min(budgets) / 1000.0))
+            needs.append((prompt, guard * min(budgets) / 1000.0))
 
     def feasible(clock: float) -> bool:
         return all(_lone_ttft_s(config, prompt, clock) <= budget for prompt, budget in needs)

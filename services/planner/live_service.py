@@ -158,7 +158,10 @@ class LivePlanner:
         )  # fmt: skip
         self._learned = CapacityFeedback(
             FeedbackSettings(
-                step=cfg.feedback_step, floor=cfg.feedback_floor, boost=cfg.feedback_boost
+                step=cfg.feedback_step,
+                floor=cfg.feedback_floor,
+                boost=cfg.feedback_boost,
+                replan=cfg.feedback_replan,
             )
         )
         self._step_s = step_s
@@ -235,10 +238,14 @@ class LivePlanner:
                 pid: sum(d.capacity_by_class.values()) for pid, d in self._running.decisions.items()
             }
             overloaded = self._misses.overloaded(now)
+            if overloaded:
+                logger.warning("pools missing their SLO: %s", sorted(overloaded))
             if self._learned.learn(overloaded, planned, now, self._step_s):
-                logger.warning("pools missing their SLO: %s; re-planning", sorted(overloaded))
                 self._misses.clear()  # the next plan is judged on its own completions
                 due = True
+            elif overloaded:
+                self._misses.clear()  # a boost is judged on its own completions too
+                self.refresh()  # publish the boosted clocks now
         return due
 
     async def on_ready(self, msg: Msg) -> None:

@@ -77,6 +77,20 @@ class ObservedMix:
             return None
         return tuple(self._seen)
 
+    def open_bucket_p99(self, quantum: int = 256) -> int | None:
+        """The p99 prompt of the open-ended last input bucket, rounded up to ``quantum``
+        tokens (so that a floor derived from it is recomputed only when it moves); ``None``
+        without a trusted sample or with fewer than ``min_bucket_samples`` there."""
+        seen = self.sample()
+        if seen is None:
+            return None
+        last = len(self.scheme.input_edges)
+        prompts = sorted(p for p, _ in seen if self.scheme.input_bucket(p) == last)
+        if len(prompts) < self.settings.min_bucket_samples:
+            return None
+        p99 = prompts[min(len(prompts) - 1, int(0.99 * len(prompts)))]
+        return -(-p99 // quantum) * quantum
+
     def drifted(self, reference: Sequence[tuple[int, int]]) -> bool:
         """Whether the sample has moved away from ``reference`` (the profiled lengths)."""
         seen = self.sample()

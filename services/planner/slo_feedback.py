@@ -154,6 +154,10 @@ class FeedbackSettings:
     """The least capacity share feedback leaves a pool."""
     boost: bool = True
     """A pool that missed runs at its maximum clock for ``hold_s``."""
+    replan: bool = True
+    """A report also cuts the pool's capacity and asks for a re-plan; ``False``: only the
+    clock boost (a re-plan moves instances between modes and groups, and its start-up
+    time costs SLO itself: measured on code, docs/simulator.md "SLO feedback")."""
 
     def __post_init__(self) -> None:
         if self.step is not None and not 0.0 < self.step <= 1.0:
@@ -180,6 +184,11 @@ class CapacityFeedback:
         """Take one report (pool → load it missed at) against the capacities the plan in
         force gave the pools; whether any pool was short (the planner then re-plans)."""
         step = self.settings.step
+        if not self.settings.replan:
+            for pool in overloaded:
+                if self.settings.boost:
+                    self.boost_until[pool] = t_s + hold_s
+            return False
         for pool, load in overloaded.items():
             capacity = planned.get(pool, 0.0)
             if capacity > 0 and load < capacity:

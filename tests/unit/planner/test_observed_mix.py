@@ -68,3 +68,9 @@ def test_settings_are_checked() -> None:
         ObservedMixSettings(share_shift=0.0)
     with pytest.raises(ValueError, match=">= 1"):
         ObservedMixSettings(sample=0)
+
+
+def test_open_bucket_p99_needs_samples_and_rounds_up() -> None:
+    assert _mix(CONV_LIKE).open_bucket_p99() == 1536  # twenty prompts of 1,500 tokens
+    assert _mix([(120, 40)] * 60).open_bucket_p99() is None  # nothing in the long bucket
+    assert ObservedMix(SCHEME, SETTINGS).open_bucket_p99() is None  # no trusted sample

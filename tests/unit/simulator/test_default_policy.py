@@ -11,6 +11,7 @@ from loadgen.simulator.policies import (
     PROFILE_PERCENTILE,
     policy_from_settings,
 )
+from loadgen.simulator.policy_names import ABLATION_LEVERS, CLI_POLICY_NAMES
 from shared.config import Settings
 
 
@@ -52,6 +53,8 @@ def test_each_ablation_switches_off_one_lever() -> None:
         "oracle-lengths": {"predictor"},
     }  # fmt: skip
     assert set(ABLATIONS) == {f"{DEFAULT_SET}-{k}" for k in lever_fields}
+    assert set(CLI_POLICY_NAMES) <= set(POLICY_SETS)
+    assert {f"{DEFAULT_SET}-{k}" for k in ABLATION_LEVERS} <= set(POLICY_SETS)
     for lever, allowed in lever_fields.items():
         ablation = POLICY_SETS[f"{DEFAULT_SET}-{lever}"]
         changed = {
