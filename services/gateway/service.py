@@ -18,6 +18,7 @@ from nats.aio.subscription import Subscription
 from services.gateway.app import build_app
 from services.gateway.auth import KeyRing
 from services.gateway.cells import CellPicker
+from services.gateway.served_models import ServedModels
 from services.gateway.state import NAME, GatewayState
 from shared.bus import ensure_ingress_stream
 from shared.config import GatewaySettings, Settings
@@ -56,6 +57,7 @@ class Gateway:
             cells=CellPicker(config.cells or (ctx.subjects.prefix,), config.cell_retry_s),
             store=ctx.redis,
             keys=ctx.keys,
+            served=ServedModels(ctx.settings.worker.heartbeat_ttl_s),
             api_keys=(
                 KeyRing(load_api_keys(keys_file), config.api_key_requests_per_min)
                 if keys_file is not None
@@ -82,6 +84,14 @@ class Gateway:
                     cell.subjects.client_wildcard(state.client_id), cb=state.router.on_message
                 )
             )
+            # The models served are those the workers of every cell announce.
+            self._subs.append(
+                await state.nc.subscribe(
+                    cell.subjects.worker_stats_wildcard, cb=state.served.on_message
+                )
+            )
+        if state.store is not None and state.keys is not None:
+            await state.served.seed(state.store, state.keys)
         await ensure_ingress_stream(state.js, state.subjects)
         check_s = self._ctx.settings.nats.jetstream_check_s
         self._keeper = asyncio.create_task(
