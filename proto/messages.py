@@ -298,6 +298,10 @@ class Completion(_Message, tag="gs.v1.completion", frozen=True, kw_only=True):
     co2_g: NonNeg | None = None
     """The request's CO2: ``energy_j`` at its worker region's carbon intensity when it
     finished (``None`` while the worker has no forecast for its region)."""
+    model: Annotated[str, Meta(max_length=128)] = ""
+    """The model that served it (the request's: a router places a request only on workers
+    of its model); the planner counts demand per model by it. ``""`` from senders that
+    predate the field."""
 
 
 class CompletionBatch(_Message, tag="gs.v1.completion_batch", frozen=True, kw_only=True):
