@@ -13,8 +13,10 @@ from greenserve.commands._stack_args import (
 
 __all__ = ["DEMO_MODELS", "HELP", "NAME", "add_arguments", "run"]
 
-DEMO_MODELS = "llama-3-8b,llama-2-13b"
-"""The demo's stack serves two models, the replay asking for each in turn."""
+DEMO_MODELS = "llama-3-8b,qwen3-8b"
+"""The demo's stack serves two models, the replay asking for each in turn. Both take the
+whole replayed window: its 3 minutes of the conversation trace hold 47 requests over 4,096
+tokens, which Llama-2-13B's context would refuse (``too_long``)."""
 
 NAME = "demo"
 HELP = "start the stack, replay 3 min of the Azure conversation trace sped up, report, stop"

@@ -9,7 +9,7 @@ arrival + α_LLF · Lat with Lat = N̂ · TBT + TTFT of the pool's profile (FREE
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from proto.messages import (
@@ -111,12 +111,16 @@ class ClassifierCore:
         default_ttft_ms: float,
         default_tbt_ms: float,
         tokenize: Callable[[str], int] | None = None,
+        model_contexts: Mapping[str, int] | None = None,
     ) -> None:
+        """``model_contexts`` (model → tokens) holds a model to a smaller context than
+        ``max_context_tokens`` (:func:`shared.model_context.context_limits`)."""
         self._scheme = scheme
         self._slos = slos
         self._predictor = predictor
         self._models = frozenset(models)
         self._max_context = max_context_tokens
+        self._model_contexts = dict(model_contexts or {})
         self._alpha = alpha_llf
         self._default_ttft_ms = default_ttft_ms
         self._default_tbt_ms = default_tbt_ms
@@ -177,11 +181,12 @@ class ClassifierCore:
                 "unknown_model", f"model {request.model!r} is not served here"
             )
         n_in = self.input_tokens(request)
-        if n_in + request.max_tokens > self._max_context:
+        context = min(self._max_context, self._model_contexts.get(request.model, self._max_context))
+        if n_in + request.max_tokens > context:
             raise RequestRejectedError(
                 "too_long",
                 f"prompt {n_in} + max_tokens {request.max_tokens} exceeds the context of "
-                f"{self._max_context} tokens",
+                f"{context} tokens of {request.model}",
             )
         if self._routing is None:
             raise RequestRejectedError("no_plan", "no plan has been published yet")

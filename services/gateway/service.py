@@ -23,6 +23,7 @@ from services.gateway.state import NAME, GatewayState
 from shared.bus import ensure_ingress_stream
 from shared.config import GatewaySettings, Settings
 from shared.lifecycle import ServiceContext, service_context
+from shared.model_context import context_limits
 from shared.security.api_keys import load_api_keys
 from shared.security.client_ids import pick_client_id
 from shared.stream_keeper import keep_jetstream
@@ -54,6 +55,9 @@ class Gateway:
             client_id=pick_client_id(ctx.nc, None, "gw"),
             chars_per_token=None if tokenizer else config.chars_per_token,
             context_tokens=ctx.settings.classifier.max_context_tokens,
+            model_contexts=context_limits(
+                ctx.settings.classifier.models, ctx.settings.classifier.max_context_tokens
+            ),
             cells=CellPicker(config.cells or (ctx.subjects.prefix,), config.cell_retry_s),
             store=ctx.redis,
             keys=ctx.keys,

@@ -61,6 +61,8 @@ class GatewayState:
     keys: Keys | None = None
     api_keys: KeyRing | None = None
     """The accepted API keys; ``None``: no key needed (``gateway.api_keys_file`` unset)."""
+    model_contexts: dict[str, int] = field(default_factory=dict)
+    """A smaller context of a model (:func:`shared.model_context.context_limits`)."""
     served: ServedModels = field(default_factory=lambda: ServedModels(3.0))
     """The models live workers announce (``GET /v1/models``)."""
     admission: InFlightLimit = field(init=False)

@@ -86,7 +86,7 @@ def test_models_on_the_command_line() -> None:
     spec = spec_from_args(args)
     assert spec.served_models == TWO
     demo = parser.parse_args(["demo"])
-    assert spec_from_args(demo).served_models == TWO
+    assert spec_from_args(demo).served_models == ("llama-3-8b", "qwen3-8b")
     assert spec_from_args(parser.parse_args(["up"])).served_models == ("llama-3-8b",)
     for bad in ("llama-3-8b,llama-3-8b", "gpt-99", ","):
         with pytest.raises(SystemExit):

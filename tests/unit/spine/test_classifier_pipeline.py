@@ -8,6 +8,7 @@ from proto.messages import Plan, PoolPlan, Request, RouteWeight
 from services.classifier.classes import default_slos, dynamollm_scheme, make_predictor
 from services.classifier.pipeline import ClassifierCore, RoutingTable
 from shared.errors import RequestRejectedError
+from shared.model_context import context_limits
 
 
 def _plan(weights: dict[str, float]) -> Plan:
@@ -147,3 +148,30 @@ def test_a_pool_of_no_model_takes_any_model() -> None:
     table = RoutingTable.from_plan(_plan({"a": 1.0}))
     assert table.serves("llama-2-13b")
     assert table.choose("SS", "r1", "llama-2-13b").pool_id == "a"
+
+
+def test_a_model_is_held_to_its_own_shorter_context() -> None:
+    """Test that a request sized for the deployment's 8,192 tokens is refused ``too_long``
+    for Llama-2-13B (4,096) and served for Llama-3-8B; an unknown name keeps the limit."""
+    limits = context_limits(("llama-3-8b", "llama-2-13b", "my-finetune"), 8192)
+    assert limits == {"llama-3-8b": 8192, "llama-2-13b": 4096, "my-finetune": 8192}
+    core = ClassifierCore(
+        scheme=dynamollm_scheme(),
+        slos={},
+        predictor=make_predictor("oracle"),
+        models=tuple(limits),
+        max_context_tokens=8192,
+        alpha_llf=1.4,
+        default_ttft_ms=250.0,
+        default_tbt_ms=50.0,
+        model_contexts=limits,
+    )
+    core.update_plan(_plan({"a": 1.0}))
+    sized = {"prompt_tokens": 4000, "max_tokens": 200}
+    for model in ("llama-3-8b", "my-finetune"):
+        served = core.classify(_req(model=model, **sized), arrival_s=0.0, now_wall=0.0)
+        assert served.input_tokens == 4000
+    with pytest.raises(RequestRejectedError) as err:
+        core.classify(_req(model="llama-2-13b", **sized), arrival_s=0.0, now_wall=0.0)
+    assert err.value.code == "too_long"
+    assert "4096" in err.value.reason
