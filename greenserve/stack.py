@@ -3,18 +3,20 @@
 One :class:`StackSpec` expands to one :class:`~shared.config.Settings` per process: the six
 control services (or, with ``colocate_request_path``, the co-located request path
 ``services.requestpath`` in place of classifier, scheduler and router), one dvfs agent per
-node and N simulated workers spread over regions (one pool per region). ``greenserve up``
+node and N simulated workers spread over regions and models (one pool per region and
+model, :func:`worker_placements`). ``greenserve up``
 writes each as a YAML file and starts ``python -m services.<name>`` processes; tests run
 the same services in one event loop.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.config import Settings
+from shared.config import ClassifierSettings, Settings
 from shared.security.identities import COMPOSITE_ROLES, Identity
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "pool_id_for",
     "stack_launches",
     "with_settings",
+    "worker_placements",
 ]
 
 CONTROL_SERVICES = ("scheduler", "router", "planner", "forecaster", "classifier", "gateway")
@@ -38,9 +41,13 @@ COLOCATED_CONTROL_SERVICES = ("requestpath", "planner", "forecaster", "gateway")
 """Control services with the request path co-located (``services.requestpath``)."""
 
 
-def pool_id_for(region: str, gpu: str) -> str:
-    """Pool name of one region's GPUs of one type, e.g. ``pjm-a100``."""
-    return f"{region.lower()}-{gpu.split('-')[0].lower()}"
+def pool_id_for(region: str, gpu: str, model: str | None = None) -> str:
+    """Pool name of one region's GPUs of one type, e.g. ``pjm-a100``, and with ``model`` of
+    those serving it, e.g. ``pjm-a100-llama-2-13b`` (characters outside ids become ``-``)."""
+    pool = f"{region.lower()}-{gpu.split('-')[0].lower()}"
+    if model is None:
+        return pool
+    return f"{pool}-{re.sub(r'[^a-z0-9_-]', '-', model.lower())}"[:128]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +61,9 @@ class StackSpec:
     regions: tuple[str, ...] = ("PJM", "CISO")
     gpu: str = "A100-80GB"
     model: str = "llama-3-8b"
+    models: tuple[str, ...] = ()
+    """The models served, the workers dealt out among them (:func:`worker_placements`);
+    empty: ``model`` alone."""
     tp: int = 1
     max_num_seqs: int = 64
     speedup: float = 1.0
@@ -71,7 +81,34 @@ class StackSpec:
             raise ValueError("a stack needs at least one worker")
         if not self.regions:
             raise ValueError("a stack needs at least one region")
+        if len(set(self.models)) != len(self.models):
+            raise ValueError(f"a model is named twice in {list(self.models)}")
+        if self.workers < len(self.served_models):
+            raise ValueError(
+                f"{len(self.served_models)} models need at least as many workers, "
+                f"not {self.workers}"
+            )
         check_regions(self.regions, self.extra.get("forecaster", {}).get("source", "eia"))
+
+    @property
+    def served_models(self) -> tuple[str, ...]:
+        """The models the stack's workers serve, in the order they are dealt out."""
+        return self.models or (self.model,)
+
+
+def worker_placements(spec: StackSpec) -> list[tuple[str, str]]:
+    """(region, model) of each worker, by worker index.
+
+    Workers go to the models in turn (worker ``i`` serves model ``i mod M``), and each
+    model's workers go to the regions in turn: 4 workers, 2 models and regions PJM, CISO
+    give model A on PJM and CISO and model B on PJM and CISO. Dealing both from one index
+    would tie each model to some regions only (2 models, 2 regions: A on PJM alone).
+    """
+    models = spec.served_models
+    return [
+        (spec.regions[(i // len(models)) % len(spec.regions)], models[i % len(models)])
+        for i in range(spec.workers)
+    ]
 
 
 def check_regions(regions: Sequence[str], source: str = "eia") -> None:
@@ -117,17 +154,27 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 def stack_launches(spec: StackSpec) -> list[ServiceLaunch]:
     """Every process of the stack with its settings, in start order."""
-    used_regions = [spec.regions[i % len(spec.regions)] for i in range(spec.workers)]
+    placed = worker_placements(spec)
+    used_regions = [region for region, _ in placed]
     regions = sorted(set(used_regions), key=spec.regions.index)
+    several = len(spec.served_models) > 1
+
+    def pool_of(region: str, model: str) -> str:
+        # One model keeps the pool ids of a one-model stack (``pjm-a100``).
+        return pool_id_for(region, spec.gpu, model if several else None)
+
     pools = [
         {
-            "pool_id": pool_id_for(region, spec.gpu),
+            "pool_id": pool_of(region, model),
             "region": region,
             "gpu": spec.gpu,
             "tp": spec.tp,
-            "instances": used_regions.count(region),
+            "instances": placed.count((region, model)),
+            "model": model,
         }
+        for model in spec.served_models
         for region in regions
+        if (region, model) in placed
     ]
     common: dict[str, Any] = {
         "namespace": spec.namespace,
@@ -138,6 +185,12 @@ def stack_launches(spec: StackSpec) -> list[ServiceLaunch]:
         "forecaster": {"regions": list(spec.regions)},
         "gateway": {"port": spec.gateway_port},
     }
+    accepted = ClassifierSettings().models
+    if not set(spec.served_models) <= set(accepted):
+        # The classifier refuses models outside its list (``unknown_model``).
+        common["classifier"] = {
+            "models": [*accepted, *(m for m in spec.served_models if m not in accepted)]
+        }
 
     def settings(**sections: Any) -> Settings:
         return Settings(**_merge(_merge(common, spec.extra), sections))
@@ -149,14 +202,14 @@ def stack_launches(spec: StackSpec) -> list[ServiceLaunch]:
         launches.append(
             ServiceLaunch(f"dvfs-{node}", "services.dvfs", settings(dvfs={"node_id": node}))
         )
-    for i, region in enumerate(used_regions):
+    for i, (region, model) in enumerate(placed):
         worker = {
             "worker_id": f"worker-{i}",
-            "pool_id": pool_id_for(region, spec.gpu),
+            "pool_id": pool_of(region, model),
             "region": region,
             "node_id": f"node-{region.lower()}",
             "gpu": spec.gpu,
-            "model": spec.model,
+            "model": model,
             "tp": spec.tp,
             "max_num_seqs": spec.max_num_seqs,
         }

@@ -75,6 +75,8 @@ class ClientRecord:
     """With ``hops``: wall stamps by hop (``pub``, ``ack``, ``fetch`` … ``done``, ``recv``)."""
     publish_attempts: int = 0
     """Publishes of this request until the stream acked it (more than 1: retried)."""
+    model: str = ""
+    """The model it asked for."""
 
     @property
     def ended(self) -> bool:
@@ -165,7 +167,7 @@ async def replay(
     subjects: Subjects,
     trace: Sequence[TraceRequest],
     *,
-    model: str,
+    model: str | Sequence[str],
     speedup: float,
     settle_timeout_s: float = 30.0,
     on_progress: Callable[[int, int], None] | None = None,
@@ -179,7 +181,7 @@ async def replay(
         nc: a connected NATS client.
         subjects: the stack's subjects.
         trace: requests with arrival offsets in model seconds.
-        model: model name to request.
+        model: model name to request, or several: request ``i`` asks for the ``i mod M``-th.
         speedup: model seconds per wall second.
         settle_timeout_s: after the last publish, wait at most this long (wall) without any
             request ending before declaring the rest lost.
@@ -195,7 +197,12 @@ async def replay(
     client_id = pick_client_id(nc, client_id, "lg")
     # Concurrent replays may share a bound client id; the run token keeps their ids apart.
     run = f"{client_id[:64]}-{instance_token()}"
-    records = [ClientRecord(f"{run}-{i}", tr) for i, tr in enumerate(trace)]
+    models = (model,) if isinstance(model, str) else tuple(model)
+    if not models:
+        raise ValueError("replay needs at least one model")
+    records = [
+        ClientRecord(f"{run}-{i}", tr, model=models[i % len(models)]) for i, tr in enumerate(trace)
+    ]
     by_id = {r.request_id: r for r in records}
     workers: dict[str, WorkerEnergy] = {}
     ended = 0
@@ -252,7 +259,7 @@ async def replay(
         reply = subjects.client_reply(client_id, record.request_id)
         req = Request(
             request_id=record.request_id,
-            model=model,
+            model=record.model,
             reply_subject=reply,
             sent_at=record.sent_at,
             max_tokens=record.trace.output_tokens,
@@ -299,7 +306,7 @@ async def replay_parts(
     nc: Client,
     parts: Sequence[tuple[str, Sequence[TraceRequest]]],
     *,
-    model: str,
+    model: str | Sequence[str],
     settle_timeout_s: float,
     hops: bool = False,
 ) -> list[ClientRecord]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
@@ -18,7 +19,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from loadgen.replay import ReplayResult
+from loadgen.replay import ClientRecord, ReplayResult
 from shared.clock import ModelClock
 from shared.metrics.energy import JOULES_PER_KWH
 from shared.metrics.records import RequestRecord, RequestStatus
@@ -144,7 +145,27 @@ def build_report(result: ReplayResult, clock: ModelClock) -> dict[str, Any]:
         "speedup": k,
         "wall_s": result.finished_at - t0,
         "per_class": {name: s.as_dict() for name, s in summary.per_class.items()},
+        "per_model": per_model(result.records),
     }
+
+
+def per_model(records: Sequence[ClientRecord]) -> dict[str, dict[str, Any]]:
+    """Per model asked for: requests, completions, errors and the workers that completed
+    them (with how many each): in a stack of several models each model's completions must
+    come from its own workers only."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in records:
+        entry = out.setdefault(r.model, {"requests": 0, "completed": 0, "failed": 0, "workers": {}})
+        entry["requests"] += 1
+        if r.completion is not None:
+            entry["completed"] += 1
+            workers = entry["workers"]
+            workers[r.completion.worker_id] = workers.get(r.completion.worker_id, 0) + 1
+        elif r.error is not None:
+            entry["failed"] += 1
+    for entry in out.values():
+        entry["workers"] = dict(sorted(entry["workers"].items()))
+    return dict(sorted(out.items()))
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -196,6 +217,18 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
         f"{_fmt(report['violation_rate'], 4)}  Jain fairness {_fmt(report['jain'], 3)}  "
         f"errors {report['errors']}"
     )
+    models = report.get("per_model", {})
+    if len(models) > 1:
+        served = Table(title="models (completions by worker)")
+        for col in ("model", "requests", "completed", "failed", "workers"):
+            served.add_column(col, justify="left" if col in ("model", "workers") else "right")
+        for name, entry in models.items():
+            workers = ", ".join(f"{w} {n}" for w, n in entry["workers"].items())
+            served.add_row(
+                name, str(entry["requests"]), str(entry["completed"]), str(entry["failed"]),
+                workers or "-",
+            )  # fmt: skip
+        console.print(served)
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:

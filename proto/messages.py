@@ -75,6 +75,8 @@ TokenCount = Annotated[int, Meta(ge=1, le=MAX_TOKENS_LIMIT)]
 NonNegInt = Annotated[int, Meta(ge=0)]
 NonNeg = Annotated[float, Meta(ge=0.0, le=FINITE_LIMIT)]
 Mhz = Annotated[float, Meta(ge=0.0, le=5000.0)]
+ModelName = Annotated[str, Meta(min_length=1, max_length=128)]
+"""A served model's name, as clients ask for it (``llama-3-8b``)."""
 
 
 def scoped_request_id(client_id: str, request_id: str) -> str:
@@ -132,7 +134,7 @@ class Request(_Message, tag="gs.v1.request", frozen=True, kw_only=True):
     """A client's inference request, as published on the ingress subject."""
 
     request_id: RequestId
-    model: Annotated[str, Meta(min_length=1, max_length=128)]
+    model: ModelName
     reply_subject: Subject
     sent_at: NonNeg
     max_tokens: TokenCount
@@ -296,6 +298,10 @@ class Completion(_Message, tag="gs.v1.completion", frozen=True, kw_only=True):
     co2_g: NonNeg | None = None
     """The request's CO2: ``energy_j`` at its worker region's carbon intensity when it
     finished (``None`` while the worker has no forecast for its region)."""
+    model: Annotated[str, Meta(max_length=128)] = ""
+    """The model that served it (the request's: a router places a request only on workers
+    of its model); the planner counts demand per model by it. ``""`` from senders that
+    predate the field."""
 
 
 class CompletionBatch(_Message, tag="gs.v1.completion_batch", frozen=True, kw_only=True):
@@ -341,7 +347,9 @@ class WorkerStats(_Message, tag="gs.v1.worker_stats", frozen=True, kw_only=True)
     region: Id
     node_id: Id
     gpu: str
-    model: str
+    model: ModelName
+    """The model the worker serves (its announcement): routers place on it only requests
+    for this model, the gateway lists it, dvfs agents pick its profile by it."""
     tp: Annotated[int, Meta(ge=1, le=64)]
     running: NonNegInt
     waiting: NonNegInt
@@ -437,6 +445,9 @@ class PoolPlan(_Message, tag="gs.v1.pool", frozen=True, kw_only=True):
     """Profiled no-queue TTFT of this pool's configuration (laxity input)."""
     tbt_ms: NonNeg = 0.0
     """Profiled TBT of this pool's configuration (laxity input)."""
+    model: Annotated[str, Meta(max_length=128)] = ""
+    """The model the pool's workers serve: the classifier routes a request only to pools of
+    its model. ``""`` (plans of senders that predate the field): any model."""
 
 
 class Plan(_Message, tag="gs.v1.plan", frozen=True, kw_only=True):

@@ -8,6 +8,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = [
     "CANCELLED",
+    "COMPLETIONS",
     "DECISIONS",
     "ERRORS",
     "GC_PAUSE_S",
@@ -34,6 +35,13 @@ MESSAGES: Final = Counter(
 REQUESTS: Final = Counter(
     "greenserve_requests_total", "Requests classified, by class and pool", ["request_class", "pool"]
 )
+
+COMPLETIONS: Final = Counter(
+    "greenserve_worker_completions_total",
+    "Requests a worker completed, by worker and the model it serves",
+    ["worker", "model"],
+)
+"""In a stack of several models each model's completions show on its own workers only."""
 
 QUEUE_DEPTH: Final = Gauge("greenserve_queue_depth", "Requests queued per pool", ["pool"])
 

@@ -78,7 +78,7 @@ def replay_on_stack(
                     nc,
                     Subjects(state.namespace),
                     trace,
-                    model=state.model,
+                    model=state.served_models,
                     speedup=state.speedup,
                     on_progress=lambda done, _total: bar.update(task, completed=done),
                 )

@@ -58,8 +58,20 @@ def _model(text: str) -> str:
     return text
 
 
-def add_stack_arguments(parser: argparse.ArgumentParser, *, speedup: float = 1.0) -> None:
-    """Options describing the stack to start."""
+def _models(text: str) -> tuple[str, ...]:
+    """Comma-separated models, each one :func:`_model` accepts, none twice."""
+    models = tuple(_model(m.strip()) for m in text.split(",") if m.strip())
+    if not models:
+        raise argparse.ArgumentTypeError("give at least one model")
+    if len(set(models)) != len(models):
+        raise argparse.ArgumentTypeError(f"a model is named twice in {text!r}")
+    return models
+
+
+def add_stack_arguments(
+    parser: argparse.ArgumentParser, *, speedup: float = 1.0, models: str | None = None
+) -> None:
+    """Options describing the stack to start; ``models`` is the default of ``--models``."""
     parser.add_argument(
         "--workers", type=positive_int, default=4, help="simulated workers (default 4)"
     )
@@ -72,7 +84,17 @@ def add_stack_arguments(parser: argparse.ArgumentParser, *, speedup: float = 1.0
     parser.add_argument(
         "--gpu", type=_gpu, default="A100-80GB", help="GPU type of the simulated workers"
     )
-    parser.add_argument("--model", type=_model, default="llama-3-8b", help="model served")
+    parser.add_argument(
+        "--model", type=_model, default="llama-3-8b", help="model served (one-model stack)"
+    )
+    parser.add_argument(
+        "--models",
+        type=_models,
+        default=models,
+        help="comma-separated models served, e.g. llama-3-8b,llama-2-13b (overrides --model): "
+        "worker i serves model i mod M, each model's workers spread over the regions in turn, "
+        "one pool per region and model" + (f" (default {models})" if models else ""),
+    )
     parser.add_argument(
         "--tp",
         type=positive_int,
@@ -123,6 +145,7 @@ def spec_from_args(args: argparse.Namespace) -> StackSpec:
         regions=args.regions,
         gpu=args.gpu,
         model=args.model,
+        models=args.models or (),
         tp=args.tp,
         speedup=args.speedup,
         gateway_port=args.gateway_port,

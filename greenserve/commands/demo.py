@@ -11,15 +11,21 @@ from greenserve.commands._stack_args import (
     spec_from_args,
 )
 
-__all__ = ["HELP", "NAME", "add_arguments", "run"]
+__all__ = ["DEMO_MODELS", "HELP", "NAME", "add_arguments", "run"]
+
+DEMO_MODELS = "llama-3-8b,qwen3-8b"
+"""The demo's stack serves two models, the replay asking for each in turn. Both take the
+whole replayed window: its 3 minutes of the conversation trace hold 47 requests over 4,096
+tokens, which Llama-2-13B's context would refuse (``too_long``)."""
 
 NAME = "demo"
 HELP = "start the stack, replay 3 min of the Azure conversation trace sped up, report, stop"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Stack and trace options with demo defaults (speed-up 20, 180 s of the trace)."""
-    add_stack_arguments(parser, speedup=20.0)
+    """Stack and trace options with demo defaults (speed-up 20, 180 s of the trace, two
+    models: the report shows each model's completions on its own workers)."""
+    add_stack_arguments(parser, speedup=20.0, models=DEMO_MODELS)
     add_replay_arguments(parser, duration_s=180.0)
 
 

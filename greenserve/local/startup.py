@@ -190,6 +190,7 @@ def start_local_stack(
         speedup=spec.speedup,
         origin_wall_s=origin,
         model=spec.model,
+        models=list(spec.models),
         workers=spec.workers,
         pids=pids,
         server_pids=server_pids,

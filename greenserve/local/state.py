@@ -52,11 +52,18 @@ class StackState:
     supervisor_pid: int | None = None
     """The supervisor process (``greenserve.local.supervisor``); ``None``: unsupervised.
     Stopped before the services, so that their stop is not taken for a crash."""
+    models: list[str] = field(default_factory=list)
+    """The models served (``--models``); empty (one model, or an older state file): ``model``."""
     start_ticks: dict[str, int] = field(default_factory=dict)
     """Start time of each process (``/proc/<pid>/stat``, clock ticks since boot) by PID: a
     PID that names another process now (the stack crashed, the machine rebooted) is not
     this stack's, so ``down`` does not signal it and ``up`` does not take it for running.
     Empty where ``/proc`` is not (the PIDs are then trusted) and in older state files."""
+
+    @property
+    def served_models(self) -> tuple[str, ...]:
+        """The models the stack serves (what a replay asks for, in turn)."""
+        return tuple(self.models) or (self.model,)
 
     def redis_client(
         self, *, connect_timeout_s: float = 2.0, read_timeout_s: float | None = None

@@ -9,7 +9,7 @@ arrival + α_LLF · Lat with Lat = N̂ · TBT + TTFT of the pool's profile (FREE
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from proto.messages import (
@@ -44,14 +44,40 @@ class RoutingTable:
                 routes[cls_name] = usable
         return cls(pools, routes)
 
-    def choose(self, request_class: str, request_id: str) -> PoolPlan:
-        """Pick a pool by weight, deterministically by request id (so redelivery agrees).
+    def serves(self, model: str) -> bool:
+        """Whether some routed pool serves ``model`` (a pool of no model serves any)."""
+        return any(
+            _serves(self.pools[pool_id], model)
+            for weights in self.routes.values()
+            for pool_id, _ in weights
+        )
+
+    def _weighted(self, request_class: str, model: str) -> list[tuple[str, float]]:
+        """The class's routes (else the default route) to pools of ``model``."""
+        for key in (request_class, "*"):
+            usable = [
+                (pool_id, weight)
+                for pool_id, weight in self.routes.get(key, ())
+                if _serves(self.pools[pool_id], model)
+            ]
+            if usable:
+                return usable
+        return []
+
+    def choose(self, request_class: str, request_id: str, model: str = "") -> PoolPlan:
+        """Pick a pool of ``model`` by weight, deterministically by request id (so
+        redelivery agrees); ``""`` takes any pool.
 
         Raises:
-            RequestRejectedError: no route for the class and no default route.
+            RequestRejectedError: ``model_not_found`` when no routed pool serves the model,
+                ``no_route`` when none of its pools is routed this class (nor by default).
         """
-        weighted = self.routes.get(request_class) or self.routes.get("*")
+        weighted = self._weighted(request_class, model)
         if not weighted:
+            if model and not self.serves(model):
+                raise RequestRejectedError(
+                    "model_not_found", f"the current plan serves no pool of model {model!r}"
+                )
             raise RequestRejectedError(
                 "no_route", f"the current plan serves no pool for class {request_class}"
             )
@@ -63,6 +89,11 @@ class RoutingTable:
             if point <= 0:
                 return self.pools[pool_id]
         return self.pools[weighted[-1][0]]
+
+
+def _serves(pool: PoolPlan, model: str) -> bool:
+    # A pool of no model comes from a planner that predates PoolPlan.model: it takes any.
+    return not model or not pool.model or pool.model == model
 
 
 class ClassifierCore:
@@ -80,12 +111,16 @@ class ClassifierCore:
         default_ttft_ms: float,
         default_tbt_ms: float,
         tokenize: Callable[[str], int] | None = None,
+        model_contexts: Mapping[str, int] | None = None,
     ) -> None:
+        """``model_contexts`` (model → tokens) holds a model to a smaller context than
+        ``max_context_tokens`` (:func:`shared.model_context.context_limits`)."""
         self._scheme = scheme
         self._slos = slos
         self._predictor = predictor
         self._models = frozenset(models)
         self._max_context = max_context_tokens
+        self._model_contexts = dict(model_contexts or {})
         self._alpha = alpha_llf
         self._default_ttft_ms = default_ttft_ms
         self._default_tbt_ms = default_tbt_ms
@@ -138,18 +173,20 @@ class ClassifierCore:
         """Classify one request at model time ``arrival_s``.
 
         Raises:
-            RequestRejectedError: unknown model, too long, no plan or no route.
+            RequestRejectedError: unknown model, too long, no plan, no pool of the model
+                (``model_not_found``) or no route.
         """
         if request.model not in self._models:
             raise RequestRejectedError(
                 "unknown_model", f"model {request.model!r} is not served here"
             )
         n_in = self.input_tokens(request)
-        if n_in + request.max_tokens > self._max_context:
+        context = min(self._max_context, self._model_contexts.get(request.model, self._max_context))
+        if n_in + request.max_tokens > context:
             raise RequestRejectedError(
                 "too_long",
                 f"prompt {n_in} + max_tokens {request.max_tokens} exceeds the context of "
-                f"{self._max_context} tokens",
+                f"{context} tokens of {request.model}",
             )
         if self._routing is None:
             raise RequestRejectedError("no_plan", "no plan has been published yet")
@@ -160,7 +197,9 @@ class ClassifierCore:
         # Split by the id the client chose, not the stack-wide scoped one: the route of a
         # request then does not depend on which client sent it, and the simulator, which
         # replays traces without client scoping, routes every request the same way.
-        pool = self._routing.choose(request_class, client_request_id(request.request_id))
+        pool = self._routing.choose(
+            request_class, client_request_id(request.request_id), request.model
+        )
         slo = self._slos.get(request_class)
         ttft_ms = pool.ttft_ms or self._default_ttft_ms
         tbt_ms = pool.tbt_ms or self._default_tbt_ms

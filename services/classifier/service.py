@@ -41,6 +41,7 @@ from shared.bus import ensure_ingress_stream, retry_on_timeout
 from shared.counters import ERRORS
 from shared.lifecycle import ServiceContext
 from shared.loops import sleep_or_stop
+from shared.model_context import context_limits
 from shared.plan_watch import watch_plan
 from shared.stream_keeper import ensure_consumer_exists, keep_jetstream
 
@@ -89,6 +90,7 @@ def build_core(ctx: ServiceContext) -> ClassifierCore:
         default_ttft_ms=cfg.default_ttft_ms,
         default_tbt_ms=cfg.default_tbt_ms,
         tokenize=tokenize,
+        model_contexts=context_limits(cfg.models, cfg.max_context_tokens),
     )
 
 

@@ -177,6 +177,8 @@ async def serve(ctx: ServiceContext) -> None:
     states: dict[str, InstanceState] = {}
     models = ModelBook()
     controllers: dict[str, ClockController] = {}
+    fitted_for: dict[str, EngineKey] = {}
+    """The engine (GPU, model, TP, batch limit) each predictive controller was fitted for."""
     profile_controllers = ProfileControllers(profiles, slos, period_s=cfg.period_s)
     collector = LatencyCollector(ctx.settings.clock.speedup)
     overrides = ClockOverrides()  # the scheduler's emergency max clock, bounded in time
@@ -233,6 +235,7 @@ async def serve(ctx: ServiceContext) -> None:
             latest.pop(worker_id, None)
             states.pop(worker_id, None)
             controllers.pop(worker_id, None)
+            fitted_for.pop(worker_id, None)
             collector.take(worker_id)
             logger.info("worker %s sent no heartbeat for its TTL; no longer controlled", worker_id)
 
@@ -248,13 +251,17 @@ async def serve(ctx: ServiceContext) -> None:
                 if state is None or time.time() - state.at > stale_wall_s:
                     continue  # nothing recent to project: leave the clock where it is
                 observation = with_requests(observation, state)
-                if controller is None:
-                    fitted = models.get(engine_key(stats))
+                key = engine_key(stats)
+                # A worker id that comes back serving another model (or engine) needs that
+                # model's fit: the key, model included, picks the models.
+                if controller is None or fitted_for.get(worker_id) != key:
+                    fitted = models.get(key)
                     if fitted is None:
                         continue  # the model is being fitted
                     controller = controllers[worker_id] = make_controller(
                         cfg.mode, cfg.clock_mhz, cfg.period_s, fitted
                     )
+                    fitted_for[worker_id] = key
             elif profiled:
                 observation = replace(observation, arrival_rate_rps=loads.rate(worker_id, now))
                 policy = profile_controllers.get(worker_id, engine_key(stats))

@@ -45,6 +45,8 @@ UPSTREAM_STATUS: Final = {
     # needs ignore_eos): resending it unchanged fails again, so it is the client's to fix.
     "unclassifiable": 400,
     "unknown_model": 404,
+    # No pool of the plan serves the model (the classifier's answer): OpenAI's code and status.
+    "model_not_found": 404,
     "internal": 500,
     "no_plan": 503,
     "no_route": 503,

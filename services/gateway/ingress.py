@@ -79,7 +79,11 @@ async def _publish_to(
         client_id=state.client_id,
         sent_at=time.time(),
         chars_per_token=state.chars_per_token,
-        context_tokens=state.context_tokens,
+        context_tokens=(
+            None
+            if state.context_tokens is None
+            else state.model_contexts.get(parsed.model, state.context_tokens)
+        ),
     )
     # The stream's de-duplication spans all clients: scope the id as the stack does.
     msg_id = scoped_request_id(state.client_id, request_id)

@@ -1,8 +1,8 @@
-"""``GET /v1/models`` and ``GET /v1/models/{model}``: the stack's models as OpenAI lists them.
+"""``GET /v1/models`` and ``GET /v1/models/{model}``: the served models as OpenAI lists them.
 
-The models are ``Settings.classifier.models`` (those the classifier accepts), each as
-OpenAI's ``model`` object; an unknown id is 404 ``model_not_found``, as the ``openai``
-client's ``models.retrieve`` expects.
+The models are those live workers announce now (:mod:`.served_models`), each as OpenAI's
+``model`` object; another id is 404 ``model_not_found``, as the ``openai`` client's
+``models.retrieve`` expects.
 """
 
 from __future__ import annotations
@@ -23,14 +23,16 @@ def _model(model_id: str) -> dict[str, Any]:
 
 async def list_models(request: web.Request) -> web.Response:
     """OpenAI's ``GET /v1/models`` (the client's ``models.list``)."""
-    models = sorted(request.app[STATE].models)
+    models = request.app[STATE].served.models()
     return web.json_response({"object": "list", "data": [_model(m) for m in models]})
 
 
 async def retrieve_model(request: web.Request) -> web.Response:
     """OpenAI's ``GET /v1/models/{model}`` (the client's ``models.retrieve``)."""
     model_id = request.match_info["model"]
-    if model_id not in request.app[STATE].models:
-        err = ApiError("model_not_found", f"the model {model_id!r} does not exist", param="model")
+    if not request.app[STATE].served.serves(model_id):
+        err = ApiError(
+            "model_not_found", f"the model {model_id!r} is not served here", param="model"
+        )
         return error_response(err)
     return web.json_response(_model(model_id))

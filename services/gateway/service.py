@@ -18,10 +18,12 @@ from nats.aio.subscription import Subscription
 from services.gateway.app import build_app
 from services.gateway.auth import KeyRing
 from services.gateway.cells import CellPicker
+from services.gateway.served_models import ServedModels
 from services.gateway.state import NAME, GatewayState
 from shared.bus import ensure_ingress_stream
 from shared.config import GatewaySettings, Settings
 from shared.lifecycle import ServiceContext, service_context
+from shared.model_context import context_limits
 from shared.security.api_keys import load_api_keys
 from shared.security.client_ids import pick_client_id
 from shared.stream_keeper import keep_jetstream
@@ -53,9 +55,13 @@ class Gateway:
             client_id=pick_client_id(ctx.nc, None, "gw"),
             chars_per_token=None if tokenizer else config.chars_per_token,
             context_tokens=ctx.settings.classifier.max_context_tokens,
+            model_contexts=context_limits(
+                ctx.settings.classifier.models, ctx.settings.classifier.max_context_tokens
+            ),
             cells=CellPicker(config.cells or (ctx.subjects.prefix,), config.cell_retry_s),
             store=ctx.redis,
             keys=ctx.keys,
+            served=ServedModels(ctx.settings.worker.heartbeat_ttl_s),
             api_keys=(
                 KeyRing(load_api_keys(keys_file), config.api_key_requests_per_min)
                 if keys_file is not None
@@ -82,6 +88,14 @@ class Gateway:
                     cell.subjects.client_wildcard(state.client_id), cb=state.router.on_message
                 )
             )
+            # The models served are those the workers of every cell announce.
+            self._subs.append(
+                await state.nc.subscribe(
+                    cell.subjects.worker_stats_wildcard, cb=state.served.on_message
+                )
+            )
+        if state.store is not None and state.keys is not None:
+            await state.served.seed(state.store, state.keys)
         await ensure_ingress_stream(state.js, state.subjects)
         check_s = self._ctx.settings.nats.jetstream_check_s
         self._keeper = asyncio.create_task(

@@ -24,6 +24,7 @@ from services.gateway.admission import InFlightLimit, default_max_in_flight
 from services.gateway.cells import CellPicker
 from services.gateway.errors import ApiError
 from services.gateway.replies import ReplyRouter
+from services.gateway.served_models import ServedModels
 from shared.config import GatewaySettings
 from shared.counters import ERRORS
 from shared.security.client_ids import instance_token
@@ -45,6 +46,8 @@ class GatewayState:
     subjects: Subjects
     config: GatewaySettings
     models: frozenset[str]
+    """The models requests may name (``classifier.models``); whether one is served now is
+    the plan's (the classifier answers ``model_not_found``) and ``served``'s to say."""
     client_id: str
     chars_per_token: float | None
     """Prompt-length estimate; ``None`` when the classifier tokenises the text itself."""
@@ -58,6 +61,10 @@ class GatewayState:
     keys: Keys | None = None
     api_keys: KeyRing | None = None
     """The accepted API keys; ``None``: no key needed (``gateway.api_keys_file`` unset)."""
+    model_contexts: dict[str, int] = field(default_factory=dict)
+    """A smaller context of a model (:func:`shared.model_context.context_limits`)."""
+    served: ServedModels = field(default_factory=lambda: ServedModels(3.0))
+    """The models live workers announce (``GET /v1/models``)."""
     admission: InFlightLimit = field(init=False)
     """The ceiling on completion requests held at once (``gateway.max_in_flight``)."""
     _ids: itertools.count[int] = field(default_factory=itertools.count)

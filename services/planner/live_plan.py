@@ -54,6 +54,7 @@ __all__ = [
     "bootstrap_plan",
     "build_live_problem",
     "input_groups",
+    "merged_plan",
     "pool_allocations",
     "pool_decisions",
     "wire_plan",
@@ -292,6 +293,7 @@ def _pool_plan(
         classes=sorted(planned | set(routed)),
         ttft_ms=decision.ttft_ms if decision else 0.0,
         tbt_ms=decision.tbt_ms if decision else 0.0,
+        model=pool.model,
     )
 
 
@@ -373,7 +375,12 @@ def bootstrap_plan(
         scheme=scheme,
         pools=[
             PoolPlan(
-                pool_id=p.pool_id, region=p.region, gpu=p.gpu, tp=p.tp, instances=len(p.workers)
+                pool_id=p.pool_id,
+                region=p.region,
+                gpu=p.gpu,
+                tp=p.tp,
+                instances=len(p.workers),
+                model=p.model,
             )
             for _, p in sorted(pools.items())
         ],
@@ -385,4 +392,38 @@ def bootstrap_plan(
             ]
         },
         objective="bootstrap",
+    )
+
+
+def merged_plan(plans: Sequence[WirePlan]) -> WirePlan:
+    """One published plan of the per-model plans (each over its own model's pools).
+
+    Pools are disjoint (a pool serves one model), so their lists and each class's routes
+    are concatenated: the classifier routes a request among its own model's pools only
+    (``PoolPlan.model``), so one model's weights never compete with another's. The plan
+    carries one class scheme, the first plan's; a model planned under another scheme keeps
+    only its default route ``*`` (its class names mean nothing under the first scheme).
+
+    Raises:
+        ValueError: no plan.
+    """
+    if not plans:
+        raise ValueError("no plan to merge")
+    first = plans[0]
+    routes: dict[str, list[RouteWeight]] = defaultdict(list)
+    for plan in plans:
+        for cls, weights in plan.routes.items():
+            if plan.scheme == first.scheme or cls == "*":
+                routes[cls].extend(weights)
+    statuses = [p.status for p in plans if p.status != "ok"]
+    objectives = sorted({p.objective for p in plans})
+    return WirePlan(
+        epoch=first.epoch,
+        issued_at=first.issued_at,
+        valid_until=first.valid_until,
+        scheme=first.scheme,
+        pools=[pool for plan in plans for pool in plan.pools],
+        routes=dict(routes),
+        objective=objectives[0] if len(objectives) == 1 else "+".join(objectives),
+        status=statuses[0] if statuses else "ok",
     )

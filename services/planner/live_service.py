@@ -42,6 +42,7 @@ from services.planner.live_plan import (
     bootstrap_plan,
     build_live_problem,
     input_groups,
+    merged_plan,
     pool_allocations,
     pool_decisions,
     wire_plan,
@@ -124,17 +125,12 @@ class LivePlanner:
         )
         step_s = cfg.epoch_s / cfg.steps_per_epoch
         bins = max(1, round(step_s / cfg.demand_bin_s))
-        self._demand = DemandTracker(
-            schemes,
-            LoadForecastConfig(
-                bin_s=step_s / bins,
-                step_s=step_s,
-                steps=cfg.steps_per_epoch,
-                method=cfg.load_method,  # checked above
-                recent_steps=cfg.recent_steps,
-            ),
-            cfg.demand_history_steps,
-            coincident=cfg.coincident_demand,
+        self._load_config = LoadForecastConfig(
+            bin_s=step_s / bins,
+            step_s=step_s,
+            steps=cfg.steps_per_epoch,
+            method=cfg.load_method,  # checked above
+            recent_steps=cfg.recent_steps,
         )
         self._slos = default_slos(own)
         self._observed = (
@@ -165,24 +161,42 @@ class LivePlanner:
             )
         )
         self._step_s = step_s
+        self._demands: dict[str, DemandTracker] = {}
+        """Observed arrivals per model: a model's pools serve its demand alone."""
         self._measured: dict[ProfileKey, tuple[ServingConfig, ...]] = {}
         self._measuring: dict[ProfileKey, asyncio.Task[tuple[ServingConfig, ...]]] = {}
         self._max_num_seqs: dict[str, int] = {}
         self._idle: dict[tuple[str, int, str, int], float] = {}
         self._last_intensity: dict[str, float] = {}
         self._ready_wall: dict[str, float] = {}
-        self._running: _Running | None = None
+        self._running: dict[str, _Running] = {}
+        """The MILP plan in force per model (absent: the model is bootstrapping)."""
+        self._model_plans: dict[str, WirePlan] = {}
+        """The latest plan per model, merged into :attr:`plan`."""
+        self._bootstrapping = True
         self.epoch = -1
         self.plan: WirePlan | None = None
 
+    def _demand(self, model: str) -> DemandTracker:
+        tracker = self._demands.get(model)
+        if tracker is None:
+            tracker = self._demands[model] = DemandTracker(
+                self._schemes,
+                self._load_config,
+                self._cfg.demand_history_steps,
+                coincident=self._cfg.coincident_demand,
+            )
+        return tracker
+
     async def on_done(self, msg: Msg) -> None:
-        """Count a completed request as an arrival at its send time (model time)."""
+        """Count a completed request as an arrival of its model at its send time (model
+        time)."""
         with contextlib.suppress(DecodeError):
             for done in request_endings(msg.data):
                 if isinstance(done, Completion):
                     arrival = self._ctx.clock.model_at(done.sent_at)
                     latency = self._ctx.clock.model_at(done.finished_at) - arrival
-                    self._demand.add(
+                    self._demand(done.model).add(
                         arrival, done.input_tokens, max(1, done.output_tokens), latency
                     )
                     if self._observed is not None:
@@ -216,7 +230,7 @@ class LivePlanner:
     def wants_replan(self) -> bool:
         """Between epochs: whether the served sizes drifted from the profiled ones (start
         re-profiling them) or a pool missed its SLO (learn its capacity, boost its clock)."""
-        if self._running is None:
+        if not self._running:
             return False
         now = self._ctx.clock.now()
         due = False
@@ -235,7 +249,9 @@ class LivePlanner:
             due = True
         if self._misses is not None:
             planned = {
-                pid: sum(d.capacity_by_class.values()) for pid, d in self._running.decisions.items()
+                pid: sum(d.capacity_by_class.values())
+                for running in self._running.values()
+                for pid, d in running.decisions.items()
             }
             overloaded = self._misses.overloaded(now)
             if overloaded:
@@ -401,28 +417,52 @@ class LivePlanner:
         return {r: v if v else (worst,) * steps for r, v in out.items()}
 
     async def plan_epoch(self, epoch: int) -> None:
-        """Plan one epoch (or bootstrap) and keep the result as ``self.plan``."""
-        cfg, now = self._cfg, self._ctx.clock.now()
-        issued, valid = time.time(), time.time() + self._ctx.clock.wall_period(cfg.epoch_s)
+        """Plan one epoch (or bootstrap) per model and keep the merged result as ``self.plan``.
+
+        Each model's pools are planned for that model's observed demand alone (a worker
+        serves only its model's requests): one Eq. 1 per model, each with its own overhead
+        gate, bootstrapping until that model has demand history and profiles.
+        """
+        issued, valid = time.time(), time.time() + self._ctx.clock.wall_period(self._cfg.epoch_s)
         pools = {k: p for k, p in (await self._inventory()).items() if p.workers}
         self.epoch = epoch
         if not pools:
-            self.plan, self._running = None, None  # the shell publishes the static plan
+            self.plan = None  # the shell publishes the static plan
+            self._running.clear()
+            self._model_plans.clear()
+            self._bootstrapping = True
             return
+        by_model: dict[str, dict[str, LivePool]] = {}
+        for pool_id, pool in sorted(pools.items()):
+            by_model.setdefault(pool.model, {})[pool_id] = pool
+        for model in [m for m in self._running if m not in by_model]:
+            del self._running[model]
+        self._model_plans = {
+            model: await self._plan_model(model, group, epoch, issued, valid)
+            for model, group in sorted(by_model.items())
+        }
+        self._bootstrapping = any(m not in self._running for m in by_model)
+        self.plan = merged_plan(list(self._model_plans.values()))
+
+    async def _plan_model(
+        self, model: str, pools: dict[str, LivePool], epoch: int, issued: float, valid: float
+    ) -> WirePlan:
+        """One model's plan: bootstrap, or Eq. 1 over its pools and its demand."""
+        cfg, now = self._cfg, self._ctx.clock.now()
+        demand = self._demand(model)
         groups = self._class_groups(pools)
         profiles = self._profiles(pools, groups)
-        if len(profiles) < len(pools) or self._demand.observed_steps(now) < 1:
-            self.plan = bootstrap_plan(
+        if len(profiles) < len(pools) or demand.observed_steps(now) < 1:
+            self._running.pop(model, None)
+            return bootstrap_plan(
                 pools, scheme=cfg.scheme, epoch=epoch, issued_at=issued, valid_until=valid
             )
-            self._running = None
-            return
         regions = sorted({p.region for p in pools.values()})
         intensity = await self._intensity(regions, epoch * cfg.epoch_s)
         partitions = sorted({c.partition for rows in profiles.values() for c in rows})
         keys = [(p, cls) for p in partitions for cls in self._schemes[p].classes]
         problem = build_live_problem(
-            pools=pools, profiles=profiles, demand_qps=self._demand.forecast(now, keys),
+            pools=pools, profiles=profiles, demand_qps=demand.forecast(now, keys),
             intensity=intensity, step_s=cfg.epoch_s / cfg.steps_per_epoch, alpha=cfg.alpha,
             slo=slo_policy_for(partitions), slices=cfg.time_share_slices, class_groups=groups,
             instance_idle_w=self._idle_w(pools) if cfg.whole_instances else None,
@@ -434,7 +474,11 @@ class LivePlanner:
         )  # fmt: skip
         with self._ctx.tracer.start_as_current_span(
             "plan_epoch",
-            attributes={"planner.epoch": epoch, "planner.pools": len(pools)},
+            attributes={
+                "planner.epoch": epoch,
+                "planner.pools": len(pools),
+                "planner.model": model,
+            },
         ) as span:
             core = await asyncio.to_thread(solve_plan, problem, settings)
             span.set_attribute("planner.status", core.status.value)
@@ -443,26 +487,28 @@ class LivePlanner:
         decisions = pool_decisions(core, problem, pools, cfg.time_share_slices)
         order = tuple(sorted(pools, key=lambda pid: (sum(intensity[pools[pid].region]), pid)))
         candidate = _Running(core, decisions, pools, order, groups)
-        if self._keep_running(candidate, problem, intensity):
-            assert self._running is not None
-            self._running.fallback_order = order
+        running = self._running.get(model)
+        if running is not None and self._keep_running(running, candidate, problem, intensity):
+            running.fallback_order = order
         else:
-            self._running = candidate
+            running = self._running[model] = candidate
         logger.info(
-            "plan epoch %d: %s, peak demand %.3g qps, instances %s", epoch, core.status.value,
-            sum(max(v) for v in problem.demand_qps.values()),
-            {pid: d.instances for pid, d in self._running.decisions.items()},
+            "plan epoch %d, %s: %s, peak demand %.3g qps, instances %s", epoch, model,
+            core.status.value, sum(max(v) for v in problem.demand_qps.values()),
+            {pid: d.instances for pid, d in running.decisions.items()},
         )  # fmt: skip
-        self.plan = self._wire(epoch, issued, valid)
+        return self._wire(running, epoch, issued, valid)
 
     def _keep_running(
-        self, new: _Running, problem: PlanningProblem, intensity: dict[str, tuple[float, ...]]
+        self,
+        old: _Running,
+        new: _Running,
+        problem: PlanningProblem,
+        intensity: dict[str, tuple[float, ...]],
     ) -> bool:
         """DynamoLLM's gate: keep the running plan unless switching pays for itself."""
-        old = self._running
         if (
-            old is None
-            or old.pools != new.pools
+            old.pools != new.pools
             or old.core.partition != new.core.partition
             or old.class_groups != new.class_groups
         ):
@@ -485,9 +531,7 @@ class LivePlanner:
         logger.info("overhead gate: %s", decision.reason)
         return not decision.reconfigure
 
-    def _wire(self, epoch: int, issued: float, valid: float) -> WirePlan:
-        running = self._running
-        assert running is not None
+    def _wire(self, running: _Running, epoch: int, issued: float, valid: float) -> WirePlan:
         now = time.time()
         busy = frozenset(
             pid
@@ -517,13 +561,21 @@ class LivePlanner:
 
     @property
     def bootstrapping(self) -> bool:
-        """True until the first MILP plan: the shell then re-plans on every tick."""
-        return self._running is None
+        """True until every model has its first MILP plan: the shell then re-plans on
+        every tick."""
+        return self._bootstrapping
 
     def refresh(self) -> None:
         """Re-derive the current plan's kept-for-draining pools (between epochs)."""
-        if self._running is not None and self.plan is not None:
-            self.plan = self._wire(self.plan.epoch, self.plan.issued_at, self.plan.valid_until)
+        if self.plan is None or not self._running:
+            return
+        plan = self.plan
+        for model, running in self._running.items():
+            if model in self._model_plans:
+                self._model_plans[model] = self._wire(
+                    running, plan.epoch, plan.issued_at, plan.valid_until
+                )
+        self.plan = merged_plan(list(self._model_plans.values()))
 
 
 def _stop_now(pool: ProcessPoolExecutor) -> None:

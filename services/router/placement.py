@@ -33,6 +33,7 @@ __all__ = [
     "RoundRobinPlacer",
     "WorkerLoad",
     "make_placer",
+    "place_by_model",
     "urgent_first",
 ]
 
@@ -56,6 +57,9 @@ class WorkerLoad:
     running_kv: tuple[int, ...] = ()
     """Current KV tokens of each running sequence, aligned with ``predicted_remaining``.
     When absent, every running sequence is assumed to hold ``kv_tokens / running``."""
+    model: str = ""
+    """The model it serves (its announcement); :func:`place_by_model` gives it only
+    candidates of that model."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -67,6 +71,8 @@ class Candidate:
     predicted_output_tokens: int
     laxity_s: float = float("inf")
     """Scheduler laxity (FREESH Eq. 6); nearly spent means it must be admitted now."""
+    model: str = ""
+    """The model the request asks for."""
 
 
 class Placer(Protocol):
@@ -96,6 +102,27 @@ def urgent_first(candidates: Sequence[Candidate], urgent_laxity_s: float) -> lis
         return list(candidates)
     urgent.sort(key=lambda c: c.laxity_s)
     return urgent + [c for c in candidates if c.laxity_s > urgent_laxity_s]
+
+
+def place_by_model(
+    placer: Placer, candidates: Sequence[Candidate], workers: Sequence[WorkerLoad]
+) -> list[tuple[str, str]]:
+    """``placer``'s pairs, each model's candidates placed on that model's workers alone.
+
+    A worker runs one model, so a request placed on another model's worker would be answered
+    by the wrong model. The placers themselves stay model-blind: each model's candidates and
+    workers (in their given orders) are one placement problem of their own. Candidates of a
+    model no worker serves are left out (they stay queued).
+    """
+    by_model: dict[str, list[Candidate]] = {}
+    for cand in candidates:
+        by_model.setdefault(cand.model, []).append(cand)
+    pairs: list[tuple[str, str]] = []
+    for model, group in by_model.items():
+        serving = [w for w in workers if w.model == model]
+        if serving:
+            pairs += placer.place(group, serving)
+    return pairs
 
 
 def _capacity(workers: Sequence[WorkerLoad]) -> int:

@@ -267,6 +267,7 @@ class WorkerRegistry:
                     running=len(worker.requests),
                     kv_tokens=stats.kv_blocks_used * stats.kv_block_size,
                     predicted_remaining=tuple(remaining),
+                    model=stats.model,
                 )
             )
         return loads

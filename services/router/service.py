@@ -31,7 +31,7 @@ from proto.messages import (
     WorkerStats,
 )
 from services.router.dispatch import UNANSWERED, Dispatcher, Outcome
-from services.router.placement import Candidate, make_placer
+from services.router.placement import Candidate, make_placer, place_by_model
 from services.router.recovery import Recovery, Unsure
 from services.router.registry import WorkerRegistry
 from services.router.scheduler_link import NatsSchedulerLink, SchedulerLink
@@ -258,10 +258,11 @@ class RouterShell:
                 prompt_tokens=r.input_tokens,
                 predicted_output_tokens=r.predicted_output_tokens,
                 laxity_s=r.deadline_s - now_model - r.lat_s,
+                model=r.request.model,
             )
             for rid, r in by_id.items()
         ]
-        pairs = placer.place(candidates, loads)
+        pairs = place_by_model(placer, candidates, loads)
         DECISIONS.labels(placer.name, pool_id).inc(len(pairs))
         placed_ids = {rid for rid, _ in pairs}
         # --- opt-in hop stamps (bench --hops): pulled ---

@@ -25,7 +25,7 @@ from proto.messages import ClassifiedRequest, Completion, CompletionBatch, clien
 from services.worker.ended_log import EndedLog
 from services.worker.publisher import ReplyPublisher
 from shared.bus import HOPS_HEADER, HOPS_KEY, tracing_active
-from shared.counters import REQUEST_LATENCY_S
+from shared.counters import COMPLETIONS, REQUEST_LATENCY_S
 from shared.lifecycle import ServiceContext
 from shared.telemetry import request_attributes
 
@@ -55,6 +55,8 @@ class CompletionSender:
         self._latency_by_class: dict[str, tuple[Histogram, Histogram]] = {}
         self._hops: dict[str, str] = {}
         """Hop stamps of requests in flight that asked for them (bench ``--hops``)."""
+        worker = ctx.settings.worker
+        self._completed = COMPLETIONS.labels(worker.worker_id, worker.model)
         self._finished: OrderedDict[str, tuple[str, bytes, bytes]] = OrderedDict()
         """Recently finished requests: reply subject, client's and request.done's copy of
         the completion, so a repeated dispatch is answered without a second run."""
@@ -111,6 +113,7 @@ class CompletionSender:
             while len(self._finished) > FINISHED_MEMORY:
                 self._finished.popitem(last=False)
         if completions:
+            self._completed.inc(len(completions))
             self._ended_log.add(done.request_id for _, done in completions)
         if len(completions) == 1:
             await self._publisher.publish(self._done_subject, self._finished[done.request_id][2])

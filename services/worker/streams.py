@@ -154,6 +154,7 @@ class StreamBook:
             finish_reason=finish_reason,
             predicted_output_tokens=req.predicted_output_tokens,
             lat_s=req.lat_s,
+            model=req.request.model,
             co2_g=None
             if self.intensity_g_per_kwh is None
             else stream.energy_j / JOULES_PER_KWH * self.intensity_g_per_kwh,

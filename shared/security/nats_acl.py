@@ -283,6 +283,7 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
         sub = (f"{s.client_prefix}{client_id}.>",)
         if role == "gateway":
             pub += _stream_admin(stream)
+            sub += (s.worker_stats_wildcard,)  # the models served (``GET /v1/models``)
         elif role == "loadgen":
             sub += (s.worker_stats_wildcard,)  # the replayer measures energy from stats
     elif role == "monitor":
