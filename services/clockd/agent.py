@@ -218,11 +218,20 @@ async def run_agent(
     group: str | None = None,
     metrics_port: int = 0,
     ready: Callable[[], None] | None = None,
+    stop: asyncio.Event | None = None,
 ) -> None:
     """Reset every GPU, serve ``path`` until SIGTERM/SIGINT/SIGHUP, then reset them again.
 
     Once the socket is bound, ``locker`` is closed (every GPU reset, NVML shut down) on the
     way out, whatever ends it.
+
+    Args:
+        locker: the node's GPUs.
+        path: the socket to listen on.
+        group: group given the socket.
+        metrics_port: serve ``/metrics`` on this local port (0: off).
+        ready: called once the socket answers.
+        stop: ends the agent when set, as a signal does (in-process tests).
 
     Raises:
         RuntimeError: the socket path is taken (nothing was reset then).
@@ -232,7 +241,7 @@ async def run_agent(
     sock = bind_socket(path, group)
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
+    stop = stop or asyncio.Event()
     server: asyncio.Server | None = None
     metrics = None
     try:

@@ -6,7 +6,8 @@ through the node's clock agent (``services.clockd``, the privileged process; the
 itself needs no privilege). The agent checks and snaps the clock; its reply becomes the
 ClockReply: the clock applied, or the refusal and its reason. A backend that models the
 clock itself (the simulator) is then set to the applied clock too, so what it reports
-follows the GPU; a vLLM backend reads the real clock through NVML.
+follows the GPU; the clock the worker reports is the one its GPUs are set to, read from
+the agent each stats period (a lock, or the driver's maximum after a reset).
 
 The time each change took (the worker's round trip to the agent, which includes the NVML
 calls) is the histogram ``greenserve_gpu_clock_change_seconds``; refusals are counted by
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Final
 
 from prometheus_client import Counter, Histogram
@@ -68,6 +70,8 @@ class AgentClockedBackend:
         self._gpus = list(gpu_indices)
         self._worker_id = worker_id
         self._logged: set[str] = set()
+        self._gpu_clock_mhz: float | None = None
+        """The clock the GPUs are set to (locked, or the driver's maximum), as last read."""
 
     @property
     def inner(self) -> WorkerBackend:
@@ -96,12 +100,31 @@ class AgentClockedBackend:
         self._inner.abort(request_id)
 
     async def refresh(self) -> None:
-        """Refresh the engine backend's snapshot."""
+        """Refresh the engine backend's snapshot and read the clock the GPUs are set to.
+
+        The GPUs' clock is their lock, or their highest supported clock where the driver
+        manages them (after a reset, or a clock agent that restarted and reset them): the
+        dvfs agent then sees the clock it must command again. A simulator is set to it.
+        """
         await self._inner.refresh()
+        try:
+            status = await self._agent.status(self._gpus)
+        except ClockAgentUnreachableError:
+            return  # the next command says so, once; the last known clock stands
+        clocks = [g.locked_mhz or g.supported_max_mhz for g in status.gpus]
+        if not status.ok or not clocks or None in clocks:
+            return
+        set_mhz = float(min(c for c in clocks if c is not None))
+        self._gpu_clock_mhz = set_mhz
+        if abs(self._inner.snapshot().clock_mhz - set_mhz) >= 1.0:
+            await self._inner.set_clock(set_mhz)
 
     def snapshot(self) -> BackendSnapshot:
-        """The engine backend's snapshot."""
-        return self._inner.snapshot()
+        """The engine backend's snapshot, with the clock the GPUs are set to once known."""
+        snap = self._inner.snapshot()
+        if self._gpu_clock_mhz is None:
+            return snap
+        return replace(snap, clock_mhz=self._gpu_clock_mhz)
 
     def _refuse(self, reason: str, message: str) -> ClockOutcome:
         CLOCK_REFUSALS.labels(self._worker_id, reason).inc()
@@ -114,7 +137,7 @@ class AgentClockedBackend:
                 message,
             )
         return ClockOutcome(
-            applied_mhz=self._inner.snapshot().clock_mhz,
+            applied_mhz=self.snapshot().clock_mhz,
             accepted=False,
             reason=f"{reason}: {message}",
         )
@@ -129,7 +152,7 @@ class AgentClockedBackend:
         if not reply.ok or reply.applied_mhz is None:
             return self._refuse(reply.reason or "refused", reply.message)
         CLOCK_CHANGE_SECONDS.labels(self._worker_id).observe(time.perf_counter() - start)
-        applied = float(reply.applied_mhz)
+        applied = self._gpu_clock_mhz = float(reply.applied_mhz)
         # The simulator follows the GPU; a vLLM backend without a clock endpoint refuses,
         # which is right: its clock is read from the GPU itself.
         await self._inner.set_clock(applied)
