@@ -208,7 +208,8 @@ def _log_reset(failed: dict[int, str], count: int, when: str) -> None:
         logger.info("%s: reset %d GPUs to default clocks", when, count)
     else:
         causes = ", ".join(f"GPU {i}: {reason}" for i, reason in sorted(failed.items()))
-        logger.error("%s: could not reset every GPU (%s)", when, causes)
+        # The cause (privilege, support) was logged once, as an error, by the locker.
+        logger.warning("%s: could not reset every GPU (%s)", when, causes)
 
 
 async def run_agent(

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import stat
-import tempfile
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -17,32 +13,7 @@ from services.clockd.agent import CHANGE_SECONDS, REFUSALS, SOCKET_MODE, run_age
 from shared.gpu.clock_agent import MAX_LINE_BYTES, ClockAgentClient, ClockAgentUnreachableError
 from shared.gpu.clock_lock import ClockLocker
 from tests import fake_pynvml
-
-
-@pytest.fixture
-def socket_path() -> Iterator[Path]:
-    """A short socket path (Unix socket paths are limited to about 100 bytes)."""
-    folder = Path(tempfile.mkdtemp(prefix="clk", dir="/tmp"))
-    try:
-        yield folder / "clockd.sock"
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-@asynccontextmanager
-async def running_agent(path: Path) -> AsyncIterator[asyncio.Task[None]]:
-    """An agent on the fake node, stopped (and its GPUs reset) on the way out."""
-    ready = asyncio.Event()
-    stop = asyncio.Event()
-    task = asyncio.create_task(
-        run_agent(ClockLocker(fake_pynvml), path, ready=ready.set, stop=stop)
-    )
-    await asyncio.wait_for(ready.wait(), 5.0)
-    try:
-        yield task
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 5.0)
+from tests.unit.clocks.helpers import running_agent
 
 
 def _sample(metric: str, **labels: str) -> float:
