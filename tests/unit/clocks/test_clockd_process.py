@@ -3,48 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 from shared.gpu.clock_agent import ClockAgentClient
 from tests import fake_pynvml
-
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def start_clockd(socket_path: Path, state: Path | None) -> subprocess.Popen[str]:
-    """The clock agent on the fake GPUs of ``state`` (None: no NVML at all)."""
-    env = {k: v for k, v in os.environ.items() if k != fake_pynvml.STATE_ENV}
-    if state is not None:
-        env[fake_pynvml.STATE_ENV] = str(state)
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "services.clockd",
-            "--socket",
-            str(socket_path),
-            "--nvml-module",
-            "tests.fake_pynvml",
-        ],
-        cwd=ROOT,
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def wait_listening(proc: subprocess.Popen[str], socket_path: Path, timeout_s: float = 20.0) -> None:
-    """Wait until the agent's socket exists (it is created after the start-up reset)."""
-    deadline = time.monotonic() + timeout_s
-    while not socket_path.exists():
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        assert time.monotonic() < deadline, "the clock agent did not start"
-        time.sleep(0.05)
+from tests.unit.clocks.helpers import clockd_log, start_clockd, wait_answering
 
 
 def test_sigterm_resets_every_gpu_before_the_agent_exits(node: Path, socket_path: Path) -> None:
@@ -54,7 +18,7 @@ def test_sigterm_resets_every_gpu_before_the_agent_exits(node: Path, socket_path
     fake_pynvml.write_state(node, state["gpus"])
     proc = start_clockd(socket_path, node)
     try:
-        wait_listening(proc, socket_path)
+        wait_answering(proc, socket_path)
         assert fake_pynvml.locked_clocks(node) == [None, None]  # the start-up reset
         reply = asyncio.run(ClockAgentClient(str(socket_path)).lock([0], 810))
         assert reply.ok
@@ -72,8 +36,8 @@ def test_sigterm_resets_every_gpu_before_the_agent_exits(node: Path, socket_path
 def test_without_nvml_the_agent_exits_with_one_clear_error(socket_path: Path) -> None:
     """Test a node without the NVIDIA driver: exit status 2 and one error line."""
     proc = start_clockd(socket_path, None)
-    _out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 2
+    assert proc.wait(timeout=30) == 2
+    err = clockd_log(socket_path).read_text()
     errors = [line for line in err.splitlines() if " ERROR " in line]
     assert len(errors) == 1, err
     assert "NVML could not start" in errors[0]
@@ -88,13 +52,14 @@ def test_a_node_without_privilege_starts_and_says_so_once(
     fake_pynvml.write_state(state, [fake_pynvml.a100(), fake_pynvml.a100()], privileged=False)
     proc = start_clockd(socket_path, state)
     try:
-        wait_listening(proc, socket_path)
+        wait_answering(proc, socket_path)
         proc.send_signal(signal.SIGTERM)
-        _out, err = proc.communicate(timeout=20)
+        proc.wait(timeout=20)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0
+    err = clockd_log(socket_path).read_text()
     assert err.count("NVML_ERROR_NO_PERMISSION") == 1, err
     assert len([line for line in err.splitlines() if " ERROR " in line]) == 1, err
