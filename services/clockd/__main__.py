@@ -1,4 +1,4 @@
-"""``python -m services.clockd --socket PATH``: run the clock agent of this node.
+"""``python -m services.clockd [--socket PATH]``: run the clock agent of this node.
 
 Run it as root (or with CAP_SYS_ADMIN), one per node; the serving processes send it clock
 requests over the socket (``docs/gpu-clocks.md``). Exit status 2: bad options or no NVML
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import cast
 
 from services.clockd.agent import run_agent
+from shared.config import load_settings
 from shared.gpu.clock_lock import ClockLocker, ClockModule, ClockRefusedError
 from shared.logs import setup_logging
 
@@ -27,7 +28,13 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m services.clockd",
         description="Lock GPU SM clocks through NVML for the serving processes of this node.",
     )
-    parser.add_argument("--socket", type=Path, required=True, help="Unix socket to listen on")
+    parser.add_argument(
+        "--socket",
+        type=Path,
+        default=None,
+        help="Unix socket to listen on (default: worker.clock_agent_socket of the settings, "
+        "as under greenserve up)",
+    )
     parser.add_argument(
         "--socket-group",
         default=None,
@@ -52,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the agent until a signal; return the exit status."""
     args = _parser().parse_args(argv)
     setup_logging("clockd", args.log_level)
+    if args.socket is None:  # the workers' setting: one file names the socket for both sides
+        args.socket = Path(load_settings().worker.clock_agent_socket)
     problem = ""
     try:
         nvml = cast(ClockModule, importlib.import_module(args.nvml_module))

@@ -28,6 +28,7 @@ an event loop run them in an executor.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import math
 import time
@@ -44,6 +45,7 @@ __all__ = [
     "ClockRefusedError",
     "GpuClockState",
     "LockResult",
+    "count_gpus",
     "nearest_clock",
 ]
 
@@ -135,6 +137,25 @@ class GpuClockState:
     supported_max_mhz: int | None
     unavailable: str
     """Why the GPU is left alone (``no_permission``, ``not_supported``); empty when usable."""
+
+
+def count_gpus(nvml: ClockModule) -> int:
+    """How many GPUs NVML sees on this node (read-only: init, count, shutdown).
+
+    Raises:
+        ClockRefusedError: NVML cannot start (reason ``nvml_unavailable``).
+    """
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        raise ClockRefusedError("nvml_unavailable", f"NVML could not start: {exc}") from exc
+    try:
+        return int(nvml.nvmlDeviceGetCount())
+    except nvml.NVMLError as exc:
+        raise ClockRefusedError("nvml_unavailable", f"NVML could not count GPUs: {exc}") from exc
+    finally:
+        with contextlib.suppress(nvml.NVMLError):
+            nvml.nvmlShutdown()
 
 
 def nearest_clock(mhz: float, supported: Sequence[int]) -> int:
