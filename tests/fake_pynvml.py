@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import json
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -242,6 +243,7 @@ def nvmlDeviceSetGpuLockedClocks(handle: _Handle, minGpuClockMHz: int, maxGpuClo
             low <= minGpuClockMHz <= high and low <= maxGpuClockMHz <= high
         ):
             raise NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        time.sleep(float(gpu.get("set_delay_s", 0.0)))  # a slow driver call, if scripted
         gpu["locked"] = [_snap(minGpuClockMHz, clocks), _snap(maxGpuClockMHz, clocks)]
         state["calls"].append(
             f"nvmlDeviceSetGpuLockedClocks({handle.index},{minGpuClockMHz},{maxGpuClockMHz})"

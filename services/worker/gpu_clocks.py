@@ -72,6 +72,8 @@ class AgentClockedBackend:
         self._logged: set[str] = set()
         self._gpu_clock_mhz: float | None = None
         """The clock the GPUs are set to (locked, or the driver's maximum), as last read."""
+        self._mirrored_mhz: float | None = None
+        """The clock last passed on to the engine backend."""
 
     @property
     def inner(self) -> WorkerBackend:
@@ -116,8 +118,8 @@ class AgentClockedBackend:
             return
         set_mhz = float(min(c for c in clocks if c is not None))
         self._gpu_clock_mhz = set_mhz
-        if abs(self._inner.snapshot().clock_mhz - set_mhz) >= 1.0:
-            await self._inner.set_clock(set_mhz)
+        if set_mhz != self._mirrored_mhz:  # once per change, not each period
+            await self._mirror(set_mhz)
 
     def snapshot(self) -> BackendSnapshot:
         """The engine backend's snapshot, with the clock the GPUs are set to once known."""
@@ -153,12 +155,16 @@ class AgentClockedBackend:
             return self._refuse(reply.reason or "refused", reply.message)
         CLOCK_CHANGE_SECONDS.labels(self._worker_id).observe(time.perf_counter() - start)
         applied = self._gpu_clock_mhz = float(reply.applied_mhz)
-        # The simulator follows the GPU; a vLLM backend without a clock endpoint refuses,
-        # which is right: its clock is read from the GPU itself.
-        await self._inner.set_clock(applied)
+        await self._mirror(applied)
         return ClockOutcome(
             applied_mhz=applied, accepted=True, reason=reply.message if reply.snapped else ""
         )
+
+    async def _mirror(self, mhz: float) -> None:
+        """Set the engine backend to the GPUs' clock: the simulator follows the GPU; a vLLM
+        backend without a clock endpoint refuses, which is right (its GPUs are the GPUs)."""
+        self._mirrored_mhz = mhz
+        await self._inner.set_clock(mhz)
 
     async def close(self) -> None:
         """Reset the instance's GPUs to default clocks, then close the engine backend."""

@@ -122,3 +122,29 @@ async def test_the_client_says_when_no_agent_listens(socket_path: Path) -> None:
     """Test the client's error for a missing agent."""
     with pytest.raises(ClockAgentUnreachableError, match="cannot reach the clock agent"):
         await ClockAgentClient(str(socket_path), timeout_s=1.0).status()
+
+
+async def test_nvml_calls_never_block_the_event_loop(node: Path, socket_path: Path) -> None:
+    """Test that a slow driver call (0.4 s) runs off the loop: the loop keeps ticking."""
+    state = fake_pynvml.read_state(node)
+    for gpu in state["gpus"]:
+        gpu["set_delay_s"] = 0.2
+    fake_pynvml.write_state(node, state["gpus"])
+    gaps: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def tick() -> None:
+        last = loop.time()
+        while True:
+            await asyncio.sleep(0.01)
+            now = loop.time()
+            gaps.append(now - last)
+            last = now
+
+    async with running_agent(socket_path):
+        ticker = asyncio.create_task(tick())
+        reply = await ClockAgentClient(str(socket_path)).lock([0, 1], 1200)
+        ticker.cancel()
+    assert reply.ok
+    assert reply.took_s >= 0.4  # the time measured is the driver's
+    assert max(gaps) < 0.15, max(gaps)
