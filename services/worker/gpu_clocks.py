@@ -170,7 +170,7 @@ class AgentClockedBackend:
         """Reset the instance's GPUs to default clocks, then close the engine backend."""
         try:
             reply = await self._agent.reset(self._gpus)
-            if not reply.ok:
+            if not reply.ok and reply.reason not in self._logged:  # a known cause: said once
                 logger.warning("clock agent did not reset GPUs %s: %s", self._gpus, reply.message)
         except ClockAgentUnreachableError as exc:
             logger.warning("could not ask for GPUs %s to be reset: %s", self._gpus, exc)

@@ -9,6 +9,7 @@ Real nats-server and redis-server; the clock agent is ``python -m services.clock
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import signal
 import tempfile
@@ -18,6 +19,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from services.dvfs.service import serve as serve_dvfs
 from services.worker.service import serve as serve_worker
@@ -134,3 +136,44 @@ async def test_a_dvfs_clock_command_becomes_a_locked_clock_and_survives_an_agent
     calls = fake_pynvml.read_state(state)["calls"]
     assert not [c for c in calls if "Power" in c]
     assert "Traceback" not in clockd_log(sock).read_text()
+
+
+async def test_a_node_without_clock_privilege_runs_at_default_clocks_and_says_so_once(
+    nats_server: ServerProcess,
+    redis_server: ServerProcess,
+    namespace: str,
+    node_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Test NVML_ERROR_NO_PERMISSION end to end: every period's command refused and counted,
+    no GPU changed, the worker and the dvfs agent each log the cause once."""
+    state = node_dir / "gpus.json"
+    sock = node_dir / "clockd.sock"
+    fake_pynvml.write_state(state, [fake_pynvml.a100(), fake_pynvml.a100()], privileged=False)
+    agent = start_clockd(sock, state)
+    try:
+        await asyncio.to_thread(wait_answering, agent, sock)
+        before = _refusals()
+        with caplog.at_level(logging.WARNING):
+            async with node_services(_settings(namespace, nats_server, redis_server, sock)):
+                await _until(lambda: _refusals() >= before + 3, "three refusals")
+        agent.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(agent.wait, 20) == 0
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+    assert fake_pynvml.locked_clocks(state) == [None, None]
+    assert fake_pynvml.read_state(state)["calls"] == []
+    worker_errors = [r for r in caplog.records if r.name == "services.worker.gpu_clocks"]
+    dvfs_warnings = [r for r in caplog.records if "refused clock" in r.getMessage()]
+    assert len(worker_errors) == 1, [r.getMessage() for r in worker_errors]
+    assert "CAP_SYS_ADMIN" in worker_errors[0].getMessage()
+    assert len(dvfs_warnings) == 1, [r.getMessage() for r in dvfs_warnings]
+    log = clockd_log(sock).read_text()
+    assert log.count("NVML_ERROR_NO_PERMISSION") == 1, log
+
+
+def _refusals() -> float:
+    labels = {"worker": "w-gpu", "reason": "no_permission"}
+    return REGISTRY.get_sample_value("greenserve_gpu_clock_refusals_total", labels) or 0.0
