@@ -16,7 +16,7 @@ from shared.gpu.clock_agent import ClockAgentClient, ClockAgentUnreachableError
 from shared.gpu.clock_lock import ClockLocker
 from tests import fake_pynvml
 
-__all__ = ["clockd_log", "running_agent", "start_clockd", "wait_answering"]
+__all__ = ["ROOT", "clockd_log", "running_agent", "start_clockd", "wait_answering"]
 
 
 @asynccontextmanager

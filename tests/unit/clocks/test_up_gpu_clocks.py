@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from greenserve.commands.up import gpu_clock_problem
+from greenserve.runner import write_config
 from greenserve.stack import CLOCK_AGENT_MODULE, StackSpec, stack_launches
+from shared.config import CONFIG_FILE_ENV
 from tests import fake_pynvml
+from tests.unit.clocks.helpers import ROOT, clockd_log, wait_answering
 
 
 def test_the_stack_runs_the_clock_agent_and_gives_each_worker_its_gpus() -> None:
@@ -52,3 +59,30 @@ def test_a_machine_without_nvidia_driver_gets_one_clear_error(
     problem = gpu_clock_problem(1, 1, fake_pynvml)
     assert problem.startswith("no NVIDIA GPU found here")
     assert "NVML Shared Library Not Found" in problem
+
+
+def test_the_stack_agent_listens_where_its_settings_file_says(
+    node: Path, socket_path: Path, tmp_path: Path
+) -> None:
+    """Test the launch as ``greenserve up`` starts it: no --socket, the settings file names it."""
+    spec = StackSpec(
+        workers=1, regions=("PJM",), gpu_clocks="nvml", clock_agent_socket=str(socket_path)
+    )
+    launch = next(x for x in stack_launches(spec) if x.module == CLOCK_AGENT_MODULE)
+    config = write_config(launch, tmp_path / "config")
+    env = {**os.environ, CONFIG_FILE_ENV: str(config), fake_pynvml.STATE_ENV: str(node)}
+    with open(clockd_log(socket_path), "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", launch.module, "--nvml-module", "tests.fake_pynvml"],
+            cwd=ROOT,
+            env=env,
+            stderr=log,
+        )
+    try:
+        wait_answering(proc, socket_path)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
