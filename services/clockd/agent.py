@@ -99,6 +99,9 @@ class ClockAgent:
             return await self._apply(request)
         except ClockRefusedError as exc:
             return self._refused(exc.reason, str(exc))
+        except Exception as exc:  # a driver surprise must not end the node's only agent
+            logger.exception("clock request %r failed", request)
+            return self._refused("nvml_error", f"the clock agent failed: {exc!r}")
 
     async def _apply(self, request: AgentRequest) -> AgentReply:
         locker = self._locker

@@ -20,6 +20,8 @@ when it starts and when it exits).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import replace
@@ -74,6 +76,8 @@ class AgentClockedBackend:
         """The clock the GPUs are set to (locked, or the driver's maximum), as last read."""
         self._mirrored_mhz: float | None = None
         """The clock last passed on to the engine backend."""
+        self._reading: asyncio.Task[None] | None = None
+        """The read of the GPUs' clock in progress."""
 
     @property
     def inner(self) -> WorkerBackend:
@@ -102,13 +106,26 @@ class AgentClockedBackend:
         self._inner.abort(request_id)
 
     async def refresh(self) -> None:
-        """Refresh the engine backend's snapshot and read the clock the GPUs are set to.
+        """Refresh the engine backend's snapshot; read the GPUs' clock in the background.
+
+        In the background because the agent may be slow (a driver call in progress): the
+        stats period, which is the worker's heartbeat, must not wait for it.
+        """
+        await self._inner.refresh()
+        reading = self._reading
+        if reading is not None and not reading.done():
+            return
+        if reading is not None and not reading.cancelled() and reading.exception() is not None:
+            logger.warning("reading the GPUs' clock failed: %r", reading.exception())
+        self._reading = asyncio.create_task(self.read_gpu_clock())
+
+    async def read_gpu_clock(self) -> None:
+        """Read the clock the GPUs are set to from the agent, and pass it on to the engine.
 
         The GPUs' clock is their lock, or their highest supported clock where the driver
         manages them (after a reset, or a clock agent that restarted and reset them): the
-        dvfs agent then sees the clock it must command again. A simulator is set to it.
+        dvfs agent then sees the clock it must command again.
         """
-        await self._inner.refresh()
         try:
             status = await self._agent.status(self._gpus)
         except ClockAgentUnreachableError:
@@ -168,6 +185,10 @@ class AgentClockedBackend:
 
     async def close(self) -> None:
         """Reset the instance's GPUs to default clocks, then close the engine backend."""
+        if self._reading is not None:
+            self._reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reading
         try:
             reply = await self._agent.reset(self._gpus)
             if not reply.ok and reply.reason not in self._logged:  # a known cause: said once

@@ -148,3 +148,17 @@ async def test_nvml_calls_never_block_the_event_loop(node: Path, socket_path: Pa
     assert reply.ok
     assert reply.took_s >= 0.4  # the time measured is the driver's
     assert max(gaps) < 0.15, max(gaps)
+
+
+async def test_an_unexpected_driver_error_is_answered_and_the_agent_serves_on(
+    node: Path, socket_path: Path
+) -> None:
+    """Test that an exception NVML is not documented to raise ends one request, not the agent."""
+    state = fake_pynvml.read_state(node)
+    state["gpus"][0]["set_delay_s"] = "not a number"  # the fake's sleep raises ValueError
+    fake_pynvml.write_state(node, state["gpus"])
+    async with running_agent(socket_path):
+        client = ClockAgentClient(str(socket_path))
+        reply = await client.lock([0], 1200)
+        assert (reply.ok, reply.reason) == (False, "nvml_error")
+        assert (await client.lock([1], 1200)).ok

@@ -73,7 +73,7 @@ async def test_after_a_reset_elsewhere_the_worker_reports_the_default_clock(
     async with running_agent(socket_path):
         await backend.set_clock(900.0)
         await ClockAgentClient(str(socket_path)).reset([0, 1])
-        await backend.refresh()
+        await backend.read_gpu_clock()  # what each stats period's refresh starts
         assert backend.snapshot().clock_mhz == 1410.0  # the driver's maximum: command again
         assert backend.inner.snapshot().clock_mhz == 1410.0
 
@@ -110,5 +110,7 @@ async def test_an_unreachable_agent_is_a_refusal_not_a_crash(socket_path: Path) 
     outcome = await backend.set_clock(900.0)
     assert not outcome.accepted
     assert outcome.reason.startswith("agent_unreachable:")
-    await backend.refresh()  # no agent: the snapshot keeps the engine's clock
+    await backend.read_gpu_clock()  # no agent: the snapshot keeps the engine's clock
+    assert backend.snapshot().clock_mhz == backend.inner.snapshot().clock_mhz
+    await backend.refresh()
     await backend.close()
