@@ -44,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
         "--metrics-port",
         type=int,
         default=0,
-        help="serve Prometheus /metrics on 127.0.0.1:PORT (0: off)",
+        help="serve Prometheus /metrics on 127.0.0.1:PORT (0: off; without --socket, "
+        "telemetry.metrics_port of the settings)",
     )
     parser.add_argument(
         "--nvml-module",
@@ -60,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     setup_logging("clockd", args.log_level)
     if args.socket is None:  # the workers' setting: one file names the socket for both sides
-        args.socket = Path(load_settings().worker.clock_agent_socket)
+        settings = load_settings()
+        args.socket = Path(settings.worker.clock_agent_socket)
+        args.metrics_port = args.metrics_port or settings.telemetry.metrics_port or 0
     problem = ""
     try:
         nvml = cast(ClockModule, importlib.import_module(args.nvml_module))
