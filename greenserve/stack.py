@@ -20,6 +20,7 @@ from shared.config import ClassifierSettings, Settings
 from shared.security.identities import COMPOSITE_ROLES, Identity
 
 __all__ = [
+    "CLOCK_AGENT_MODULE",
     "COLOCATED_CONTROL_SERVICES",
     "CONTROL_SERVICES",
     "REQUEST_PATH_SERVICES",
@@ -39,6 +40,8 @@ REQUEST_PATH_SERVICES = COMPOSITE_ROLES["requestpath"]
 """The services the co-located request path runs in one process."""
 COLOCATED_CONTROL_SERVICES = ("requestpath", "planner", "forecaster", "gateway")
 """Control services with the request path co-located (``services.requestpath``)."""
+CLOCK_AGENT_MODULE = "services.clockd"
+"""The node's clock agent: a process of the stack that uses neither NATS nor Redis."""
 
 
 def pool_id_for(region: str, gpu: str, model: str | None = None) -> str:
@@ -75,6 +78,11 @@ class StackSpec:
     colocate_request_path: bool = False
     """Run classifier, scheduler and router as one process (``services.requestpath``) that
     hands requests between them in memory; False runs them as three processes on NATS."""
+    gpu_clocks: str = "off"
+    """``nvml``: run the clock agent (``services.clockd``) and give worker i the GPUs
+    ``i*tp .. i*tp+tp-1`` of this machine, whose clocks its clock commands lock."""
+    clock_agent_socket: str = ""
+    """The clock agent's socket (``gpu_clocks`` nvml)."""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -89,6 +97,10 @@ class StackSpec:
                 f"not {self.workers}"
             )
         check_regions(self.regions, self.extra.get("forecaster", {}).get("source", "eia"))
+        if self.gpu_clocks not in ("off", "nvml"):
+            raise ValueError(f"gpu_clocks is off or nvml, not {self.gpu_clocks!r}")
+        if self.gpu_clocks == "nvml" and not self.clock_agent_socket:
+            raise ValueError("gpu_clocks nvml needs the clock agent's socket")
 
     @property
     def served_models(self) -> tuple[str, ...]:
@@ -197,6 +209,10 @@ def stack_launches(spec: StackSpec) -> list[ServiceLaunch]:
 
     control = COLOCATED_CONTROL_SERVICES if spec.colocate_request_path else CONTROL_SERVICES
     launches = [ServiceLaunch(name, f"services.{name}", settings()) for name in control]
+    clocked: dict[str, Any] = {}
+    if spec.gpu_clocks == "nvml":
+        clocked = {"gpu_clocks": "nvml", "clock_agent_socket": spec.clock_agent_socket}
+        launches.append(ServiceLaunch("clockd", CLOCK_AGENT_MODULE, settings(worker=clocked)))
     for region in regions:
         node = f"node-{region.lower()}"
         launches.append(
@@ -213,6 +229,8 @@ def stack_launches(spec: StackSpec) -> list[ServiceLaunch]:
             "tp": spec.tp,
             "max_num_seqs": spec.max_num_seqs,
         }
+        if clocked:
+            worker |= clocked | {"nvml_gpu_indices": list(range(i * spec.tp, (i + 1) * spec.tp))}
         launches.append(ServiceLaunch(f"worker-{i}", "services.worker", settings(worker=worker)))
     return launches
 

@@ -272,7 +272,13 @@ class WorkerSettings(_Section):
     found automatically against a sim-engine, else clock commands are refused."""
     nvml_gpu_indices: tuple[int, ...] = ()
     """NVML indices of this instance's GPUs; non-empty reads power and energy through NVML
-    (read-only: clocks belong to the dvfs agent, opt-in)."""
+    (the ``vllm`` backend; read-only: clocks are set only with ``gpu_clocks``)."""
+    gpu_clocks: Literal["off", "nvml"] = "off"
+    """Opt-in per node: ``nvml`` sends clock commands to the node's clock agent, which locks
+    the SM clock of ``nvml_gpu_indices`` through NVML (docs/gpu-clocks.md); ``off`` leaves
+    clocks to the backend (the simulator's, or a sim-engine's endpoint)."""
+    clock_agent_socket: str = "/run/greenserve/clockd.sock"
+    """Unix socket of the node's clock agent (``python -m services.clockd --socket``)."""
     admission: bool = True
     """SLO-safe admission on dispatch (throttLL'eM Eq. 1–4, ``services/worker/admission_gate``):
     refuse with reason ``admission`` when KV would overflow or an admitted deadline break."""

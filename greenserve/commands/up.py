@@ -6,7 +6,8 @@ import argparse
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from typing import TYPE_CHECKING, cast
 
 from greenserve.argtypes import positive_float, positive_int
 from greenserve.commands._stack_args import add_stack_arguments, spec_from_args
@@ -14,8 +15,9 @@ from greenserve.local import STATE_FILE
 
 if TYPE_CHECKING:
     from greenserve.local import LocalStack
+    from shared.gpu.clock_lock import ClockModule
 
-__all__ = ["HELP", "NAME", "add_arguments", "run", "wait_in_foreground"]
+__all__ = ["HELP", "NAME", "add_arguments", "gpu_clock_problem", "run", "wait_in_foreground"]
 
 NAME = "up"
 HELP = "start the embedded stack (NATS, Redis, all services, simulated workers)"
@@ -60,6 +62,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(the wait doubles from 0.5 s per restart in a row)",
     )
     parser.add_argument(
+        "--gpu-clocks",
+        choices=("off", "nvml"),
+        default="off",
+        help="nvml: on a node with NVIDIA GPUs, start the clock agent (services.clockd) and "
+        "let each worker's clock commands lock the SM clock of its GPUs (worker i: GPUs "
+        "i*tp..i*tp+tp-1) through NVML; needs nvidia-ml-py and root or CAP_SYS_ADMIN for "
+        "the clocks to move (docs/gpu-clocks.md). Default off: simulated clocks only",
+    )
+    parser.add_argument(
         "--tls",
         action="store_true",
         help="with --secure: TLS on NATS and Redis with a local CA (needs 'cryptography')",
@@ -82,11 +93,20 @@ def run(args: argparse.Namespace) -> int:
         )
     )
 
+    spec = spec_from_args(args)
+    if args.gpu_clocks == "nvml":
+        problem = gpu_clock_problem(args.workers * args.tp, args.cells)
+        if problem:
+            print(f"greenserve up: --gpu-clocks nvml: {problem}", file=sys.stderr)
+            return 1
+        socket = args.state_dir.resolve() / "clockd.sock"
+        spec = replace(spec, gpu_clocks="nvml", clock_agent_socket=str(socket))
+
     stacks: list[LocalStack] = []
     try:
         if args.cells > 1:
             stacks = start_cells(
-                spec_from_args(args),
+                spec,
                 args.state_dir,
                 args.cells,
                 nats_url=args.nats_url,
@@ -98,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             stacks = [
                 start_local_stack(
-                    spec_from_args(args),
+                    spec,
                     args.state_dir,
                     nats_url=args.nats_url,
                     redis_url=args.redis_url,
@@ -160,6 +180,29 @@ def run(args: argparse.Namespace) -> int:
     for cell in reversed(stacks):  # the first cell owns the servers
         cell.stop()
     return 0
+
+
+def gpu_clock_problem(gpus_needed: int, cells: int, nvml: ClockModule | None = None) -> str:
+    """Why this machine cannot run ``--gpu-clocks nvml`` (empty when it can); reads only.
+
+    ``nvml``: the NVML module (default: import ``pynvml``); tests pass a fake.
+    """
+    if cells > 1:
+        return "one cell per GPU node; drop --cells"
+    from shared.gpu import NvmlUnavailableError, load_nvml
+    from shared.gpu.clock_lock import ClockRefusedError, count_gpus
+
+    try:
+        found = count_gpus(nvml if nvml is not None else cast("ClockModule", load_nvml()))
+    except NvmlUnavailableError:
+        return "needs the package nvidia-ml-py (pip install nvidia-ml-py, the 'gpu' extra)"
+    except ClockRefusedError as exc:
+        return f"no NVIDIA GPU found here ({exc})"
+    if found < gpus_needed:
+        return (
+            f"the workers need {gpus_needed} GPUs (--workers times --tp) and this node has {found}"
+        )
+    return ""
 
 
 def wait_in_foreground(

@@ -11,7 +11,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from greenserve.stack import StackSpec, identity_for, stack_launches
+from greenserve.stack import CLOCK_AGENT_MODULE, StackSpec, identity_for, stack_launches
 from shared.security.local_servers import SecureServers, start_secure_servers
 from shared.servers import ServerProcess, start_nats, start_redis
 
@@ -65,7 +65,11 @@ def start_servers(
     secured: SecureServers | None = None
     try:
         if secure:
-            identities = [identity_for(launch) for launch in stack_launches(spec)]
+            identities = [
+                identity_for(launch)
+                for launch in stack_launches(spec)
+                if launch.module != CLOCK_AGENT_MODULE  # no bus, so no bus identity
+            ]
             secured = start_secure_servers(identities, spec.namespace, state_dir, tls=tls)
             started += secured.servers
             nats_url, redis_url = secured.servers[0].url, secured.servers[1].url

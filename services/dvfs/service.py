@@ -87,6 +87,9 @@ STALE_STATE_PERIODS = 3.0
 
 logger = logging.getLogger(__name__)
 
+_last_refusal: dict[str, str] = {}
+"""Each worker's last clock refusal, logged when it first comes (bounded by the workers)."""
+
 
 def make_controller(
     mode: str,
@@ -350,5 +353,9 @@ async def _set_clock(ctx: ServiceContext, worker_id: str, mhz: float, reason: st
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError, DecodeError) as exc:
             logger.warning("clock command to %s failed: %s", worker_id, exc)
             return
-    if not reply.accepted:
+    if reply.accepted:
+        _last_refusal.pop(worker_id, None)
+    elif _last_refusal.get(worker_id) != reply.reason:
+        # Once per cause, not each period: a GPU without clock privilege refuses for good.
+        _last_refusal[worker_id] = reply.reason
         logger.warning("worker %s refused clock: %s", worker_id, reply.reason)

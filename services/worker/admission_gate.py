@@ -42,6 +42,7 @@ from services.scheduler.admission import (
     check_admission,
 )
 from services.worker.backend import WorkerBackend
+from services.worker.gpu_clocks import AgentClockedBackend
 from services.worker.sim_backend import SimBackend
 from services.worker.vllm_backend import KV_FRACTION_BLOCKS, VllmBackend
 from shared.engine import SimulatedEngine
@@ -111,6 +112,8 @@ class EngineLimits:
 
 def limits_of(backend: WorkerBackend) -> EngineLimits | None:
     """The admission limits a backend supports now, or None when admission is off for it."""
+    if isinstance(backend, AgentClockedBackend):  # clocks through the agent, same engine
+        backend = backend.inner
     if isinstance(backend, SimBackend) and isinstance(backend.engine, SimulatedEngine):
         engine = backend.engine
         return EngineLimits(

@@ -6,12 +6,14 @@ from typing import Final
 
 from services.worker.backend import WorkerBackend
 from services.worker.energy_meter import EnergyMeter
+from services.worker.gpu_clocks import AgentClockedBackend
 from services.worker.instant_backend import InstantBackend
 from services.worker.sim_backend import SimBackend
 from services.worker.vllm_backend import VllmBackend
 from shared.config import Settings
 from shared.engine import EngineConfig, create_engine
 from shared.gpu import NvmlReader
+from shared.gpu.clock_agent import ClockAgentClient
 
 __all__ = ["BACKENDS", "build_backend"]
 
@@ -23,8 +25,22 @@ def build_backend(settings: Settings) -> WorkerBackend:
     """The engine backend named by ``settings.worker.backend``.
 
     Raises:
-        ValueError: for an unknown backend name, or (``sim``) an unknown GPU or model.
+        ValueError: for an unknown backend name, (``sim``) an unknown GPU or model, or
+            GPU clocks through the clock agent without the instance's GPU indices.
     """
+    backend = _engine_backend(settings)
+    cfg = settings.worker
+    if cfg.gpu_clocks == "nvml":
+        return AgentClockedBackend(
+            backend,
+            ClockAgentClient(cfg.clock_agent_socket, settings.nats.request_timeout_s),
+            cfg.nvml_gpu_indices,
+            cfg.worker_id,
+        )
+    return backend
+
+
+def _engine_backend(settings: Settings) -> WorkerBackend:
     cfg = settings.worker
     if cfg.backend == "sim":
         engine = create_engine(

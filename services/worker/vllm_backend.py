@@ -9,9 +9,10 @@ Energy, power and clock come from :class:`~services.worker.energy_meter.EnergyMe
 
 Clock commands go to a clock-control endpoint (``POST /clock``) when one is configured or
 the server advertises one (a sim-engine publishes ``greenserve:sm_clock_mhz``); otherwise
-they are refused: on a real GPU, locking clocks through NVML is the dvfs agent's job and
-is opt-in there. A request the server rejects or drops ends with a clear error; it is not
-retried elsewhere, since tokens may already have reached the client.
+they are refused: on a real GPU, clocks are locked through NVML by the node's clock agent
+when the node opts in (``worker.gpu_clocks: nvml``, :mod:`services.worker.gpu_clocks`).
+A request the server rejects or drops ends with a clear error; it is not retried
+elsewhere, since tokens may already have reached the client.
 """
 
 from __future__ import annotations
@@ -257,7 +258,7 @@ class VllmBackend:
                 applied_mhz=current,
                 accepted=False,
                 reason="the vllm backend has no clock-control endpoint; GPU clocks are set "
-                "by the dvfs agent through NVML (opt-in)",
+                "through NVML by the node's clock agent (opt-in: worker.gpu_clocks nvml)",
             )
         try:
             spec: GpuSpec | None = gpu_spec(self._gpu)

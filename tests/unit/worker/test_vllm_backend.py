@@ -211,7 +211,7 @@ async def test_a_real_vllm_server_gets_its_served_name_and_clock_commands_are_re
         ("rejected", "engine_rejected"),
     ]
     assert not outcome.accepted
-    assert "dvfs agent" in outcome.reason
+    assert "worker.gpu_clocks nvml" in outcome.reason
     assert (snap.kv_blocks_total, snap.kv_blocks_used) == (KV_FRACTION_BLOCKS, 500)
     assert (snap.energy_j, snap.power_w, snap.clock_mhz) == (0.0, 0.0, 0.0)
 
