@@ -37,6 +37,16 @@ on a quiet machine, 10-12 s on a loaded one (measured), longer than one replay. 
 replay their trace again, on the same stack, until it has run under MILP plans."""
 
 
+CARBON_PLANNER = {
+    "objective": "carbon", "primary_slack": 0.0, "mip_rel_gap": 0.01, "time_share_slices": 4,
+    "class_groups": "none", "mixed_capacity": False, "coincident_demand": False,
+    "whole_instances": False, "observed_profiles": False, "slo_feedback": False,
+}  # fmt: skip
+"""The carbon-objective planner over slices of per-region pools: these tests check that
+live plans follow the regions' intensity and that workers and requests follow the plans,
+not the energy-first defaults (whose figures the simulator's bench reports)."""
+
+
 def _samples(name: str) -> dict[tuple[tuple[str, str], ...], float]:
     """Every sample of one metric in this process's registry (the stack runs in process)."""
     return {
@@ -79,7 +89,9 @@ async def test_milp_plan_routes_to_the_cleaner_region_and_parks_spare_workers(
         regions=("PJM", "CISO"),
         speedup=SPEEDUP,
         origin_wall_s=origin,
-        extra={"planner": {"mode": "milp", "epoch_s": 60.0, "republish_wall_s": 0.25}},
+        extra={
+            "planner": {"mode": "milp", "epoch_s": 60.0, "republish_wall_s": 0.25, **CARBON_PLANNER}
+        },
     )
     subjects = Subjects(namespace)
     plans: list[Plan] = []
@@ -171,7 +183,7 @@ async def test_split_plan_routes_each_pool_one_input_group_and_loses_nothing(
     origin = time.time()
     # Two clocks and 15-s windows keep start-up profiling (one-class + mixed) to a few seconds.
     planner = {
-        "mode": "milp", "epoch_s": 60.0, "republish_wall_s": 0.25,
+        "mode": "milp", "epoch_s": 60.0, "republish_wall_s": 0.25, **CARBON_PLANNER,
         "class_groups": "input-split", "mixed_capacity": True,
         "profile_clock_fractions": [1.0, 0.5], "profile_window_s": 15.0,
     }  # fmt: skip

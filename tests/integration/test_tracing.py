@@ -188,8 +188,16 @@ async def _child(
             # A fixed clock below the maximum: the dvfs agent sets it once, a clock-change span.
             "dvfs": {"mode": "fixed", "clock_mhz": 1200.0},
             # Co-located, the planner solves the MILP (epochs of 1.2 s wall): a solver span.
+            # Without the mixed-class measurement at start-up: the first solve sooner.
             **(
-                {"planner": {"mode": "milp", "epoch_s": 60.0, "republish_wall_s": 0.25}}
+                {
+                    "planner": {
+                        "mode": "milp",
+                        "epoch_s": 60.0,
+                        "republish_wall_s": 0.25,
+                        "mixed_capacity": False,
+                    }
+                }
                 if colocate
                 else {}
             ),
