@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
 import threading
@@ -15,7 +16,7 @@ from greenserve.local import STATE_FILE
 if TYPE_CHECKING:
     from greenserve.local import LocalStack
 
-__all__ = ["HELP", "NAME", "add_arguments", "run", "wait_in_foreground"]
+__all__ = ["HELP", "NAME", "add_arguments", "print_metrics", "run", "wait_in_foreground"]
 
 NAME = "up"
 HELP = "start the embedded stack (NATS, Redis, all services, simulated workers)"
@@ -60,10 +61,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(the wait doubles from 0.5 s per restart in a row)",
     )
     parser.add_argument(
+        "--otlp-endpoint",
+        type=_http_url,
+        default=None,
+        metavar="URL",
+        help="export every service's traces over OTLP/HTTP to this collector (e.g. "
+        "http://127.0.0.1:4318); default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or "
+        "$OTEL_EXPORTER_OTLP_ENDPOINT if set, else tracing is off",
+    )
+    parser.add_argument(
         "--tls",
         action="store_true",
         help="with --secure: TLS on NATS and Redis with a local CA (needs 'cryptography')",
     )
+
+
+def _http_url(text: str) -> str:
+    """An http(s) URL with a host, refused at parse time (each service would refuse it)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"not an http(s) URL with a host: {text!r}")
+    return text
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,9 +104,13 @@ def run(args: argparse.Namespace) -> int:
 
     stacks: list[LocalStack] = []
     try:
+        spec = spec_from_args(args)
+        if args.otlp_endpoint:
+            telemetry = {**spec.extra.get("telemetry", {}), "otlp_endpoint": args.otlp_endpoint}
+            spec = dataclasses.replace(spec, extra={**spec.extra, "telemetry": telemetry})
         if args.cells > 1:
             stacks = start_cells(
-                spec_from_args(args),
+                spec,
                 args.state_dir,
                 args.cells,
                 nats_url=args.nats_url,
@@ -98,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             stacks = [
                 start_local_stack(
-                    spec_from_args(args),
+                    spec,
                     args.state_dir,
                     nats_url=args.nats_url,
                     redis_url=args.redis_url,
@@ -144,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
             f"TLS on: for other tools, export SSL_CERT_FILE={state.tls_ca_file}",
             file=sys.stderr,
         )
+    print_metrics(stacks)
     for cell in stacks[1:]:
         print(
             f"cell {cell.state.namespace}: {cell.state.workers} workers, OpenAI-compatible API "
@@ -160,6 +185,19 @@ def run(args: argparse.Namespace) -> int:
     for cell in reversed(stacks):  # the first cell owns the servers
         cell.stop()
     return 0
+
+
+def print_metrics(stacks: list[LocalStack]) -> None:
+    """Say where each process serves ``/metrics`` and where the Prometheus targets file is."""
+    for cell in stacks:
+        state = cell.state
+        if not state.metrics:
+            continue
+        print(f"metrics of namespace {state.namespace} (Prometheus /metrics):", file=sys.stderr)
+        width = max(len(name) for name in state.metrics)
+        for name, url in state.metrics.items():
+            print(f"  {name:<{width}}  {url}", file=sys.stderr)
+        print(f"Prometheus file_sd_configs targets: {state.metrics_targets_file}", file=sys.stderr)
 
 
 def wait_in_foreground(

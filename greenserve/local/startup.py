@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from greenserve.local.metrics_targets import metrics_urls, with_metrics_ports, write_targets
 from greenserve.local.processes import alive, start_ticks, stop_pids, stop_supervisor
 from greenserve.local.servers import StackServers, start_servers
 from greenserve.local.state import DEFAULT_STATE_DIR, STATE_FILE, StackState, load_state
@@ -170,6 +171,7 @@ def start_local_stack(
         launches = stack_launches(spec)
         if servers.secured is not None:
             launches = with_settings(launches, servers.secured.overrides)
+        launches = with_metrics_ports(launches)
         for launch in launches:
             procs[launch.name] = start_process(launch, state_dir)
     except BaseException:
@@ -198,6 +200,8 @@ def start_local_stack(
         tls_ca_file=str(secured.tls.ca_file) if secured and secured.tls else None,
         gateway_url=f"http://127.0.0.1:{spec.gateway_port}",
         modules={launch.name: launch.module for launch in launches},
+        metrics=metrics_urls(launches),
+        metrics_targets_file=str(write_targets(state_dir, launches, spec.namespace)),
     )
     stack = LocalStack(state, state_dir, ProcessGroup(procs), servers.started)
     stack.save()
