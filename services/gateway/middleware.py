@@ -87,10 +87,10 @@ async def observe(
             )
         span.set_attribute("http.response.status_code", response.status)
         failure = response.get(API_ERROR)
-        if isinstance(failure, ApiError):
+        if failure is not None:
             span.set_attribute("error.type", failure.code)
         if response.status >= 500:
-            why = f"{failure.code}: {failure.message}" if isinstance(failure, ApiError) else None
+            why = f"{failure.code}: {failure.message}" if failure is not None else None
             span.set_status(trace.StatusCode.ERROR, why)
     status = str(response.status)
     HTTP_REQUESTS.labels(route, status).inc()

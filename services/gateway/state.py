@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 from nats.aio.client import Client
@@ -78,7 +78,7 @@ STREAMING: web.RequestKey[bool] = web.RequestKey("streaming", bool)
 """Set once a response's headers are sent: from then on an error can only be an SSE event."""
 
 
-API_ERROR = "greenserve.api_error"
+API_ERROR: Final = web.ResponseKey("api_error", ApiError)
 """Key of the :class:`ApiError` an error answer carries (``response[API_ERROR]``)."""
 
 
