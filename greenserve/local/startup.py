@@ -13,6 +13,7 @@ import subprocess
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from greenserve.local.metrics_targets import metrics_urls, with_metrics_ports, write_targets
 from greenserve.local.processes import alive, start_ticks, stop_pids, stop_supervisor
@@ -99,7 +100,11 @@ async def _wait_ready(stack: LocalStack, timeout_s: float) -> None:
                 )
             try:
                 workers = [k async for k in redis.scan_iter(match=keys.worker_pattern)]
-                if len(workers) >= stack.state.workers and await redis.exists(keys.plan):
+                if (
+                    len(workers) >= stack.state.workers
+                    and await redis.exists(keys.plan)
+                    and await _serving_metrics(stack.state.metrics)
+                ):
                     return
                 unreachable = ""
             except (RedisError, OSError) as exc:
@@ -112,6 +117,23 @@ async def _wait_ready(stack: LocalStack, timeout_s: float) -> None:
     raise RuntimeError(
         f"stack not ready within {timeout_s} s{unreachable}; logs are in {stack.state_dir / 'logs'}"
     )
+
+
+async def _serving_metrics(urls: dict[str, str]) -> bool:
+    """Whether every process listens on its metrics port: a stack that says it is ready
+    can be scraped whole (a slow importer, the dvfs agent, binds its port last)."""
+    for url in urls.values():
+        parts = urlsplit(url)
+        try:
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(parts.hostname, parts.port), 1.0
+            )
+        except (OSError, TimeoutError):
+            return False
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    return True
 
 
 def start_local_stack(

@@ -63,6 +63,8 @@ async def observe(
             context=propagate.extract(dict(request.headers)),
             kind=trace.SpanKind.SERVER,
             attributes={"http.request.method": request.method, "url.path": request.path},
+            # Set below, with the reason: OpenTelemetry's own would overwrite it.
+            set_status_on_exception=False,
         )
     with span_cm as span:
         try:
@@ -77,6 +79,7 @@ async def observe(
             span.set_status(trace.StatusCode.ERROR, "cancelled: the client disconnected")
             raise
         except Exception as exc:
+            span.set_status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}")
             if request.get(STREAMING):
                 raise  # headers are out; a second response would corrupt the stream
             # A bug must still reach an OpenAI client as its error shape, not aiohttp's text.

@@ -9,6 +9,7 @@ a completion, and each exposition goes through ``promtool check metrics`` (Debia
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import urllib.request
@@ -61,7 +62,7 @@ def test_up_serves_metrics_from_every_process_and_each_passes_promtool(
         assert set(state.metrics) == set(state.pids)  # every service process, no server
         assert len(set(state.metrics.values())) == len(state.pids)  # one port each
         for name, url in state.metrics.items():
-            assert name in printed and url in printed
+            assert re.search(rf"^\s+{re.escape(name)}\s+{re.escape(url)}$", printed, re.M)
         assert state.metrics_targets_file is not None
         assert state.metrics_targets_file in printed
         groups = json.loads(Path(state.metrics_targets_file).read_text())
@@ -92,10 +93,11 @@ def test_up_serves_metrics_from_every_process_and_each_passes_promtool(
                 check=False,
             )
             findings = (checked.stdout + checked.stderr).strip()
-            assert checked.returncode == 0 and not findings, f"{name} ({url}): {findings}"
+            assert checked.returncode == 0, f"{name} ({url}): {findings}"
+            assert not findings, f"{name} ({url}): {findings}"
         # The request's own figures reach the gateway's scrape, the worker's its latency.
         assert "greenserve_http_requests_total" in _scrape(state.metrics["gateway"])
         workers = [_scrape(url) for name, url in state.metrics.items() if "worker" in name]
-        assert any('greenserve_request_latency_seconds_count{' in text for text in workers)
+        assert any("greenserve_request_latency_seconds_count{" in text for text in workers)
     finally:
         assert main(["down", "--state-dir", str(state_dir)]) == 0
