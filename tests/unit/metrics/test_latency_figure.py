@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.lines import Line2D
 
 from shared.metrics.headless import plt
 from shared.metrics.plots import latency_figures, plot_latency_cdfs
@@ -36,9 +38,13 @@ def _run(scale: float, n: int = 40) -> RecordColumns:
     return to_columns(records)
 
 
-def _vertical_lines(ax: plt.Axes) -> set[float]:
-    xs = [line.get_xdata() for line in ax.lines]
-    return {float(x[0]) for x in xs if len(x) == 2 and x[0] == x[1]}
+def _xs(line: Line2D) -> list[float]:
+    return [float(x) for x in np.asarray(line.get_xdata(), dtype=float)]
+
+
+def _vertical_lines(ax: Axes) -> set[float]:
+    xs = [_xs(line) for line in ax.lines]
+    return {x[0] for x in xs if len(x) == 2 and x[0] == x[1]}
 
 
 def test_each_run_gets_one_figure_with_labelled_shared_axes_and_its_slos_marked() -> None:
@@ -56,9 +62,9 @@ def test_each_run_gets_one_figure_with_labelled_shared_axes_and_its_slos_marked(
             assert all(ax.get_xlabel() for ax in axes)
             assert axes[0].get_ylabel() == "fraction of requests at or below"
             assert axes[0].get_shared_y_axes().joined(axes[0], axes[2])
-            curves = [[ln for ln in ax.lines if len(set(ln.get_xdata())) > 1] for ax in axes]
+            curves = [[ln for ln in ax.lines if len(set(_xs(ln))) > 1] for ax in axes]
             assert [len(c) for c in curves] == [2, 2, 2]  # SS and LL in every panel
-            assert all(max(ln.get_ydata()) == 1.0 for c in curves for ln in c)
+            assert all(np.max(np.asarray(ln.get_ydata())) == 1.0 for c in curves for ln in c)
             assert _vertical_lines(axes[0]) == {0.25, 2.0}
             assert _vertical_lines(axes[1]) == {0.1}
             assert _vertical_lines(axes[2]) == {1.0}
