@@ -11,8 +11,21 @@ from loadgen.replay import ReplayResult
 from loadgen.report import replay_records
 from shared.metrics.plots import plot_latency_cdfs
 from shared.metrics.records import to_columns
+from shared.metrics.summary import ClassSlo
 
 __all__ = ["plot_replay"]
+
+
+def _slos() -> dict[str, ClassSlo]:
+    """The TTFT/TBT targets of the classes the stack's default classifier scheme assigns."""
+    from services.classifier.classes import default_slos, scheme_by_name
+    from shared.config import ClassifierSettings
+
+    scheme = scheme_by_name(ClassifierSettings().scheme)
+    return {
+        name: ClassSlo(ttft_s=slo.ttft_ms / 1000.0, tbt_s=slo.tbt_ms / 1000.0)
+        for name, slo in default_slos(scheme).items()
+    }
 
 
 def plot_replay(result: ReplayResult, out_dir: Path, label: str = "replay") -> list[Path]:
@@ -23,11 +36,9 @@ def plot_replay(result: ReplayResult, out_dir: Path, label: str = "replay") -> l
     """
     from shared.metrics.headless import plt
 
-    paths = [
-        plot_latency_cdfs(
-            [(label, to_columns(replay_records(result)))], out_dir / "latency_cdf.png"
-        )
-    ]
+    paths = plot_latency_cdfs(
+        [(label, to_columns(replay_records(result)))], out_dir / "latency_cdf.png", _slos()
+    )
     fig, ax = plt.subplots(figsize=(10, 4))
     k, t0 = result.speedup, result.started_at
     for worker_id, worker in sorted(result.workers.items()):

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -33,7 +33,7 @@ from shared.config import NatsSettings
 from shared.counters import ERRORS, MESSAGES
 from shared.loops import retry
 from shared.security.secrets import read_secret
-from shared.telemetry import inject_headers, span_from_headers
+from shared.telemetry import inject_headers, record_batch_span, span_from_headers
 
 __all__ = [
     "HOPS_HEADER",
@@ -71,6 +71,9 @@ HOPS_KEY = "gs-hops"
 """The stamps' key in ``ClassifiedRequest.trace`` (not ``traceparent``: no span starts)."""
 
 In = TypeVar("In", bound=msgspec.Struct)
+
+Carries = Callable[[In, "msgspec.Struct | None"], Iterable[Mapping[str, str]]]
+"""The trace carriers of the requests a batch message brought (or, a pull, its reply took)."""
 
 
 def add_hops(carrier: Mapping[str, str], **stamps: float) -> dict[str, str]:
@@ -268,8 +271,17 @@ async def serve(
     *,
     service: str,
     queue: str = "",
+    carries: Carries[In] | None = None,
 ) -> Subscription:
-    """Subscribe ``handler`` to ``subject`` with decoding, error replies and counters."""
+    """Subscribe ``handler`` to ``subject`` with decoding, error replies and counters.
+
+    A message that carries requests (a batch: submit, pull, requeue, dispatch batch) names
+    them with ``carries(message, reply)``, the trace carriers of the requests it brought or
+    took away. Its span then starts no trace of its own (a batch is no request): it is
+    recorded after the handler, in the requests' traces with links to each of them
+    (:func:`~shared.telemetry.record_batch_span`), and none at all when no request in it
+    is traced (an empty pull).
+    """
 
     received = MESSAGES.labels(service, kind.__name__)  # resolved once, not per message
 
@@ -283,7 +295,9 @@ async def serve(
                 await _reply_error(msg, service, "malformed", str(exc))
             return
         received.inc()
-        if not tracing_active(msg.headers):
+        if carries is not None:
+            result = await _handle_batch(handler, message, msg, service, carries)
+        elif not tracing_active(msg.headers):
             result = await _handle_untraced(handler, message, msg, service)
         else:
             tracer = trace.get_tracer(f"greenserve.{service}")
@@ -358,6 +372,36 @@ async def _handle_untraced(
     except Exception as exc:  # handler boundary: log, count, answer, keep serving
         await _handler_failed(msg, service, exc)
         return None
+
+
+async def _handle_batch(
+    handler: Callable[[In, Msg], Awaitable[msgspec.Struct | None]],
+    message: In,
+    msg: Msg,
+    service: str,
+    carries: Carries[In],
+) -> msgspec.Struct | None:
+    if not _provider_installed():  # no span could be recorded
+        return await _handle_untraced(handler, message, msg, service)
+    started = time.time_ns()
+    result: msgspec.Struct | None = None
+    failure: Exception | None = None
+    try:
+        result = await handler(message, msg)
+    except Exception as exc:  # handler boundary: log, count, answer, keep serving
+        failure = exc
+    record_batch_span(
+        trace.get_tracer(f"greenserve.{service}"),
+        f"{service} {type(message).__name__}",
+        msg.headers,
+        carries(message, result),
+        start_ns=started,
+        attributes={"messaging.destination.name": msg.subject},
+        error=failure,
+    )
+    if failure is not None:
+        await _handler_failed(msg, service, failure)
+    return result
 
 
 async def _handler_failed(msg: Msg, service: str, exc: Exception) -> None:

@@ -109,6 +109,9 @@ def report_status(args: argparse.Namespace) -> int:
         # Times the supervisor started each service again; a crash loop shows here.
         "restarts": {name: state.restarts.get(name, 0) for name in state.pids},
         "supervised": state.supervisor_pid is not None and alive(state.supervisor_pid, state),
+        # Where Prometheus scrapes each service, and the file-SD file that lists them.
+        "metrics": state.metrics,
+        "metrics_targets_file": state.metrics_targets_file,
         **live,
     }
     if cells:
@@ -190,11 +193,17 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
     table.add_column("process", no_wrap=True)
     table.add_column("state")
     table.add_column("restarts", justify="right")
+    metrics = report.get("metrics", {})
+    if metrics:
+        table.add_column("metrics", overflow="fold")
     restarts = report.get("restarts", {})
     for name, up in report["processes"].items():
         shown = str(restarts[name]) if name in restarts else ""
-        table.add_row(name, "running" if up else "[red]exited[/red]", shown)
+        row = [name, "running" if up else "[red]exited[/red]", shown]
+        table.add_row(*row, *([metrics.get(name, "")] if metrics else []))
     console.print(table)
+    if report.get("metrics_targets_file"):
+        console.print(f"Prometheus file_sd_configs targets: {report['metrics_targets_file']}")
     if not report.get("supervised", False):
         console.print("supervisor: not running (a service that exits stays down)")
     console.print(_workers_table(report["workers"], console))

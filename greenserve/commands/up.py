@@ -17,7 +17,15 @@ if TYPE_CHECKING:
     from greenserve.local import LocalStack
     from shared.gpu.clock_lock import ClockModule
 
-__all__ = ["HELP", "NAME", "add_arguments", "gpu_clock_problem", "run", "wait_in_foreground"]
+__all__ = [
+    "HELP",
+    "NAME",
+    "add_arguments",
+    "gpu_clock_problem",
+    "print_metrics",
+    "run",
+    "wait_in_foreground",
+]
 
 NAME = "up"
 HELP = "start the embedded stack (NATS, Redis, all services, simulated workers)"
@@ -71,10 +79,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the clocks to move (docs/gpu-clocks.md). Default off: simulated clocks only",
     )
     parser.add_argument(
+        "--otlp-endpoint",
+        type=_http_url,
+        default=None,
+        metavar="URL",
+        help="export every service's traces over OTLP/HTTP to this collector (e.g. "
+        "http://127.0.0.1:4318); default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or "
+        "$OTEL_EXPORTER_OTLP_ENDPOINT if set, else tracing is off",
+    )
+    parser.add_argument(
         "--tls",
         action="store_true",
         help="with --secure: TLS on NATS and Redis with a local CA (needs 'cryptography')",
     )
+
+
+def _http_url(text: str) -> str:
+    """An http(s) URL with a host, refused at parse time (each service would refuse it)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"not an http(s) URL with a host: {text!r}")
+    return text
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,6 +131,9 @@ def run(args: argparse.Namespace) -> int:
 
     stacks: list[LocalStack] = []
     try:
+        if args.otlp_endpoint:
+            telemetry = {**spec.extra.get("telemetry", {}), "otlp_endpoint": args.otlp_endpoint}
+            spec = replace(spec, extra={**spec.extra, "telemetry": telemetry})
         if args.cells > 1:
             stacks = start_cells(
                 spec,
@@ -164,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
             f"TLS on: for other tools, export SSL_CERT_FILE={state.tls_ca_file}",
             file=sys.stderr,
         )
+    print_metrics(stacks)
     for cell in stacks[1:]:
         print(
             f"cell {cell.state.namespace}: {cell.state.workers} workers, OpenAI-compatible API "
@@ -203,6 +234,19 @@ def gpu_clock_problem(gpus_needed: int, cells: int, nvml: ClockModule | None = N
             f"the workers need {gpus_needed} GPUs (--workers times --tp) and this node has {found}"
         )
     return ""
+
+
+def print_metrics(stacks: list[LocalStack]) -> None:
+    """Say where each process serves ``/metrics`` and where the Prometheus targets file is."""
+    for cell in stacks:
+        state = cell.state
+        if not state.metrics:
+            continue
+        print(f"metrics of namespace {state.namespace} (Prometheus /metrics):", file=sys.stderr)
+        width = max(len(name) for name in state.metrics)
+        for name, url in state.metrics.items():
+            print(f"  {name:<{width}}  {url}", file=sys.stderr)
+        print(f"Prometheus file_sd_configs targets: {state.metrics_targets_file}", file=sys.stderr)
 
 
 def wait_in_foreground(

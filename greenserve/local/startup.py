@@ -13,7 +13,9 @@ import subprocess
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from greenserve.local.metrics_targets import metrics_urls, with_metrics_ports, write_targets
 from greenserve.local.processes import alive, start_ticks, stop_pids, stop_supervisor
 from greenserve.local.servers import StackServers, start_servers
 from greenserve.local.state import DEFAULT_STATE_DIR, STATE_FILE, StackState, load_state
@@ -98,7 +100,11 @@ async def _wait_ready(stack: LocalStack, timeout_s: float) -> None:
                 )
             try:
                 workers = [k async for k in redis.scan_iter(match=keys.worker_pattern)]
-                if len(workers) >= stack.state.workers and await redis.exists(keys.plan):
+                if (
+                    len(workers) >= stack.state.workers
+                    and await redis.exists(keys.plan)
+                    and await _serving_metrics(stack.state.metrics)
+                ):
                     return
                 unreachable = ""
             except (RedisError, OSError) as exc:
@@ -111,6 +117,23 @@ async def _wait_ready(stack: LocalStack, timeout_s: float) -> None:
     raise RuntimeError(
         f"stack not ready within {timeout_s} s{unreachable}; logs are in {stack.state_dir / 'logs'}"
     )
+
+
+async def _serving_metrics(urls: dict[str, str]) -> bool:
+    """Whether every process listens on its metrics port: a stack that says it is ready
+    can be scraped whole (a slow importer, the dvfs agent, binds its port last)."""
+    for url in urls.values():
+        parts = urlsplit(url)
+        try:
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(parts.hostname, parts.port), 1.0
+            )
+        except (OSError, TimeoutError):
+            return False
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    return True
 
 
 def start_local_stack(
@@ -170,6 +193,7 @@ def start_local_stack(
         launches = stack_launches(spec)
         if servers.secured is not None:
             launches = with_settings(launches, servers.secured.overrides)
+        launches = with_metrics_ports(launches)
         for launch in launches:
             procs[launch.name] = start_process(launch, state_dir)
     except BaseException:
@@ -199,6 +223,8 @@ def start_local_stack(
         tls_ca_file=str(secured.tls.ca_file) if secured and secured.tls else None,
         gateway_url=f"http://127.0.0.1:{spec.gateway_port}",
         modules={launch.name: launch.module for launch in launches},
+        metrics=metrics_urls(launches),
+        metrics_targets_file=str(write_targets(state_dir, launches, spec.namespace)),
     )
     stack = LocalStack(state, state_dir, ProcessGroup(procs), servers.started)
     stack.save()

@@ -54,6 +54,10 @@ class StackState:
     Stopped before the services, so that their stop is not taken for a crash."""
     models: list[str] = field(default_factory=list)
     """The models served (``--models``); empty (one model, or an older state file): ``model``."""
+    metrics: dict[str, str] = field(default_factory=dict)
+    """Each service process's Prometheus ``/metrics`` URL, by name."""
+    metrics_targets_file: str | None = None
+    """The stack's Prometheus file-service-discovery file (``file_sd_configs``)."""
     start_ticks: dict[str, int] = field(default_factory=dict)
     """Start time of each process (``/proc/<pid>/stat``, clock ticks since boot) by PID: a
     PID that names another process now (the stack crashed, the machine rebooted) is not

@@ -1,7 +1,8 @@
 """PNG plots of simulated runs (matplotlib, Agg backend; imported only when plotting).
 
 One figure of time series (power, mean clock, active GPUs, CO2 rate) with one line per
-policy, and one figure of latency CDFs (TTFT, TBT, E2E) per request class.
+policy, and per policy one figure of latency CDFs (TTFT, TBT, E2E), a line per request
+class, SLOs marked, on the same axes for every policy.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ __all__ = ["plot_results"]
 
 
 def plot_results(results: Sequence[SimResult], out_dir: Path) -> list[Path]:
-    """Write ``timeseries.png`` and ``latency_cdf.png`` under ``out_dir``; return the paths."""
+    """Write ``timeseries.png`` and the latency figures (``latency_cdf.png`` for one policy,
+    ``latency_cdf_<policy>.png`` each for several) under ``out_dir``; return the paths."""
     from shared.metrics.headless import plt
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -51,7 +53,8 @@ def plot_results(results: Sequence[SimResult], out_dir: Path) -> list[Path]:
     plt.close(fig)
     paths.append(path)
 
-    paths.append(
-        plot_latency_cdfs([(r.policy, r.columns) for r in results], out_dir / "latency_cdf.png")
+    slos = next((r.class_slos for r in results if r.class_slos), None)
+    paths += plot_latency_cdfs(
+        [(r.policy, r.columns) for r in results], out_dir / "latency_cdf.png", slos
     )
     return paths

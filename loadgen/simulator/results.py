@@ -63,6 +63,8 @@ class SimResult:
     energy_wh_by_region: dict[str, float] | None = None
     co2_kg_by_region: dict[str, float] | None = None
     series: Series | None = None
+    class_slos: dict[str, ClassSlo] | None = None
+    """Each class's TTFT/TBT targets, which the latency figures mark."""
     plans: list[dict[str, Any]] | None = None
     """The epoch planner's solves (``planned`` policy sets): time, status, demand, counts."""
 
@@ -175,6 +177,7 @@ def build_result(sim: ClusterSimulator) -> SimResult:
     reasons = Counter(s.reject_reason or "unknown" for s in states if s.rejected)
     mismatch = sum(1 for s in states if not s.rejected and s.tokens != s.output)
     return SimResult(
+        class_slos=class_slos,
         policy=sim.policy.name,
         description=sim.policy.description,
         clock_mode=control.clock_note,

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
+from opentelemetry import trace
 
 from proto.messages import Completion, ErrorReply, TokenChunk
 from services.gateway.errors import ApiError
@@ -51,12 +52,18 @@ async def _next_reply(
         reply = await asyncio.wait_for(queue.get(), state.config.request_timeout_s)
     except TimeoutError:
         flight.timed_out = True
+        trace.get_current_span().set_status(trace.StatusCode.ERROR, "timeout: no reply in time")
         raise ApiError("timeout", f"no reply within {state.config.request_timeout_s} s") from None
     flight.saw(reply)
     return reply
 
 
 def _upstream(error: ErrorReply) -> ApiError:
+    # The stack ended the request with an error (cancelled, unavailable ...): the request's
+    # SERVER span failed, whatever HTTP status (or SSE event) carries it to the client.
+    span = trace.get_current_span()
+    span.set_attribute("error.type", error.code)
+    span.set_status(trace.StatusCode.ERROR, f"{error.code}: {error.service}: {error.reason}")
     return ApiError(error.code, f"{error.service}: {error.reason}")
 
 

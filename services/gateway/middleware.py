@@ -1,6 +1,8 @@
 """The middleware around every gateway route: a SERVER span, JSON errors, count and latency.
 
-Each HTTP request gets one span (continuing a client's ``traceparent``), one count in
+Each HTTP request but a scrape or probe (:data:`UNTRACED_ROUTES`) gets one span
+(continuing a client's ``traceparent``; failed, with the reason, when the request failed
+or its client left), one count in
 ``greenserve_http_requests_total{route,status}`` and one observation of its wall time in
 ``greenserve_http_request_duration_seconds{route,status}`` (until the response is complete:
 the whole stream for an SSE answer). aiohttp's own 404 and 405 and any
@@ -11,6 +13,8 @@ exception is left to end the stream, since a second response would corrupt it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -20,9 +24,9 @@ from opentelemetry import propagate, trace
 from prometheus_client import Counter, Histogram
 
 from services.gateway.errors import ApiError
-from services.gateway.state import NAME, STREAMING, error_response
+from services.gateway.state import API_ERROR, NAME, STREAMING, error_response
 
-__all__ = ["HTTP_DURATION_S", "HTTP_REQUESTS", "observe"]
+__all__ = ["HTTP_DURATION_S", "HTTP_REQUESTS", "UNTRACED_ROUTES", "observe"]
 
 HTTP_REQUESTS: Counter = Counter(
     "greenserve_http_requests_total", "HTTP requests to the gateway", ["route", "status"]
@@ -35,6 +39,9 @@ HTTP_DURATION_S: Histogram = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
 )
 
+UNTRACED_ROUTES = frozenset({"/metrics", "/healthz", "/readyz"})
+"""Routes served without a span (still counted and timed)."""
+
 logger = logging.getLogger(__name__)
 
 
@@ -45,14 +52,21 @@ async def observe(
     """One SERVER span per HTTP request (continuing a client's traceparent); JSON 404/405."""
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else "unmatched"
-    tracer = trace.get_tracer(f"greenserve.{NAME}")
     started = time.perf_counter()
-    with tracer.start_as_current_span(
-        f"{request.method} {route}",
-        context=propagate.extract(dict(request.headers)),
-        kind=trace.SpanKind.SERVER,
-        attributes={"http.request.method": request.method, "url.path": request.path},
-    ) as span:
+    span_cm: contextlib.AbstractContextManager[trace.Span]
+    if route in UNTRACED_ROUTES:
+        # A scrape or probe every few seconds is no request: a trace each would bury them.
+        span_cm = contextlib.nullcontext(trace.INVALID_SPAN)
+    else:
+        span_cm = trace.get_tracer(f"greenserve.{NAME}").start_as_current_span(
+            f"{request.method} {route}",
+            context=propagate.extract(dict(request.headers)),
+            kind=trace.SpanKind.SERVER,
+            attributes={"http.request.method": request.method, "url.path": request.path},
+            # Set below, with the reason: OpenTelemetry's own would overwrite it.
+            set_status_on_exception=False,
+        )
+    with span_cm as span:
         try:
             response = await handler(request)
         except web.HTTPException as exc:
@@ -60,9 +74,12 @@ async def observe(
             response = error_response(ApiError(code, exc.reason, status=exc.status))
             if "Allow" in exc.headers:  # a 405 says which methods the route has
                 response.headers["Allow"] = exc.headers["Allow"]
-        except ConnectionResetError:
-            raise  # the client is gone: there is no one to answer
+        except (ConnectionResetError, asyncio.CancelledError):
+            # The client is gone: there is no one to answer; the request was cancelled.
+            span.set_status(trace.StatusCode.ERROR, "cancelled: the client disconnected")
+            raise
         except Exception as exc:
+            span.set_status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}")
             if request.get(STREAMING):
                 raise  # headers are out; a second response would corrupt the stream
             # A bug must still reach an OpenAI client as its error shape, not aiohttp's text.
@@ -72,8 +89,12 @@ async def observe(
                 ApiError("internal", "the gateway failed to answer this request", status=500)
             )
         span.set_attribute("http.response.status_code", response.status)
+        failure = response.get(API_ERROR)
+        if failure is not None:
+            span.set_attribute("error.type", failure.code)
         if response.status >= 500:
-            span.set_status(trace.StatusCode.ERROR)
+            why = f"{failure.code}: {failure.message}" if failure is not None else None
+            span.set_status(trace.StatusCode.ERROR, why)
     status = str(response.status)
     HTTP_REQUESTS.labels(route, status).inc()
     HTTP_DURATION_S.labels(route, status).observe(time.perf_counter() - started)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 from nats.aio.client import Client
@@ -32,7 +32,7 @@ from shared.security.client_ids import instance_token
 if TYPE_CHECKING:
     from services.gateway.auth import KeyRing
 
-__all__ = ["NAME", "STATE", "STREAMING", "GatewayState", "error_response"]
+__all__ = ["API_ERROR", "NAME", "STATE", "STREAMING", "GatewayState", "error_response"]
 
 NAME = "gateway"
 
@@ -85,10 +85,15 @@ STREAMING: web.RequestKey[bool] = web.RequestKey("streaming", bool)
 """Set once a response's headers are sent: from then on an error can only be an SSE event."""
 
 
+API_ERROR: Final = web.ResponseKey("api_error", ApiError)
+"""Key of the :class:`ApiError` an error answer carries (``response[API_ERROR]``)."""
+
+
 def error_response(err: ApiError) -> web.Response:
     """The OpenAI-shaped error answer (status from :mod:`.errors`), counted by its code."""
     ERRORS.labels(NAME, err.code).inc()
     response = web.json_response(err.body(), status=err.status, headers=err.headers())
+    response[API_ERROR] = err  # the middleware's span says why the request failed
     if err.status == 408:
         # Tell the client the connection ends (RFC 9110 asks it of a 408): the rest of its
         # body may still trickle in, and the route closes rather than read it.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
+import msgspec
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
@@ -58,6 +59,11 @@ class HandOffs(Protocol):
         ...
 
 
+def _pulled(_pull: PullRequest, reply: msgspec.Struct | None) -> list[dict[str, str]]:
+    """The trace carriers of the requests a pull took (none: an empty pull records no span)."""
+    return [req.trace for req in reply.requests] if isinstance(reply, PullReply) else []
+
+
 async def serve_hand_offs(
     ctx: ServiceContext, shell: HandOffs, *, requeue_only: bool, service: str
 ) -> list[Subscription]:
@@ -95,6 +101,7 @@ async def serve_hand_offs(
             on_requeue,
             service=service,
             queue=queue,
+            carries=lambda body, _reply: [req.trace for req in body.requests],
         ),
     ]
     if not requeue_only:
@@ -106,9 +113,16 @@ async def serve_hand_offs(
                 on_submit,
                 service=service,
                 queue=queue,
+                carries=lambda batch, _reply: [req.trace for req in batch.requests],
             ),
             await serve_subject(
-                ctx.nc, subjects.scheduler_pull, PullRequest, on_pull, service=service, queue=queue
+                ctx.nc,
+                subjects.scheduler_pull,
+                PullRequest,
+                on_pull,
+                service=service,
+                queue=queue,
+                carries=_pulled,
             ),
         ]
     return subs

@@ -205,6 +205,15 @@ class SchedulerShell:
         await self._cancels.end(requests, stage)
         for req in requests:
             self.ended(req.request.request_id)
+            if tracing_active(req.trace):
+                # Its trace ends here, not at a worker: say so, failed, with the reason.
+                span = self._tracer.start_span(
+                    "cancelled",
+                    context=extract_context(req.trace),
+                    attributes={**request_attributes(req.request.request_id), "stage": stage},
+                )
+                span.set_status(trace.StatusCode.ERROR, f"cancelled by its client ({stage})")
+                span.end()
 
     async def pull(
         self, pool_id: str, slots: int, *, record: bool = True

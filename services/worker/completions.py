@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import msgspec
 from opentelemetry import context as otel_context
+from opentelemetry import trace
 from prometheus_client import Histogram
 
 from proto.codec import encode
@@ -27,7 +28,7 @@ from services.worker.publisher import ReplyPublisher
 from shared.bus import HOPS_HEADER, HOPS_KEY, tracing_active
 from shared.counters import COMPLETIONS, REQUEST_LATENCY_S
 from shared.lifecycle import ServiceContext
-from shared.telemetry import request_attributes
+from shared.telemetry import extract_context, request_attributes
 
 __all__ = ["DONE_BATCH_MAX", "FINISHED_MEMORY", "CompletionSender"]
 
@@ -51,7 +52,8 @@ class CompletionSender:
         self._publisher = publisher
         self._ended_log = ended_log
         self._done_subject = done_subject
-        self._trace_parents: dict[str, otel_context.Context] = {}
+        self._trace_parents: dict[str, tuple[otel_context.Context, int]] = {}
+        """The generate span's parent context and start (ns) of each traced request."""
         self._latency_by_class: dict[str, tuple[Histogram, Histogram]] = {}
         self._hops: dict[str, str] = {}
         """Hop stamps of requests in flight that asked for them (bench ``--hops``)."""
@@ -71,12 +73,34 @@ class CompletionSender:
         # The generate span is recorded at completion, as a child of this dispatch span;
         # with tracing off and no trace coming in there is nothing to record.
         if tracing_active(req.trace):
-            self._trace_parents[rid] = otel_context.get_current()
+            parent = otel_context.get_current()
+            if not trace.get_current_span(parent).get_span_context().is_valid:
+                # Dispatched in a batch: no span of its own here, so the request's trace.
+                parent = extract_context(req.trace)
+            if trace.get_current_span(parent).get_span_context().is_valid:
+                self._trace_parents[rid] = (parent, time.time_ns())
 
     def forget(self, request_id: str) -> None:
-        """A request ends without a completion (an error, a hand-back): drop what was kept."""
+        """A request ends without a completion (a hand-back): drop what was kept."""
         self._trace_parents.pop(request_id, None)
         self._hops.pop(request_id, None)
+
+    def failed(self, request_id: str, code: str, reason: str) -> None:
+        """A request ends here with an error (cancelled, the backend failed): its generate
+        span is recorded failed, with the code and reason; then it is forgotten."""
+        kept = self._trace_parents.get(request_id)
+        self.forget(request_id)
+        if kept is None:
+            return
+        parent, started_ns = kept
+        span = self._ctx.tracer.start_span(
+            "generate",
+            context=parent,
+            start_time=started_ns,
+            attributes={**request_attributes(request_id), "error.type": code},
+        )
+        span.set_status(trace.StatusCode.ERROR, f"{code}: {reason}")
+        span.end()
 
     async def send_again(self, request_id: str) -> bool:
         """End a request that finished here again, with the same completion; whether it had.
@@ -129,12 +153,12 @@ class CompletionSender:
         ttft, e2e = self._latency_children(done.request_class)
         ttft.observe(done.first_token_at - done.sent_at)
         e2e.observe(done.finished_at - done.sent_at)
-        parent = self._trace_parents.pop(done.request_id, None)
-        if parent is None:  # dispatched untraced with tracing off (see opened)
+        kept = self._trace_parents.pop(done.request_id, None)
+        if kept is None:  # dispatched untraced with tracing off (see opened)
             return
         span = self._ctx.tracer.start_span(
             "generate",
-            context=parent,
+            context=kept[0],
             start_time=int(done.accepted_at * 1e9),
             attributes={
                 **request_attributes(done.request_id),

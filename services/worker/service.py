@@ -70,6 +70,7 @@ async def _serve_with(ctx: ServiceContext, shim: WorkerShim) -> None:
             DispatchBatch,
             shim.on_dispatch_batch,
             service=NAME,
+            carries=lambda batch, _reply: [req.trace for req in batch.requests],
         ),
         await serve_subject(
             ctx.nc, ctx.subjects.worker_clock(wid), ClockCommand, shim.on_clock, service=NAME

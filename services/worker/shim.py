@@ -19,6 +19,7 @@ import time
 
 import nats.errors
 from nats.aio.msg import Msg
+from opentelemetry import trace
 from redis.exceptions import RedisError
 
 from proto.codec import DecodeError, decode, encode
@@ -287,7 +288,7 @@ class WorkerShim:
         """End an accepted request with a final error (the backend could not serve it)."""
         await self.leases.hold()
         stream = self._book.drop(request_id)
-        self._completions.forget(request_id)
+        self._completions.failed(request_id, code, reason)
         # A gate this reopens is not announced as on_output does: the closed stats say
         # max_num_seqs = the in-flight count when it closed, so the router's own count frees
         # this request's slot at its request.done; more room shows in the next heartbeat.
@@ -303,6 +304,8 @@ class WorkerShim:
         Through the outbox like every other reply: an error the outage swallowed is sent
         again after it, where the client would wait for its own timeout.
         """
+        # Inside a dispatch's span (a request cancelled before it got here) that span failed.
+        trace.get_current_span().set_status(trace.StatusCode.ERROR, f"{code}: {reason}")
         await reply_error(
             self._ctx.nc,
             self._ctx.subjects,

@@ -68,7 +68,8 @@ def test_up_starts_cells_on_one_set_of_servers_and_down_stops_them_all(
         for url in (second.gateway_url, first.gateway_url, first.gateway_url):
             assert _complete(f"{url}/v1/completions") == 3
         # Each gateway fronts both cells; idle, the first one's two requests went one each.
-        with urllib.request.urlopen(f"{first.gateway_url}/metrics", timeout=10) as response:
+        # Under `up` each process serves /metrics on its own port, the gateway's too.
+        with urllib.request.urlopen(first.metrics["gateway"], timeout=10) as response:
             metrics = response.read().decode()
         for cell in (namespace, second.namespace):
             assert f'greenserve_gateway_cell_requests_total{{cell="{cell}"}} 1.0' in metrics
@@ -121,7 +122,8 @@ def test_up_secures_cells_each_on_its_own_servers(
             with pytest.raises(urllib.error.HTTPError, match="401"):
                 _complete(f"{url}/v1/completions")
             assert _complete(f"{url}/v1/completions", folder / "secrets" / "api-key") == 3
-        with urllib.request.urlopen(f"{first.gateway_url}/metrics", timeout=10) as response:
+        # Under `up` each process serves /metrics on its own port, the gateway's too.
+        with urllib.request.urlopen(first.metrics["gateway"], timeout=10) as response:
             metrics = response.read().decode()
         assert f'greenserve_gateway_cell_requests_total{{cell="{namespace}"}} 1.0' in metrics
         assert second.namespace not in metrics  # no front door over separate servers

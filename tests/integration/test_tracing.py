@@ -35,6 +35,9 @@ pytestmark = pytest.mark.connected
 REPO = Path(__file__).resolve().parents[2]
 REQUESTS = 3
 SERVER_KIND = 2  # opentelemetry.proto.trace.v1.Span.SPAN_KIND_SERVER
+ERROR_STATUS = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
+STANDALONE_ROOTS = frozenset({"set_clock", "plan_epoch"})
+"""Work of no request (a clock change, a planner solve): each its own trace by design."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,11 @@ class ReceivedSpan:
     scope: str
     kind: int
     attributes: dict[str, str]
+    links: tuple[tuple[str, str], ...] = ()
+    """(trace id, span id) of each span it links to."""
+    status: int = 0
+    """``Status.code``: 0 unset, 1 ok, 2 error."""
+    status_message: str = ""
 
 
 async def _receiver(spans: list[ReceivedSpan]) -> tuple[web.AppRunner, str]:
@@ -69,6 +77,9 @@ async def _receiver(spans: list[ReceivedSpan]) -> tuple[web.AppRunner, str]:
                             scope_spans.scope.name,
                             span.kind,
                             attrs,
+                            tuple((k.trace_id.hex(), k.span_id.hex()) for k in span.links),
+                            span.status.code,
+                            span.status.message,
                         )
                     )
         reply = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
@@ -105,12 +116,16 @@ async def test_each_request_is_one_trace_from_http_ingress_to_generate(
     finally:
         await runner.cleanup()
     assert child.returncode == 0, err.decode()[-3000:]
-    request_ids: list[str] = json.loads(out.decode().strip().splitlines()[-1])
+    request_ids, cancelled_id = json.loads(out.decode().strip().splitlines()[-1])
     roots = [s for s in spans if s.attributes.get("request.id") in request_ids and not s.parent_id]
     assert sorted(s.attributes["request.id"] for s in roots) == sorted(request_ids)
     assert len({s.trace_id for s in roots}) == REQUESTS
+    for request_id in [*request_ids, cancelled_id]:  # exactly one trace holds each request
+        assert len({s.trace_id for s in spans if s.attributes.get("request.id") == request_id}) == 1
     for root in roots:
         _check_tree(root, [s for s in spans if s.trace_id == root.trace_id])
+    _check_no_orphans(spans, {root.trace_id for root in roots}, cancelled_id, colocate)
+    _check_cancelled(spans, cancelled_id)
     # Clock changes are traced too, each its own trace, by the node's dvfs agent.
     clocks = [s for s in spans if s.name == "set_clock"]
     assert clocks, sorted({s.name for s in spans})
@@ -124,6 +139,71 @@ async def test_each_request_is_one_trace_from_http_ingress_to_generate(
         assert {s.attributes["planner.status"] for s in solves} <= {str(v) for v in PlanStatus}
     else:
         assert not solves  # the static planner solves nothing
+
+
+def _check_no_orphans(
+    spans: list[ReceivedSpan], request_traces: set[str], cancelled_id: str, colocate: bool
+) -> None:
+    """Every span is in a request's trace or under a standalone root, every parent arrived,
+    and the batches that moved requests between processes joined and linked their traces
+    instead of starting traces of their own."""
+    (cancelled_root,) = [
+        s for s in spans if s.attributes.get("request.id") == cancelled_id and not s.parent_id
+    ]
+    request_traces = {*request_traces, cancelled_root.trace_id}
+    # Co-located, the test sends further requests while it waits for a MILP plan: any trace
+    # rooted in the gateway's SERVER span is a request's.
+    all_requests = {
+        s.trace_id
+        for s in spans
+        if not s.parent_id and s.scope == "greenserve.gateway" and s.kind == SERVER_KIND
+    }
+    assert request_traces <= all_requests
+    by_id = {s.span_id: s for s in spans}
+    roots = [s for s in spans if not s.parent_id]
+    assert all(s.parent_id in by_id for s in spans if s.parent_id), [
+        s.name for s in spans if s.parent_id and s.parent_id not in by_id
+    ]
+    assert all(s.name in STANDALONE_ROOTS for s in roots if s.trace_id not in all_requests), sorted(
+        s.name for s in roots if s.trace_id not in all_requests
+    )
+    assert {s.name for s in spans if s.name.startswith("scheduler ")} <= {
+        "scheduler SubmitBatch",
+        "scheduler PullRequest",
+        "scheduler RequeueRequest",
+    }
+    if colocate:
+        return  # submit and pull are method calls in one process: no batch message
+    for batch in ("scheduler SubmitBatch", "scheduler PullRequest"):
+        moved = [s for s in spans if s.name == batch]
+        assert moved, f"no {batch} span"
+        # Each batch is in one request's trace and links to every other one it carried.
+        reached = {s.trace_id for s in moved} | {t for s in moved for t, _ in s.links}
+        assert request_traces <= reached <= all_requests, (batch, reached, request_traces)
+        for span in moved:
+            assert span.parent_id in by_id
+            assert all(t != span.trace_id for t, _ in span.links)
+
+
+def _check_cancelled(spans: list[ReceivedSpan], cancelled_id: str) -> None:
+    """The request whose client left mid-stream: its gateway span and its generate span
+    failed, each saying why."""
+    (root,) = [
+        s for s in spans if s.attributes.get("request.id") == cancelled_id and not s.parent_id
+    ]
+    assert (root.status, root.status_message) == (
+        ERROR_STATUS,
+        "cancelled: the client disconnected",
+    )
+    in_trace = [s for s in spans if s.trace_id == root.trace_id]
+    generate = [s for s in in_trace if s.name == "generate"]
+    assert generate, sorted(s.name for s in in_trace)
+    assert all(s.status == ERROR_STATUS for s in generate)
+    assert all(s.status_message.startswith("cancelled: ") for s in generate)
+    assert all(s.attributes["error.type"] == "cancelled" for s in generate)
+    finished = [s for s in spans if s.name == "generate" and s.trace_id != root.trace_id]
+    assert finished
+    assert all(s.status != ERROR_STATUS for s in finished)
 
 
 def _check_tree(root: ReceivedSpan, in_trace: list[ReceivedSpan]) -> None:
@@ -166,7 +246,7 @@ def _check_tree(root: ReceivedSpan, in_trace: list[ReceivedSpan]) -> None:
 
 async def _child(
     nats_url: str, redis_url: str, namespace: str, endpoint: str, colocate: bool
-) -> list[str]:
+) -> tuple[list[str], str]:
     from opentelemetry import trace
 
     from greenserve.runner import run_in_process
@@ -225,13 +305,33 @@ async def _child(
                     return str((await response.json())["id"]).removeprefix("cmpl-")
 
             ids = list(await asyncio.gather(*(one() for _ in range(REQUESTS))))
+            cancelled = await _leave_mid_stream(gateway.url, {**body, "max_tokens": 8000})
             if colocate:
                 # The first MILP solve needs start-up profiles and a step of demand.
                 await _milp_plan_reaches(redis_url, namespace, one)
         await _clock_reaches(redis_url, namespace, "worker-0", 1200.0)
         provider = trace.get_tracer_provider()
         assert provider.force_flush(10_000)  # type: ignore[attr-defined]
-    return ids
+    return ids, cancelled
+
+
+async def _leave_mid_stream(gateway_url: str, body: dict[str, Any]) -> str:
+    """Stream a request that would run for seconds, leave after its first token; its id."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{gateway_url}/v1/completions", json={**body, "stream": True}) as response,
+    ):
+        response.raise_for_status()
+        async for line in response.content:
+            if line.startswith(b"data: {"):
+                request_id = str(json.loads(line[6:])["id"]).removeprefix("cmpl-")
+                break
+        else:
+            raise AssertionError("the stream ended before its first token")
+    # Leaving the block closed the connection: the gateway cancels the request; give the
+    # cancel time to reach the worker, which ends it and records its spans.
+    await asyncio.sleep(1.0)
+    return request_id
 
 
 async def _milp_plan_reaches(

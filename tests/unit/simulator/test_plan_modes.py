@@ -99,7 +99,7 @@ def test_a_feedback_derating_holds_for_the_same_mode_and_group_in_every_region()
     trace = synthetic_trace(rate_rps=1.0, duration_s=10.0, seed=3)
     sim = ClusterSimulator(scenario, policy_by_name("min-energy-split-feedback", **MODES), trace)
     planner = sim.control.planner
-    planner.derating["A-H100-80GB-tp1-short"] = 0.5
+    planner.learned.derating["A-H100-80GB-tp1-short"] = 0.5
     assert planner.pool_derating("B-H100-80GB-tp1-short") == 0.5
     assert planner.pool_derating("B-H100-80GB-tp2-short") == 1.0
     assert planner.pool_derating("A-H100-80GB-tp1-long") == 1.0
