@@ -10,7 +10,7 @@ the same services in one event loop.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,27 +71,40 @@ class StackSpec:
             raise ValueError("a stack needs at least one worker")
         if not self.regions:
             raise ValueError("a stack needs at least one region")
-        check_regions(self.regions, self.extra.get("forecaster", {}).get("source", "eia"))
+        check_regions(self.regions, **_zone_settings(self.extra))
 
 
-def check_regions(regions: Sequence[str], source: str = "eia") -> None:
-    """Refuse regions the forecaster has no ``source`` carbon data for.
+def _zone_settings(extra: dict[str, Any]) -> dict[str, Any]:
+    """The forecaster's ``source`` and ``zones`` in ``extra``, for :func:`check_regions`."""
+    forecaster = extra.get("forecaster", {})
+    return {"source": forecaster.get("source"), "zones": forecaster.get("zones")}
 
-    The forecaster reads each region's history at start-up; a region without one would end
-    it after the stack reported ready.
+
+def check_regions(
+    regions: Sequence[str],
+    source: str | None = None,
+    zones: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """The region token (zone code) of every zone in ``regions``, refusing a zone the
+    forecaster has no carbon data or settings for (:mod:`shared.zones`).
+
+    The forecaster reads each zone's history at start-up; a zone without one would end it
+    after the stack reported ready. ``source`` prefixes bare codes; ``zones`` are the
+    forecaster's per-zone settings (files, time zone, holiday calendar).
 
     Raises:
-        ValueError: naming the unknown regions and the known ones.
+        ValueError: naming the zone and what is missing for it.
     """
-    from services.forecaster.sources import EIA_REGIONS, EM_ZONES
+    from shared.zones import ZoneError, ZoneRegistry, ZoneSettings
 
-    known = EM_ZONES if source == "em" else EIA_REGIONS
-    unknown = [region for region in regions if region not in known]
-    if unknown:
-        raise ValueError(
-            f"no {source} carbon data for region {', '.join(unknown)}; "
-            f"choose from {', '.join(known)}"
+    try:
+        registry = ZoneRegistry.from_settings(
+            {k: ZoneSettings.model_validate(v) for k, v in (zones or {}).items()}
         )
+        names = [r if ":" in r or source is None else f"{source}:{r}" for r in regions]
+        return [zone.code for zone in registry.resolve_all(names)]
+    except ZoneError as exc:
+        raise ValueError(str(exc)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +130,11 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 def stack_launches(spec: StackSpec) -> list[ServiceLaunch]:
     """Every process of the stack with its settings, in start order."""
-    used_regions = [spec.regions[i % len(spec.regions)] for i in range(spec.workers)]
-    regions = sorted(set(used_regions), key=spec.regions.index)
+    # Pools, nodes and workers are named by the zone's code (a subject token): eia:ERCO
+    # runs as region ERCO; the forecaster reads the zone names.
+    codes = check_regions(spec.regions, **_zone_settings(spec.extra))
+    used_regions = [codes[i % len(codes)] for i in range(spec.workers)]
+    regions = sorted(set(used_regions), key=codes.index)
     pools = [
         {
             "pool_id": pool_id_for(region, spec.gpu),

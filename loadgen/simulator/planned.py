@@ -120,16 +120,15 @@ def _trace_mix(scheme: str) -> tuple[MixRequest, ...]:
     return trace_mix(scheme_by_name(scheme))
 
 
-@functools.lru_cache(maxsize=16)
 def _history(code: str) -> CarbonHistory:
-    from services.forecaster.sources import load_eia_csv
+    from loadgen.simulator.carbon import zone_history
 
-    return load_eia_csv(code)
+    return zone_history(code)
 
 
 @functools.lru_cache(maxsize=16)
 def fitted_forecaster(code: str, start_utc: pd.Timestamp) -> CarbonForecaster:
-    """The carbon forecaster of one EIA region, fitted on history ending before ``start_utc``."""
+    """The carbon forecaster of one grid zone, fitted on history ending before ``start_utc``."""
     from services.forecaster.config import ForecasterConfig
     from services.forecaster.models import fit_forecaster
 
