@@ -57,7 +57,7 @@ def write_eia_csv(data_dir: Path, code: str, start: str, hours: int) -> Path:
     )
     total = frame.sum(axis=1)
     frame["avg_CI"] = sum(frame[f] * EIA_FUEL_FACTORS[f] for f in EIA_FUEL_FACTORS) / total
-    frame.index = frame.index.strftime("%Y-%m-%d %H:%M:%S+00:00")
+    frame.index = pd.Index(index.strftime("%Y-%m-%d %H:%M:%S+00:00"))
     folder = data_dir / "carbon"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{code}.csv"
