@@ -143,10 +143,10 @@ class LiveFeed:
                 await asyncio.wait_for(stop.wait(), wait)
 
     def fresh(self, now_s: float) -> LiveData | None:
-        """The last answer if it is recent (two poll periods and an hour of lag); else None."""
+        """The last answer if it is recent (two poll periods and a retry); else None."""
         if self.data is None or self.fetched_at_s is None:
             return None
-        return self.data if now_s - self.fetched_at_s <= 2 * self.poll_s + 3600.0 else None
+        return self.data if now_s - self.fetched_at_s <= 2 * self.poll_s + RETRY_S else None
 
     def outage(self) -> str:
         """Why there is no fresh answer, for the forecast's ``fallback`` field."""
