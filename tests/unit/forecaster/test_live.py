@@ -90,10 +90,11 @@ def test_the_file_history_moves_by_whole_weeks_to_meet_the_live_hours(
     before = moved.intensity.loc[: recent_index[0] - HOUR]
     week = pd.Timedelta(days=7)
     weeks = -(-(recent_index[0] - HOUR - history.intensity.index[-1]) // week)
-    source = before.index - weeks * week
+    source = pd.DatetimeIndex(before.index - weeks * week)
+    moved_index = pd.DatetimeIndex(before.index)
     assert before.to_numpy() == pytest.approx(history.intensity.loc[source].to_numpy())
-    assert (before.index.day_of_week == source.day_of_week).all()
-    assert (before.index.hour == source.hour).all()
+    assert (moved_index.day_of_week == source.day_of_week).all()
+    assert (moved_index.hour == source.hour).all()
     alone = aligned_history(history, None, origin)
     assert alone.intensity.index[-1] == origin - HOUR
 
