@@ -239,11 +239,15 @@ def usable_zones(registry: ZoneRegistry, names: Sequence[str], source: str | Non
 
 
 def replay_origin(now_s: float, history: CarbonHistory) -> pd.Timestamp:
-    """The model-time hour a replay forecasts from: the clock's, or just after the data's
-    last hour when the clock has run past it (the answer says which hour it is)."""
+    """The model-time hour a replay forecasts from: the clock's, kept inside the data (a
+    day after its first hour, so there is a day to forecast from, up to just after its last):
+    a zone whose file covers other years than the clock still answers, dated with the
+    data's hour (the answer says which)."""
     origin = pd.Timestamp(now_s, unit="s", tz="UTC").floor("h")
-    end = pd.Timestamp(history.intensity.dropna().index[-1]) + pd.Timedelta(hours=1)
-    return origin if origin <= end else end
+    observed = history.intensity.dropna().index
+    first = pd.Timestamp(observed[0]) + pd.Timedelta(days=1)
+    end = pd.Timestamp(observed[-1]) + pd.Timedelta(hours=1)
+    return max(first, min(origin, end))
 
 
 def live_message(
@@ -393,7 +397,7 @@ async def serve(ctx: ServiceContext) -> None:
 
     fitting = start_fit(first_cut())
     failing: set[str] = set()  # regions whose model raised, logged once per streak
-    past_data: set[str] = set()  # replay regions whose clock ran past the data, logged once
+    past_data: set[str] = set()  # replay regions whose clock is outside the data, logged once
 
     session: aiohttp.ClientSession | None = None
     feeds: dict[str, LiveFeed] = {}
@@ -446,10 +450,10 @@ async def serve(ctx: ServiceContext) -> None:
         ``ValueError`` when no forecast is possible)."""
         now_s = ctx.clock.now()
         origin = replay_origin(now_s, history)
-        if origin.timestamp() < now_s - HOUR_S and region not in past_data:
+        if abs(origin.timestamp() - now_s) > HOUR_S and region not in past_data:
             past_data.add(region)
             logger.warning(
-                "%s: the model clock is past the data's end; replaying from %s (set "
+                "%s: the model clock is outside the data; replaying from %s (set "
                 "clock.origin_model_s inside the data, or run in live mode)",
                 region,
                 origin,
