@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from services.forecaster.sources import CarbonHistory
     from shared.zones import ZoneRegistry
 
-__all__ = ["CarbonClock", "check_zones", "zone_history"]
+__all__ = ["CarbonClock", "check_zones", "zone_history", "zone_source"]
 
 _HOUR_S = 3600.0
 
@@ -45,6 +45,11 @@ def check_zones(names: Sequence[str]) -> None:
     """
     for name in names:
         _registry().resolve(name)
+
+
+def zone_source(name: str) -> str:
+    """The source (``eia``, ``em``) of grid zone ``name``, for its forecaster settings."""
+    return _registry().resolve(name).source
 
 
 @functools.cache

@@ -129,11 +129,14 @@ def _history(code: str) -> CarbonHistory:
 @functools.lru_cache(maxsize=16)
 def fitted_forecaster(code: str, start_utc: pd.Timestamp) -> CarbonForecaster:
     """The carbon forecaster of one grid zone, fitted on history ending before ``start_utc``."""
-    from services.forecaster.config import ForecasterConfig
+    from loadgen.simulator.carbon import zone_source
+    from services.forecaster.config import ForecasterConfig, config_for
     from services.forecaster.models import fit_forecaster
 
     history = _history(code).until(start_utc.floor("h") - pd.Timedelta(hours=1))
-    return fit_forecaster(history, config=ForecasterConfig(horizon_h=FORECAST_HORIZON_H))
+    # An Electricity Maps zone gets the settings the service fits it with (config_for).
+    config = config_for(zone_source(code), ForecasterConfig(horizon_h=FORECAST_HORIZON_H))
+    return fit_forecaster(history, config=config)
 
 
 class EpochPlanner:

@@ -135,12 +135,14 @@ class LiveFeed:
         self.data, self.fetched_at_s, self.error = data, time.time(), None
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Poll until ``stop`` is set: at the cadence, sooner again after a failure."""
+        """Poll until ``stop`` is set, after the first poll (:meth:`poll_once`, made before
+        the first forecast): at the cadence, sooner again after a failure."""
         while not stop.is_set():
-            await self.poll_once()
             wait = self.poll_s if self.error is None else min(self.poll_s, RETRY_S)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), wait)
+            if not stop.is_set():
+                await self.poll_once()
 
     def fresh(self, now_s: float) -> LiveData | None:
         """The last answer if it is recent (two poll periods and a retry); else None."""

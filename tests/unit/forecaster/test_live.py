@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -173,3 +174,31 @@ async def test_an_outage_falls_back_to_the_model_and_says_so(
     assert keyless.fetch is None
     missing = live_message(keyless, history, fitted, origin, 24, now)
     assert "no credentials: set EIA_API_KEY" in missing.fallback
+
+
+async def test_a_feed_polls_at_its_cadence_and_retries_sooner_after_a_failure() -> None:
+    """Test the poll loop: with a 0.2 s cadence about five polls in a second; while the
+    provider is down the next poll waits the shorter of the cadence and the retry delay,
+    and the first good answer after the outage clears the error."""
+    async with provider_standin() as standin, aiohttp.ClientSession() as session:
+        feed = feed_for(
+            _zone("electricitymaps"),
+            session,
+            24,
+            {"electricitymaps": standin.url},
+            {"electricitymaps": 0.2},
+            environ=ENV,
+        )
+        standin.down.add("electricitymaps")
+        await feed.poll_once()
+        assert feed.error is not None
+        stop = asyncio.Event()
+        task = asyncio.create_task(feed.run(stop))
+        await asyncio.sleep(0.5)
+        standin.down.clear()
+        await asyncio.sleep(0.6)
+        stop.set()
+        await asyncio.wait_for(task, 2)
+    assert feed.error is None
+    assert feed.fresh(time.time()) is not None
+    assert 4 <= feed.polls <= 7
