@@ -191,7 +191,7 @@ async def test_a_feed_polls_at_its_cadence_and_retries_sooner_after_a_failure() 
         )
         standin.down.add("electricitymaps")
         await feed.poll_once()
-        assert feed.error is not None
+        assert feed.fresh(time.time()) is None
         stop = asyncio.Event()
         task = asyncio.create_task(feed.run(stop))
         await asyncio.sleep(0.5)
