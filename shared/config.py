@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -21,7 +21,7 @@ from pydantic_settings import (
 )
 
 from proto.subjects import valid_token
-from shared.zones import ZoneSettings
+from shared.zones import LiveProvider, ZoneSettings
 
 __all__ = [
     "CONFIG_FILE_ENV",
@@ -328,10 +328,10 @@ class ForecasterSettings(_Section):
     stamped with the data's time and marked ``replay``; ``live``: wall-clock time, current
     and forecast intensity from the zone's provider API (docs/forecaster.md, *Live and
     replay*)."""
-    live_poll_s: dict[str, float] = Field(default_factory=dict)
+    live_poll_s: dict[LiveProvider, PositiveFloat] = Field(default_factory=dict)
     """Poll period per live provider (``electricitymaps``, ``watttime``, ``eia``) in wall
     seconds; a provider not named polls at its own cadence (services/forecaster/live.py)."""
-    live_urls: dict[str, str] = Field(default_factory=dict)
+    live_urls: dict[LiveProvider, str] = Field(default_factory=dict)
     """Base URL per live provider, for a proxy or a local stand-in; default: the public API."""
     refresh_s: float = 300.0
     horizon_h: int = 24

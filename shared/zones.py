@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_TIMEZONES",
     "SOURCES",
     "HolidayCalendar",
+    "LiveProvider",
     "Source",
     "Zone",
     "ZoneError",
@@ -41,6 +42,8 @@ __all__ = [
 Source = Literal["eia", "em"]
 """``eia``: an EIA-930 balancing-authority file; ``em``: Electricity Maps yearly files."""
 SOURCES: Final[tuple[Source, ...]] = get_args(Source)
+LiveProvider = Literal["electricitymaps", "watttime", "eia"]
+"""Where live mode reads a zone's intensity (services/forecaster/live.py)."""
 HolidayCalendar = Literal["nerc", "none"]
 """``nerc``: NERC's six off-peak holidays on the zone's local date; ``none``: no holidays."""
 
@@ -87,7 +90,7 @@ class ZoneSettings(BaseModel):
     holidays: HolidayCalendar | None = None
     """Holiday calendar; default ``nerc`` for US zones (every EIA one, Electricity Maps
     ``US-*``), ``none`` elsewhere."""
-    live_provider: Literal["electricitymaps", "watttime", "eia"] | None = None
+    live_provider: LiveProvider | None = None
     """Where live mode reads the zone's current and forecast intensity; default: the
     source's own provider (``eia`` → EIA API, ``em`` → Electricity Maps)."""
     live_code: str | None = None
@@ -105,7 +108,7 @@ class Zone:
     files: tuple[Path, ...]
     timezone: str | None
     holidays: HolidayCalendar
-    live_provider: Literal["electricitymaps", "watttime", "eia"]
+    live_provider: LiveProvider
     live_code: str
 
     @property

@@ -43,7 +43,7 @@ from services.forecaster.api_clients import (
     WattTimeClient,
 )
 from services.forecaster.sources import CarbonHistory
-from shared.zones import Zone
+from shared.zones import LiveProvider, Zone
 
 __all__ = [
     "CADENCE_S",
@@ -160,8 +160,8 @@ def feed_for(
     zone: Zone,
     session: aiohttp.ClientSession,
     horizon_h: int,
-    urls: Mapping[str, str] | None = None,
-    poll_s: Mapping[str, float] | None = None,
+    urls: Mapping[LiveProvider, str] | None = None,
+    poll_s: Mapping[LiveProvider, float] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> LiveFeed:
     """The feed of ``zone`` from its live provider, credentials read from ``environ``."""

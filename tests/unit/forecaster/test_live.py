@@ -17,7 +17,7 @@ from services.forecaster.live import LIVE_FALLBACKS, aligned_history, feed_for
 from services.forecaster.models import CarbonForecaster
 from services.forecaster.service import live_message
 from services.forecaster.sources import CarbonHistory
-from shared.zones import Zone
+from shared.zones import LiveProvider, Zone
 from tests.provider_standin import (
     EIA_FUELS,
     EIA_KEY,
@@ -131,7 +131,7 @@ async def test_eia_data_feeds_the_model_and_watttime_is_marginal(
     """Test that with EIA (no provider forecast) the forecast is the model's on the live
     hours, and that WattTime's forecast comes through as a marginal signal in g/kWh."""
     async with provider_standin() as standin, aiohttp.ClientSession() as session:
-        urls = {"eia": standin.url, "watttime": standin.url}
+        urls: dict[LiveProvider, str] = {"eia": standin.url, "watttime": standin.url}
         eia = feed_for(_zone("eia"), session, 24, urls, environ=ENV)
         watttime = feed_for(_zone("watttime"), session, 24, urls, environ=ENV)
         await eia.poll_once()
