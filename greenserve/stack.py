@@ -12,7 +12,7 @@ the same services in one event loop.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,7 +96,7 @@ class StackSpec:
                 f"{len(self.served_models)} models need at least as many workers, "
                 f"not {self.workers}"
             )
-        check_regions(self.regions, self.extra.get("forecaster", {}).get("source", "eia"))
+        check_regions(self.regions, **_zone_settings(self.extra))
         if self.gpu_clocks not in ("off", "nvml"):
             raise ValueError(f"gpu_clocks is off or nvml, not {self.gpu_clocks!r}")
         if self.gpu_clocks == "nvml" and not self.clock_agent_socket:
@@ -123,24 +123,37 @@ def worker_placements(spec: StackSpec) -> list[tuple[str, str]]:
     ]
 
 
-def check_regions(regions: Sequence[str], source: str = "eia") -> None:
-    """Refuse regions the forecaster has no ``source`` carbon data for.
+def _zone_settings(extra: dict[str, Any]) -> dict[str, Any]:
+    """The forecaster's ``source`` and ``zones`` in ``extra``, for :func:`check_regions`."""
+    forecaster = extra.get("forecaster", {})
+    return {"source": forecaster.get("source"), "zones": forecaster.get("zones")}
 
-    The forecaster reads each region's history at start-up; a region without one would end
-    it after the stack reported ready.
+
+def check_regions(
+    regions: Sequence[str],
+    source: str | None = None,
+    zones: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """The region token (zone code) of every zone in ``regions``, refusing a zone the
+    forecaster has no carbon data or settings for (:mod:`shared.zones`).
+
+    The forecaster reads each zone's history at start-up; a zone without one would end it
+    after the stack reported ready. ``source`` prefixes bare codes; ``zones`` are the
+    forecaster's per-zone settings (files, time zone, holiday calendar).
 
     Raises:
-        ValueError: naming the unknown regions and the known ones.
+        ValueError: naming the zone and what is missing for it.
     """
-    from services.forecaster.sources import EIA_REGIONS, EM_ZONES
+    from shared.zones import ZoneError, ZoneRegistry, ZoneSettings
 
-    known = EM_ZONES if source == "em" else EIA_REGIONS
-    unknown = [region for region in regions if region not in known]
-    if unknown:
-        raise ValueError(
-            f"no {source} carbon data for region {', '.join(unknown)}; "
-            f"choose from {', '.join(known)}"
+    try:
+        registry = ZoneRegistry.from_settings(
+            {k: ZoneSettings.model_validate(v) for k, v in (zones or {}).items()}
         )
+        names = [r if ":" in r or source is None else f"{source}:{r}" for r in regions]
+        return [zone.code for zone in registry.resolve_all(names)]
+    except ZoneError as exc:
+        raise ValueError(str(exc)) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,12 +30,14 @@ __all__ = ["build_report", "print_report", "replay_records"]
 
 @cache
 def _intensity(region: str) -> pd.Series | None:
-    from services.forecaster.sources import load_eia_csv
+    from loadgen.simulator.carbon import zone_history
     from shared.paths import DataDirError
+    from shared.zones import ZoneError
 
     try:
-        return load_eia_csv(region).intensity.dropna()
-    except (DataDirError, FileNotFoundError):
+        # A region is named by its zone's code (eia:ERCO runs as ERCO).
+        return zone_history(region).intensity.dropna()
+    except (DataDirError, FileNotFoundError, ZoneError):
         return None
 
 

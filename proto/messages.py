@@ -469,6 +469,7 @@ class Forecast(_Message, tag="gs.v1.forecast", frozen=True, kw_only=True):
 
     region: Id
     issued_at: NonNeg
+    """When it was issued: the data's time in a replay, the wall clock live."""
     start_s: Finite
     """Model time (epoch seconds, UTC) of the first value."""
     step_s: Annotated[int, Meta(gt=0)]
@@ -478,6 +479,12 @@ class Forecast(_Message, tag="gs.v1.forecast", frozen=True, kw_only=True):
     signal: str = "average"
     emission_factor: str = "direct"
     model: str = "history"
+    mode: str = "replay"
+    """``replay``: from the data files, ``issued_at`` and ``start_s`` in the data's time;
+    ``live``: wall-clock time, from the zone's provider (services/forecaster/live.py)."""
+    fallback: str = ""
+    """Live mode: why the provider's data is not in this forecast (an outage), which is the
+    model's own; empty when it is."""
 
     def value_at(self, t_s: float) -> float | None:
         """The value in force at model time ``t_s``: the first before the forecast starts,

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -21,6 +21,7 @@ from pydantic_settings import (
 )
 
 from proto.subjects import valid_token
+from shared.zones import LiveProvider, ZoneSettings
 
 __all__ = [
     "CONFIG_FILE_ENV",
@@ -320,8 +321,24 @@ class ForecasterSettings(_Section):
     """Forecaster: carbon intensity per region."""
 
     regions: tuple[str, ...] = ("CISO", "PJM", "BPAT")
-    source: str = "eia"
-    """``eia`` reads ``carbon/<region>.csv``; ``em`` reads ``carbon_em/<zone>_<year>.csv``."""
+    """Zones forecast, each ``eia:<BA>`` (``carbon/<BA>.csv``) or ``em:<ZONE>``
+    (``carbon_em/<ZONE>_<year>.csv``); a bare code names the one source with a file for it,
+    or ``source``'s (:mod:`shared.zones`)."""
+    source: Literal["eia", "em"] | None = None
+    """Source of bare codes in ``regions``; ``None``: the one source with a file for it."""
+    zones: dict[str, ZoneSettings] = Field(default_factory=dict)
+    """Per-zone settings by ``source:code`` (files, time zone, holiday calendar, live
+    provider): a zone the defaults do not cover is added here, not in code."""
+    mode: Literal["replay", "live"] = "replay"
+    """``replay``: forecasts from the data files on the stack's model clock, every answer
+    stamped with the data's time and marked ``replay``; ``live``: wall-clock time, current
+    and forecast intensity from the zone's provider API (docs/forecaster.md, *Live and
+    replay*)."""
+    live_poll_s: dict[LiveProvider, PositiveFloat] = Field(default_factory=dict)
+    """Poll period per live provider (``electricitymaps``, ``watttime``, ``eia``) in wall
+    seconds; a provider not named polls at its own cadence (services/forecaster/live.py)."""
+    live_urls: dict[LiveProvider, str] = Field(default_factory=dict)
+    """Base URL per live provider, for a proxy or a local stand-in; default: the public API."""
     refresh_s: float = 300.0
     horizon_h: int = 24
     model_cache_dir: Path | None = None

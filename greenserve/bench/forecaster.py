@@ -37,10 +37,12 @@ from services.forecaster.sources import (
     EIA_REGIONS,
     EM_ZONES,
     CarbonHistory,
-    load_eia_csv,
     load_em_csv,
+    load_zone,
     with_unknown_shares,
 )
+from shared.config import load_settings
+from shared.zones import ZoneError, ZoneRegistry
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
@@ -78,6 +80,9 @@ def _load_backtest() -> dict[str, Any]:
 
 
 def _regions(spec: str) -> list[str]:
+    """The zones asked for, as ``source:code``: the reference regions for ``all``, ``eia``
+    and ``em``; any zone of the data directory or the settings file's ``forecaster.zones``
+    by name (a bare code only where one source has a file for it, :mod:`shared.zones`)."""
     every = [f"eia:{r}" for r in EIA_REGIONS] + [f"em:{z}" for z in EM_ZONES]
     if spec in ("all", ""):
         return every
@@ -85,18 +90,32 @@ def _regions(spec: str) -> list[str]:
         return [r for r in every if r.startswith(spec + ":")]
     chosen = []
     for item in (part.strip() for part in spec.split(",") if part.strip()):
-        if ":" not in item:
-            item = f"eia:{item}" if item in EIA_REGIONS else f"em:{item}"
-        if item not in every:
-            raise SystemExit(f"unknown region {item!r}; choose from {', '.join(every)}")
-        chosen.append(item)
+        try:
+            chosen.append(_registry().resolve(item).name)
+        except ZoneError as exc:
+            raise SystemExit(f"--regions: {exc}") from None
     return chosen
+
+
+@functools.cache
+def _registry() -> ZoneRegistry:
+    """The zones of the data directory with the settings file's zone settings."""
+    return ZoneRegistry.from_settings(load_settings().forecaster.zones)
+
+
+def _train_end(history: CarbonHistory, default: pd.Timestamp) -> pd.Timestamp:
+    """``default`` where the history has data on both sides of it (the reference files);
+    else the hour 7/12 into the history, the EIA split's share, for a zone of other years."""
+    index = history.intensity.dropna().index
+    if index[0] < default < index[-1] - pd.Timedelta(days=30):
+        return default
+    return pd.Timestamp(index[0] + (index[-1] - index[0]) * 7 / 12).floor("h")
 
 
 @functools.cache
 def _eia_raw(region: str) -> CarbonHistory:
     """One region's EIA file, read once per run (pool, region, screen and report use it)."""
-    return load_eia_csv(region)
+    return load_zone(_registry().resolve(f"eia:{region}"))
 
 
 @functools.cache
@@ -113,8 +132,10 @@ def _eia(region: str, screen: bool) -> CarbonHistory:
 def _load(name: str, screen_eia: bool = False) -> tuple[CarbonHistory, pd.Timestamp]:
     kind, region = name.split(":", 1)
     if kind == "eia":
-        return _eia(region, screen_eia), EIA_TRAIN_END
-    return load_em_csv(region), EM_TRAIN_END
+        history = _eia(region, screen_eia)
+        return history, _train_end(history, EIA_TRAIN_END)
+    history = load_zone(_registry().resolve(name))
+    return history, _train_end(history, EM_TRAIN_END)
 
 
 def _summary(per_region: dict[str, dict[str, Any]], prefix: str) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from greenserve.argtypes import non_negative_float, port, positive_float, positive_int
 from greenserve.local import DEFAULT_STATE_DIR
@@ -25,18 +25,38 @@ __all__ = [
 
 
 def _regions(text: str) -> tuple[str, ...]:
-    """Comma-separated EIA balancing authorities, each with carbon data
-    (:func:`~greenserve.stack.check_regions`), refused at parse time."""
+    """Comma-separated grid zones (``eia:ERCO``, ``em:KR``, or a bare code one source has
+    a file for), each with carbon data and the settings it needs
+    (:func:`~greenserve.stack.check_regions`; zone settings come from the settings file
+    ``GREENSERVE_CONFIG`` names), refused at parse time."""
     regions = tuple(r.strip() for r in text.split(",") if r.strip())
     if not regions:
         raise argparse.ArgumentTypeError("give at least one region")
     from greenserve.stack import check_regions
 
     try:
-        check_regions(regions)
+        check_regions(regions, **_configured_zones())
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return regions
+
+
+def _configured_zones() -> dict[str, Any]:
+    """The forecaster's zone settings of the settings file, for :func:`check_regions`."""
+    forecaster = _configured_forecaster()
+    return {"source": forecaster.get("source"), "zones": forecaster.get("zones")}
+
+
+def _configured_forecaster() -> dict[str, Any]:
+    """The forecaster settings the settings file (``GREENSERVE_CONFIG``) sets for zones and
+    mode, which every forecaster of the stack gets."""
+    from shared.config import load_settings
+
+    return load_settings().forecaster.model_dump(
+        mode="json",
+        exclude_defaults=True,
+        include={"source", "zones", "mode", "live_urls", "live_poll_s"},
+    )
 
 
 def _gpu(text: str) -> str:
@@ -79,7 +99,9 @@ def add_stack_arguments(
         "--regions",
         type=_regions,
         default="PJM,CISO,BPAT",
-        help="comma-separated regions (EIA codes), one pool each",
+        help="comma-separated grid zones, one pool each: eia:<BA> (carbon/<BA>.csv), "
+        "em:<ZONE> (carbon_em/<ZONE>_<year>.csv), or a code only one source has a file for; "
+        "zone settings (time zone, holidays, files) in the settings file's forecaster.zones",
     )
     parser.add_argument(
         "--gpu", type=_gpu, default="A100-80GB", help="GPU type of the simulated workers"
@@ -139,7 +161,9 @@ def spec_from_args(args: argparse.Namespace) -> StackSpec:
     """Build the stack spec from parsed options."""
     from greenserve.stack import StackSpec
 
+    forecaster = _configured_forecaster()
     return StackSpec(
+        extra={"forecaster": forecaster} if forecaster else {},
         namespace=args.namespace,
         workers=args.workers,
         regions=args.regions,

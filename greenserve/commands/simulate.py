@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     """Simulate, print the comparison, write JSON and plots; 0 when every request ended."""
     # Imported here, not above: the simulator, numpy and pandas are not needed for --help.
     from greenserve.commands._input_errors import reading
+    from loadgen.simulator.carbon import check_zones
     from loadgen.simulator.compare import run_policies
     from loadgen.simulator.report import comparison, print_table, write_json
     from loadgen.simulator.scenario import load_scenario
@@ -51,6 +52,11 @@ def run(args: argparse.Namespace) -> int:
 
     with reading(args.scenario):
         scenario = load_scenario(args.scenario)
+    try:
+        check_zones([region.carbon for region in scenario.regions])
+    except ValueError as exc:
+        print(f"{args.scenario}: {exc}", file=sys.stderr)
+        return 2
     trace_path = resolve_trace(args.trace)
     with reading(trace_path):
         trace = load_azure_trace(trace_path, start_s=args.start, duration_s=args.duration)

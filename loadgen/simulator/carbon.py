@@ -1,24 +1,63 @@
 """Hourly carbon intensity per region on the simulator's clock, and its simple forecast.
 
-Intensity comes from the EIA-930 files through ``services.forecaster.sources.load_eia_csv``
-(gCO2/kWh, hourly). Simulated second ``t`` falls in the hour of ``start_utc + t``. The
-forecast the carbon-aware policies see is persistence (the last complete hour), the weakest
-honest forecaster: it never looks into the future.
+Intensity comes from each region's grid zone (``eia:<BA>``, ``em:<ZONE>`` or a bare code one
+source has a file for; :mod:`shared.zones`, settings from the settings file's
+``forecaster.zones``) through :func:`zone_history` (gCO2/kWh, hourly). Simulated second
+``t`` falls in the hour of ``start_utc + t``. The forecast the carbon-aware policies see is
+persistence (the last complete hour), the weakest honest forecaster: it never looks into
+the future.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-__all__ = ["CarbonClock"]
+if TYPE_CHECKING:
+    from services.forecaster.sources import CarbonHistory
+    from shared.zones import ZoneRegistry
+
+__all__ = ["CarbonClock", "check_zones", "zone_history", "zone_source"]
 
 _HOUR_S = 3600.0
+
+
+@functools.cache
+def _registry() -> ZoneRegistry:
+    from shared.config import load_settings
+    from shared.zones import ZoneRegistry
+
+    return ZoneRegistry.from_settings(load_settings().forecaster.zones)
+
+
+def check_zones(names: Sequence[str]) -> None:
+    """Refuse a zone without data or settings before a simulation starts.
+
+    Raises:
+        ValueError: naming the zone and what is missing for it.
+    """
+    for name in names:
+        _registry().resolve(name)
+
+
+def zone_source(name: str) -> str:
+    """The source (``eia``, ``em``) of grid zone ``name``, for its forecaster settings."""
+    return _registry().resolve(name).source
+
+
+@functools.cache
+def zone_history(name: str) -> CarbonHistory:
+    """The hourly history of grid zone ``name`` (read once per process)."""
+    from services.forecaster.sources import load_zone
+
+    return load_zone(_registry().resolve(name))
 
 
 class CarbonClock:
@@ -38,21 +77,19 @@ class CarbonClock:
     def from_eia(
         cls, regions: Sequence[tuple[str, str]], start_utc: datetime, span_s: float
     ) -> CarbonClock:
-        """Load ``(region name, EIA code)`` pairs for ``span_s`` seconds from ``start_utc``.
+        """Load ``(region name, grid zone)`` pairs for ``span_s`` seconds from ``start_utc``.
 
         Gaps in the data are filled from the neighbouring hours.
 
         Raises:
             ValueError: when the data does not cover the window.
         """
-        from services.forecaster.sources import load_eia_csv
-
         first = pd.Timestamp(start_utc).floor("h")
         hours = math.ceil((pd.Timestamp(start_utc) - first).total_seconds() + span_s) // 3600 + 2
         index = pd.date_range(first - pd.Timedelta(hours=1), periods=int(hours) + 1, freq="h")
         hourly: dict[str, NDArray[np.float64]] = {}
         for name, code in regions:
-            series = load_eia_csv(code).intensity.reindex(index).ffill().bfill()
+            series = zone_history(code).intensity.reindex(index).ffill().bfill()
             if series.isna().any():
                 raise ValueError(f"carbon data for {code} does not cover {index[0]}..{index[-1]}")
             hourly[name] = series.to_numpy(dtype=np.float64)

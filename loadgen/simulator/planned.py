@@ -127,21 +127,23 @@ def _trace_mix(scheme: str) -> tuple[MixRequest, ...]:
     return trace_mix(scheme_by_name(scheme))
 
 
-@functools.lru_cache(maxsize=16)
 def _history(code: str) -> CarbonHistory:
-    from services.forecaster.sources import load_eia_csv
+    from loadgen.simulator.carbon import zone_history
 
-    return load_eia_csv(code)
+    return zone_history(code)
 
 
 @functools.lru_cache(maxsize=16)
 def fitted_forecaster(code: str, start_utc: pd.Timestamp) -> CarbonForecaster:
-    """The carbon forecaster of one EIA region, fitted on history ending before ``start_utc``."""
-    from services.forecaster.config import ForecasterConfig
+    """The carbon forecaster of one grid zone, fitted on history ending before ``start_utc``."""
+    from loadgen.simulator.carbon import zone_source
+    from services.forecaster.config import ForecasterConfig, config_for
     from services.forecaster.models import fit_forecaster
 
     history = _history(code).until(start_utc.floor("h") - pd.Timedelta(hours=1))
-    return fit_forecaster(history, config=ForecasterConfig(horizon_h=FORECAST_HORIZON_H))
+    # An Electricity Maps zone gets the settings the service fits it with (config_for).
+    config = config_for(zone_source(code), ForecasterConfig(horizon_h=FORECAST_HORIZON_H))
+    return fit_forecaster(history, config=config)
 
 
 class EpochPlanner:

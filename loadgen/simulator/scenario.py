@@ -35,7 +35,8 @@ class RegionSpec(_Strict):
 
     name: str
     carbon: str
-    """EIA-930 balancing authority whose hourly ``avg_CI`` prices this region's energy."""
+    """Grid zone whose hourly intensity prices this region's energy: ``eia:<BA>``,
+    ``em:<ZONE>`` or a bare code one source has a file for (:mod:`shared.zones`)."""
     gpus: dict[str, int]
     """GPU count per GPU type name (``H100-80GB``, ``A100-80GB``)."""
 

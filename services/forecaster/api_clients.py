@@ -1,4 +1,4 @@
-"""Async clients for the public carbon-intensity APIs: Electricity Maps v3 and WattTime v3.
+"""Async clients for the public carbon-intensity APIs: Electricity Maps v3, WattTime v3, EIA v2.
 
 Both implement :class:`~services.forecaster.sources.CarbonSource`. Formats follow the
 providers' public documentation as we know it (not reachable from here, so the tests run
@@ -13,6 +13,10 @@ against a local server speaking the same JSON):
   ``signal_type`` (``co2_moer``) with ``Authorization: Bearer``; points ``{"point_time",
   "value"}`` under ``data`` with units in ``meta.units`` (``lbs_co2_per_mwh``). Marginal
   signal; 5-minute points are averaged to hours.
+- EIA v2: ``GET /v2/electricity/rto/fuel-type-data/data/?api_key=&frequency=hourly&data[0]=value
+  &facets[respondent][]=``; rows ``{"period", "respondent", "fueltype", "value"}`` under
+  ``response.data`` (``response.total`` rows in all, 5000 a page). Generation by fuel, which
+  :class:`EiaClient` turns into average intensity.
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ import pandas as pd
 from services.forecaster.sources import CarbonHistory, EmissionFactor, Signal
 
 __all__ = [
+    "EIA_FUEL_FACTORS",
     "LB_PER_MWH_TO_G_PER_KWH",
     "CarbonApiError",
+    "EiaClient",
     "ElectricityMapsClient",
     "WattTimeClient",
 ]
@@ -233,3 +239,120 @@ class WattTimeClient:
         if not isinstance(rows, list) or not rows:
             raise CarbonApiError("watttime", 200, "signal-index answered without data")
         return float(rows[0]["value"])
+
+
+EIA_FUEL_FACTORS: Final = {
+    "WND": 11.0,
+    "SUN": 41.0,
+    "WAT": 24.0,
+    "OIL": 650.0,
+    "NG": 490.0,
+    "COL": 820.0,
+    "NUC": 12.0,
+    "OTH": 230.0,
+}
+"""gCO2/kWh per EIA-930 fuel: the life-cycle factors every balancing authority's ``avg_CI``
+in the reference files is computed with (exactly, services/forecaster/mix.py), so a live
+EIA intensity continues the file's series."""
+EIA_PAGE_ROWS: Final = 5000
+"""Rows per EIA API v2 answer (its maximum); longer spans are paged with ``offset``."""
+
+
+@dataclass(slots=True)
+class EiaClient:
+    """EIA API v2 client: hourly generation by fuel of one balancing authority
+    (``/v2/electricity/rto/fuel-type-data/data/``), turned into average intensity with
+    :data:`EIA_FUEL_FACTORS`. EIA publishes no intensity forecast; the forecaster's model
+    forecasts from this history.
+
+    Rows are ``{"period": "YYYY-MM-DDTHH", "respondent", "fueltype", "value"}`` (UTC hour
+    beginning, MW, ``value`` sometimes a string) under ``response.data``; fuels other than
+    the eight of the reference files (storage, geothermal, unknown) count as ``OTH``.
+    """
+
+    session: aiohttp.ClientSession
+    respondent: str
+    api_key: str
+    base_url: str = "https://api.eia.gov"
+    timeout_s: float = 10.0
+    signal: Signal = field(default="average", init=False)
+    emission_factor: EmissionFactor = field(default="lifecycle", init=False)
+
+    @property
+    def region(self) -> str:
+        """Balancing authority this client queries."""
+        return self.respondent
+
+    async def _rows(self, start: datetime, end: datetime) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        url = f"{self.base_url.rstrip('/')}/v2/electricity/rto/fuel-type-data/data/"
+        while True:
+            params = {
+                "api_key": self.api_key,
+                "frequency": "hourly",
+                "data[0]": "value",
+                "facets[respondent][]": self.respondent,
+                "start": pd.Timestamp(_iso(start)).strftime("%Y-%m-%dT%H"),
+                "end": pd.Timestamp(_iso(end)).strftime("%Y-%m-%dT%H"),
+                "sort[0][column]": "period",
+                "sort[0][direction]": "asc",
+                "offset": str(len(rows)),
+                "length": str(EIA_PAGE_ROWS),
+            }
+            body = await _get_json(
+                self.session,
+                "eia",
+                url,
+                params=params,
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+            )
+            response = body.get("response")
+            page = response.get("data") if isinstance(response, dict) else None
+            if not isinstance(page, list):
+                raise CarbonApiError("eia", 200, "no 'response.data' list in the body")
+            rows.extend(row for row in page if isinstance(row, dict))
+            total = int(response.get("total", len(rows))) if isinstance(response, dict) else 0
+            if not page or len(rows) >= total:
+                return rows
+
+    async def history(self, start: datetime, end: datetime) -> CarbonHistory:
+        """Return hourly intensity and generation by fuel for ``[start, end]``."""
+        rows = await self._rows(start, end)
+        points = []
+        for row in rows:
+            value = row.get("value")
+            if value is None or value == "":
+                continue
+            fuel = str(row.get("fueltype", "OTH"))
+            points.append(
+                (
+                    pd.Timestamp(str(row["period"])).tz_localize("UTC"),
+                    fuel if fuel in EIA_FUEL_FACTORS else "OTH",
+                    max(float(value), 0.0),
+                )
+            )
+        if not points:
+            empty = pd.DatetimeIndex([], tz="UTC")
+            return CarbonHistory(
+                region=self.respondent,
+                intensity=pd.Series([], index=empty, dtype=float, name="gco2_per_kwh"),
+                fuel_mix=None,
+                signal="average",
+                emission_factor="lifecycle",
+                source=f"{self.base_url} (EIA)",
+            )
+        frame = pd.DataFrame(points, columns=["period", "fuel", "mw"])
+        generation = frame.pivot_table(index="period", columns="fuel", values="mw", aggfunc="sum")
+        generation = generation.reindex(columns=list(EIA_FUEL_FACTORS), fill_value=0.0).fillna(0.0)
+        total = generation.sum(axis=1)
+        factors = pd.Series(EIA_FUEL_FACTORS)
+        intensity = (generation @ factors) / total.where(total > 0)
+        return CarbonHistory(
+            region=self.respondent,
+            intensity=intensity.astype(float).rename("gco2_per_kwh"),
+            fuel_mix=generation.div(total.where(total > 0), axis=0),
+            signal="average",
+            emission_factor="lifecycle",
+            source=f"{self.base_url} (EIA)",
+            generation=generation,
+        )

@@ -60,6 +60,9 @@ class HourlyGrid:
     """Column names (regions) of ``context``."""
     region: str = ""
     """The history's region, for its local holiday calendar."""
+    holiday_tz: str | None = None
+    """The calendar's local time zone (the zone's settings); ``""``: no holidays; ``None``:
+    the region's default."""
 
     def __len__(self) -> int:
         return len(self.y)
@@ -117,6 +120,7 @@ def to_grid(history: CarbonHistory) -> HourlyGrid:
         context=context,
         context_names=context_names,
         region=history.region,
+        holiday_tz=history.holiday_tz,
     )
 
 
@@ -217,7 +221,9 @@ def _holiday_columns(
     (:mod:`services.forecaster.baselines`). Targets may lie past the grid's end (a live
     forecast): the calendar covers them.
     """
-    flags = holiday_hours(grid.region, grid.start, int(targets.max()) + 1).astype(np.float64)
+    flags = holiday_hours(grid.region, grid.start, int(targets.max()) + 1, grid.holiday_tz).astype(
+        np.float64
+    )
     return {
         "holiday_target": flags[targets],
         "holiday_in_template": flags[template_hours].sum(axis=2),

@@ -20,26 +20,14 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from shared.zones import DEFAULT_TIMEZONES
+
 __all__ = ["US_REGION_TIMEZONES", "holiday_hours", "nerc_holidays"]
 
 BoolArray = npt.NDArray[np.bool_]
 
-US_REGION_TIMEZONES: Final[dict[str, str]] = {
-    # EIA-930 balancing authorities of the shared data
-    "AZPS": "America/Phoenix",
-    "BPAT": "America/Los_Angeles",
-    "CISO": "America/Los_Angeles",
-    "MISO": "America/Chicago",
-    "NYIS": "America/New_York",
-    "PJM": "America/New_York",
-    # Pacific Northwest hydro: its intensity equals BPAT's in 92 % of the 2022 hours.
-    "WAAT": "America/Los_Angeles",
-    # Electricity Maps zones in the US
-    "US-CAL-CISO": "America/Los_Angeles",
-    "US-MIDA-PJM": "America/New_York",
-    "US-NY-NYIS": "America/New_York",
-}
-"""Local time zone of every US region the forecaster knows (a holiday is a local date)."""
+US_REGION_TIMEZONES: Final[dict[str, str]] = DEFAULT_TIMEZONES
+"""Local time zone of the US regions known without zone settings (:mod:`shared.zones`)."""
 
 
 def _weekday_of_month(year: int, month: int, weekday: int, nth: int) -> dt.date:
@@ -69,13 +57,17 @@ def nerc_holidays(year: int) -> list[dt.date]:
     ]
 
 
-def holiday_hours(region: str, start: pd.Timestamp, hours: int) -> BoolArray:
+def holiday_hours(
+    region: str, start: pd.Timestamp, hours: int, timezone: str | None = None
+) -> BoolArray:
     """Whether each of ``hours`` UTC hours from ``start`` falls on a local holiday.
 
-    All False for a region without a calendar (see :data:`US_REGION_TIMEZONES`).
+    ``timezone`` is the calendar's local zone (a zone's settings, :mod:`shared.zones`);
+    without it (``None``) the region's default (:data:`US_REGION_TIMEZONES`). All False for
+    ``""`` (a zone without holidays) and for a region with neither (no calendar).
     """
-    zone = US_REGION_TIMEZONES.get(region)
-    if zone is None or hours <= 0:
+    zone = timezone if timezone is not None else US_REGION_TIMEZONES.get(region)
+    if not zone or hours <= 0:
         return np.zeros(max(hours, 0), dtype=np.bool_)
     stamps = pd.date_range(pd.Timestamp(start).tz_convert("UTC"), periods=hours, freq="h")
     local = stamps.tz_convert(zone).tz_localize(None).normalize()

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from shared.paths import data_path
+from shared.zones import Zone, ZoneRegistry
 
 __all__ = [
     "EIA_FUELS",
@@ -36,6 +37,7 @@ __all__ = [
     "Signal",
     "load_eia_csv",
     "load_em_csv",
+    "load_zone",
     "with_context",
     "with_unknown_context",
     "with_unknown_shares",
@@ -85,6 +87,9 @@ class CarbonHistory:
     context: pd.DataFrame | None = None
     """Other regions' intensity on the same index, one column per region (cross-region
     booster features, :attr:`ForecasterConfig.context_features`), or ``None``."""
+    holiday_tz: str | None = None
+    """Local time zone of the region's holiday calendar (its zone's settings,
+    :mod:`shared.zones`); ``""``: no holidays; ``None``: the region's default, if any."""
 
     def until(self, end: pd.Timestamp) -> CarbonHistory:
         """Return the history with every point after ``end`` dropped (inclusive bound)."""
@@ -214,6 +219,7 @@ def load_em_csv(
     years: Sequence[int] = EM_YEARS,
     emission_factor: EmissionFactor = "direct",
     folder: Path | None = None,
+    files: Sequence[Path] = (),
 ) -> CarbonHistory:
     """Load one Electricity Maps zone (``carbon_em/<ZONE>_<YEAR>.csv``), years concatenated.
 
@@ -222,17 +228,19 @@ def load_em_csv(
         years: years to concatenate, in any order.
         emission_factor: which intensity column to return.
         folder: folder holding the files; defaults to the reference-data ``carbon_em``.
+        files: read these files instead (``years`` and ``folder`` are then unused).
 
     Returns:
         Average intensity, with low-carbon and renewable shares as the fuel-mix frame.
     """
     parts = []
-    for year in sorted(years):
-        file = (
-            folder / f"{zone}_{year}.csv"
-            if folder is not None
-            else data_path("carbon_em", f"{zone}_{year}.csv")
-        )
+    paths = list(files) or [
+        folder / f"{zone}_{year}.csv"
+        if folder is not None
+        else data_path("carbon_em", f"{zone}_{year}.csv")
+        for year in sorted(years)
+    ]
+    for file in paths:
         parts.append(pd.read_csv(file))
     raw = pd.concat(parts, ignore_index=True)
     raw.index = pd.to_datetime(raw.iloc[:, 0], utc=True)
@@ -247,8 +255,22 @@ def load_em_csv(
         fuel_mix=shares,
         signal="average",
         emission_factor=emission_factor,
-        source=f"carbon_em/{zone}_{{{','.join(str(y) for y in sorted(years))}}}.csv",
+        source=(
+            ",".join(str(f) for f in files)
+            if files
+            else f"carbon_em/{zone}_{{{','.join(str(y) for y in sorted(years))}}}.csv"
+        ),
     )
+
+
+def load_zone(zone: Zone) -> CarbonHistory:
+    """Load a configured zone's files (:class:`shared.zones.Zone`), labelled with its code
+    and carrying its holiday calendar's time zone (``""`` for a zone without holidays)."""
+    if zone.source == "eia":
+        history = load_eia_csv(zone.code, zone.files[0])
+    else:
+        history = load_em_csv(zone.code, files=zone.files)
+    return dataclasses.replace(history, holiday_tz=zone.holiday_tz)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,10 +294,15 @@ class CsvCarbonSource:
             raise ValueError("the EIA-930 files carry a life-cycle intensity only")
 
     def load(self) -> CarbonHistory:
-        """Read the whole file(s) synchronously."""
+        """Read the whole file(s) synchronously, as the zone ``kind:region`` of the data
+        directory (:mod:`shared.zones`: its holiday calendar's time zone comes along)."""
+        zone = ZoneRegistry.from_settings().resolve(f"{self.kind}:{self.region}")
         if self.kind == "eia":
-            return load_eia_csv(self.region)
-        return load_em_csv(self.region, emission_factor=self.emission_factor or "direct")
+            return load_zone(zone)
+        history = load_em_csv(
+            self.region, emission_factor=self.emission_factor or "direct", files=zone.files
+        )
+        return dataclasses.replace(history, holiday_tz=zone.holiday_tz)
 
     async def history(self, start: datetime, end: datetime) -> CarbonHistory:
         """Return ``[start, end]`` of the file's history, reading it off the event loop."""

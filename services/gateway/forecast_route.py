@@ -2,8 +2,9 @@
 
 The query is parsed and each location's windows computed by the pure
 :mod:`.carbon_aware`; this route reads the forecaster's latest forecast per location from
-the store (one MGET) and maps a missing location, an unreachable store or a gateway with no
-store to the gateway's error format (docs/gateway.md, Carbon-aware forecast query).
+the store (one MGET) and answers a missing location, an unreachable store, a gateway with no
+store in the SDK's problem-details shape (docs/gateway.md, Carbon-aware forecast query),
+counted like the gateway's other errors.
 """
 
 from __future__ import annotations
@@ -16,9 +17,15 @@ from aiohttp import web
 
 from proto.codec import decode
 from proto.messages import Forecast
-from services.gateway.carbon_aware import emissions_forecast, parse_forecast_query
+from services.gateway.carbon_aware import (
+    emissions_forecast,
+    parse_forecast_query,
+    problem_details,
+    region_of,
+)
 from services.gateway.errors import ApiError
-from services.gateway.state import STATE, error_response
+from services.gateway.state import NAME, STATE
+from shared.counters import ERRORS
 from shared.store import as_bytes
 
 __all__ = ["emissions_forecasts"]
@@ -29,7 +36,10 @@ async def emissions_forecasts(request: web.Request) -> web.Response:
     try:
         body = await _forecasts_body(request)
     except ApiError as err:
-        return error_response(err)
+        ERRORS.labels(NAME, err.code).inc()
+        return web.json_response(
+            problem_details(err), status=err.status, content_type="application/problem+json"
+        )
     return web.json_response(body)
 
 
@@ -39,7 +49,9 @@ async def _forecasts_body(request: web.Request) -> list[dict[str, Any]]:
     if state.store is None or state.keys is None:
         raise ApiError("unavailable", "this gateway has no store to read forecasts from")
     try:
-        raws = await state.store.mget([state.keys.forecast(loc) for loc in query.locations])
+        raws = await state.store.mget(
+            [state.keys.forecast(region_of(loc)) for loc in query.locations]
+        )
     except (redis.exceptions.RedisError, OSError) as exc:
         raise ApiError("unavailable", f"the forecast store is unreachable: {exc}") from None
     found = {loc: raw for loc, raw in zip(query.locations, raws, strict=True) if raw is not None}

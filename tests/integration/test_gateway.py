@@ -326,7 +326,7 @@ async def test_the_carbon_aware_query_answers_from_the_forecaster_s_forecasts(
         [answer] = body
         async with http.get(url, params=[("location", "PJM"), ("location", "ERCO")]) as missing:
             assert missing.status == 404
-            assert "ERCO" in (await missing.json())["error"]["message"]
+            assert "ERCO" in (await missing.json())["detail"]  # the SDK's problem details
     data = answer["forecastData"]
     assert answer["location"] == "PJM"
     assert answer["windowSize"] == 240

@@ -260,9 +260,11 @@ def test_a_stack_refuses_regions_without_carbon_data_before_starting(
 
 
 def test_a_stack_spec_names_the_regions_it_has_no_data_for() -> None:
-    """Test the same check for stacks built in code, per carbon source."""
-    with pytest.raises(ValueError, match="no eia carbon data for region GB"):
-        StackSpec(regions=("PJM", "GB"))
+    """Test the same check for stacks built in code, per carbon source: a bare code is the
+    one source's with a file for it, ``source`` prefixes bare codes."""
+    with pytest.raises(ValueError, match=r"zone 'NOSUCH': no data file"):
+        StackSpec(regions=("PJM", "NOSUCH"))
+    assert StackSpec(regions=("PJM", "GB")).regions == ("PJM", "GB")
     assert StackSpec(regions=("GB",), extra={"forecaster": {"source": "em"}}).regions == ("GB",)
-    with pytest.raises(ValueError, match="no em carbon data for region PJM"):
+    with pytest.raises(ValueError, match=r"zone em:PJM: Electricity Maps data file .* not found"):
         StackSpec(regions=("PJM",), extra={"forecaster": {"source": "em"}})

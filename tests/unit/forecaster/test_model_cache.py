@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from services.forecaster.model_cache import MODEL_CACHE_VERSION, cache_key, load_or_fit
+from services.forecaster import model_cache
+from services.forecaster.model_cache import (
+    MODEL_CACHE_VERSION,
+    cache_key,
+    data_digest,
+    load_or_fit,
+)
+from tests.factories import intensity_history
 
 
 @dataclass(frozen=True)
@@ -79,3 +88,28 @@ def test_no_folder_means_no_cache(folder: Path | None) -> None:
     load_or_fit(folder, "k", fits, _Model)
     load_or_fit(folder, "k", fits, _Model)
     assert fits.count == 2
+
+
+def test_the_key_moves_with_the_data_and_the_fitting_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Test that a changed value before the cut, or another holiday time zone, changes the
+    data digest (a value after the cut does not: the fit never reads it), and that the key
+    carries the fitting code's digest."""
+    index = pd.date_range("2022-06-01", periods=72, freq="h", tz="UTC")
+    base = intensity_history(np.linspace(100.0, 200.0, 72), index[0], region="PJM")
+    cut = index[47]
+    digest = data_digest([base], cut)
+    later = dataclasses.replace(base, intensity=base.intensity.copy())
+    later.intensity.iloc[60] += 1.0
+    assert data_digest([later], cut) == digest
+    earlier = dataclasses.replace(base, intensity=base.intensity.copy())
+    earlier.intensity.iloc[10] += 1.0
+    assert data_digest([earlier], cut) != digest
+    assert data_digest([dataclasses.replace(base, holiday_tz="America/Chicago")], cut) != digest
+    key = cache_key("PJM", "eia", ["PJM"], CUT, digest)
+    assert key != cache_key("PJM", "eia", ["PJM"], CUT, data_digest([earlier], cut))
+    model_cache.code_digest.cache_clear()
+    monkeypatch.setattr(model_cache, "_FIT_MODULES", ("models",))
+    try:
+        assert cache_key("PJM", "eia", ["PJM"], CUT, digest) != key
+    finally:
+        model_cache.code_digest.cache_clear()

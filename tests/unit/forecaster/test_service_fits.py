@@ -12,9 +12,18 @@ import pytest
 from services.forecaster import service
 from services.forecaster.config import ForecasterConfig, config_for
 from services.forecaster.models import CarbonForecaster
-from services.forecaster.service import fit_cut, load_or_fit_regions, refit_cut
+from services.forecaster.service import (
+    fit_cut,
+    load_or_fit_regions,
+    refit_cut,
+    replay_origin,
+    usable_zones,
+)
 from services.forecaster.sources import CarbonHistory
+from shared.counters import ERRORS
+from shared.zones import ZoneRegistry
 from tests.unit.forecaster.conftest import synthetic_history
+from tests.zone_files import write_eia_csv, write_em_csv
 
 
 def test_fit_cut_ends_an_hour_before_the_current_hour() -> None:
@@ -87,3 +96,31 @@ def test_electricity_maps_fits_use_the_booster_without_the_fifth_round_levers(
     assert not config_for("em").holiday_features
     assert config_for("eia") == ForecasterConfig()
     assert config_for("eia").holiday_features
+
+
+def test_a_replay_answers_from_inside_the_data(history: CarbonHistory) -> None:
+    """Test the replay origin: the clock's hour inside the data, the hour after the data's
+    end past it, and a day after its start before it."""
+    index = history.intensity.index
+    inside = index[500] + pd.Timedelta(minutes=20)
+    assert replay_origin(inside.timestamp(), history) == index[500]
+    after = index[-1] + pd.Timedelta(days=400)
+    assert replay_origin(after.timestamp(), history) == index[-1] + pd.Timedelta(hours=1)
+    before = index[0] - pd.Timedelta(days=400)
+    assert replay_origin(before.timestamp(), history) == index[0] + pd.Timedelta(days=1)
+
+
+def test_an_unusable_zone_is_counted_and_the_others_are_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Test that a zone without a file and a second zone for one code are logged with what
+    is wrong and counted, and the usable zone is kept."""
+    write_eia_csv(tmp_path, "ERCO", "2022-06-01", 48)
+    write_em_csv(tmp_path, "ERCO", 2022, 48)
+    registry = ZoneRegistry.from_settings(folder=tmp_path)
+    before = ERRORS.labels("forecaster", "zone_unusable")._value.get()
+    zones = usable_zones(registry, ["eia:ERCO", "em:NOPE", "em:ERCO"], None)
+    assert [zone.name for zone in zones] == ["eia:ERCO"]
+    assert ERRORS.labels("forecaster", "zone_unusable")._value.get() == before + 2
+    assert "carbon_em/NOPE_<year>.csv" in caplog.text
+    assert "eia:ERCO already names region ERCO" in caplog.text

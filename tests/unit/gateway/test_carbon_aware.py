@@ -12,6 +12,8 @@ from services.gateway.carbon_aware import (
     ForecastQuery,
     emissions_forecast,
     parse_forecast_query,
+    problem_details,
+    region_of,
 )
 from services.gateway.errors import ApiError
 
@@ -114,10 +116,58 @@ def test_bad_parameters_are_refused_by_name(
     assert caught.value.param == param
 
 
-def test_a_window_that_is_not_whole_steps_is_refused_and_locations_are_deduplicated() -> None:
-    """Test that 90 minutes over hourly values is a 400, and a repeated location is asked
-    once."""
-    with pytest.raises(ApiError) as caught:
-        emissions_forecast("PJM", _forecast(), _query(windowSize="90"), START)
-    assert caught.value.param == "windowSize"
+def test_any_window_size_is_the_sdk_s_time_weighted_rolling_average() -> None:
+    """Test a 90-minute window over hourly values (the SDK accepts any whole minutes): each
+    window one step after the last, each value weighted by the part of its hour inside
+    (00:00-01:30: (400 * 60 + 380 * 30) / 90), the last window ending by the forecast's end,
+    and a repeated location asked once."""
+    answer = emissions_forecast("PJM", _forecast(), _query(windowSize="90"), START)
+    data = answer["forecastData"]
+    assert data[0]["value"] == pytest.approx((400 * 60 + 380 * 30) / 90, abs=1e-3)
+    assert data[1]["value"] == pytest.approx((380 * 60 + 300 * 30) / 90, abs=1e-3)
+    assert [p["timestamp"][11:16] for p in data] == [f"{h:02d}:00" for h in range(7)]
+    assert all(p["duration"] == 90 for p in data)
     assert parse_forecast_query({}, ["PJM", "CISO", "PJM"]).locations == ("PJM", "CISO")
+
+
+def test_windows_from_now_start_now_and_bounds_outside_the_forecast_are_refused() -> None:
+    """Test that a ``dataStartAt`` inside an hour gives windows from that instant (the
+    "from now" query), and that a bound outside the forecast is a 400 naming it, as the
+    SDK's validation does, not an empty list."""
+    now = START + 2 * 3600 + 1800  # 02:30
+    start = datetime.fromtimestamp(now, UTC).isoformat()
+    answer = emissions_forecast(
+        "PJM", _forecast(), _query(dataStartAt=start, windowSize="60"), START
+    )
+    data = answer["forecastData"]
+    assert data[0]["timestamp"] == "2022-08-01T02:30:00Z"
+    assert data[0]["value"] == pytest.approx((300 + 310) / 2)
+    assert answer["dataStartAt"] == "2022-08-01T02:30:00Z"
+    assert len(data) == 5  # 02:30, 03:30 ... 06:30 (07:30 would end past 08:00)
+    raw = emissions_forecast("PJM", _forecast(), _query(dataStartAt=start), START)
+    assert raw["forecastData"][0]["timestamp"] == "2022-08-01T02:00:00Z"  # the hour holding now
+    outside = (("dataStartAt", "2026-11-28T10:00:00Z"), ("dataEndAt", "2022-08-02T00:00:00Z"))
+    for name, when in outside:
+        with pytest.raises(ApiError) as caught:
+            emissions_forecast("PJM", _forecast(), _query(**{name: when}), START)
+        assert (caught.value.status, caught.value.param) == (400, name)
+        assert "replay forecast of PJM" in caught.value.message
+
+
+def test_zone_names_are_locations_and_errors_are_the_sdk_s_problem_details() -> None:
+    """Test that eia:ERCO is looked up as region ERCO, a foreign prefix is refused, and an
+    error's body is the SDK's (title, status, detail, errors by parameter)."""
+    assert region_of("eia:ERCO") == "ERCO"
+    assert region_of("em:US-CAL-CISO") == "US-CAL-CISO"
+    assert region_of("PJM") == "PJM"
+    with pytest.raises(ApiError) as caught:
+        parse_forecast_query({}, ["xx:ERCO"])
+    body = problem_details(caught.value)
+    assert body["status"] == 400
+    assert body["title"] == "ArgumentException"
+    assert "xx:ERCO" in body["detail"]
+    assert body["errors"] == {"location": [body["detail"]]}
+    answer = emissions_forecast("eia:ERCO", _forecast(), _query(), START)
+    assert answer["location"] == "eia:ERCO"
+    assert answer["mode"] == "replay"
+    assert "fallback" not in answer
