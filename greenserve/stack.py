@@ -179,9 +179,13 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 def stack_launches(spec: StackSpec) -> list[ServiceLaunch]:
     """Every process of the stack with its settings, in start order."""
-    placed = worker_placements(spec)
+    # Pools, nodes and workers are named by the zone's code (a subject token): eia:ERCO
+    # runs as region ERCO; the forecaster reads the zone names.
+    codes = check_regions(spec.regions, **_zone_settings(spec.extra))
+    code_of = dict(zip(spec.regions, codes, strict=True))
+    placed = [(code_of[region], model) for region, model in worker_placements(spec)]
     used_regions = [region for region, _ in placed]
-    regions = sorted(set(used_regions), key=spec.regions.index)
+    regions = sorted(set(used_regions), key=codes.index)
     several = len(spec.served_models) > 1
 
     def pool_of(region: str, model: str) -> str:

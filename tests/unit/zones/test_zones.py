@@ -3,6 +3,7 @@ usable in ``greenserve up``, ``simulate`` and ``bench forecaster`` without a cod
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from tests.zone_files import write_eia_csv, write_em_csv
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A data directory with an EIA file for ERCO and XYZA (a BA without a default time
     zone), Electricity Maps files for KR, and both kinds for DUP."""
     write_eia_csv(tmp_path, "ERCO", "2022-06-01", 24 * 60)
@@ -33,10 +34,16 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     write_em_csv(tmp_path, "DUP", 2023, 48)
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))
     monkeypatch.delenv("GREENSERVE_CONFIG", raising=False)
+    _clear_caches()
+    yield tmp_path
+    # The registries are cached per process: later tests must see the real data again.
+    _clear_caches()
+
+
+def _clear_caches() -> None:
     bench_forecaster._registry.cache_clear()
     sim_carbon._registry.cache_clear()
     sim_carbon.zone_history.cache_clear()
-    return tmp_path
 
 
 def test_a_zone_is_its_file_and_settings(data_dir: Path) -> None:
