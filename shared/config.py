@@ -183,6 +183,16 @@ class SchedulerSettings(_Section):
     store_check_period_s: float = Field(default=0.5, gt=0.0)
     """Wall period of the check for a Redis that lost its data (restarted empty): its
     marker key gone, the scheduler writes the queues it holds back (``docs/scheduling.md``)."""
+    max_queued_per_pool: int = Field(default=4096, ge=1)
+    """A pool's queue holds at most this many requests; the next is ended at its hand-off
+    with ``overloaded`` (``services/scheduler/ceiling.py``). 4,096 is two seconds of the
+    control plane's sustained 2,000 req/s: room for any burst the workers absorb, and a
+    bound on the queue's memory and Redis records when they do not."""
+    max_queue_wait_s: float = Field(default=30.0, gt=0.0)
+    """A request queued longer than this (wall, from its first entry into the queue) is
+    taken out and ended with ``overloaded``: under overload a client hears within this
+    bound instead of waiting minutes. Above the longest wait the fault scenarios cause (a
+    frozen worker's requests come back after ``router.worker_timeout_s``)."""
     ladder: bool = True
     """Run DynamoLLM's emergency ladder over each pool's queue every ready period
     (reorder → max clock → re-steer → shed; ``docs/scheduling.md``)."""

@@ -114,8 +114,9 @@ async def handle_batch(
             await retry_later(ctx, RedeliveryPolicy.from_settings(ctx.settings), msg, classified)
         return
     accepted = set(reply.accepted)
-    # Cancelled before it was queued: ended by the scheduler already, so acked as well.
-    held = accepted | set(reply.duplicates) | set(reply.cancelled)
+    # Cancelled before it was queued, or refused by a full queue: ended by the scheduler
+    # already, so acked as well.
+    held = accepted | set(reply.duplicates) | set(reply.cancelled) | set(reply.shed)
     reused = set(reply.reused)
     for msg, classified in ready:
         rid = classified.request.request_id
