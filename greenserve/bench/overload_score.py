@@ -50,6 +50,7 @@ def score_http(records: Sequence[HttpRecord], slo_s: float) -> dict[str, Any]:
         "errors": dict(errors),
         "unanswered": len(records) - len(answered),
         "max_answer_s": _answer_times([(r.sent_at, r.ended_at) for r in answered]),
+        "max_shed_answer_s": _answer_times([(r.sent_at, r.ended_at) for r in refused]),
         "p99_admitted_s": p99(latencies),
         "slo_s": slo_s,
         "p99_admitted_over_slo": _over(p99(latencies), slo_s),
@@ -72,6 +73,7 @@ def score_nats(records: Sequence[ClientRecord], alpha: float, speedup: float) ->
         slo = alpha * r.completion.lat_s / speedup
         ratios.append(latency / slo if slo > 0 else float("inf"))
     ended = [(r.sent_at, r.ended_at) for r in records if r.ended]
+    shed = [(r.sent_at, r.ended_at) for r in failed if r.error and r.error.code == OVERLOADED]
     return {
         "requests": len(records),
         "completed": len(completed),
@@ -80,6 +82,7 @@ def score_nats(records: Sequence[ClientRecord], alpha: float, speedup: float) ->
         "unanswered": len(records) - len(completed) - len(failed),
         "duplicated": sum(r.duplicate_endings for r in records),
         "max_answer_s": _answer_times(ended),
+        "max_shed_answer_s": _answer_times(shed),
         "p99_admitted_s": p99(latencies),
         "p99_admitted_over_slo": p99(ratios),
         "admitted_within_slo": sum(1 for x in ratios if x <= 1.0),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from greenserve.argtypes import positive_float, positive_int
+from greenserve.argtypes import positive_float, positive_int, seed
 
 __all__ = ["HELP", "NAME", "add_arguments"]
 
@@ -65,4 +65,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=50.0,
         help="most the gateway's resident memory may grow over the HTTP overload",
     )
-    parser.add_argument("--seed", type=int, default=0, help="of the Poisson arrivals")
+    parser.add_argument("--seed", type=seed, default=0, help="of the Poisson arrivals")
