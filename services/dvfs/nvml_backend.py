@@ -25,6 +25,7 @@ from shared.gpu.nvml import NvmlReader, NvmlReadError, ReaderModule, load_nvml
 from shared.gpu.nvml import NvmlUnavailableError as ReaderUnavailableError
 
 __all__ = [
+    "ClockOutOfRangeError",
     "NvmlBackend",
     "NvmlBackendError",
     "NvmlDisabledError",
@@ -44,6 +45,11 @@ class NvmlUnavailableError(NvmlBackendError, ImportError):
 
 class NvmlDisabledError(NvmlBackendError):
     """NVML clock control was not enabled by the settings."""
+
+
+class ClockOutOfRangeError(NvmlBackendError, ValueError):
+    """A clock outside the instance's supported range: refused, never clamped to an end
+    (the worker refuses such a ``ClockCommand`` too, ``services/worker/clock_range.py``)."""
 
 
 class NvmlModule(ReaderModule, Protocol):
@@ -157,8 +163,12 @@ class NvmlBackend:
             The clock applied.
 
         Raises:
+            ClockOutOfRangeError: ``mhz`` is outside the supported clocks (or no number).
             NvmlBackendError: when NVML refuses (usually: not running as root).
         """
+        low, high = min(self._clocks), max(self._clocks)
+        if not low <= mhz <= high:  # NaN included
+            raise ClockOutOfRangeError(f"{mhz:g} MHz is outside the supported {low:g}-{high:g} MHz")
         applied = snap_clock(mhz, self._clocks)
         with _as_backend_error(self._nvml, f"lock clocks at {applied:.0f} MHz"):
             for handle in self._reader.handles:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 
 import pytest
 
 from services.dvfs.nvml_backend import (
+    ClockOutOfRangeError,
     NvmlBackend,
     NvmlBackendError,
     NvmlDisabledError,
@@ -101,6 +103,16 @@ def test_set_clock_snaps_to_clocks_every_gpu_supports_and_locks_all() -> None:
         assert applied in (990.0, 1020.0)
         assert fake.locked == {0: (int(applied),) * 2, 1: (int(applied),) * 2}
         assert backend.clock_mhz() == applied
+
+
+def test_a_clock_outside_the_supported_range_is_refused_and_nothing_locked() -> None:
+    """Test that 50 MHz, 5,000 MHz and NaN raise instead of locking the range's end."""
+    fake = FakeNvml({0: A100_CLOCKS})
+    with NvmlBackend([0], enabled=True, nvml=fake) as backend:  # type: ignore[arg-type]
+        for mhz in (50.0, 5000.0, math.nan):
+            with pytest.raises(ClockOutOfRangeError, match="outside the supported"):
+                backend.set_clock_mhz(mhz)
+        assert fake.locked == {}
 
 
 def test_close_resets_locked_clocks_and_shuts_nvml_down() -> None:
