@@ -152,6 +152,13 @@ class ClassifierSettings(_Section):
     message comes back after this; each further failure doubles the wait."""
     handoff_retry_max_s: float = Field(default=5.0, gt=0.0)
     """Ceiling of that wait: an outage of any length is retried at least this often."""
+    max_ingress_wait_s: float = Field(default=60.0, gt=0.0)
+    """A request first delivered to the classifier this long (wall) after the ingress
+    stream stored it is answered ``overloaded`` instead of classified: the stream backs up
+    only when the control plane is offered more than it handles, and its client has waited
+    too long already. Redeliveries (a failed hand-off) are exempt: they wait by design.
+    Above ``plan_wait_s`` and a restart of the request path, which leave requests in the
+    stream for seconds."""
     handoff_give_up_s: float = Field(default=3000.0, gt=0.0)
     """An ingress message this old whose hand-off fails again ends with ``unavailable`` to
     its client. Below the ingress stream's ``max_age`` (3,600 s), so a request is answered

@@ -98,3 +98,52 @@ async def test_requests_beyond_the_bound_are_shed_at_once_and_the_queued_after_t
     assert info.state.messages == 0
     assert scheduler.state.backlog() == {}
     assert left_in_redis == 0
+
+
+async def test_a_request_first_delivered_past_the_ingress_wait_bound_is_shed_not_served(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that a request left in the ingress stream longer than
+    ``classifier.max_ingress_wait_s`` (no classifier took it) is answered ``overloaded``
+    (``ingress_wait``) when it is first delivered, settled, and never reaches the
+    scheduler, while one published just before the classifier starts is queued."""
+    settings = Settings(
+        namespace=namespace,
+        nats={"url": nats_server.url},
+        redis={"url": redis_server.url},
+        classifier={"plan_wait_s": 0.0, "max_ingress_wait_s": 1.0},
+    )
+    async with service_context("classifier", settings) as ctx:
+        await ensure_ingress_stream(ctx.js, ctx.subjects)
+        scheduler = SchedulerShell(ctx, on_ready=no_ready)
+        core = build_core(ctx)
+        core.update_plan(static_plan(ctx.settings.planner, 0, time.time(), 60.0))
+        replies, sub = await error_replies(ctx.nc, ctx.subjects.client_wildcard("c"))
+
+        async def publish(rid: str) -> None:
+            request = Request(
+                request_id=rid,
+                model="llama-3-8b",
+                reply_subject=ctx.subjects.client_reply("c", rid),
+                sent_at=time.time(),
+                max_tokens=8,
+                prompt_tokens=16,
+            )
+            await ctx.js.publish(ctx.subjects.ingress_request, encode(request))
+
+        await publish("stale")
+        await asyncio.sleep(1.5)  # past the bound, nobody consuming
+        await publish("fresh")
+        consuming = asyncio.create_task(consume(ctx, core, scheduler.submit, ctx.tracer))
+        try:
+            await until(lambda: len(replies) == 1, timeout_s=10.0)
+            await until(lambda: scheduler.state.backlog() == {"main": 1}, timeout_s=10.0)
+            info = await ctx.js.stream_info(ctx.subjects.ingress_stream)
+        finally:
+            ctx.stop.set()
+            await asyncio.wait_for(consuming, 10.0)
+            await sub.unsubscribe()
+    (shed,) = replies
+    assert (shed.request_id, shed.code) == ("stale", OVERLOADED_CODE)
+    assert shed.reason.startswith("ingress_wait:")
+    assert info.state.messages == 0
