@@ -20,6 +20,7 @@ is a duplicate (acked, not answered twice); its error goes to its client and to
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable
 from typing import Final
@@ -102,9 +103,14 @@ class Ceiling:
         queue and return them (placed ones are left alone: they are running)."""
         at = time.monotonic() if now is None else now
         out: list[ClassifiedRequest] = []
-        for rid, entered_at in list(self._entered.items()):
-            if at - entered_at <= self._max_wait_s:
-                break  # insertion order is entry order: the rest are younger
+        # Insertion order is entry order: the old ones come first, and only they are read
+        # (placed ones among them stay until they end: a running request holds a slot).
+        old = list(
+            itertools.takewhile(
+                lambda entry: at - entry[1] > self._max_wait_s, self._entered.items()
+            )
+        )
+        for rid, _entered_at in old:
             req = state.take(rid)
             if req is not None:
                 self._entered.pop(rid, None)
