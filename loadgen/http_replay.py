@@ -48,6 +48,8 @@ class HttpRecord:
     error: str = ""
     retries: int = 0
     """Sends again after a refused connection (``connect_retry_s``)."""
+    retry_after: str = ""
+    """The ``Retry-After`` header of a 429 (empty: none came)."""
 
     @property
     def ok(self) -> bool:
@@ -131,3 +133,4 @@ async def _post(http: aiohttp.ClientSession, record: HttpRecord, body: dict[str,
             record.completion_tokens = int(answer["usage"]["completion_tokens"])
         else:
             record.error = str(answer.get("error", {}).get("code", ""))
+            record.retry_after = response.headers.get("Retry-After", "")

@@ -198,6 +198,9 @@ class SubmitBatchReply(_Message, tag="gs.v1.submit_batch_reply", frozen=True, kw
     cancelled: list[RequestId] = msgspec.field(default_factory=list)
     """Requests their client cancelled before they were queued: not queued, already ended
     with ``cancelled`` (docs/protocol.md, Cancellation); ack them."""
+    shed: list[RequestId] = msgspec.field(default_factory=list)
+    """Requests whose pool's queue was full: not queued, already ended with
+    ``overloaded`` (``scheduler.max_queued_per_pool``); ack them."""
 
 
 class SubmitReply(_Message, tag="gs.v1.submit_reply", frozen=True, kw_only=True):

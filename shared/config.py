@@ -153,6 +153,13 @@ class ClassifierSettings(_Section):
     message comes back after this; each further failure doubles the wait."""
     handoff_retry_max_s: float = Field(default=5.0, gt=0.0)
     """Ceiling of that wait: an outage of any length is retried at least this often."""
+    max_ingress_wait_s: float = Field(default=60.0, gt=0.0)
+    """A request first delivered to the classifier this long (wall) after the ingress
+    stream stored it is answered ``overloaded`` instead of classified: the stream backs up
+    only when the control plane is offered more than it handles, and its client has waited
+    too long already. Redeliveries (a failed hand-off) are exempt: they wait by design.
+    Above ``plan_wait_s`` and a restart of the request path, which leave requests in the
+    stream for seconds."""
     handoff_give_up_s: float = Field(default=3000.0, gt=0.0)
     """An ingress message this old whose hand-off fails again ends with ``unavailable`` to
     its client. Below the ingress stream's ``max_age`` (3,600 s), so a request is answered
@@ -184,6 +191,16 @@ class SchedulerSettings(_Section):
     store_check_period_s: float = Field(default=0.5, gt=0.0)
     """Wall period of the check for a Redis that lost its data (restarted empty): its
     marker key gone, the scheduler writes the queues it holds back (``docs/scheduling.md``)."""
+    max_queued_per_pool: int = Field(default=4096, ge=1)
+    """A pool's queue holds at most this many requests; the next is ended at its hand-off
+    with ``overloaded`` (``services/scheduler/ceiling.py``). 4,096 is two seconds of the
+    control plane's sustained 2,000 req/s: room for any burst the workers absorb, and a
+    bound on the queue's memory and Redis records when they do not."""
+    max_queue_wait_s: float = Field(default=30.0, gt=0.0)
+    """A request queued longer than this (wall, from its first entry into the queue) is
+    taken out and ended with ``overloaded``: under overload a client hears within this
+    bound instead of waiting minutes. Above the longest wait the fault scenarios cause (a
+    frozen worker's requests come back after ``router.worker_timeout_s``)."""
     ladder: bool = True
     """Run DynamoLLM's emergency ladder over each pool's queue every ready period
     (reorder → max clock → re-steer → shed; ``docs/scheduling.md``)."""

@@ -35,12 +35,14 @@ from shared.replies import reply_error
 
 __all__ = [
     "HANDOFF_ERRORS",
+    "OVERLOADED",
     "UNAVAILABLE",
     "Submit",
     "delivery_of",
     "handle_batch",
     "nats_submit",
     "retry_later",
+    "shed_stale",
 ]
 
 logger = logging.getLogger(__name__)
@@ -58,6 +60,9 @@ HANDOFF_ERRORS: tuple[type[Exception], ...] = (
 """A hand-off that failed with one of these stored nothing for sure: nak, redeliver."""
 UNAVAILABLE = "unavailable"
 """Error code of a request whose hand-off kept failing until it was given up."""
+OVERLOADED = "overloaded"
+"""Error code of a request that waited in the ingress stream past its bound (the
+scheduler's ceiling answers with the same code)."""
 
 
 def nats_submit(ctx: ServiceContext) -> Submit:
@@ -89,6 +94,7 @@ async def handle_batch(
         classified = await classify_message(ctx, core, msg, tracer)
         if classified is not None:
             ready.append((msg, classified))
+    ready = await shed_stale(ctx, ready)
     if not ready:
         return
     # --- opt-in hop stamps (bench --hops): fetch returned, hand-off starts ---
@@ -114,8 +120,9 @@ async def handle_batch(
             await retry_later(ctx, RedeliveryPolicy.from_settings(ctx.settings), msg, classified)
         return
     accepted = set(reply.accepted)
-    # Cancelled before it was queued: ended by the scheduler already, so acked as well.
-    held = accepted | set(reply.duplicates) | set(reply.cancelled)
+    # Cancelled before it was queued, or refused by a full queue: ended by the scheduler
+    # already, so acked as well.
+    held = accepted | set(reply.duplicates) | set(reply.cancelled) | set(reply.shed)
     reused = set(reply.reused)
     for msg, classified in ready:
         rid = classified.request.request_id
@@ -129,6 +136,40 @@ async def handle_batch(
             await msg.ack()
         else:
             await retry_later(ctx, RedeliveryPolicy.from_settings(ctx.settings), msg, classified)
+
+
+async def shed_stale(
+    ctx: ServiceContext, ready: list[tuple[Msg, ClassifiedRequest]]
+) -> list[tuple[Msg, ClassifiedRequest]]:
+    """Answer ``overloaded`` and settle each first delivery that waited in the ingress
+    stream past ``classifier.max_ingress_wait_s``; return the rest.
+
+    A request whose answer could not be sent (NATS away) is handed off as usual: it is
+    served late rather than left unanswered.
+    """
+    bound = ctx.settings.classifier.max_ingress_wait_s
+    kept: list[tuple[Msg, ClassifiedRequest]] = []
+    for msg, classified in ready:
+        delivered, age_s = delivery_of(msg)
+        if delivered != 1 or age_s <= bound:
+            kept.append((msg, classified))
+            continue
+        try:
+            await reply_error(
+                ctx.nc,
+                ctx.subjects,
+                service=NAME,
+                code=OVERLOADED,
+                reason=f"ingress_wait: {age_s:.0f} s in the ingress stream before the "
+                f"classifier took it (bound {bound:g} s); retry later",
+                request=classified.request,
+            )
+        except nats.errors.Error as exc:
+            logger.warning("could not shed stale %s: %s", classified.request.request_id, exc)
+            kept.append((msg, classified))
+            continue
+        await msg.term()  # answered: JetStream must not deliver it again
+    return kept
 
 
 async def retry_later(

@@ -58,13 +58,19 @@ async def _next_reply(
     return reply
 
 
-def _upstream(error: ErrorReply) -> ApiError:
+def _upstream(error: ErrorReply, state: GatewayState) -> ApiError:
+    """The client's error for a service's; a 429 (the scheduler's ``overloaded``: its pool's
+    queue was full or the request waited past its bound) carries ``Retry-After`` as the
+    gateway's own does, so clients back off the same way whichever ceiling they hit."""
     # The stack ended the request with an error (cancelled, unavailable ...): the request's
     # SERVER span failed, whatever HTTP status (or SSE event) carries it to the client.
     span = trace.get_current_span()
     span.set_attribute("error.type", error.code)
     span.set_status(trace.StatusCode.ERROR, f"{error.code}: {error.service}: {error.reason}")
-    return ApiError(error.code, f"{error.service}: {error.reason}")
+    err = ApiError(error.code, f"{error.service}: {error.reason}")
+    if err.status == 429:
+        err.retry_after_s = state.config.overload_retry_after_s
+    return err
 
 
 async def answer(
@@ -81,12 +87,12 @@ async def answer(
     # Errors before any token stay plain HTTP errors.
     first = await _next_reply(state, queue, flight)
     if isinstance(first, ErrorReply):
-        raise _upstream(first)
+        raise _upstream(first, state)
     if not parsed.stream:
         reply = first
         while not isinstance(reply, Completion):
             if isinstance(reply, ErrorReply):
-                raise _upstream(reply)
+                raise _upstream(reply, state)
             if isinstance(reply, TokenChunk):
                 tokens.add(reply)
             reply = await _next_reply(state, queue, flight)
@@ -112,7 +118,7 @@ async def answer(
     try:
         while not isinstance(reply, Completion):
             if isinstance(reply, ErrorReply):
-                raise _upstream(reply)
+                raise _upstream(reply, state)
             if isinstance(reply, TokenChunk) and (text := tokens.add(reply)):
                 await response.write(sse(stream_chunk(parsed, request_id, created, text=text)))
             reply = await _next_reply(state, queue, flight)

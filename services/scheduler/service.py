@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+import nats.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from opentelemetry import trace
@@ -35,6 +36,7 @@ from proto.messages import (
     SubmitBatchReply,
 )
 from services.scheduler.cancels import CancelBook
+from services.scheduler.ceiling import OVERLOADED_CODE, QUEUE_FULL, QUEUE_WAIT, Ceiling
 from services.scheduler.endings import EndedMemory
 from services.scheduler.intake import (
     CANCELLED_FIRST,
@@ -55,6 +57,7 @@ from shared.bus import tracing_active
 from shared.counters import QUEUE_DEPTH
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
+from shared.replies import reply_error
 from shared.store import as_bytes
 from shared.telemetry import extract_context, request_attributes
 
@@ -95,6 +98,9 @@ class SchedulerShell:
         """Ids of store-new calls that raised: their redelivery may find them stored."""
         self._store_loss = StoreLoss(ctx, self.state)
         """Writes the queues back to a Redis that lost its data (:mod:`.store_loss`)."""
+        cfg = ctx.settings.scheduler
+        self._ceiling = Ceiling(cfg.max_queued_per_pool, cfg.max_queue_wait_s)
+        """The bounded queues and the wait bound (:mod:`.ceiling`)."""
 
     async def _publish_ready(self, pool_id: str) -> None:
         await self._ctx.nc.publish(self._ctx.subjects.scheduler_ready(pool_id), b"")
@@ -112,6 +118,7 @@ class SchedulerShell:
         for req in held:
             if req.request.request_id not in marked:
                 self.state.push(req)
+                self._ceiling.entered([req.request.request_id])
                 restored += 1
         await self._end_cancelled(cancelled, "queued")
         if restored:
@@ -142,7 +149,7 @@ class SchedulerShell:
         duplicates: list[str] = []
         reused: list[int] = []
         cancelled: list[ClassifiedRequest] = []
-        pools: set[str] = set()
+        new: list[ClassifiedRequest] = []
         for req, fresh in zip(requests, fresh_flags, strict=True):
             rid = req.request.request_id
             if rid in recovered and fresh in (SEEN_QUEUED, SEEN_CANCELLED):
@@ -161,6 +168,13 @@ class SchedulerShell:
             if fresh == CANCELLED_FIRST or self._cancels.holds(rid):
                 cancelled.append(req)
                 continue
+            new.append(req)
+        # Stored and marked seen before the ceiling refuses any: a redelivery of a refused
+        # one is then a duplicate, acked, not a second answer (:mod:`.ceiling`).
+        admitted, refused = self._ceiling.admit(self.state, new)
+        pools: set[str] = set()
+        for req in admitted:
+            rid = req.request.request_id
             if tracing_active(req.trace):
                 with self._tracer.start_as_current_span(
                     "enqueue",
@@ -176,12 +190,38 @@ class SchedulerShell:
             QUEUE_DEPTH.labels(pool_id).set(len(self.state.queue(pool_id)))
             await self._on_ready(pool_id)
         await self._end_cancelled(cancelled, "submit")
+        await self._shed(refused, QUEUE_FULL)
         return SubmitBatchReply(
             accepted=accepted,
             duplicates=duplicates,
             reused=reused,
             cancelled=[req.request.request_id for req in cancelled],
+            shed=[req.request.request_id for req in refused],
         )
+
+    async def _shed(self, requests: list[ClassifiedRequest], why: str) -> None:
+        """End requests the ceiling refused or dropped with ``overloaded`` and forget them.
+
+        A reply that cannot be sent is not retried (NATS is away: the client's own timeout
+        answers it); the request is forgotten either way, as a cancelled one is.
+        """
+        for req in requests:
+            with contextlib.suppress(nats.errors.Error):
+                await reply_error(
+                    self._ctx.nc,
+                    self._ctx.subjects,
+                    service=NAME,
+                    code=OVERLOADED_CODE,
+                    reason=self._ceiling.reason(why, req),
+                    request=req.request,
+                )
+            self.ended(req.request.request_id)
+        for pool_id in {req.pool_id for req in requests}:
+            QUEUE_DEPTH.labels(pool_id).set(len(self.state.queue(pool_id)))
+
+    async def shed_waiting(self) -> None:
+        """End the queued requests that waited past ``scheduler.max_queue_wait_s``."""
+        await self._shed(self._ceiling.expired(self.state), QUEUE_WAIT)
 
     async def cancel(self, request_id: str) -> bool:
         """A client cancelled a request: end it if queued here; remember the cancel.
@@ -269,12 +309,14 @@ class SchedulerShell:
             logger.info("dropping %d requeued requests that already ended", len(late))
             requests = [r for r in requests if r.request.request_id not in self._endings]
         requests, cancelled = self._cancels.split(requests, marked)
+        self._ceiling.entered(r.request.request_id for r in requests)
         await queue_again(self._ctx, self.state, requests, self._on_ready)
         await self._end_cancelled(cancelled, "requeue")
 
     def ended(self, request_id: str) -> None:
         """A request ended (completion or error): forget it (Redis in the next flush)."""
         self._endings.ended(request_id)
+        self._ceiling.ended(request_id)
         # An error can end a request that is still queued (e.g. shed by the ladder).
         self.state.remove(request_id)
 
@@ -329,6 +371,16 @@ class SchedulerShell:
                 )
             tg.create_task(
                 run_periodic(ctx.stop, 1.0, self.sweep_records, service=NAME, name="records")
+            )
+            # A tenth of the bound: a request is shed at most 10 % past it.
+            tg.create_task(
+                run_periodic(
+                    ctx.stop,
+                    min(1.0, cfg.max_queue_wait_s / 10),
+                    self.shed_waiting,
+                    service=NAME,
+                    name="ceiling",
+                )
             )
             tg.create_task(self._watch_store())
 

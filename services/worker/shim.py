@@ -37,6 +37,7 @@ from proto.messages import (
 from services.planner.parking import PlanFollower
 from services.worker.admission_gate import REFUSAL_REASON, AdmissionGate, limits_of
 from services.worker.backend import BackendRefusalError, OutputBatch, WorkerBackend
+from services.worker.clock_range import CLOCK_OUT_OF_RANGE, out_of_range
 from services.worker.co2 import RegionCarbon
 from services.worker.completions import CompletionSender
 from services.worker.drain import hand_back
@@ -228,13 +229,24 @@ class WorkerShim:
 
     # --- end dispatch batches ---
     async def on_clock(self, cmd: ClockCommand, _msg: Msg) -> ClockReply:
-        """Apply a clock from an allowed issuer through the backend."""
+        """Apply a clock from an allowed issuer through the backend; refuse one outside the
+        GPU's supported range (:mod:`.clock_range`)."""
         if cmd.issued_by not in self._ctx.settings.dvfs.allowed_issuers:
             return ClockReply(
                 worker_id=self._cfg.worker_id,
                 applied_mhz=self._backend.snapshot().clock_mhz,
                 accepted=False,
                 reason=f"issuer {cmd.issued_by!r} may not set clocks",
+            )
+        refused = out_of_range(self._cfg.gpu, cmd.clock_mhz)
+        if refused is not None:
+            ERRORS.labels("worker", CLOCK_OUT_OF_RANGE).inc()
+            logger.warning("clock command from %s refused: %s", cmd.issued_by, refused)
+            return ClockReply(
+                worker_id=self._cfg.worker_id,
+                applied_mhz=self._backend.snapshot().clock_mhz,
+                accepted=False,
+                reason=refused,
             )
         outcome = await self._backend.set_clock(cmd.clock_mhz)
         return ClockReply(

@@ -27,6 +27,7 @@ import aiohttp
 
 from proto.messages import ClassifiedRequest
 from services.worker.backend import BackendSnapshot, ClockOutcome, OutputBatch, OutputSink
+from services.worker.clock_range import out_of_range
 from services.worker.energy_meter import EnergyMeter
 from services.worker.vllm_metrics import EngineMetrics, read_engine_metrics
 from services.worker.vllm_protocol import (
@@ -265,13 +266,9 @@ class VllmBackend:
         except ValueError:
             spec = None  # a GPU the engine model does not know
         if spec is not None:
-            if not spec.min_clock_mhz <= mhz <= spec.max_clock_mhz:
-                return ClockOutcome(
-                    applied_mhz=current,
-                    accepted=False,
-                    reason=f"{mhz:g} MHz is outside {self._gpu}'s supported "
-                    f"{spec.min_clock_mhz:g}-{spec.max_clock_mhz:g} MHz",
-                )
+            refused = out_of_range(self._gpu, mhz)
+            if refused is not None:
+                return ClockOutcome(applied_mhz=current, accepted=False, reason=refused)
             mhz = spec.snap_clock(mhz)
         try:
             async with self._http().post(

@@ -614,3 +614,19 @@ def test_greenserve_secrets_generates_every_variable_the_secure_file_requires() 
     names = secure_env_names()
     assert len(names) == len(set(names))
     assert set(names) == required
+
+
+RESTART_POLICIES = {"unless-stopped", "always", "on-failure"}
+"""Policies under which Docker brings a crashed container back (``no`` leaves it dead)."""
+
+
+def test_every_service_restarts_after_a_crash_in_both_compose_files() -> None:
+    """Test that every service of the open compose file, and of the secure one merged over
+    it, has a restart policy that brings a crashed container back: a killed request path
+    otherwise stayed dead and its HTTP requests hung (issue 29)."""
+    secure = _secure()["services"]
+    assert set(secure) <= set(SERVICES), "the secure file only overlays the open one"
+    for name, service in SERVICES.items():
+        merged = {**service, **secure.get(name, {})}
+        policy = str(merged.get("restart", "no")).split(":", 1)[0]
+        assert policy in RESTART_POLICIES, f"{name} restarts {policy!r}"
