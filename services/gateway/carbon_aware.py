@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from proto.messages import Forecast
-from services.forecaster.best_window import window_means
 from services.gateway.errors import ApiError
+from shared.domain.best_window import window_means
 
 __all__ = ["MAX_LOCATIONS", "ForecastQuery", "emissions_forecast", "parse_forecast_query"]
 
