@@ -2,11 +2,11 @@
 
 One :class:`StackSpec` expands to one :class:`~shared.config.Settings` per process: the six
 control services (or, with ``colocate_request_path``, the co-located request path
-``services.requestpath`` in place of classifier, scheduler and router), one dvfs agent per
-node and N simulated workers spread over regions and models (one pool per region and
-model, :func:`worker_placements`). ``greenserve up``
-writes each as a YAML file and starts ``python -m services.<name>`` processes; tests run
-the same services in one event loop.
+``greenserve.local.requestpath`` in place of classifier, scheduler and router), one dvfs
+agent per node and N simulated workers spread over regions and models (one pool per region
+and model, :func:`worker_placements`). ``greenserve up`` writes each as a YAML file and
+starts ``python -m <module>`` processes (``services.<name>`` for a service); tests run the
+same services in one event loop.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ __all__ = [
     "CLOCK_AGENT_MODULE",
     "COLOCATED_CONTROL_SERVICES",
     "CONTROL_SERVICES",
+    "REQUEST_PATH_MODULE",
     "REQUEST_PATH_SERVICES",
     "ServiceLaunch",
     "StackSpec",
@@ -39,9 +40,11 @@ CONTROL_SERVICES = ("scheduler", "router", "planner", "forecaster", "classifier"
 REQUEST_PATH_SERVICES = COMPOSITE_ROLES["requestpath"]
 """The services the co-located request path runs in one process."""
 COLOCATED_CONTROL_SERVICES = ("requestpath", "planner", "forecaster", "gateway")
-"""Control services with the request path co-located (``services.requestpath``)."""
+"""Control services with the request path co-located (``greenserve.local.requestpath``)."""
 CLOCK_AGENT_MODULE = "services.clockd"
 """The node's clock agent: a process of the stack that uses neither NATS nor Redis."""
+REQUEST_PATH_MODULE = "greenserve.local.requestpath"
+"""The co-located request path: a launcher composing three services, so not one of them."""
 
 
 def pool_id_for(region: str, gpu: str, model: str | None = None) -> str:
@@ -76,7 +79,7 @@ class StackSpec:
     extra: dict[str, Any] = field(default_factory=dict)
     """Further settings sections merged into every process (e.g. ``{"scheduler": {...}}``)."""
     colocate_request_path: bool = False
-    """Run classifier, scheduler and router as one process (``services.requestpath``) that
+    """Run classifier, scheduler and router as one process (``greenserve.local.requestpath``) that
     hands requests between them in memory; False runs them as three processes on NATS."""
     gpu_clocks: str = "off"
     """``nvml``: run the clock agent (``services.clockd``) and give worker i the GPUs
@@ -177,6 +180,10 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _module_of(name: str) -> str:
+    return REQUEST_PATH_MODULE if name == "requestpath" else f"services.{name}"
+
+
 def stack_launches(spec: StackSpec) -> list[ServiceLaunch]:
     """Every process of the stack with its settings, in start order."""
     # Pools, nodes and workers are named by the zone's code (a subject token): eia:ERCO
@@ -225,7 +232,7 @@ def stack_launches(spec: StackSpec) -> list[ServiceLaunch]:
         return Settings(**_merge(_merge(common, spec.extra), sections))
 
     control = COLOCATED_CONTROL_SERVICES if spec.colocate_request_path else CONTROL_SERVICES
-    launches = [ServiceLaunch(name, f"services.{name}", settings()) for name in control]
+    launches = [ServiceLaunch(name, _module_of(name), settings()) for name in control]
     clocked: dict[str, Any] = {}
     if spec.gpu_clocks == "nvml":
         clocked = {"gpu_clocks": "nvml", "clock_agent_socket": spec.clock_agent_socket}

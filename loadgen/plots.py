@@ -18,8 +18,8 @@ __all__ = ["plot_replay"]
 
 def _slos() -> dict[str, ClassSlo]:
     """The TTFT/TBT targets of the classes the stack's default classifier scheme assigns."""
-    from services.classifier.classes import default_slos, scheme_by_name
     from shared.config import ClassifierSettings
+    from shared.domain.classes import default_slos, scheme_by_name
 
     scheme = scheme_by_name(ClassifierSettings().scheme)
     return {

@@ -401,7 +401,7 @@ class PlannerSettings(_Section):
     demand_history_steps: int = Field(default=12, ge=1)
     """Past steps of observed arrivals kept for the load forecast."""
     load_method: str = "recent_max"
-    """Load forecaster of ``services.forecaster.load_forecast``: recent_max, ewma, last."""
+    """Load forecaster of ``shared.domain.load_forecast``: recent_max, ewma, last."""
     recent_steps: int = Field(default=3, ge=1)
     profiles_csv: Path | None = None
     """FREESH-format profiles (+ ``clock_mhz``, as ``greenserve profile`` writes them); modes

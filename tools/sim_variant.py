@@ -42,8 +42,8 @@ def main() -> None:
     from loadgen.simulator.policies import policy_by_name
     from loadgen.simulator.scenario import load_scenario
     from loadgen.traces import read_azure_trace, resolve_trace
-    from services.classifier.classes import scheme_by_name
     from services.planner import live_profiles, mixed_profiles
+    from shared.domain.classes import scheme_by_name
 
     changes = {}
     for item in args.set:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from greenserve.bench.engine_clock_paper import THROTTLLEM
-from services.classifier.classes import DYNAMOLLM_TBT_MS, DYNAMOLLM_TTFT_MS
+from shared.domain.classes import DYNAMOLLM_TBT_MS, DYNAMOLLM_TTFT_MS
 from shared.engine.api import EngineConfig, EngineRequest
 from shared.engine.clock import DEFAULT_CLOCK_SETTINGS, ClockSettings
 from shared.engine.coefficients import Coefficients, for_stack, load_coefficients

@@ -24,12 +24,6 @@ from greenserve.bench.forecaster_plots import plot_backtest
 from greenserve.bench.options.forecaster import HELP, NAME, add_arguments
 from services.forecaster.backtest import REPORT_BUCKETS, BacktestResult, as_dict, run_backtest
 from services.forecaster.config import ForecasterConfig, config_for
-from services.forecaster.load_forecast import (
-    LOAD_METHODS,
-    LoadForecastConfig,
-    backtest_load,
-    load_azure_trace,
-)
 from services.forecaster.models import SharedFits
 from services.forecaster.screening import screened
 from services.forecaster.sources import (
@@ -42,6 +36,12 @@ from services.forecaster.sources import (
     with_unknown_shares,
 )
 from shared.config import load_settings
+from shared.domain.load_forecast import (
+    LOAD_METHODS,
+    LoadForecastConfig,
+    backtest_load,
+    load_azure_trace,
+)
 from shared.zones import ZoneError, ZoneRegistry
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]

@@ -20,21 +20,21 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Final
 
 from greenserve.bench.options.predictor import HELP, NAME, TRACE_FILES, add_arguments
-from services.classifier.classes import (
-    ClassScheme,
-    OutputLengthPredictor,
-    dynamollm_scheme,
-    freesh_scheme,
-    make_predictor,
-    percentile_scheme,
-)
 from services.classifier.evaluation import (
     load_azure_trace,
     majority_class_accuracy,
     replay_predictor,
     score_replay,
 )
+from services.classifier.predictors import make_predictor
 from services.classifier.proxy_model import ProxyModelUnavailableError
+from shared.domain.classes import (
+    ClassScheme,
+    OutputLengthPredictor,
+    dynamollm_scheme,
+    freesh_scheme,
+    percentile_scheme,
+)
 from shared.paths import data_path
 
 if TYPE_CHECKING:

@@ -38,7 +38,6 @@ import numpy as np
 import pandas as pd
 
 from greenserve.bench.options.profile_drift import HELP, NAME, add_arguments
-from services.classifier.classes import ClassScheme, ClassSLO, default_slos, scheme_by_name
 from services.dvfs.background_builds import ImmediateBuilds
 from services.dvfs.controller import ClockController, FixedClockController, Observation
 from services.dvfs.instance_sim import Arrival, InstanceRun, run_instance
@@ -52,6 +51,7 @@ from services.dvfs.profile_live import (
     simulator_profile,
 )
 from services.dvfs.profile_policy import DYNAMOLLM_PERIOD_S, ProfilePolicy, ProfileTable
+from shared.domain.classes import ClassScheme, ClassSLO, default_slos, scheme_by_name
 from shared.engine import EngineConfig, create_engine
 from shared.paths import data_path
 

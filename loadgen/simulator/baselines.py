@@ -23,7 +23,7 @@ from loadgen.simulator.sizing import (
     split_by_class,
 )
 from loadgen.traces import TraceRequest
-from services.classifier.classes import scheme_by_name
+from shared.domain.classes import scheme_by_name
 
 __all__ = ["Runner", "SizedBaselines", "baseline_gpu", "inventory_slots", "size_baselines"]
 

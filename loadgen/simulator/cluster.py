@@ -27,12 +27,13 @@ from loadgen.simulator.results import SimResult, build_result
 from loadgen.simulator.scenario import Scenario
 from loadgen.traces import TraceRequest
 from proto.messages import Request
-from services.classifier.classes import default_slos, make_predictor, scheme_by_name
 from services.classifier.pipeline import ClassifierCore
+from services.classifier.predictors import make_predictor
 from services.router.placement import Candidate, WorkerLoad
 from services.scheduler.laxity import laxity_s, remaining_time_s
 from services.scheduler.queueing import QueuedRequest
 from shared.config import ClassifierSettings
+from shared.domain.classes import default_slos, scheme_by_name
 from shared.engine import EngineConfig, create_engine, model_shape
 from shared.errors import RequestRejectedError
 

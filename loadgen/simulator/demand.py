@@ -5,7 +5,7 @@ The live planner's :class:`~services.planner.live_inputs.DemandTracker` forecast
 rising load that flat forecast falls behind for the whole epoch. This module keeps its own
 copy of the same completions (arrival time and class) so the simulator can (a) read the last
 whole step's observed peak QPS, the trigger of an event re-plan, and (b) forecast with the
-recent trend. Both use :func:`services.forecaster.load_forecast.peak_qps_per_step` (FREESH
+recent trend. Both use :func:`shared.domain.load_forecast.peak_qps_per_step` (FREESH
 §2.5 binning) and the tracker's own history lag (p90 E2E), so they see what live would.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from services.forecaster.load_forecast import LoadForecastConfig, peak_qps_per_step
+from shared.domain.load_forecast import LoadForecastConfig, peak_qps_per_step
 
 __all__ = ["ArrivalHistory", "forecast_error_alpha", "trend_peak_qps"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from loadgen.traces import TraceRequest
-from services.classifier.classes import ClassScheme
+from shared.domain.classes import ClassScheme
 
 __all__ = ["class_instance_counts", "class_token_shares"]
 

@@ -56,8 +56,6 @@ from loadgen.simulator.gate import PlanGate
 from loadgen.simulator.mode_switch import make_room, missing_instances, start_wanted
 from loadgen.simulator.nodes import drain_order
 from proto.messages import Plan as WirePlan
-from services.classifier.classes import scheme_by_name
-from services.forecaster.load_forecast import LoadForecastConfig
 from services.planner.errors import InfeasiblePlanError
 from services.planner.live_inputs import DemandTracker, LivePool
 from services.planner.live_plan import input_groups, pool_decisions, wire_plan
@@ -80,6 +78,8 @@ from services.planner.observed_mix import ObservedMix, profile_lengths
 from services.planner.problem import Objective, PlannerSettings, ServingConfig, SloPolicy
 from services.planner.slo_feedback import CapacityFeedback, FeedbackSettings
 from shared.config import PlannerSettings as LivePlannerSettings
+from shared.domain.classes import scheme_by_name
+from shared.domain.load_forecast import LoadForecastConfig
 
 if TYPE_CHECKING:
     from loadgen.simulator.cluster import ClusterSimulator

@@ -16,9 +16,9 @@ from loadgen.simulator.instance import SimInstance
 from loadgen.simulator.policies import PolicySet
 from loadgen.simulator.scenario import RegionSpec, Scenario
 from proto.messages import Plan, PoolPlan, RouteWeight
-from services.classifier.classes import ClassScheme, ClassSLO
 from services.router.placement import Placer, make_placer
 from services.scheduler.queueing import HeapDiscipline, make_discipline
+from shared.domain.classes import ClassScheme, ClassSLO
 from shared.engine import EngineConfig, EngineRequest, create_engine
 
 __all__ = [
@@ -230,8 +230,8 @@ def build_pools(
     tps = policy.plan_tps or (policy.tp,)
     groups: tuple[str | None, ...] = (None,)
     if policy.plan_group_pools:
-        from services.classifier.classes import scheme_by_name
         from services.planner.live_plan import input_groups
+        from shared.domain.classes import scheme_by_name
 
         scheme = scheme_by_name(scenario.slo.scheme)
         groups = tuple(sorted(set(input_groups(scheme.classes, scheme.labels).values())))

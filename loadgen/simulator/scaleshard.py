@@ -55,11 +55,11 @@ from loadgen.simulator.shard_layout import (
     tau_s,
 )
 from proto.messages import Plan, PoolPlan, RouteWeight
-from services.forecaster.load_forecast import LoadForecastConfig
 from services.planner.live_profiles import ProfileRequest
 from services.planner.overhead_gate import reconfiguration_gate
 from services.scheduler.queueing import QueuedRequest
 from shared.config import PlannerSettings as LivePlannerSettings
+from shared.domain.load_forecast import LoadForecastConfig
 
 if TYPE_CHECKING:
     from loadgen.simulator.cluster import ClusterSimulator

@@ -19,9 +19,9 @@ from typing import Final
 import numpy as np
 
 from loadgen.simulator.gate import instance_idle_w
-from services.classifier.classes import scheme_by_name
 from services.planner.live_profiles import ProfileRequest, class_pools, measure_mode_profiles
 from services.planner.problem import ServingConfig
+from shared.domain.classes import scheme_by_name
 from shared.engine import EngineConfig
 from shared.engine.coefficients import load_coefficients
 from shared.engine.hardware import gpu_spec, model_shape

@@ -20,7 +20,7 @@ from loadgen.simulator.carbon import CarbonClock
 from loadgen.simulator.results import SimResult
 from loadgen.simulator.scenario import Scenario
 from loadgen.traces import TraceRequest
-from services.classifier.classes import ClassScheme
+from shared.domain.classes import ClassScheme
 
 __all__ = [
     "CARBON_AWARE_RULE",

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-    from services.classifier.classes import ClassScheme, OutputLengthPredictor
+    from shared.domain.classes import ClassScheme, OutputLengthPredictor
 
 __all__ = [
     "PredictorScore",

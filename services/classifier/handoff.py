@@ -6,7 +6,7 @@ a duplicate, or cancelled first); a hand-off that failed stored nothing for sure
 growing wait, until one is too old and is answered ``unavailable`` instead
 (:mod:`.redelivery`). The scheduler is reached by ``submit``: over NATS in the separate
 deployment (:func:`nats_submit`), by a direct call in the co-located one
-(``services.requestpath``).
+(``greenserve.local.requestpath``).
 """
 
 from __future__ import annotations

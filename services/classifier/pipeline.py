@@ -20,7 +20,7 @@ from proto.messages import (
     Request,
     client_request_id,
 )
-from services.classifier.classes import ClassScheme, ClassSLO, OutputLengthPredictor
+from shared.domain.classes import ClassScheme, ClassSLO, OutputLengthPredictor
 from shared.errors import RequestRejectedError
 
 __all__ = ["ClassifierCore", "RoutingTable"]

@@ -1,4 +1,4 @@
-"""Output-length predictors behind :class:`~services.classifier.classes.OutputLengthPredictor`.
+"""Output-length predictors behind :class:`~shared.domain.classes.OutputLengthPredictor`.
 
 - ``oracle``: the true length (an upper bound on any predictor; trace replay only).
 - ``oracle-noisy``: the true length with seeded Gaussian relative noise whose p95 |error| is
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from services.classifier.classes import ClassScheme, OutputLengthPredictor
 from services.classifier.quantile_model import QuantilePredictor
+from shared.domain.classes import ClassScheme, OutputLengthPredictor, dynamollm_scheme
 
 __all__ = [
     "NORMAL_P95_Z",
@@ -27,6 +27,7 @@ __all__ = [
     "NoisyOraclePredictor",
     "OraclePredictor",
     "build_predictor",
+    "make_predictor",
 ]
 
 NORMAL_P95_Z: Final = 1.959963984540054
@@ -165,7 +166,7 @@ def _as_int(value: float, what: str) -> int:
 def build_predictor(
     name: str, *, scheme: ClassScheme, model_dir: Path | None = None, **params: float
 ) -> OutputLengthPredictor:
-    """Build a predictor by name; see :func:`services.classifier.classes.make_predictor`.
+    """Build a predictor by name for ``scheme``; see :func:`make_predictor`.
 
     Raises:
         KeyError: for an unknown name.
@@ -195,3 +196,26 @@ def build_predictor(
     if params:
         raise TypeError(f"predictor {name!r} does not take {sorted(params)}")
     return predictor
+
+
+def make_predictor(
+    name: str,
+    *,
+    scheme: ClassScheme | None = None,
+    model_dir: Path | None = None,
+    **params: float,
+) -> OutputLengthPredictor:
+    """Build a predictor by name: ``oracle``, ``oracle-noisy``, ``class-accuracy``, ``quantile``,
+    ``proxy``.
+
+    Args:
+        name: the predictor kind.
+        scheme: classes for ``class-accuracy`` (default: DynamoLLM's nine).
+        model_dir: folder of the ``proxy`` model (encoder files plus ``head.npz``).
+        **params: numeric settings of that kind, e.g. ``p95_error=0.15, seed=1``.
+
+    Raises:
+        KeyError: for an unknown name.
+        TypeError: for a setting the kind does not take.
+    """
+    return build_predictor(name, scheme=scheme or dynamollm_scheme(), model_dir=model_dir, **params)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
 
-    from services.classifier.classes import ClassScheme
+    from shared.domain.classes import ClassScheme
 
 __all__ = ["LogHistogram", "QuantilePredictor"]
 

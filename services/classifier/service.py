@@ -27,7 +27,6 @@ from opentelemetry import trace
 
 from proto.codec import DecodeError, request_endings
 from proto.messages import Completion, Plan
-from services.classifier.classes import default_slos, make_predictor, scheme_by_name
 from services.classifier.classify_message import NAME, REPLY_HEADER, UNCLASSIFIABLE
 from services.classifier.handoff import HANDOFF_ERRORS, Submit, handle_batch, nats_submit
 from services.classifier.ingress_consumer import (
@@ -37,8 +36,10 @@ from services.classifier.ingress_consumer import (
     subscribe_inbox,
 )
 from services.classifier.pipeline import ClassifierCore
+from services.classifier.predictors import make_predictor
 from shared.bus import ensure_ingress_stream, retry_on_timeout
 from shared.counters import ERRORS
+from shared.domain.classes import default_slos, scheme_by_name
 from shared.lifecycle import ServiceContext
 from shared.loops import sleep_or_stop
 from shared.model_context import context_limits

@@ -1,7 +1,7 @@
 """Predictive clock control: the lowest clock that still meets TBT and every deadline.
 
 throttLL'eM §3.3 (seed 002): project batch and KV over future iterations
-(:mod:`services.dvfs.projection`, Eq. 1–2), predict each iteration's throughput with the
+(:mod:`shared.domain.projection`, Eq. 1–2), predict each iteration's throughput with the
 learned IPS model (:mod:`services.dvfs.perf_model`), and binary-search the supported clocks
 for the lowest one at which
 
@@ -26,7 +26,7 @@ Two extensions of ours close the gap between the paper's projection and a loaded
   requests keep it full and their prefill chunks stretch decode iterations. The controller
   counts the requests that appeared in its observations over the last ``arrival_window_s``
   and adds that stream (rate, mean prompt, mean predicted output) to the projection
-  (:func:`services.dvfs.projection.with_arrivals`); the prefill budget then uses the same
+  (:func:`shared.domain.projection.with_arrivals`); the prefill budget then uses the same
   window's prompt rate. The requests of its first observation are the baseline, not
   arrivals (a controller started on a busy instance would otherwise take its whole batch
   for one period's arrivals and over-clock until they left the window).
@@ -47,7 +47,12 @@ from numpy.typing import NDArray
 
 from services.dvfs.controller import Observation, RequestState
 from services.dvfs.perf_model import IpsPredictor, PrefillModel
-from services.dvfs.projection import ExpectedArrivals, Projection, project, with_arrivals
+from shared.domain.projection import (
+    ExpectedArrivals,
+    SegmentProjection,
+    project_segments,
+    with_arrivals,
+)
 
 __all__ = [
     "DEFAULT_ARRIVAL_WINDOW_S",
@@ -91,7 +96,7 @@ class PredictiveConfig:
     """With a prefill model: a clock whose projected prefill share of GPU time exceeds this
     is infeasible (the queue would grow without bound)."""
     max_segments: int = 32
-    """Horizon segments evaluated per probe (see :mod:`services.dvfs.projection`)."""
+    """Horizon segments evaluated per probe (see :mod:`shared.domain.projection`)."""
     arrival_window_s: float = 0.0
     """Project the arrivals observed over this many seconds as a steady stream (our
     extension); 0 keeps throttLL'eM's no-arrival projection and the one-period prompt rate."""
@@ -122,7 +127,7 @@ themselves lengthen); the second pass moves the answer by well under 1 %."""
 
 def _seconds_per_iteration(
     model: IpsPredictor,
-    projection: Projection,
+    projection: SegmentProjection,
     clock_mhz: float,
     stretch: float,
     arrivals: ArrivalStream | None,
@@ -148,7 +153,7 @@ def _seconds_per_iteration(
 
 def _project_times(
     model: IpsPredictor,
-    projection: Projection,
+    projection: SegmentProjection,
     clock_mhz: float,
     prefill: PrefillBudget,
     arrivals: ArrivalStream | None = None,
@@ -179,7 +184,7 @@ def tbt_bound(requests: Iterable[RequestState], default_s: float) -> float:
 
 def lowest_feasible_clock(
     model: IpsPredictor,
-    projection: Projection,
+    projection: SegmentProjection,
     slack_s: FloatArray,
     clocks_mhz: tuple[float, ...],
     *,
@@ -286,7 +291,7 @@ class PredictiveController:
         if not observation.requests:
             self._lost = 0
             return clocks[0]
-        projection = project(
+        projection = project_segments(
             observation.requests,
             block_size=observation.block_size,
             max_segments=cfg.max_segments,
@@ -328,7 +333,7 @@ class PredictiveController:
         start = observation.now_s + cfg.deadline_margin_s
 
         def finishes(requests: tuple[RequestState, ...]) -> tuple[float, FloatArray, float]:
-            projection = project(
+            projection = project_segments(
                 requests, block_size=observation.block_size, max_segments=cfg.max_segments
             )
             tbt, done = _project_times(

@@ -32,7 +32,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from proto.messages import WorkerStats
-from services.classifier.classes import ClassSLO
 from services.dvfs.background_builds import BackgroundBuilds, Builds
 from services.dvfs.profile_build import profile_of_lengths
 from services.dvfs.profile_drift import DRIFT_ALPHA, change_point, length_drift
@@ -42,6 +41,7 @@ from services.dvfs.profile_policy import (
     ProfilePolicyConfig,
     ProfileTable,
 )
+from shared.domain.classes import ClassSLO
 from shared.engine import EngineConfig
 
 __all__ = [

@@ -21,7 +21,7 @@ the worker's backend applies them to the simulator (or, opt-in, through NVML). A
 ClockOverride from the scheduler's emergency ladder holds a pool at its
 maximum clock for a bounded time (:mod:`services.dvfs.clock_override`). Under a MILP plan
 the pool's planned clock caps every controller's choice
-(:func:`services.planner.parking.pool_clock_caps`).
+(:func:`shared.domain.plan.pool_clock_caps`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from proto.messages import (
     Plan,
     WorkerStats,
 )
-from services.classifier.classes import default_slos, scheme_by_name
 from services.dvfs.background_builds import BackgroundBuilds
 from services.dvfs.clock_override import ClockOverrides, max_clock_of, subscribe_overrides
 from services.dvfs.controller import ClockController, FixedClockController
@@ -67,9 +66,10 @@ from services.dvfs.profile_live import (
     ProfileControllers,
     engine_key,
 )
-from services.planner.parking import pool_clock_caps
 from shared.bus import request
 from shared.counters import PROFILE_SWEEPS
+from shared.domain.classes import default_slos, scheme_by_name
+from shared.domain.plan import pool_clock_caps
 from shared.engine import EngineConfig, create_engine
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic

@@ -13,9 +13,9 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from services.forecaster.best_window import window_means
 from services.forecaster.blend import mape_by_horizon
 from services.forecaster.config import MIX
+from shared.domain.best_window import window_means
 
 __all__ = [
     "CURVE_MODELS",

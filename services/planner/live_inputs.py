@@ -4,7 +4,7 @@
   (GPU × TP) in one region, as ``greenserve.stack`` lays them out.
 * Demand: arrivals per (partition, class) from completions, counted in ``bin_s`` bins; a
   step's peak QPS is its largest bin ÷ bin (FREESH §2.5), and the next epoch's steps are
-  forecast by :func:`services.forecaster.load_forecast.forecast_peak_qps` (default: the
+  forecast by :func:`shared.domain.load_forecast.forecast_peak_qps` (default: the
   peak of the recent steps). The planner multiplies by α (FREESH Eq. 1b). A completion is
   classified under every candidate scheme from its true token counts, so the planner can
   compare partitions the classifier is not applying now. A request is seen only when it
@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import bisect
-import re
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,29 +28,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from proto.messages import Forecast, WorkerStats
-from services.classifier.classes import ClassScheme
-from services.forecaster.load_forecast import (
+from shared.domain.classes import ClassScheme
+from shared.domain.load_forecast import (
     LoadForecastConfig,
     forecast_peak_qps,
     peak_qps_per_step,
 )
+from shared.domain.plan import worker_order
 
 __all__ = [
     "DemandTracker",
     "LivePool",
     "intensity_steps",
     "pools_from_stats",
-    "worker_order",
 ]
-
-
-def worker_order(worker_id: str) -> tuple[tuple[int, int | str], ...]:
-    """Natural sort key of a worker id (``worker-2`` before ``worker-10``)."""
-    return tuple(
-        (0, int(part)) if part.isdigit() else (1, part)
-        for part in re.split(r"(\d+)", worker_id)
-        if part
-    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

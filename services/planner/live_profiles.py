@@ -23,13 +23,6 @@ import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from services.classifier.classes import (
-    DYNAMOLLM_SCHEME_NAME,
-    FREESH_SCHEME_PREFIX,
-    ClassScheme,
-    default_slos,
-    scheme_by_name,
-)
 from services.planner.mixed_profiles import (
     MixedCapacity,
     MixedLoad,
@@ -39,6 +32,13 @@ from services.planner.mixed_profiles import (
 )
 from services.planner.problem import ServingConfig, SloPolicy
 from services.planner.slo_filter import UNMEASURED
+from shared.domain.classes import (
+    DYNAMOLLM_SCHEME_NAME,
+    FREESH_SCHEME_PREFIX,
+    ClassScheme,
+    default_slos,
+    scheme_by_name,
+)
 from shared.engine.hardware import gpu_spec
 from shared.engine.profile_sim import SimulatedProfileBackend, SimWindow
 from shared.engine.profiler import ProfileSlo, ProfileTarget, RequestClass, profile_sweep

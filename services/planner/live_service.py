@@ -33,8 +33,6 @@ from nats.aio.msg import Msg
 from proto.codec import DecodeError, decode, request_endings
 from proto.messages import Completion, Forecast, WorkerStats
 from proto.messages import Plan as WirePlan
-from services.classifier.classes import default_slos, scheme_by_name
-from services.forecaster.load_forecast import LOAD_METHODS, LoadForecastConfig
 from services.planner.freesh_instance import load_profiles_csv
 from services.planner.live_inputs import DemandTracker, LivePool, intensity_steps, pools_from_stats
 from services.planner.live_plan import (
@@ -72,6 +70,8 @@ from services.planner.problem import (
 )
 from services.planner.slo_feedback import CapacityFeedback, FeedbackSettings, MissWindow
 from shared.counters import PLANNER_SOLVE_S
+from shared.domain.classes import default_slos, scheme_by_name
+from shared.domain.load_forecast import LOAD_METHODS, LoadForecastConfig
 from shared.lifecycle import ServiceContext
 from shared.metrics.latency import SLO_WINDOW_FACTOR
 from shared.store import as_bytes

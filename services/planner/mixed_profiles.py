@@ -34,8 +34,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from services.classifier.classes import ClassScheme, default_slos, scheme_by_name
 from services.planner.problem import ServingConfig
+from shared.domain.classes import ClassScheme, default_slos, scheme_by_name
 from shared.engine.api import EngineConfig, EngineRequest
 from shared.engine.coefficients import load_coefficients
 from shared.engine.hardware import gpu_spec

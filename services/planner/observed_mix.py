@@ -20,7 +20,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from services.classifier.classes import ClassScheme
+from shared.domain.classes import ClassScheme
 
 __all__ = ["ObservedMix", "ObservedMixSettings", "profile_lengths"]
 

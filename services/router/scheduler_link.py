@@ -1,6 +1,6 @@
 """How the router reaches the scheduler: by request/reply over NATS when they run as separate
 processes (:class:`NatsSchedulerLink`), or in memory when co-located
-(``services.requestpath``, which passes its own :class:`SchedulerLink`)."""
+(``greenserve.local.requestpath``, which passes its own :class:`SchedulerLink`)."""
 
 from __future__ import annotations
 

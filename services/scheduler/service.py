@@ -72,7 +72,7 @@ class SchedulerShell:
     """The scheduler's hand-offs, callable in memory or served on NATS.
 
     The separate-process deployment serves them on ``scheduler.submit``/``pull``/``requeue``
-    (:func:`serve`); the co-located request path (:mod:`services.requestpath`) calls
+    (:func:`serve`); the co-located request path (:mod:`greenserve.local.requestpath`) calls
     :meth:`submit` and :meth:`pull` directly from the classifier and the router in the same
     event loop. Durability is the same either way: a submitted request is in Redis before
     :meth:`submit` returns, so the ingress message is acked only after that.

@@ -5,7 +5,7 @@ and KV blocks over the coming iterations for the requests it holds plus the cand
 (throttLL'eM Eq. 1–2), prices each iteration with the backend's own iteration-time model
 (Eq. 3) and refuses with reason ``admission`` when the KV cache would overflow or an
 admitted request would miss its deadline (Eq. 4); see
-:func:`services.scheduler.admission.check_admission`.
+:func:`services.worker.admission.check_admission`.
 
 Iteration time per backend:
 
@@ -32,11 +32,9 @@ from typing import Final
 import numpy as np
 
 from proto.messages import ClassifiedRequest
-from services.scheduler.admission import (
+from services.worker.admission import (
     AdmissionConfig,
     AdmissionDecision,
-    FloatArray,
-    IntArray,
     IterationTimeModel,
     ScoreboardEntry,
     check_admission,
@@ -45,6 +43,7 @@ from services.worker.backend import WorkerBackend
 from services.worker.gpu_clocks import AgentClockedBackend
 from services.worker.sim_backend import SimBackend
 from services.worker.vllm_backend import KV_FRACTION_BLOCKS, VllmBackend
+from shared.domain.projection import FloatArray, IntArray
 from shared.engine import SimulatedEngine
 from shared.engine.costs import CostModel
 

@@ -8,7 +8,7 @@ subject, the first at once and later ones coalesced; completions also go to
 ``request.done``. The worker registers in Redis with a heartbeat TTL, and on shutdown stops
 accepting, lets running requests finish within the shutdown timeout, hands the rest back
 to the scheduler, and deregisters. Under a MILP plan a worker beyond its pool's planned
-instances parks (:mod:`services.planner.parking`): it refuses new dispatches, finishes what
+instances parks (:mod:`shared.domain.plan`): it refuses new dispatches, finishes what
 it has and idles until the plan needs it again.
 
 This module is what ``python -m services.worker`` and the in-process runner call

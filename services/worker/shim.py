@@ -34,7 +34,6 @@ from proto.messages import (
     Plan,
     WorkerStats,
 )
-from services.planner.parking import PlanFollower
 from services.worker.admission_gate import REFUSAL_REASON, AdmissionGate, limits_of
 from services.worker.backend import BackendRefusalError, OutputBatch, WorkerBackend
 from services.worker.clock_range import CLOCK_OUT_OF_RANGE, out_of_range
@@ -49,6 +48,7 @@ from services.worker.registration import deregister, register, worker_stats
 from services.worker.streams import StreamBook
 from shared.cancels import CANCELLED_CODE, CancelMemory, cancelled_id
 from shared.counters import CANCELLED, ERRORS
+from shared.domain.plan import PlanFollower
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic, wait_event
 from shared.replies import reply_error

@@ -47,7 +47,7 @@ store for ``greenserve status``; ``admin`` is the operator's unrestricted accoun
 """
 
 COMPOSITE_ROLES: Final = {"requestpath": ("classifier", "scheduler", "router")}
-"""Roles of processes that run several services in one (``services.requestpath``); their
+"""Roles of processes that run several services in one (``greenserve.local.requestpath``); their
 rules are derived from their parts' (``nats_acl.permissions_for``, ``redis_acl.acl_rules``)."""
 
 SCOPED_ROLES: Final = {"worker": "worker id", "dvfs": "node id", "client": "client id"}

@@ -19,11 +19,11 @@ from loadgen.traces import TraceRequest, load_azure_trace, resolve_trace
 from proto.codec import decode
 from proto.messages import Completion, Plan, WorkerStats
 from proto.subjects import Subjects
-from services.classifier.classes import dynamollm_scheme
 from services.planner.live_plan import input_groups
 from shared.bus import connect_nats
 from shared.clock import ModelClock
 from shared.config import NatsSettings
+from shared.domain.classes import dynamollm_scheme
 from shared.servers import ServerProcess
 
 pytestmark = pytest.mark.connected

@@ -17,6 +17,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from greenserve.bench.control_plane import HOPS, hop_breakdown
+from greenserve.local.requestpath.service import READY_EVENT_PERIOD_S, InMemoryScheduler
 from greenserve.runner import run_in_process
 from greenserve.stack import StackSpec, stack_launches
 from loadgen.replay import replay
@@ -37,7 +38,6 @@ from proto.messages import (
 )
 from proto.subjects import Subjects
 from services.classifier import service as classifier
-from services.requestpath.service import READY_EVENT_PERIOD_S, InMemoryScheduler
 from services.router.service import RouterShell
 from services.scheduler.service import SchedulerShell
 from services.worker.backend import OutputBatch

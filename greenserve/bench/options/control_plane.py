@@ -15,8 +15,8 @@ HELP = "sustained req/s and p99 added latency of the control plane with instant 
 ENTRIES = ("nats", "http")
 """``nats``: clients publish to the ingress stream; ``http``: OpenAI clients call the gateway."""
 REQUEST_PATHS = ("colocated", "separate")
-"""``colocated``: classifier, scheduler and router in one process (``services.requestpath``);
-``separate``: three processes talking over NATS."""
+"""``colocated``: classifier, scheduler and router in one process
+(``greenserve.local.requestpath``); ``separate``: three processes talking over NATS."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from services.classifier.classes import (
+from shared.domain.classes import (
     ClassScheme,
     default_slos,
     dynamollm_scheme,

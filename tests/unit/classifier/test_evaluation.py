@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 import pytest
 
 from greenserve.bench import predictor as predictor_bench
-from services.classifier.classes import dynamollm_scheme, freesh_scheme
 from services.classifier.evaluation import (
     ReplayResult,
     TraceRequest,
@@ -18,6 +17,7 @@ from services.classifier.evaluation import (
     replay_predictor,
     score_replay,
 )
+from shared.domain.classes import dynamollm_scheme, freesh_scheme
 from shared.paths import data_path
 
 if TYPE_CHECKING:

@@ -5,13 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.classifier.classes import dynamollm_scheme, make_predictor
-from services.classifier.predictors import NoisyOraclePredictor, representative_length
+from services.classifier.predictors import (
+    NoisyOraclePredictor,
+    make_predictor,
+    representative_length,
+)
 from services.classifier.proxy_model import (
     ProxyModelPredictor,
     ProxyModelUnavailableError,
     fit_head,
 )
+from shared.domain.classes import dynamollm_scheme
 
 
 def _p95_relative_error(p95_error: float, *, seed: int, draws: int = 20_000) -> float:

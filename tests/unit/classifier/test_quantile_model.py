@@ -7,8 +7,9 @@ import random
 
 import pytest
 
-from services.classifier.classes import dynamollm_scheme, make_predictor
+from services.classifier.predictors import make_predictor
 from services.classifier.quantile_model import LogHistogram, QuantilePredictor
+from shared.domain.classes import dynamollm_scheme
 
 
 def test_quantile_model_converges_to_each_prompt_buckets_median() -> None:

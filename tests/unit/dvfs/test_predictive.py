@@ -16,7 +16,7 @@ from services.dvfs.predictive import (
     lowest_feasible_clock,
     tbt_bound,
 )
-from services.dvfs.projection import project
+from shared.domain.projection import project_segments
 from shared.engine import EngineConfig
 
 A100 = tuple(210.0 + 15.0 * i for i in range(81))
@@ -75,7 +75,7 @@ def test_binary_search_agrees_with_a_linear_scan() -> None:
     """Test that the search returns the lowest clock a linear scan finds feasible."""
     model = LinearIps()
     requests = _batch(8, 300, deadline=7.0) + _batch(3, 40, deadline=0.9, prompt=500)
-    projection = project(requests, block_size=16)
+    projection = project_segments(requests, block_size=16)
     slack = np.array([r.deadline_s for r in requests])
     chosen, lost = lowest_feasible_clock(model, projection, slack, A100, tbt_slo_s=0.15)
     for clock in A100:
@@ -142,7 +142,7 @@ def test_learned_model_lowers_the_clock_at_light_load_and_not_when_tight(
     controller = PredictiveController(ips_model, PredictiveConfig(tbt_slo_s=0.15))
     requests = _batch(64, 150, deadline=7.0)
     relaxed = controller.decide(_observe(requests))
-    projection = project(requests, block_size=engine_config.block_size)
+    projection = project_segments(requests, block_size=engine_config.block_size)
     ips = ips_model.predict_ips(
         projection.batch, projection.kv_blocks, np.full(projection.batch.size, 1410.0)
     )
@@ -268,7 +268,7 @@ class SlowIps:
 
 
 def _mean_tbt(requests: list[RequestState], clock: float) -> float:
-    projection = project(requests, block_size=16)
+    projection = project_segments(requests, block_size=16)
     ips = SlowIps().predict_ips(
         projection.batch, projection.kv_blocks, np.full(projection.batch.size, clock)
     )

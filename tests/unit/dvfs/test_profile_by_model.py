@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from services.classifier.classes import ClassSLO
 from services.dvfs.profile_live import EngineKey, ProfileBook, ProfileControllers, engine_key
 from services.dvfs.profile_policy import ProfilePoint, ProfileTable
+from shared.domain.classes import ClassSLO
 from tests.factories import worker_stats
 
 POWER_W = {"llama-3-8b": 200.0, "llama-2-13b": 350.0}

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from services.classifier.classes import ClassSLO
 from services.dvfs.background_builds import ImmediateBuilds
 from services.dvfs.profile_drift import change_point, ks_critical, ks_statistic, length_drift
 from services.dvfs.profile_live import ProfileBook, ProfileControllers
 from services.dvfs.profile_policy import ProfilePoint, ProfileTable
+from shared.domain.classes import ClassSLO
 
 KEY = ("A100-80GB", "llama-3-8b", 1, 64)
 

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from services.classifier.classes import ClassSLO
 from services.dvfs.controller import LatencyWindow, Observation
 from services.dvfs.profile_live import LoadMeter, ProfileBook, engine_key, live_profile_policy
 from services.dvfs.profile_policy import ProfilePoint, ProfileTable
+from shared.domain.classes import ClassSLO
 from tests.factories import worker_stats
 
 KEY = ("A100-80GB", "llama-3-8b", 1, 64)

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from services.dvfs.controller import RequestState
-from services.dvfs.projection import ExpectedArrivals, project, with_arrivals
+from shared.domain.projection import ExpectedArrivals, project_segments, with_arrivals
 
 
 def _request(prompt: int, generated: int, remaining: int) -> RequestState:
@@ -24,7 +24,7 @@ def test_projection_matches_brute_force_when_every_iteration_is_a_segment() -> N
     """Test that B[j] and KV[j] equal a direct count over each future iteration."""
     requests = [_request(30, 0, 5), _request(17, 4, 9), _request(100, 50, 1), _request(1, 0, 16)]
     block = 16
-    got = project(requests, block_size=block, max_segments=1000)
+    got = project_segments(requests, block_size=block, max_segments=1000)
     horizon = max(r.predicted_remaining_tokens for r in requests)
     assert got.horizon == horizon
     for j in range(horizon):
@@ -39,7 +39,9 @@ def test_projection_matches_brute_force_when_every_iteration_is_a_segment() -> N
 
 def test_segments_cover_the_whole_horizon() -> None:
     """Test that compressed segments stand for exactly the horizon's iterations."""
-    got = project([_request(10, 0, 1000), _request(10, 0, 333)], block_size=16, max_segments=32)
+    got = project_segments(
+        [_request(10, 0, 1000), _request(10, 0, 333)], block_size=16, max_segments=32
+    )
     assert got.batch.size == 32
     assert got.horizon == 1000
     assert got.batch[0] == 2
@@ -49,12 +51,12 @@ def test_segments_cover_the_whole_horizon() -> None:
 def test_projecting_nothing_is_an_error() -> None:
     """Test that an empty instance has no projection."""
     with pytest.raises(ValueError, match="nothing"):
-        project([], block_size=16)
+        project_segments([], block_size=16)
 
 
 def test_expected_arrivals_fill_the_batch_by_littles_law() -> None:
     """Test that a stream adds a·min(j, o) requests and their KV, and leaves finishes alone."""
-    base = project([_request(10, 0, 400)], block_size=16, max_segments=400)
+    base = project_segments([_request(10, 0, 400)], block_size=16, max_segments=400)
     stream = ExpectedArrivals(per_iteration=0.5, prompt_tokens=64.0, output_tokens=100.0)
     loaded = with_arrivals(base, stream, block_size=16)
     extra = loaded.batch - base.batch

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from services.forecaster.backtest import window_regret
-from services.forecaster.best_window import best_window, best_window_index, window_means
 from services.forecaster.models import CarbonForecast
+from shared.domain.best_window import best_window, best_window_index, window_means
 
 
 def _forecast(values: list[float]) -> CarbonForecast:

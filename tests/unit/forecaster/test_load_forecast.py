@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.forecaster.load_forecast import (
+from shared.domain.load_forecast import (
     LoadForecastConfig,
     backtest_load,
     forecast_peak_qps,

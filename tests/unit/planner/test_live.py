@@ -5,14 +5,11 @@ from __future__ import annotations
 import pytest
 
 from proto.messages import Forecast, Plan, PoolPlan, RouteWeight, WorkerStats
-from services.classifier.classes import dynamollm_scheme
-from services.forecaster.load_forecast import LoadForecastConfig
 from services.planner.live_inputs import (
     DemandTracker,
     LivePool,
     intensity_steps,
     pools_from_stats,
-    worker_order,
 )
 from services.planner.live_plan import (
     PoolDecision,
@@ -30,9 +27,11 @@ from services.planner.live_profiles import (
     slo_policy_for,
 )
 from services.planner.milp import solve_plan
-from services.planner.parking import PlanFollower, parked_workers, pool_clock_caps
 from services.planner.plan_model import Plan as CorePlan
 from services.planner.problem import PlanningProblem, SloPolicy
+from shared.domain.classes import dynamollm_scheme
+from shared.domain.load_forecast import LoadForecastConfig
+from shared.domain.plan import PlanFollower, parked_workers, pool_clock_caps, worker_order
 from tests.unit.planner.helpers import config
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from proto.messages import WorkerStats
-from services.classifier.classes import dynamollm_scheme
 from services.planner.live_inputs import LivePool, pools_from_stats
 from services.planner.live_plan import (
     PoolDecision,
@@ -15,6 +14,7 @@ from services.planner.live_plan import (
 from services.planner.live_profiles import ModeProfileJob, ProfileRequest, live_mode_profiles
 from services.planner.milp import solve_plan
 from services.planner.problem import SloPolicy
+from shared.domain.classes import dynamollm_scheme
 from tests.unit.planner.helpers import config
 
 SCHEME = dynamollm_scheme()

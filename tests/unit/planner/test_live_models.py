@@ -11,13 +11,13 @@ from opentelemetry import trace
 
 from proto.codec import encode
 from proto.messages import Completion, CompletionBatch, Plan, PoolPlan, RouteWeight
-from services.classifier.classes import dynamollm_scheme
 from services.classifier.pipeline import RoutingTable
 from services.planner.live_inputs import LivePool
 from services.planner.live_plan import merged_plan
 from services.planner.live_service import LivePlanner
 from shared.clock import ModelClock
 from shared.config import Settings
+from shared.domain.classes import dynamollm_scheme
 from shared.lifecycle import ServiceContext
 from tests.unit.planner.helpers import config
 

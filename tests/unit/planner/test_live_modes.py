@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from services.classifier.classes import dynamollm_scheme
-from services.forecaster.load_forecast import LoadForecastConfig
 from services.planner.live_inputs import DemandTracker, LivePool
 from services.planner.live_plan import build_live_problem, pool_decisions
 from services.planner.milp import solve_plan
 from services.planner.problem import GpuGroup, InstanceUnit, Objective, PlannerSettings, SloPolicy
+from shared.domain.classes import dynamollm_scheme
+from shared.domain.load_forecast import LoadForecastConfig
 from tests.unit.planner.helpers import STEPS, config
 
 ENERGY = PlannerSettings(objective=Objective.ENERGY, mip_rel_gap=1e-6)

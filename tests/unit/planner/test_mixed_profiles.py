@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from services.classifier.classes import default_slos, scheme_by_name
 from services.planner.mixed_profiles import (
     MixedLoad,
     MixRequest,
@@ -13,6 +12,7 @@ from services.planner.mixed_profiles import (
     measure_mix,
     model_capacity,
 )
+from shared.domain.classes import default_slos, scheme_by_name
 from shared.engine.api import EngineConfig
 from tests.unit.planner.helpers import config
 

@@ -14,7 +14,7 @@ from loadgen.simulator.policies import policy_by_name
 from loadgen.simulator.results import SimResult
 from loadgen.simulator.scenario import Scenario
 from loadgen.traces import synthetic_trace
-from services.forecaster.load_forecast import LoadForecastConfig
+from shared.domain.load_forecast import LoadForecastConfig
 
 
 def test_a_rising_load_forecasts_above_the_recent_max_and_keeps_rising() -> None:

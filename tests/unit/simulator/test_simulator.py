@@ -107,7 +107,7 @@ def test_the_slo_clock_floor_is_the_lowest_clock_meeting_the_guarded_ttft() -> N
     from dataclasses import replace
 
     from loadgen.simulator.pools import slo_clock_floor_mhz
-    from services.classifier.classes import default_slos, scheme_by_name
+    from shared.domain.classes import default_slos, scheme_by_name
 
     scheme = scheme_by_name("dynamollm9")
     slos = default_slos(scheme)

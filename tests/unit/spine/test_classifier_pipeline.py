@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from proto.messages import Plan, PoolPlan, Request, RouteWeight
-from services.classifier.classes import default_slos, dynamollm_scheme, make_predictor
 from services.classifier.pipeline import ClassifierCore, RoutingTable
+from services.classifier.predictors import make_predictor
+from shared.domain.classes import default_slos, dynamollm_scheme
 from shared.errors import RequestRejectedError
 from shared.model_context import context_limits
 

@@ -14,7 +14,7 @@ from shared.security.identities import COMPOSITE_ROLES
 
 
 def test_co_locating_replaces_classifier_scheduler_and_router_by_one_process() -> None:
-    """Test that the co-located stack runs services.requestpath instead of the three."""
+    """Test that the co-located stack runs greenserve.local.requestpath instead of the three."""
     separate = {(x.name, x.module) for x in stack_launches(StackSpec())}
     colocated = {(x.name, x.module) for x in stack_launches(StackSpec(colocate_request_path=True))}
     assert separate - colocated == {
@@ -22,7 +22,7 @@ def test_co_locating_replaces_classifier_scheduler_and_router_by_one_process() -
         ("scheduler", "services.scheduler"),
         ("router", "services.router"),
     }
-    assert colocated - separate == {("requestpath", "services.requestpath")}
+    assert colocated - separate == {("requestpath", "greenserve.local.requestpath")}
 
 
 @pytest.mark.parametrize(

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.scheduler.admission import (
+from services.worker.admission import (
     AdmissionConfig,
     AdmissionVerdict,
     ScoreboardEntry,
     batch_only,
     check_admission,
-    project,
 )
+from shared.domain.projection import project_iterations
 
 
 def _entry(
@@ -33,7 +33,7 @@ _LINEAR_TBT = batch_only(lambda batch: 0.010 + 0.001 * batch.astype(np.float64))
 
 def test_projection_matches_eq1_and_eq2_by_hand() -> None:
     """Test batch and KV vectors for two requests with 4-token blocks."""
-    projection = project([_entry("a", 3, 0, 3), _entry("b", 8, 2, 1)], block_tokens=4)
+    projection = project_iterations([_entry("a", 3, 0, 3), _entry("b", 8, 2, 1)], block_tokens=4)
     # a holds 3, 4, 5 tokens → 1, 1, 2 blocks; b holds 10 → 3 blocks, for one iteration.
     assert projection.batch.tolist() == [2, 1, 1]
     assert projection.kv_blocks.tolist() == [4, 1, 2]
@@ -123,5 +123,5 @@ def test_mean_tbt_slo_and_overrun_projection() -> None:
         iteration_time=_LINEAR_TBT,
     )
     assert slow.verdict is AdmissionVerdict.TBT_SLO
-    overrun = project([_entry("o", 10, 300, 0)], block_tokens=16, max_output_tokens=400)
+    overrun = project_iterations([_entry("o", 10, 300, 0)], block_tokens=16, max_output_tokens=400)
     assert overrun.batch.size == 100

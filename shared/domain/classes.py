@@ -31,7 +31,6 @@ __all__ = [
     "dynamollm_scheme",
     "freesh_scheme",
     "load_freesh_schemes",
-    "make_predictor",
     "percentile_scheme",
     "scheme_by_name",
 ]
@@ -298,30 +297,3 @@ class OutputLengthPredictor(Protocol):
     def observe(self, prompt_tokens: int, output_tokens: int) -> None:
         """Learn from a finished request's true lengths."""
         ...
-
-
-def make_predictor(
-    name: str,
-    *,
-    scheme: ClassScheme | None = None,
-    model_dir: Path | None = None,
-    **params: float,
-) -> OutputLengthPredictor:
-    """Build a predictor by name: ``oracle``, ``oracle-noisy``, ``class-accuracy``, ``quantile``,
-    ``proxy``.
-
-    Args:
-        name: the predictor kind.
-        scheme: classes for ``class-accuracy`` (default: DynamoLLM's nine).
-        model_dir: folder of the ``proxy`` model (encoder files plus ``head.npz``).
-        **params: numeric settings of that kind, e.g. ``p95_error=0.15, seed=1``; see
-            :mod:`services.classifier.predictors`.
-
-    Raises:
-        KeyError: for an unknown name.
-        TypeError: for a setting the kind does not take.
-    """
-    # Imported here so that this module stays the stable, dependency-free contract.
-    from services.classifier.predictors import build_predictor
-
-    return build_predictor(name, scheme=scheme or dynamollm_scheme(), model_dir=model_dir, **params)

@@ -14,7 +14,8 @@ where k is the current iteration and l_i the last iteration of request i. A runn
 request already projected to miss its deadline without the candidate is "lost" and does
 not block admission; a candidate that would miss only its own deadline is admitted and
 marked lost (throttLL'eM §3.2). The iteration-time model (``tbt(B, KV)``, seconds per
-iteration, e.g. the inverse of throttLL'eM's IPS model at max clock) is passed in.
+iteration, e.g. the inverse of throttLL'eM's IPS model at max clock) is passed in. The
+projection itself is :func:`shared.domain.projection.project_iterations`.
 """
 
 from __future__ import annotations
@@ -24,22 +25,23 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
-from numpy.typing import NDArray
+
+from shared.domain.projection import (
+    FloatArray,
+    IntArray,
+    IterationProjection,
+    project_iterations,
+)
 
 __all__ = [
     "AdmissionConfig",
     "AdmissionDecision",
     "AdmissionVerdict",
     "IterationTimeModel",
-    "Projection",
     "ScoreboardEntry",
     "batch_only",
     "check_admission",
-    "project",
 ]
-
-IntArray = NDArray[np.int64]
-FloatArray = NDArray[np.float64]
 
 IterationTimeModel = Callable[[IntArray, IntArray], FloatArray]
 """Seconds per decode iteration for arrays of (batch size, KV blocks in use)."""
@@ -84,18 +86,6 @@ class AdmissionConfig:
     """Projected length of a request that has outrun its prediction (throttLL'eM §1.2)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Projection:
-    """Per-iteration projection from the current iteration k (index 0) onward."""
-
-    batch: IntArray
-    """B[j]: active requests at iteration k + j (Eq. 1 support)."""
-    kv_blocks: IntArray
-    """KV[j]: KV blocks in use at iteration k + j (Eq. 2)."""
-    last_iteration: IntArray
-    """l_i − k: index of each request's last iteration, in input order."""
-
-
 class AdmissionVerdict(StrEnum):
     """Why a candidate was or was not admitted."""
 
@@ -129,35 +119,8 @@ class AdmissionDecision:
         return self.verdict in (AdmissionVerdict.ADMIT, AdmissionVerdict.ADMIT_LOST)
 
 
-def _remaining(entries: Sequence[ScoreboardEntry], max_output_tokens: int) -> IntArray:
-    generated = np.array([e.generated_tokens for e in entries], dtype=np.int64)
-    remaining = np.array([e.predicted_remaining_tokens for e in entries], dtype=np.int64)
-    # A request past its prediction keeps running; assume the worst allowed length.
-    overrun = np.maximum(max_output_tokens - generated, 1)
-    return np.where(remaining > 0, remaining, overrun)
-
-
-def project(
-    entries: Sequence[ScoreboardEntry], block_tokens: int, max_output_tokens: int = 4096
-) -> Projection:
-    """Project batch size and KV blocks per future iteration (throttLL'eM Eq. 1–2)."""
-    if not entries:
-        empty = np.zeros(0, dtype=np.int64)
-        return Projection(empty, empty, empty)
-    remaining = _remaining(entries, max_output_tokens)
-    held = np.array([e.prompt_tokens + e.generated_tokens for e in entries], dtype=np.int64)
-    horizon = int(remaining.max())
-    steps = np.arange(horizon, dtype=np.int64)
-    active = steps[None, :] < remaining[:, None]
-    # Eq. 1 with j − s_i = generated + (j − k): the KV held when iteration j starts.
-    context = held[:, None] + steps[None, :]
-    blocks = -(-context // block_tokens)
-    kv = np.where(active, blocks, 0).sum(axis=0).astype(np.int64)
-    return Projection(active.sum(axis=0).astype(np.int64), kv, remaining - 1)
-
-
 def _finish_times(
-    projection: Projection, iteration_time: IterationTimeModel
+    projection: IterationProjection, iteration_time: IterationTimeModel
 ) -> tuple[FloatArray, FloatArray]:
     per_iteration = np.asarray(
         iteration_time(projection.batch, projection.kv_blocks), dtype=np.float64
@@ -188,7 +151,7 @@ def check_admission(
         The verdict with the projection's peaks and every request's projected finish.
     """
     everyone = [*running, candidate]
-    projection = project(everyone, config.block_tokens, config.max_output_tokens)
+    projection = project_iterations(everyone, config.block_tokens, config.max_output_tokens)
     finish_rel, per_iteration = _finish_times(projection, iteration_time)
     finish = now_s + finish_rel
     deadlines = np.array(
@@ -196,7 +159,7 @@ def check_admission(
     )
     lost_ids: tuple[str, ...] = ()
     if running:
-        alone = project(running, config.block_tokens, config.max_output_tokens)
+        alone = project_iterations(running, config.block_tokens, config.max_output_tokens)
         alone_finish = now_s + _finish_times(alone, iteration_time)[0]
         already_lost = alone_finish >= deadlines[:-1]
         lost_ids = tuple(e.request_id for e, x in zip(running, already_lost, strict=True) if x)

@@ -8,16 +8,34 @@ intensity it would see. Ties go to the earliest start, as running sooner is neve
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from services.forecaster.models import CarbonForecast
-
-__all__ = ["best_window", "best_window_index", "window_means"]
+__all__ = ["ForecastSeries", "best_window", "best_window_index", "window_means"]
 
 FloatArray = npt.NDArray[np.float64]
+
+
+class ForecastSeries(Protocol):
+    """What the search reads of a forecast (``services.forecaster.models.CarbonForecast``)."""
+
+    @property
+    def issued_at(self) -> pd.Timestamp:
+        """Timestamp of the first value."""
+        ...
+
+    @property
+    def step_s(self) -> int:
+        """Seconds between values."""
+        ...
+
+    @property
+    def values(self) -> Sequence[float]:
+        """Forecast intensity per step."""
+        ...
 
 
 def window_means(values: npt.ArrayLike, window_steps: int) -> FloatArray:
@@ -45,7 +63,7 @@ def best_window_index(values: Sequence[float] | FloatArray, window_steps: int) -
     return start, float(means[start])
 
 
-def best_window(forecast: CarbonForecast, window_h: float) -> tuple[pd.Timestamp, float]:
+def best_window(forecast: ForecastSeries, window_h: float) -> tuple[pd.Timestamp, float]:
     """Return the start time and mean forecast intensity of the best ``window_h``-hour window.
 
     Args:

@@ -1,4 +1,4 @@
-"""Following a plan on the workers' side: which workers park, and each pool's clock cap. Pure.
+"""What an enforced plan asks: which workers park, and each pool's clock cap. Pure.
 
 A plan's ``PoolPlan.instances`` is the number of a pool's workers that should serve. The
 workers of a pool rank themselves by worker id (natural order: ``worker-2`` before
@@ -16,11 +16,11 @@ the MILP keep every worker serving whatever their static instance counts say.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Final
 
 from proto.messages import Plan, WorkerStats
-from services.planner.live_inputs import worker_order
 
 __all__ = [
     "ENFORCED_OBJECTIVES",
@@ -28,10 +28,20 @@ __all__ = [
     "parked_workers",
     "plan_is_enforced",
     "pool_clock_caps",
+    "worker_order",
 ]
 
 ENFORCED_OBJECTIVES: Final = frozenset({"carbon", "energy"})
 """Objectives of MILP plans, whose instance counts and clocks workers follow."""
+
+
+def worker_order(worker_id: str) -> tuple[tuple[int, int | str], ...]:
+    """Natural sort key of a worker id (``worker-2`` before ``worker-10``)."""
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part)
+        for part in re.split(r"(\d+)", worker_id)
+        if part
+    )
 
 
 def plan_is_enforced(plan: Plan) -> bool:

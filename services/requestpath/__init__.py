@@ -1,1 +1,0 @@
-"""The co-located request path: classifier, scheduler and router in one process."""
