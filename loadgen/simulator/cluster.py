@@ -196,6 +196,12 @@ class ClusterSimulator:
         state.request_class = classified.request_class
         state.pool = pool.pool_id
         state.lat_s = classified.lat_s
+        # Judged on the request's true lengths, as every policy is: a predictor's guess must
+        # not move the SLO a policy is measured against (only how it serves the request).
+        state.judged_class = self.scheme.classify(item.prompt_tokens, item.output_tokens)
+        state.judged_lat_s = (
+            item.output_tokens * classified.profile_tbt_ms + classified.profile_ttft_ms
+        ) / 1000.0
         state.ttft_profile_s = pool.ttft_s
         state.tbt_profile_s = pool.tbt_s
         self.outstanding += 1

@@ -28,6 +28,8 @@ class RequestState:
         "first_s",
         "index",
         "instance",
+        "judged_class",
+        "judged_lat_s",
         "last_s",
         "lat_s",
         "mark_s",
@@ -60,6 +62,12 @@ class RequestState:
         self.pool = ""
         self.placed_s = 0.0
         self.lat_s = 0.0
+        self.judged_class = "?"
+        """The class of the request's true lengths: what its SLO is judged by."""
+        self.judged_lat_s = 0.0
+        """Lat (FREESH Eq. 10) of its true output on its pool's profile: its E2E bound is
+        5× this, whatever the policy's predictor guessed (``lat_s`` is the guess's, which
+        the control loops see as the live stack does)."""
         self.ttft_profile_s = 0.0
         self.tbt_profile_s = 0.0
         self.first_s = -1.0

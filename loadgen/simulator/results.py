@@ -134,7 +134,7 @@ def columns_of(sim: ClusterSimulator) -> RecordColumns:
             (t for s in states for t in (s.token_times or ())), np.float64, int(offsets[-1])
         )
     return RecordColumns(
-        request_class=np.array([s.request_class for s in states], dtype=np.str_),
+        request_class=np.array([s.judged_class for s in states], dtype=np.str_),
         arrival_s=np.fromiter((s.arrival_s for s in states), np.float64, n),
         first_token_s=np.fromiter(
             (s.first_s if s.first_s >= 0 else math.nan for s in states), np.float64, n
@@ -145,7 +145,7 @@ def columns_of(sim: ClusterSimulator) -> RecordColumns:
         output_tokens=np.fromiter((s.tokens for s in states), np.int64, n),
         predicted_output_tokens=np.fromiter((s.predicted for s in states), np.int64, n),
         latency_budget_s=np.fromiter(
-            (s.lat_s if s.lat_s > 0 else math.nan for s in states), np.float64, n
+            (s.judged_lat_s if s.judged_lat_s > 0 else math.nan for s in states), np.float64, n
         ),
         completed=completed,
         token_times_flat=flat,

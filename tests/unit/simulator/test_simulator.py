@@ -235,3 +235,26 @@ def test_refused_requests_are_counted_by_cause_not_raised() -> None:
     result = _run(trace)
     assert result.rejected_by_reason == {"bad_lengths": 1, "too_long": 1}
     assert result.completed == len(trace) - 2
+
+
+def test_a_request_is_judged_on_its_true_lengths_whatever_the_predictor_guessed() -> None:
+    """Test that the SLO columns carry each request's true class and the Lat of its true
+    output (FREESH Eq. 10 on its pool's profile), while the control loops keep the guess,
+    so two predictors are measured against the same bounds."""
+    from loadgen.simulator.results import columns_of
+
+    carbon = CarbonClock({"R": np.full(48, INTENSITY)}, start_offset_s=3600.0)
+    policy = policy_by_name("max-clock-fcfs-rr", tp=1, predictor="quantile")
+    sim = ClusterSimulator(_scenario(), policy, _trace(), carbon=carbon)
+    sim.run()
+    states = [s for s in sim.states if not s.rejected]
+    assert any(s.predicted != s.output for s in states)  # the guess differs somewhere
+    for state in states:
+        assert state.judged_class == sim.scheme.classify(state.prompt, state.output)
+        # Lat of the true output and of the guess differ by the guess's error × TBT.
+        tbt_s = (state.judged_lat_s - state.lat_s) / (state.output - state.predicted or 1)
+        assert state.output == state.predicted or tbt_s > 0
+    columns = columns_of(sim)
+    assert list(columns.request_class) == [s.judged_class for s in sim.states]
+    judged = [s.judged_lat_s for s in sim.states if not s.rejected]
+    assert np.allclose(columns.latency_budget_s[~np.isnan(columns.latency_budget_s)], judged)
