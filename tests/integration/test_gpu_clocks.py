@@ -27,7 +27,7 @@ from shared.config import Settings
 from shared.lifecycle import service_context
 from shared.servers import ServerProcess
 from tests import fake_pynvml
-from tests.unit.clocks.helpers import clockd_log, start_clockd, wait_answering
+from tests.unit.clocks.helpers import clockd_log, reap, start_clockd, stop_gently, wait_answering
 
 pytestmark = pytest.mark.connected
 
@@ -127,12 +127,9 @@ async def test_a_dvfs_clock_command_becomes_a_locked_clock_and_survives_an_agent
             assert f"nvmlDeviceSetGpuLockedClocks(0,{TARGET_MHZ},{TARGET_MHZ})" in relocks
         # The worker asked for its GPUs to be reset when it stopped.
         assert fake_pynvml.locked_clocks(state) == [None, None]
-        agent.send_signal(signal.SIGTERM)
-        assert await asyncio.to_thread(agent.wait, 20) == 0
+        assert await asyncio.to_thread(stop_gently, agent) == 0
     finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait()
+        reap(agent)
     calls = fake_pynvml.read_state(state)["calls"]
     assert not [c for c in calls if "Power" in c]
     assert "Traceback" not in clockd_log(sock).read_text()
@@ -157,12 +154,9 @@ async def test_a_node_without_clock_privilege_runs_at_default_clocks_and_says_so
         with caplog.at_level(logging.WARNING):
             async with node_services(_settings(namespace, nats_server, redis_server, sock)):
                 await _until(lambda: _refusals() >= before + 3, "three refusals")
-        agent.send_signal(signal.SIGTERM)
-        assert await asyncio.to_thread(agent.wait, 20) == 0
+        assert await asyncio.to_thread(stop_gently, agent) == 0
     finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait()
+        reap(agent)
     assert fake_pynvml.locked_clocks(state) == [None, None]
     assert fake_pynvml.read_state(state)["calls"] == []
     worker_errors = [r for r in caplog.records if r.name == "services.worker.gpu_clocks"]

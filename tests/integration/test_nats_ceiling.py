@@ -23,7 +23,7 @@ from services.scheduler.ceiling import OVERLOADED_CODE, QUEUE_FULL, QUEUE_WAIT
 from services.scheduler.service import SchedulerShell
 from shared.bus import ensure_ingress_stream
 from shared.config import Settings
-from shared.lifecycle import service_context
+from shared.lifecycle import ServiceContext, service_context
 from shared.servers import ServerProcess
 from tests.factories import error_replies, no_ready, until
 
@@ -32,6 +32,19 @@ pytestmark = pytest.mark.connected
 QUEUE_BOUND = 3
 WAIT_BOUND_S = 1.0
 OFFERED = 8
+
+
+async def _publish(ctx: ServiceContext, rid: str) -> None:
+    """One small request of client ``c`` on the ingress stream."""
+    request = Request(
+        request_id=rid,
+        model="llama-3-8b",
+        reply_subject=ctx.subjects.client_reply("c", rid),
+        sent_at=time.time(),
+        max_tokens=8,
+        prompt_tokens=16,
+    )
+    await ctx.js.publish(ctx.subjects.ingress_request, encode(request))
 
 
 async def test_requests_beyond_the_bound_are_shed_at_once_and_the_queued_after_the_wait(
@@ -65,16 +78,7 @@ async def test_requests_beyond_the_bound_are_shed_at_once_and_the_queued_after_t
         try:
             sent_at = time.monotonic()
             for i in range(OFFERED):
-                rid = f"r{i}"
-                request = Request(
-                    request_id=rid,
-                    model="llama-3-8b",
-                    reply_subject=ctx.subjects.client_reply("c", rid),
-                    sent_at=time.time(),
-                    max_tokens=8,
-                    prompt_tokens=16,
-                )
-                await ctx.js.publish(ctx.subjects.ingress_request, encode(request))
+                await _publish(ctx, f"r{i}")
             await until(lambda: len(replies) >= OFFERED - QUEUE_BOUND, timeout_s=5.0)
             assert sum(scheduler.state.backlog().values()) == QUEUE_BOUND
             await until(lambda: len(replies) >= OFFERED, timeout_s=5.0)
@@ -120,20 +124,9 @@ async def test_a_request_first_delivered_past_the_ingress_wait_bound_is_shed_not
         core.update_plan(static_plan(ctx.settings.planner, 0, time.time(), 60.0))
         replies, sub = await error_replies(ctx.nc, ctx.subjects.client_wildcard("c"))
 
-        async def publish(rid: str) -> None:
-            request = Request(
-                request_id=rid,
-                model="llama-3-8b",
-                reply_subject=ctx.subjects.client_reply("c", rid),
-                sent_at=time.time(),
-                max_tokens=8,
-                prompt_tokens=16,
-            )
-            await ctx.js.publish(ctx.subjects.ingress_request, encode(request))
-
-        await publish("stale")
+        await _publish(ctx, "stale")
         await asyncio.sleep(1.5)  # past the bound, nobody consuming
-        await publish("fresh")
+        await _publish(ctx, "fresh")
         consuming = asyncio.create_task(consume(ctx, core, scheduler.submit, ctx.tracer))
         try:
             await until(lambda: len(replies) == 1, timeout_s=10.0)

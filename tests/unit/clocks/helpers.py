@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -83,3 +84,16 @@ def wait_answering(
             pass
         assert time.monotonic() < deadline, "the clock agent did not start"
         time.sleep(0.05)
+
+
+def stop_gently(proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> int:
+    """SIGTERM ``proc`` and return its exit status (the agent resets its GPUs first)."""
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=timeout_s)
+
+
+def reap(proc: subprocess.Popen[bytes]) -> None:
+    """Kill ``proc`` if a failed test left it running."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()

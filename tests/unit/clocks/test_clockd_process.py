@@ -8,7 +8,7 @@ from pathlib import Path
 
 from shared.gpu.clock_agent import ClockAgentClient
 from tests import fake_pynvml
-from tests.unit.clocks.helpers import clockd_log, start_clockd, wait_answering
+from tests.unit.clocks.helpers import clockd_log, reap, start_clockd, stop_gently, wait_answering
 
 
 def test_sigterm_resets_every_gpu_before_the_agent_exits(node: Path, socket_path: Path) -> None:
@@ -23,12 +23,9 @@ def test_sigterm_resets_every_gpu_before_the_agent_exits(node: Path, socket_path
         reply = asyncio.run(ClockAgentClient(str(socket_path)).lock([0], 810))
         assert reply.ok
         assert fake_pynvml.locked_clocks(node) == [(810, 810), None]
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0
+        assert stop_gently(proc) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        reap(proc)
     assert fake_pynvml.locked_clocks(node) == [None, None]
     assert not socket_path.exists()
 
@@ -56,9 +53,7 @@ def test_a_node_without_privilege_starts_and_says_so_once(
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        reap(proc)
     assert proc.returncode == 0
     err = clockd_log(socket_path).read_text()
     assert err.count("NVML_ERROR_NO_PERMISSION") == 1, err

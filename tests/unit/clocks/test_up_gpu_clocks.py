@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from greenserve.runner import write_config
 from greenserve.stack import CLOCK_AGENT_MODULE, StackSpec, stack_launches
 from shared.config import CONFIG_FILE_ENV
 from tests import fake_pynvml
-from tests.unit.clocks.helpers import ROOT, clockd_log, wait_answering
+from tests.unit.clocks.helpers import ROOT, clockd_log, reap, stop_gently, wait_answering
 
 
 def test_the_stack_runs_the_clock_agent_and_gives_each_worker_its_gpus() -> None:
@@ -80,9 +79,6 @@ def test_the_stack_agent_listens_where_its_settings_file_says(
         )
     try:
         wait_answering(proc, socket_path)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0
+        assert stop_gently(proc) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        reap(proc)
