@@ -45,7 +45,7 @@ def _hours(start: pd.Timestamp, end: pd.Timestamp) -> pd.DatetimeIndex:
 
 
 def em_value(stamp: pd.Timestamp) -> float:
-    """The stand-in's Electricity Maps intensity at an hour (a daily cycle around 300)."""
+    """The stand-in's Electricity Maps intensity at an hour (a daily cycle about a mean of 300)."""
     return round(300.0 + 50.0 * float(np.sin(2 * np.pi * stamp.hour / 24)), 2)
 
 
