@@ -55,7 +55,7 @@ def _plain_log_ticks(fig: Figure) -> None:
 _METRICS: Final = (
     ("TTFT", "time to first token (s)"),
     ("TBT", "mean time between tokens (s)"),
-    ("E2E", "end-to-end latency ÷ its SLO (5 × predicted latency)"),
+    ("E2E", "end-to-end latency ÷ its SLO (5 × its no-queue latency)"),
 )
 
 
@@ -94,7 +94,8 @@ def latency_figures(
     Every figure has the same axes, so runs compare by flipping between them. TTFT and TBT
     mark each class's target from ``slos`` (dashed, one line per distinct value, naming
     its classes); E2E is drawn as a fraction of each request's own SLO window (FREESH
-    Eq. 10: 5 × its predicted latency), so its SLO is the one line at 1. Each CDF is over
+    Eq. 10: 5 × its no-queue latency Lat: the simulator's of its true output, a live replay's
+    of the stack's prediction), so its SLO is the one line at 1. Each CDF is over
     the class's requests that have the value (a one-token request has no TBT; one that
     never finished no E2E), which the legend counts.
     """
