@@ -66,7 +66,11 @@ from proto.subjects import Subjects
 from shared.bus import connect_nats
 from shared.clock import ModelClock
 from shared.config import ClassifierSettings, ClockSettings, NatsSettings, WorkerSettings
+from shared.domain.classes import scheme_by_name
 from shared.servers import ServerProcess
+
+SCHEME = scheme_by_name(ClassifierSettings().scheme)
+"""The live classifier's scheme, which both sides' true classes come from."""
 
 pytestmark = pytest.mark.connected
 
@@ -156,7 +160,10 @@ def live_latencies(result: ReplayResult, *, engine_side: bool) -> Latencies:
             start, first, last = record.sent_at, times[0], times[-1]
         tokens = done.output_tokens
         gap = (last - first) * k / (tokens - 1) if tokens > 1 else math.nan
-        rows.append((done.request_class, (first - start) * k, gap, (last - start) * k))
+        # The class of the true lengths, as the simulator judges it (``judged_class``): the
+        # completion's own class is the predictor's guess, which only steered the request.
+        true_class = SCHEME.classify(done.input_tokens, max(1, done.output_tokens))
+        rows.append((true_class, (first - start) * k, gap, (last - start) * k))
     classes, ttft, tbt, e2e = zip(*rows, strict=True)
     return Latencies(np.array(classes), np.array(ttft), np.array(tbt), np.array(e2e))
 
