@@ -23,6 +23,7 @@ __all__ = [
     "ServerProcess",
     "find_binary",
     "free_port",
+    "free_ports",
     "start_nats",
     "start_redis",
     "wait_for_port",
@@ -35,6 +36,24 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def free_ports(count: int) -> list[int]:
+    """Return ``count`` distinct TCP ports free on 127.0.0.1 right now.
+
+    Every socket stays bound until all are chosen: :func:`free_port` called in a row may
+    return a port it returned a moment ago (the kernel reuses a released ephemeral port).
+    """
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def wait_for_port(

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from greenserve.stack import ServiceLaunch, with_settings
-from shared.servers import free_port
+from shared.servers import free_ports
 
 __all__ = ["TARGETS_FILE", "metrics_urls", "with_metrics_ports", "write_targets"]
 
@@ -27,10 +27,10 @@ TARGETS_FILE = Path("prometheus") / "targets.json"
 
 def with_metrics_ports(launches: list[ServiceLaunch]) -> list[ServiceLaunch]:
     """The launches with a metrics port each: a free one where the settings name none."""
+    unset = [launch.name for launch in launches if launch.settings.telemetry.metrics_port is None]
     chosen = {
-        launch.name: {"telemetry": {"metrics_port": free_port()}}
-        for launch in launches
-        if launch.settings.telemetry.metrics_port is None
+        name: {"telemetry": {"metrics_port": port}}
+        for name, port in zip(unset, free_ports(len(unset)), strict=True)
     }
     return with_settings(launches, chosen)
 
