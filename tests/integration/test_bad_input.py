@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+import nats.errors
 import pytest
 from nats.aio.msg import Msg
+from nats.js.client import JetStreamContext
 
 from greenserve.runner import run_in_process
 from greenserve.stack import StackSpec, stack_launches
@@ -63,6 +65,10 @@ async def test_malformed_and_invalid_requests_get_error_replies_and_good_ones_st
     try:
         await nc.subscribe(subjects.client_wildcard("bad"), cb=on_reply)
         async with run_in_process(stack_launches(spec)):
+            # The classifier creates the ingress stream as it starts; on a loaded machine
+            # that can come after the stack reports ready, and a publish before it has no
+            # stream to store it (no responders).
+            await _stream_ready(js, subjects.ingress_request)
             garbage = {
                 "garbage": b"\xc1\xff\x00",
                 "wrongtype": encode(_request(subjects, "x"))[:-3] + b"\xa3abc",
@@ -115,3 +121,16 @@ async def test_malformed_and_invalid_requests_get_error_replies_and_good_ones_st
     assert isinstance(ending("good"), Completion)
     assert isinstance(ending("future"), Completion)
     assert ERRORS.labels("classifier", "malformed")._value.get() >= malformed_before + 2
+
+
+async def _stream_ready(js: JetStreamContext, subject: str, timeout_s: float = 30.0) -> None:
+    """Wait until a JetStream stream captures ``subject``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            await js.find_stream_name_by_subject(subject)
+        except nats.errors.Error:
+            assert time.monotonic() < deadline, f"no stream captures {subject}"
+            await asyncio.sleep(0.1)
+        else:
+            return
