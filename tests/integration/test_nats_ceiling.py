@@ -14,9 +14,11 @@ import time
 from collections import Counter
 
 import pytest
+from nats.aio.subscription import Subscription
 
 from proto.codec import encode
-from proto.messages import Request
+from proto.messages import ErrorReply, Request
+from services.classifier.pipeline import ClassifierCore
 from services.classifier.service import build_core, consume
 from services.planner.service import static_plan
 from services.scheduler.ceiling import OVERLOADED_CODE, QUEUE_FULL, QUEUE_WAIT
@@ -32,6 +34,19 @@ pytestmark = pytest.mark.connected
 QUEUE_BOUND = 3
 WAIT_BOUND_S = 1.0
 OFFERED = 8
+
+
+async def _serving(
+    ctx: ServiceContext,
+) -> tuple[SchedulerShell, ClassifierCore, list[ErrorReply], Subscription]:
+    """The ingress stream, a scheduler, a classifier core on the static plan, and client
+    ``c``'s error replies as they arrive."""
+    await ensure_ingress_stream(ctx.js, ctx.subjects)
+    scheduler = SchedulerShell(ctx, on_ready=no_ready)
+    core = build_core(ctx)
+    core.update_plan(static_plan(ctx.settings.planner, 0, time.time(), 60.0))
+    replies, sub = await error_replies(ctx.nc, ctx.subjects.client_wildcard("c"))
+    return scheduler, core, replies, sub
 
 
 async def _publish(ctx: ServiceContext, rid: str) -> None:
@@ -66,11 +81,7 @@ async def test_requests_beyond_the_bound_are_shed_at_once_and_the_queued_after_t
         },
     )
     async with service_context("classifier", settings) as ctx:
-        await ensure_ingress_stream(ctx.js, ctx.subjects)
-        scheduler = SchedulerShell(ctx, on_ready=no_ready)
-        core = build_core(ctx)
-        core.update_plan(static_plan(ctx.settings.planner, 0, time.time(), 60.0))
-        replies, sub = await error_replies(ctx.nc, ctx.subjects.client_wildcard("c"))
+        scheduler, core, replies, sub = await _serving(ctx)
         tasks = [
             asyncio.create_task(consume(ctx, core, scheduler.submit, ctx.tracer)),
             asyncio.create_task(scheduler.run([])),
@@ -118,11 +129,7 @@ async def test_a_request_first_delivered_past_the_ingress_wait_bound_is_shed_not
         classifier={"plan_wait_s": 0.0, "max_ingress_wait_s": 1.0},
     )
     async with service_context("classifier", settings) as ctx:
-        await ensure_ingress_stream(ctx.js, ctx.subjects)
-        scheduler = SchedulerShell(ctx, on_ready=no_ready)
-        core = build_core(ctx)
-        core.update_plan(static_plan(ctx.settings.planner, 0, time.time(), 60.0))
-        replies, sub = await error_replies(ctx.nc, ctx.subjects.client_wildcard("c"))
+        scheduler, core, replies, sub = await _serving(ctx)
 
         await _publish(ctx, "stale")
         await asyncio.sleep(1.5)  # past the bound, nobody consuming
