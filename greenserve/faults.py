@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 from redis import Redis as SyncRedis
 
@@ -181,6 +182,9 @@ class ScenarioResult:
     errors: dict[str, int]
     token_mismatch: int = 0
     """Completed requests whose delivered tokens differ from what they asked for."""
+    held_by_lost_store: int | None = None
+    """``wipe:nats``: requests the ingress stream held (stored, not yet acked by a
+    classifier) just before its store was deleted: the most the wipe can lose."""
     exit_codes: dict[str, int | None] = dataclasses.field(default_factory=dict)
     """Exit status of processes stopped gracefully (``term:``); 0 is a clean drain."""
     leftover_records: int = 0
@@ -196,6 +200,12 @@ class ScenarioResult:
 def _faults(scenario: str) -> list[tuple[str, str]]:
     """(kind, target) of each fault of a scenario, in injection order."""
     return [(kind, target) for kind, _, target in (p.partition(":") for p in scenario.split("+"))]
+
+
+async def _ingress_held(nc: Client, namespace: str) -> int:
+    """Messages the ingress stream holds now (work-queue retention: stored, not yet acked)."""
+    info = await nc.jetstream().stream_info(Subjects(namespace).ingress_stream)
+    return int(info.state.messages)
 
 
 def _inject(stack: LocalStack, spec: StackSpec, scenario: str, folder: Path) -> None:
@@ -388,6 +398,7 @@ async def _run(
 ) -> ScenarioResult:
     over_http = any(target == "gateway" for _, target in _faults(scenario))
     long_outage = any(kind in LONG_OUTAGES for kind, _ in _faults(scenario))
+    held: int | None = None
     stack = await asyncio.to_thread(start_local_stack, spec, folder)
     try:
         await asyncio.to_thread(stack.wait_ready)
@@ -428,6 +439,8 @@ async def _run(
                     )
                 )
             await asyncio.sleep(trace[len(trace) // 3].t_s / spec.speedup)
+            if scenario == "wipe:nats" and nc is not None:
+                held = await _ingress_held(nc, spec.namespace)
             fault_at = time.time()
             await asyncio.to_thread(_inject, stack, spec, scenario, folder)
             restored_at = fault_at
@@ -454,6 +467,8 @@ async def _run(
     if isinstance(result, list):
         return _score_http(scenario, result, fault_at, restored_at, leftover)
     outcome = _score(scenario, result, fault_at, restored_at, exit_codes, leftover)
+    if held is not None:
+        outcome = dataclasses.replace(outcome, held_by_lost_store=held)
     if late is not None:  # the replay stopped listening before the thaw; this did not
         outcome = dataclasses.replace(
             outcome, duplicated=max(outcome.duplicated, late.duplicated())
