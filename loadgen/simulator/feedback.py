@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from services.planner.slo_feedback import MissWindow
-from shared.metrics.latency import SLO_WINDOW_FACTOR
+from services.planner.slo_feedback import MissWindow, missed_slo
 
 if TYPE_CHECKING:
     from loadgen.simulator.cluster import ClusterSimulator
@@ -42,12 +41,14 @@ class SloFeedback(MissWindow):
 
     def add_state(self, state: RequestState) -> None:
         """A completion: did it meet its class SLO (TTFT, TBT, and E2E ≤ 5·Lat)?"""
-        slo = self._slos.get(state.request_class)
-        ttft = state.first_s - state.arrival_s
-        tbt = (state.last_s - state.first_s) / (state.tokens - 1) if state.tokens > 1 else 0.0
-        missed = state.last_s - state.arrival_s > SLO_WINDOW_FACTOR * state.lat_s
-        if slo is not None:
-            missed |= ttft > slo.ttft_ms / 1e3 or tbt > slo.tbt_ms / 1e3
+        missed = missed_slo(
+            arrival_s=state.arrival_s,
+            first_s=state.first_s,
+            last_s=state.last_s,
+            tokens=state.tokens,
+            lat_s=state.lat_s,
+            slo=self._slos.get(state.request_class),
+        )
         self.add(
             state.pool,
             finish_s=state.last_s,

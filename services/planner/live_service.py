@@ -68,12 +68,16 @@ from services.planner.problem import (
     ServingConfig,
     Solver,
 )
-from services.planner.slo_feedback import CapacityFeedback, FeedbackSettings, MissWindow
+from services.planner.slo_feedback import (
+    CapacityFeedback,
+    FeedbackSettings,
+    MissWindow,
+    missed_slo,
+)
 from shared.counters import PLANNER_SOLVE_S
 from shared.domain.classes import default_slos, scheme_by_name
 from shared.domain.load_forecast import LOAD_METHODS, LoadForecastConfig
 from shared.lifecycle import ServiceContext
-from shared.metrics.latency import SLO_WINDOW_FACTOR
 from shared.store import as_bytes
 
 __all__ = ["LivePlanner"]
@@ -207,25 +211,20 @@ class LivePlanner:
                             finish_s=arrival + latency,
                             arrival_s=arrival,
                             request_class=done.request_class,
-                            missed=self._missed(done, latency),
+                            missed=self._missed(done),
                         )
 
-    def _missed(self, done: Completion, latency_s: float) -> bool:
-        """Whether a completion missed its class SLO (TTFT, TBT, or E2E > 5·Lat), as the
-        simulator judges it (``loadgen/simulator/feedback.py``)."""
+    def _missed(self, done: Completion) -> bool:
+        """Whether a completion missed its class SLO, judged as the simulator judges it."""
         clock = self._ctx.clock
-        ttft = clock.model_at(done.first_token_at) - clock.model_at(done.sent_at)
-        tokens = done.output_tokens
-        tbt = (
-            (clock.model_at(done.finished_at) - clock.model_at(done.first_token_at)) / (tokens - 1)
-            if tokens > 1
-            else 0.0
+        return missed_slo(
+            arrival_s=clock.model_at(done.sent_at),
+            first_s=clock.model_at(done.first_token_at),
+            last_s=clock.model_at(done.finished_at),
+            tokens=done.output_tokens,
+            lat_s=done.lat_s,
+            slo=self._slos.get(done.request_class),
         )
-        missed = done.lat_s > 0 and latency_s > SLO_WINDOW_FACTOR * done.lat_s
-        slo = self._slos.get(done.request_class)
-        if slo is not None:
-            missed |= ttft > slo.ttft_ms / 1e3 or tbt > slo.tbt_ms / 1e3
-        return missed
 
     def wants_replan(self) -> bool:
         """Between epochs: whether the served sizes drifted from the profiled ones (start

@@ -32,12 +32,16 @@ from typing import Final
 
 import numpy as np
 
+from shared.domain.classes import ClassSLO
+from shared.metrics.latency import SLO_WINDOW_FACTOR
+
 __all__ = [
     "SIGNIFICANCE",
     "CapacityFeedback",
     "FeedbackSettings",
     "MissWindow",
     "binomial_tail",
+    "missed_slo",
 ]
 
 Entry = tuple[float, float, str, bool]
@@ -67,6 +71,25 @@ def binomial_tail(misses: int, requests: int, rate: float) -> float:
         )
         below += math.exp(log_term)
     return max(0.0, 1.0 - below)
+
+
+def missed_slo(
+    *,
+    arrival_s: float,
+    first_s: float,
+    last_s: float,
+    tokens: int,
+    lat_s: float,
+    slo: ClassSLO | None,
+) -> bool:
+    """Whether a completion missed its class SLO: TTFT or mean TBT over the class's limits,
+    or E2E over 5·Lat (FREESH Eq. 10). Times in one clock (model seconds); ``slo`` ``None``:
+    only the E2E window judges (a class without limits)."""
+    tbt = (last_s - first_s) / (tokens - 1) if tokens > 1 else 0.0
+    missed = lat_s > 0 and last_s - arrival_s > SLO_WINDOW_FACTOR * lat_s
+    if slo is not None:
+        missed |= first_s - arrival_s > slo.ttft_ms / 1e3 or tbt > slo.tbt_ms / 1e3
+    return missed
 
 
 class MissWindow:

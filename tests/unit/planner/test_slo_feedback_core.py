@@ -58,3 +58,22 @@ def test_settings_are_checked() -> None:
         FeedbackSettings(step=0.0)
     with pytest.raises(ValueError, match="floor"):
         FeedbackSettings(floor=1.5)
+
+
+def test_a_completion_misses_on_ttft_tbt_or_its_e2e_window() -> None:
+    from services.planner.slo_feedback import missed_slo
+    from shared.domain.classes import ClassSLO
+
+    slo = ClassSLO(ttft_ms=250.0, tbt_ms=50.0)
+
+    def missed(first_s: float = 0.2, last_s: float = 2.2, lat_s: float = 1.0) -> bool:
+        return missed_slo(
+            arrival_s=0.0, first_s=first_s, last_s=last_s, tokens=51, lat_s=lat_s, slo=slo
+        )
+
+    assert not missed()
+    assert missed(first_s=0.3, last_s=2.3)  # TTFT 300 ms
+    assert missed(last_s=3.2)  # mean TBT 60 ms
+    assert missed(lat_s=0.4)  # E2E 2.2 s > 5 x 0.4 s
+    no_limits = missed_slo(arrival_s=0.0, first_s=0.2, last_s=2.2, tokens=51, lat_s=0.0, slo=None)
+    assert not no_limits
