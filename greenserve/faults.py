@@ -183,8 +183,10 @@ class ScenarioResult:
     token_mismatch: int = 0
     """Completed requests whose delivered tokens differ from what they asked for."""
     held_by_lost_store: int | None = None
-    """``wipe:nats``: requests the ingress stream held (stored, not yet acked by a
-    classifier) just before its store was deleted: the most the wipe can lose."""
+    """``wipe:nats``: requests the ingress stream may have held when its store was deleted:
+    those it held (stored, not yet acked by a classifier) when read just before the kill,
+    plus those sent between that read and the kill (stored by then if acked). The most the
+    wipe can lose."""
     exit_codes: dict[str, int | None] = dataclasses.field(default_factory=dict)
     """Exit status of processes stopped gracefully (``term:``); 0 is a clean drain."""
     leftover_records: int = 0
@@ -399,6 +401,7 @@ async def _run(
     over_http = any(target == "gateway" for _, target in _faults(scenario))
     long_outage = any(kind in LONG_OUTAGES for kind, _ in _faults(scenario))
     held: int | None = None
+    held_read_at = injected_at = 0.0
     stack = await asyncio.to_thread(start_local_stack, spec, folder)
     try:
         await asyncio.to_thread(stack.wait_ready)
@@ -440,9 +443,11 @@ async def _run(
                 )
             await asyncio.sleep(trace[len(trace) // 3].t_s / spec.speedup)
             if scenario == "wipe:nats" and nc is not None:
+                held_read_at = time.time()
                 held = await _ingress_held(nc, spec.namespace)
             fault_at = time.time()
             await asyncio.to_thread(_inject, stack, spec, scenario, folder)
+            injected_at = time.time()
             restored_at = fault_at
             if any(kind in RESTORED for kind, _ in _faults(scenario)):
                 await asyncio.sleep(downtime_s)
@@ -468,7 +473,10 @@ async def _run(
         return _score_http(scenario, result, fault_at, restored_at, leftover)
     outcome = _score(scenario, result, fault_at, restored_at, exit_codes, leftover)
     if held is not None:
-        outcome = dataclasses.replace(outcome, held_by_lost_store=held)
+        # A request published between the read and the kill may have been stored (and acked
+        # to its client) in the store the kill deleted.
+        sent_meanwhile = sum(1 for r in result.records if held_read_at <= r.sent_at <= injected_at)
+        outcome = dataclasses.replace(outcome, held_by_lost_store=held + sent_meanwhile)
     if late is not None:  # the replay stopped listening before the thaw; this did not
         outcome = dataclasses.replace(
             outcome, duplicated=max(outcome.duplicated, late.duplicated())

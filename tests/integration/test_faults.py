@@ -84,11 +84,13 @@ async def test_nats_back_without_its_store_heals_and_loses_nothing_silently() ->
     """Test wipe:nats: nats-server killed and started again with its JetStream store deleted.
     The ingress stream and consumer are created again by their owners, publishes retried
     into them complete, and every request ends once, except what the deleted store held and
-    no classifier had taken yet (at most the stream's messages at the kill)."""
+    no classifier had taken yet (at most the stream's messages read just before the kill and
+    those sent between that read and the kill)."""
     trace = load_azure_trace(resolve_trace("conv"), max_requests=150)
     outcome = await asyncio.to_thread(run_scenario, "wipe:nats", trace)
     # What the deleted store held and no classifier had taken is gone with it (nothing else
-    # may be): the stream's messages just before the kill bound the loss.
+    # may be): the stream's messages just before the kill, and what was sent between that read
+    # and the kill, bound the loss.
     assert outcome.held_by_lost_store is not None
     assert outcome.lost <= outcome.held_by_lost_store, outcome
     assert outcome.duplicated == 0, outcome
