@@ -316,9 +316,20 @@ class DvfsSettings(_Section):
     """DVFS agent: one per node."""
 
     node_id: str = "node-0"
-    mode: str = "fixed"
+    mode: str = "miad"
+    """``miad`` (the default, the headline's clock control: FREESH Eq. 5 against the class
+    SLOs with a guard band and an SLO floor, ``services/dvfs/slo_miad.py``), ``fixed``,
+    ``predictive`` or ``profile`` (``services/dvfs/service.py``)."""
     clock_mhz: float | None = None
-    """Fixed clock; ``None`` keeps each GPU at its maximum."""
+    """Fixed clock, or MIAD's ceiling; ``None``: each GPU's maximum."""
+    miad_guard: float = Field(default=0.5, gt=0.0, le=1.0)
+    """MIAD counts a period congested when a class's TTFT or mean TBT passes this share of
+    its SLO (the headline's ``miad_guard``, docs/simulator.md "MIAD guard band and SLO
+    floor")."""
+    miad_slo_floor: bool = True
+    """Floor MIAD at the lowest clock at which a lone request at each bounded input
+    bucket's longest prompt (and, for pools sent long prompts, the served p99) meets
+    ``miad_guard`` × its TTFT SLO; off: FREESH's 300 MHz floor."""
     period_s: float = 1.0
     """Model-time control period (scaled by the speed-up in the live stack)."""
     allowed_issuers: tuple[str, ...] = ("dvfs", "planner")
@@ -436,7 +447,7 @@ class PlannerSettings(_Section):
     0, 0.05 and 0.3, docs/simulator.md "Planner modes")."""
     observed_profiles: bool = True
     """Re-measure the profiles on the served request sizes when they drift from the ones
-    profiled (``services/planner/observed_mix.py``): a mix the planner did not expect."""
+    profiled (``shared/domain/observed_mix.py``): a mix the planner did not expect."""
     observed_sample: int = Field(default=2000, ge=1)
     observed_min_requests: int = Field(default=300, ge=1)
     slo_feedback: bool = True

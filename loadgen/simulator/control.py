@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from loadgen.simulator.instance import RequestState, SimInstance
 from loadgen.simulator.nodes import NodeFullError, drain_order
 from loadgen.simulator.policies import instances_needed, miad_available
+from services.dvfs.slo_miad import capped_clock, slo_clock_floor_mhz, slo_miad_config
 from shared.metrics.energy import JOULES_PER_KWH
 from shared.metrics.latency import SLO_WINDOW_FACTOR
 
@@ -93,8 +94,6 @@ class ControlLoops:
         self._cut_this_period = False
         self.clock_changes = 0
         self.end_s = 0.0
-        self._floors: dict[tuple[str, int], float] = {}
-        self._served_floors: dict[tuple[str, int, int], float] = {}
         self.planner: Any = None
         if sim.policy.scaling == "planned":
             from loadgen.simulator.planned import EpochPlanner
@@ -151,13 +150,14 @@ class ControlLoops:
         if instance is not None and self.use_profile:
             instance.controller = self._profile_policy(instance.engine.config)
         if instance is not None and self.use_miad:
-            from services.dvfs.miad import MiadConfig, MiadController
+            from services.dvfs.miad import MiadController
 
             instance.controller = MiadController(
-                MiadConfig(
-                    min_clock_mhz=self._floor(instance.engine.config),
+                slo_miad_config(
+                    self.sim.slos,
+                    guard=self.sim.policy.miad_guard,
+                    floor_mhz=self._floor(instance.engine.config),
                     period_s=self.sim.scenario.control.dvfs_period_s,
-                    thresholds=self._thresholds(),
                     queue_triggers=self.sim.policy.miad_queue_triggers,
                 )
             )
@@ -205,41 +205,16 @@ class ControlLoops:
         p99 = observed.open_bucket_p99()
         if p99 is None:
             return 0.0
-        key = (config.gpu, config.tp, p99)
-        if key not in self._served_floors:
-            from loadgen.simulator.pools import slo_clock_floor_mhz
-
-            self._served_floors[key] = slo_clock_floor_mhz(
-                config, sim.scheme, sim.slos, sim.policy.miad_guard, open_prompt=p99
-            )
-        return self._served_floors[key]
+        return slo_clock_floor_mhz(
+            config, sim.scheme, sim.slos, sim.policy.miad_guard, open_prompt=p99
+        )
 
     def _floor(self, config: Any) -> float:
         """MIAD's f_min: FREESH's 300 MHz, or the SLO floor when the policy asks for it."""
         sim = self.sim
         if not sim.policy.miad_slo_floor:
             return 300.0
-        key = (config.gpu, config.tp)
-        if key not in self._floors:
-            from loadgen.simulator.pools import slo_clock_floor_mhz
-
-            self._floors[key] = slo_clock_floor_mhz(
-                config, sim.scheme, sim.slos, sim.policy.miad_guard
-            )
-        return self._floors[key]
-
-    def _thresholds(self) -> dict[str, Any]:
-        from services.dvfs.controller import SloThresholds
-
-        # E2E has no class-wide bound here (it is per request, 5·Lat), so only TTFT and TBT
-        # can signal congestion. The guard band scales both below the SLO.
-        guard = self.sim.policy.miad_guard / 1000.0
-        return {
-            name: SloThresholds(
-                ttft_s=s.ttft_ms * guard, tbt_s=s.tbt_ms * guard, e2e_s=float("inf")
-            )
-            for name, s in self.sim.slos.items()
-        }
+        return slo_clock_floor_mhz(config, sim.scheme, sim.slos, sim.policy.miad_guard)
 
     def on_finish(self, state: RequestState) -> None:
         """Count whether a finished request met its class SLO (the scaler's feedback)."""
@@ -398,12 +373,15 @@ class ControlLoops:
             boost = getattr(self.planner, "clock_boosted", None)
             if boost is not None and boost(instance.pool_id, t_s):
                 target = max(engine.supported_clocks_mhz)
-            elif self.planner is not None and instance.pool_id in self.planner.clock_caps:
-                # The plan's clock caps MIAD (the live dvfs agent's pool_clock_caps), but never
-                # below the SLO floor MIAD itself keeps.
-                cap = max(self.planner.clock_caps[instance.pool_id], self._floor(engine.config))
-                target = min(target, cap)
-            target = max(target, self._served_floor(instance.pool_id, engine.config))
+            else:
+                # The plan's clock caps MIAD (the live dvfs agent's pool_clock_caps), as live.
+                caps = self.planner.clock_caps if self.planner is not None else {}
+                target = capped_clock(
+                    target,
+                    cap_mhz=caps.get(instance.pool_id),
+                    floor_mhz=self._floor(engine.config),
+                    served_floor_mhz=self._served_floor(instance.pool_id, engine.config),
+                )
             if abs(target - engine.clock_mhz) > 0.5:
                 engine.set_clock_mhz(target)
                 instance.stall(stall)

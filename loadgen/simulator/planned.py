@@ -74,7 +74,7 @@ from services.planner.mixed_profiles import (
     derate_rows,
     trace_mix,
 )
-from services.planner.observed_mix import ObservedMix, profile_lengths
+from shared.domain.observed_mix import ObservedMix, profile_lengths
 from services.planner.problem import Objective, PlannerSettings, ServingConfig, SloPolicy
 from services.planner.slo_feedback import CapacityFeedback, FeedbackSettings
 from shared.config import PlannerSettings as LivePlannerSettings

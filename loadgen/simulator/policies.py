@@ -188,7 +188,7 @@ class PolicySet:
     """``slo_feedback`` only: a miss also cuts capacity and re-plans (else: boost only)."""
     plan_observed_sizes: bool = False
     """``planned`` only: re-profile the modes on the request sizes served so far when they
-    drift from the profiled ones (:mod:`services.planner.observed_mix`; the live
+    drift from the profiled ones (:mod:`shared.domain.observed_mix`; the live
     ``PlannerSettings.observed_profiles``), instead of keeping the reference trace's."""
     plan_whole_instances: bool = False
     """``planned`` only: the MILP counts whole instances at their idle power and powered
@@ -205,7 +205,7 @@ class PolicySet:
     """MIAD congestion thresholds as a share of each class's TTFT/TBT SLO (FREESH Eq. 5a
     fires on the threshold; below 1 it acts before the SLO itself is broken)."""
     miad_slo_floor: bool = False
-    """Floor MIAD's clock at :func:`~loadgen.simulator.pools.slo_clock_floor_mhz` (a lone
+    """Floor MIAD's clock at :func:`~services.dvfs.slo_miad.slo_clock_floor_mhz` (a lone
     request at each bounded input class's longest prompt meets ``miad_guard`` × its TTFT
     SLO), so an idle instance never sits at a clock a new arrival cannot be served at."""
     miad_queue_triggers: bool = False

@@ -8,9 +8,8 @@ pool's configuration.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from loadgen.simulator.instance import SimInstance
 from loadgen.simulator.policies import PolicySet
@@ -18,7 +17,6 @@ from loadgen.simulator.scenario import RegionSpec, Scenario
 from proto.messages import Plan, PoolPlan, RouteWeight
 from services.router.placement import Placer, make_placer
 from services.scheduler.queueing import HeapDiscipline, make_discipline
-from shared.domain.classes import ClassScheme, ClassSLO
 from shared.engine import EngineConfig, EngineRequest, create_engine
 
 __all__ = [
@@ -27,7 +25,6 @@ __all__ = [
     "build_pools",
     "measure_profile",
     "routing_plan",
-    "slo_clock_floor_mhz",
 ]
 
 PROFILE_REQUEST = (1024, 128)
@@ -74,58 +71,6 @@ def measure_profile(config: EngineConfig) -> tuple[float, float]:
             first = end if first < 0 else first
             last = end
     return first, (last - first) / (output - 1)
-
-
-def _lone_ttft_s(config: EngineConfig, prompt: int, clock_mhz: float) -> float:
-    engine = create_engine(replace(config, clock_mhz=clock_mhz))
-    engine.add(EngineRequest(request_id="floor", prompt_tokens=prompt, output_tokens=1))
-    while (result := engine.step()) is not None:
-        if result.emitted:
-            return result.start_s + result.duration_s
-    return math.inf
-
-
-def slo_clock_floor_mhz(
-    config: EngineConfig,
-    scheme: ClassScheme,
-    slos: dict[str, ClassSLO],
-    guard: float,
-    open_prompt: int | None = None,
-) -> float:
-    """Lowest clock at which a lone request meets ``guard`` × its TTFT SLO in every bounded
-    input class (and, given ``open_prompt``, in the open-ended last one).
-
-    For each input bucket with an upper edge (DynamoLLM S < 256, M < 1024 tokens) the
-    longest prompt of the bucket must reach its first token within ``guard`` × the bucket's
-    TTFT SLO (the tightest over its output buckets) when it runs alone on ``config``; the
-    last bucket has no longest prompt, so ``open_prompt`` stands for it (the planner's
-    observed p99 there). Binary search over the supported clocks (prefill time falls
-    monotonically with clock); the maximum clock when even it is too slow.
-    """
-    clocks = create_engine(config).supported_clocks_mhz
-    needs: list[tuple[int, float]] = []
-    bounds = [edge - 1 for edge in scheme.input_edges]
-    if open_prompt is not None:
-        bounds.append(open_prompt)
-    for index, prompt in enumerate(bounds):
-        label = scheme.labels[index]
-        budgets = [slos[label + out].ttft_ms for out in scheme.labels if label + out in slos]
-        if budgets:
-            needs.append((prompt, guard * min(budgets) / 1000.0))
-
-    def feasible(clock: float) -> bool:
-        return all(_lone_ttft_s(config, prompt, clock) <= budget for prompt, budget in needs)
-
-    low, high = 0, len(clocks) - 1
-    if not feasible(clocks[high]):
-        return clocks[high]
-    while low < high:
-        middle = (low + high) // 2
-        if feasible(clocks[middle]):
-            high = middle
-        else:
-            low = middle + 1
-    return clocks[high]
 
 
 def _classifier_default() -> tuple[float, float]:

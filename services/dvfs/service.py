@@ -1,9 +1,11 @@
 """DVFS agent shell: one per node; a clock controller per GPU instance, and power reports.
 
-Modes: ``fixed`` (every instance at ``dvfs.clock_mhz``, or its maximum), ``miad``
-(FREESH Eq. 5: ×2 on congestion against Table 7, −100 MHz otherwise, every ``period_s``
-of model time) and ``predictive`` (throttLL'eM §3.3 with GreenServe's arrival, prefill and
-model-margin extensions: the lowest clock at which every request's projected finish meets
+Modes: ``fixed`` (every instance at ``dvfs.clock_mhz``, or its maximum), ``miad`` (the
+default: FREESH Eq. 5, ×2 on congestion, −100 MHz otherwise, every ``period_s`` of model
+time, congestion judged against ``miad_guard`` × the class SLOs and the clock floored at
+the SLO floor, :mod:`services.dvfs.miad_live`, the simulator's headline clock control),
+``predictive`` (throttLL'eM §3.3 with GreenServe's arrival, prefill and model-margin
+extensions: the lowest clock at which every request's projected finish meets
 its deadline) and ``profile`` (DynamoLLM's instance manager: the least-power clock whose
 profiled TTFT and TBT meet the SLO at the worker's load, the maximum clock after a request
 came near its class's bound; the profile is swept on the engine simulator with the lengths
@@ -51,7 +53,7 @@ from proto.messages import (
 from services.dvfs.background_builds import BackgroundBuilds
 from services.dvfs.clock_override import ClockOverrides, max_clock_of, subscribe_overrides
 from services.dvfs.controller import ClockController, FixedClockController
-from services.dvfs.miad import MiadConfig, MiadController
+from services.dvfs.miad_live import LiveSloMiad
 from services.dvfs.observations import LatencyCollector, observation_for, with_requests
 from services.dvfs.perf_model import PredictiveModels, fit_predictive_models
 from services.dvfs.predictive import (
@@ -100,7 +102,7 @@ def make_controller(
     """The controller of one instance for a dvfs mode.
 
     Args:
-        mode: ``fixed``, ``miad`` or ``predictive``.
+        mode: ``fixed`` or ``predictive`` (``miad`` and ``profile`` are built per worker).
         clock_mhz: the fixed clock, or MIAD's ceiling.
         period_s: model-time control period.
         models: the instance's IPS and prefill models (``predictive`` only).
@@ -111,7 +113,7 @@ def make_controller(
     if mode == "fixed":
         return FixedClockController(clock_mhz, period_s)
     if mode == "miad":
-        return MiadController(MiadConfig(period_s=period_s, max_clock_mhz=clock_mhz))
+        raise ValueError("miad control is built per worker for its engine (LiveSloMiad)")
     if mode == "profile":
         raise ValueError("profile control is built per worker from its profile")
     if mode == "predictive":
@@ -164,7 +166,7 @@ async def serve(ctx: ServiceContext) -> None:
     cfg = ctx.settings.dvfs
     predictive = cfg.mode == "predictive"
     profiled = cfg.mode == "profile"
-    if not predictive and not profiled:
+    if cfg.mode == "fixed" or cfg.mode not in MODES:
         make_controller(cfg.mode, cfg.clock_mhz, cfg.period_s)  # fail fast on a bad mode
     profiles = ProfileBook(
         cfg.profile_min_requests,
@@ -172,7 +174,8 @@ async def serve(ctx: ServiceContext) -> None:
         on_sweep=lambda key, reason: PROFILE_SWEEPS.labels(reason).inc(),
     )
     loads = LoadMeter(cfg.profile_window_s)
-    slos = default_slos(scheme_by_name(ctx.settings.classifier.scheme))
+    scheme = scheme_by_name(ctx.settings.classifier.scheme)
+    slos = default_slos(scheme)
     latest: dict[str, WorkerStats] = {}
     heard: dict[str, float] = {}
     """Monotonic time of each worker's last heartbeat: one silent past its registration's
@@ -186,10 +189,13 @@ async def serve(ctx: ServiceContext) -> None:
     collector = LatencyCollector(ctx.settings.clock.speedup)
     overrides = ClockOverrides()  # the scheduler's emergency max clock, bounded in time
     caps: dict[str, float] = {}
+    slo_miad = LiveSloMiad(cfg, ctx.settings.planner, scheme, slos) if cfg.mode == "miad" else None
 
     def on_plan(plan: Plan) -> None:
         caps.clear()
         caps.update(pool_clock_caps(plan))
+        if slo_miad is not None:
+            slo_miad.on_plan(plan)
 
     async def on_stats(msg: Msg) -> None:
         with contextlib.suppress(DecodeError):
@@ -204,6 +210,8 @@ async def serve(ctx: ServiceContext) -> None:
                 if not isinstance(done, Completion) or done.worker_id not in latest:
                     continue
                 collector.add(done)
+                if slo_miad is not None:
+                    slo_miad.on_done(done)
                 if profiled:
                     key = engine_key(latest[done.worker_id])
                     profiles.add(key, done.request_class, done.input_tokens, done.output_tokens)
@@ -238,6 +246,8 @@ async def serve(ctx: ServiceContext) -> None:
             latest.pop(worker_id, None)
             states.pop(worker_id, None)
             controllers.pop(worker_id, None)
+            if slo_miad is not None:
+                slo_miad.forget(worker_id)
             fitted_for.pop(worker_id, None)
             collector.take(worker_id)
             logger.info("worker %s sent no heartbeat for its TTL; no longer controlled", worker_id)
@@ -271,12 +281,17 @@ async def serve(ctx: ServiceContext) -> None:
                 if policy is None:
                     continue  # too few lengths seen yet, or the profile is being swept
                 controller = controllers[worker_id] = policy
+            elif slo_miad is not None:
+                controller = slo_miad.controller(stats)
             elif controller is None:
                 controller = controllers[worker_id] = make_controller(
                     cfg.mode, cfg.clock_mhz, cfg.period_s
                 )
             target = controller.decide(observation)
-            target = min(target, caps.get(stats.pool_id, target))
+            if slo_miad is not None:  # the plan's cap, never below the SLO floors
+                target = slo_miad.target(stats, target)
+            else:
+                target = min(target, caps.get(stats.pool_id, target))
             target = overrides.target(stats.pool_id, worker_id, target, max_clock_of(stats), now)
             if abs(stats.clock_mhz - target) >= CLOCK_TOLERANCE_MHZ:
                 commands.append((worker_id, target))

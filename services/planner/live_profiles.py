@@ -179,7 +179,7 @@ class ProfileRequest:
     tolerance: float = 0.15
     max_num_seqs: int = 256
     prompts: tuple[int, ...] = ()
-    """Prompt lengths to draw from (:func:`services.planner.observed_mix.profile_lengths`);
+    """Prompt lengths to draw from (:func:`shared.domain.observed_mix.profile_lengths`);
     empty, with ``outputs``: the ``conv`` trace's, the planner's lengths before it has
     observed any."""
     outputs: tuple[int, ...] = ()

@@ -57,7 +57,7 @@ from services.planner.live_profiles import (
     slo_policy_for,
 )
 from services.planner.milp import solve_plan
-from services.planner.observed_mix import ObservedMix, ObservedMixSettings, profile_lengths
+from shared.domain.observed_mix import ObservedMix, ObservedMixSettings, profile_lengths
 from services.planner.overhead_gate import TransitionCosts, gate_plans
 from services.planner.plan_model import Plan as CorePlan
 from services.planner.plan_model import demand_shortfall

@@ -106,7 +106,7 @@ def test_the_slo_clock_floor_is_the_lowest_clock_meeting_the_guarded_ttft() -> N
     """Test that a lone boundary prompt meets guard × TTFT at the floor, not one step below."""
     from dataclasses import replace
 
-    from loadgen.simulator.pools import slo_clock_floor_mhz
+    from services.dvfs.slo_miad import slo_clock_floor_mhz
     from shared.domain.classes import default_slos, scheme_by_name
 
     scheme = scheme_by_name("dynamollm9")

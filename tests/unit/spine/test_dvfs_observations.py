@@ -7,12 +7,16 @@ from typing import cast
 import numpy as np
 import pytest
 
-from proto.messages import Completion, WorkerStats
-from services.dvfs.miad import MiadController
+from proto.messages import Completion, Plan, PoolPlan, RouteWeight, WorkerStats
+from services.dvfs.miad_live import LiveSloMiad
 from services.dvfs.observations import LatencyCollector, observation_for
 from services.dvfs.perf_model import IpsModel, ModelAccuracy, PredictiveModels, PrefillModel
 from services.dvfs.predictive import DEFAULT_ARRIVAL_WINDOW_S, PredictiveController
 from services.dvfs.service import make_controller
+from services.dvfs.slo_miad import slo_clock_floor_mhz
+from shared.config import DvfsSettings, PlannerSettings
+from shared.domain.classes import default_slos, scheme_by_name
+from shared.engine import EngineConfig
 from tests.factories import worker_stats
 
 
@@ -39,16 +43,63 @@ def test_latencies_are_scaled_to_model_time_and_taken_once() -> None:
     assert collector.take("w") == {}
 
 
-def test_miad_raises_the_clock_when_a_request_breaks_table7() -> None:
-    """Test that a slow TTFT in the window doubles the clock (FREESH Eq. 5a) in the live agent."""
-    controller = make_controller("miad", None, 1.0)
-    assert isinstance(controller, MiadController)
+def _slo_miad(**dvfs: object) -> LiveSloMiad:
+    scheme = scheme_by_name("dynamollm9")
+    return LiveSloMiad(DvfsSettings(**dvfs), PlannerSettings(), scheme, default_slos(scheme))
+
+
+def test_live_miad_doubles_on_a_slow_request_and_never_falls_below_the_slo_floor() -> None:
+    """Test the default live MIAD: a TTFT over half its SLO doubles the clock (Eq. 5a with
+    the guard), quiet periods lower it by 100 MHz, but never below the SLO floor the
+    simulator's headline uses for the same engine."""
+    miad = _slo_miad()
+    stats = _stats(600.0)
+    controller = miad.controller(stats)
+    scheme = scheme_by_name("dynamollm9")
+    floor = slo_clock_floor_mhz(
+        EngineConfig(gpu="A100-80GB", model="llama-3-8b", tp=1, max_num_seqs=8),
+        scheme,
+        default_slos(scheme),
+        0.5,
+    )
+    assert controller.config.min_clock_mhz == floor
     collector = LatencyCollector(speedup=1.0)
-    collector.add(_done("w", ttft_s=2.0, e2e_s=3.0, tokens=5))
-    target = controller.decide(observation_for(_stats(600.0), collector.take("w"), now_s=0.0))
+    slo = default_slos(scheme)["SS"]
+    # Over half the TTFT SLO but within it: the guard band counts it as congestion.
+    collector.add(_done("w", ttft_s=0.6 * slo.ttft_ms / 1000.0, e2e_s=3.0, tokens=5))
+    target = controller.decide(observation_for(stats, collector.take("w"), now_s=0.0))
     assert target == pytest.approx(1200.0, abs=15.0)
-    quiet = controller.decide(observation_for(_stats(target), {}, now_s=1.0))
-    assert quiet == pytest.approx(target - 100.0, abs=15.0)
+    clock = target
+    for period in range(1, 30):
+        clock = miad.target(_stats(clock), controller.decide(
+            observation_for(_stats(clock), {}, now_s=float(period))
+        ))  # fmt: skip
+    assert clock == pytest.approx(floor, abs=15.0)
+    assert floor > 300.0  # FREESH's floor would let it fall further
+
+
+def test_live_miad_cap_of_the_plan_stops_at_the_slo_floor() -> None:
+    """Test that a plan's clock below the SLO floor does not take MIAD under the floor,
+    and that without the floor the cap applies as planned."""
+    plan = Plan(
+        epoch=0, issued_at=0.0, valid_until=1.0, scheme="dynamollm9",
+        pools=[PoolPlan(pool_id="p", region="PJM", gpu="A100-80GB", tp=1, instances=1,
+                        clock_mhz=210.0)],
+        routes={"*": [RouteWeight(pool_id="p", weight=1.0)]}, objective="carbon",
+    )  # fmt: skip
+    floored = _slo_miad()
+    floored.on_plan(plan)
+    floor = floored.controller(_stats(1410.0)).config.min_clock_mhz
+    assert floored.target(_stats(1410.0), 1410.0) == floor
+    unfloored = _slo_miad(miad_slo_floor=False)
+    unfloored.on_plan(plan)
+    assert unfloored.target(_stats(1410.0), 1410.0) == pytest.approx(300.0)
+
+
+def test_miad_is_built_per_worker_not_by_make_controller() -> None:
+    """Test that the agent-wide factory refuses MIAD (it needs the worker's engine)."""
+    with pytest.raises(ValueError, match="per worker"):
+        make_controller("miad", None, 1.0)
 
 
 def test_unknown_dvfs_modes_fail_at_start() -> None:

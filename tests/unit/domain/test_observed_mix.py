@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.planner.live_profiles import class_pools, class_pools_from_sides
-from services.planner.observed_mix import ObservedMix, ObservedMixSettings, profile_lengths
+from shared.domain.observed_mix import ObservedMix, ObservedMixSettings, profile_lengths
 from shared.domain.classes import scheme_by_name
 
 SCHEME = scheme_by_name("dynamollm9")

@@ -1,0 +1,115 @@
+"""The live agent's MIAD against the class SLOs (:mod:`services.dvfs.slo_miad`).
+
+One :class:`~services.dvfs.miad.MiadController` per worker, built for the worker's engine
+(its SLO floor depends on GPU, model and TP, computed on the engine model like the
+predictive mode's fits), and the floor of the long prompts a pool is sent: the observed p99
+prompt of the open-ended input bucket among the requests this node served (the simulator's
+planner keeps the same sample over all requests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from proto.messages import Completion, Plan, WorkerStats
+from services.dvfs.miad import MiadController
+from services.dvfs.profile_live import EngineKey, engine_key
+from services.dvfs.slo_miad import (
+    capped_clock,
+    serves_open_input,
+    slo_clock_floor_mhz,
+    slo_miad_config,
+)
+from shared.config import DvfsSettings, PlannerSettings
+from shared.domain.classes import ClassScheme, ClassSLO
+from shared.domain.observed_mix import ObservedMix, ObservedMixSettings
+from shared.domain.plan import pool_clock_caps
+from shared.engine import EngineConfig
+
+__all__ = ["LiveSloMiad"]
+
+
+class LiveSloMiad:
+    """MIAD controllers, floors and the plan's caps of one node's workers."""
+
+    def __init__(
+        self,
+        dvfs: DvfsSettings,
+        planner: PlannerSettings,
+        scheme: ClassScheme,
+        slos: Mapping[str, ClassSLO],
+    ) -> None:
+        """Controllers with ``dvfs``'s guard, floor and period; the served sample sized as
+        the planner's (``planner.observed_*``)."""
+        self._dvfs = dvfs
+        self._scheme = scheme
+        self._slos = dict(slos)
+        self._controllers: dict[str, tuple[EngineKey, MiadController]] = {}
+        self._served = ObservedMix(
+            scheme,
+            ObservedMixSettings(
+                sample=planner.observed_sample, min_requests=planner.observed_min_requests
+            ),
+        )
+        self._caps: dict[str, float] = {}
+        self._classes: dict[str, Sequence[str]] = {}
+
+    def on_plan(self, plan: Plan) -> None:
+        """Follow the plan's clock caps and each pool's classes."""
+        self._caps = pool_clock_caps(plan)
+        self._classes = {pool.pool_id: tuple(pool.classes) for pool in plan.pools}
+
+    def on_done(self, done: Completion) -> None:
+        """One request served on this node (its lengths feed the served floor)."""
+        self._served.add(done.input_tokens, done.output_tokens)
+
+    def forget(self, worker_id: str) -> None:
+        """A worker gone: drop its controller."""
+        self._controllers.pop(worker_id, None)
+
+    def controller(self, stats: WorkerStats) -> MiadController:
+        """The worker's controller, built again when it comes back on another engine."""
+        key = engine_key(stats)
+        held = self._controllers.get(stats.worker_id)
+        if held is None or held[0] != key:
+            config = slo_miad_config(
+                self._slos,
+                guard=self._dvfs.miad_guard,
+                floor_mhz=self._floor(key, open_prompt=None),
+                period_s=self._dvfs.period_s,
+                max_clock_mhz=self._dvfs.clock_mhz,
+            )
+            held = self._controllers[stats.worker_id] = (key, MiadController(config))
+        return held[1]
+
+    def target(self, stats: WorkerStats, decided_mhz: float) -> float:
+        """MIAD's choice under the plan's cap and the floors (:func:`capped_clock`)."""
+        key = engine_key(stats)
+        served_floor = 0.0
+        p99 = self._served.open_bucket_p99()
+        classes = self._classes.get(stats.pool_id, ())
+        if (
+            self._dvfs.miad_slo_floor
+            and p99 is not None
+            and serves_open_input(classes, self._scheme)
+        ):
+            served_floor = self._floor(key, open_prompt=p99)
+        return capped_clock(
+            decided_mhz,
+            cap_mhz=self._caps.get(stats.pool_id),
+            floor_mhz=self._floor(key, open_prompt=None),
+            served_floor_mhz=served_floor,
+        )
+
+    def _floor(self, key: EngineKey, *, open_prompt: int | None) -> float:
+        if not self._dvfs.miad_slo_floor:
+            return FREESH_FLOOR_MHZ
+        gpu, model, tp, max_num_seqs = key
+        config = EngineConfig(gpu=gpu, model=model, tp=tp, max_num_seqs=max_num_seqs)
+        return slo_clock_floor_mhz(
+            config, self._scheme, self._slos, self._dvfs.miad_guard, open_prompt=open_prompt
+        )
+
+
+FREESH_FLOOR_MHZ = 300.0
+"""MIAD's floor without the SLO floor: FREESH's ≈300 MHz on A100 (``MiadConfig``)."""
