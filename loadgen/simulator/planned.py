@@ -74,12 +74,12 @@ from services.planner.mixed_profiles import (
     derate_rows,
     trace_mix,
 )
-from shared.domain.observed_mix import ObservedMix, profile_lengths
 from services.planner.problem import Objective, PlannerSettings, ServingConfig, SloPolicy
 from services.planner.slo_feedback import CapacityFeedback, FeedbackSettings
 from shared.config import PlannerSettings as LivePlannerSettings
 from shared.domain.classes import scheme_by_name
 from shared.domain.load_forecast import LoadForecastConfig
+from shared.domain.observed_mix import ObservedMix, profile_lengths
 
 if TYPE_CHECKING:
     from loadgen.simulator.cluster import ClusterSimulator

@@ -278,8 +278,9 @@ POLICY_SETS: Final[dict[str, PolicySet]] = {
             region_choice="carbon",
         ),
         PolicySet(
-            name="live-defaults",
-            description="the live stack's defaults: per-region pools, LLF, BF-IO, quantile "
+            name="live-static",
+            description="the live stack on its static settings (planner.mode static, "
+            "dvfs.mode fixed, router.placer bfio): per-region pools, LLF, BF-IO, quantile "
             "predictor, fixed max clock, every worker on, classifier-default profile",
             tp=1,
             discipline="llf",
@@ -536,15 +537,15 @@ def policy_from_settings(settings: Settings, *, name: str = DEFAULT_SET) -> Poli
         "profiles re-measured on the served sizes; SLO feedback (capacity cut <= "
         f"{1 - (planner.feedback_step or 0):.0%} per miss window, floor "
         f"{planner.feedback_floor:.0%}, maximum clock for a step after a miss); MIAD under the "
-        f"plan's clock cap; {settings.scheduler.discipline.upper()}, least-loaded; "
+        f"plan's clock cap; {settings.scheduler.discipline.upper()}, {settings.router.placer}; "
         f"{settings.classifier.predictor} length predictor",
         pooling="region",
         discipline=settings.scheduler.discipline,
-        placer="least-loaded",
+        placer=settings.router.placer,
         predictor=settings.classifier.predictor,
-        clock="miad",
-        miad_guard=0.5,
-        miad_slo_floor=True,
+        clock=_clock_mode(settings),
+        miad_guard=settings.dvfs.miad_guard,
+        miad_slo_floor=settings.dvfs.miad_slo_floor,
         scaling="planned",
         objective="energy" if planner.objective == "energy" else "carbon",
         plan_mix_goal=PROFILE_PERCENTILE if planner.mixed_capacity else None,
@@ -565,14 +566,26 @@ def policy_from_settings(settings: Settings, *, name: str = DEFAULT_SET) -> Poli
     )
 
 
+def _clock_mode(settings: Settings) -> ClockMode:
+    """The simulator's clock control for the live agent's ``dvfs.mode``."""
+    mode, fixed = settings.dvfs.mode, settings.dvfs.clock_mhz
+    if mode in ("miad", "profile"):
+        return "miad" if mode == "miad" else "profile"
+    if mode == "fixed" and fixed is None:
+        return "max"
+    raise ValueError(
+        f"dvfs.mode {mode!r}{'' if fixed is None else f' at {fixed:g} MHz'} has no simulator "
+        "counterpart in the headline (miad, profile or fixed at the maximum clock)"
+    )
+
+
 SIMULATOR_SIDE: Final = (
-    "clock: MIAD with thresholds at half the SLO and the SLO clock floor, raised for pools "
-    "sent long prompts to the observed p99 prompt's (the live agent's MIAD uses the SLO "
-    "itself and FREESH's 300 MHz floor); placement: least-loaded (the live "
-    "router's default is BF-IO; `default-bfio` is the ablation); TP modes 4 and 8 over the "
-    "scenario's GPUs (live: the TPs the workers register with)"
+    "clock: after an SLO miss the pool runs at its maximum clock for a planning step (live: "
+    "the plan lifts the pool's clock cap and MIAD climbs on its own); the served floor of "
+    "pools sent long prompts uses the p99 of every served request (live: the node's); TP "
+    "modes 4 and 8 over the scenario's GPUs (live: the TPs the workers register with)"
 )
-"""Where the headline still differs from ``greenserve up --set planner.mode=milp``."""
+"""Where the headline still differs from what ``greenserve up`` runs with its defaults."""
 
 
 def _default_set() -> PolicySet:

@@ -1,8 +1,8 @@
 """Planner shell: publish a plan every epoch.
 
-``planner.mode = static`` publishes the pools of the settings (the default);
-``planner.mode = milp`` plans each epoch with FREESH Eq. 1 and a clock dimension from live
-inputs (:mod:`services.planner.live_service`). Each plan goes out on ``plan.current`` and into
+``planner.mode = milp`` (the default) plans each epoch with FREESH Eq. 1 and a clock
+dimension from live inputs (:mod:`services.planner.live_service`); ``planner.mode =
+static`` publishes the pools of the settings. Each plan goes out on ``plan.current`` and into
 Redis, so services that start later follow it.
 """
 

@@ -1,8 +1,9 @@
 """Live stack vs offline simulator: the same trace window, policies and workers agree.
 
 The live stack runs in-process over real NATS and Redis at speed-up ``K``; the simulator runs
-the ``live-defaults`` policy set (the live stack's defaults: per-region pools, LLF, BF-IO,
-quantile predictor, fixed max clock, classifier-default profile) on a scenario built from the
+the ``live-static`` policy set (the live stack on its static settings, :data:`LIVE_STATIC`:
+per-region pools, LLF, BF-IO, quantile predictor, fixed max clock, classifier-default
+profile) on a scenario built from the
 same :class:`~greenserve.stack.StackSpec`, with the live run's request ids (the classifier
 routes by a hash of the id, so both pick the same pools).
 
@@ -76,6 +77,14 @@ pytestmark = pytest.mark.connected
 
 SPEEDUP = 5.0
 REQUESTS = 200
+LIVE_STATIC = {
+    "planner": {"mode": "static"},
+    "dvfs": {"mode": "fixed"},
+    "router": {"placer": "bfio"},
+}
+"""The settings the ``live-static`` policy set mirrors (the defaults plan, clock and place
+as the headline does; ``tests/unit/simulator/test_default_policy.py`` checks that the
+headline reads them)."""
 PROBE_PERIOD_S = 0.005
 REL = 0.15
 """Relative slack: event-loop jitter of seven services and three paced engines on 2 cores."""
@@ -272,13 +281,14 @@ async def test_live_stack_and_simulator_agree_on_a_conversation_trace_window(
         regions=("PJM", "CISO"),
         speedup=SPEEDUP,
         origin_wall_s=time.time(),
+        extra=LIVE_STATIC,
     )
     live, lag_s = await _run_live(spec, trace)
     report = build_report(
         live, ModelClock(SPEEDUP, spec.origin_wall_s, ClockSettings().origin_model_s)
     )
     ids = [r.request_id for r in live.records]
-    policy = policy_by_name("live-defaults", tp=spec.tp)
+    policy = policy_by_name("live-static", tp=spec.tp)
     sims = [
         simulate(scenario_of(spec, phase=i / PHASES), policy, trace, request_ids=ids)
         for i in range(PHASES)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from loadgen.simulator.policies import (
     ABLATIONS,
     DEFAULT_SET,
@@ -35,6 +37,21 @@ def test_the_default_set_is_the_live_settings() -> None:
     other = policy_from_settings(changed)
     assert (other.objective, other.plan_mix_goal, other.slo_feedback) == ("carbon", None, False)
     assert (other.plan_split_long_input, other.plan_tps, other.discipline) == (False, (), "fcfs")
+
+
+def test_the_headline_places_and_clocks_as_the_live_router_and_dvfs_agent() -> None:
+    """Test that the router's placer and the dvfs agent's MIAD settings reach the headline,
+    and that a clock mode the simulator cannot mirror is refused, not silently replaced."""
+    default = policy_from_settings(Settings())
+    assert default.placer == Settings().router.placer
+    assert (default.clock, default.miad_guard, default.miad_slo_floor) == ("miad", 0.5, True)
+    other = policy_from_settings(
+        Settings(router={"placer": "bfio"}, dvfs={"miad_guard": 0.8, "miad_slo_floor": False})
+    )
+    assert (other.placer, other.miad_guard, other.miad_slo_floor) == ("bfio", 0.8, False)
+    assert policy_from_settings(Settings(dvfs={"mode": "fixed"})).clock == "max"
+    with pytest.raises(ValueError, match="no simulator counterpart"):
+        policy_from_settings(Settings(dvfs={"mode": "fixed", "clock_mhz": 900.0}))
 
 
 def test_each_ablation_switches_off_one_lever() -> None:

@@ -196,14 +196,14 @@ def test_class_instance_counts_give_one_each_and_the_rest_by_share() -> None:
 
 
 def _stats_view_run(phase_s: float) -> SimResult:
-    """live-defaults (BF-IO on a heartbeat-old KV view) with the heartbeat at ``phase_s``."""
+    """live-static (BF-IO on a heartbeat-old KV view) with the heartbeat at ``phase_s``."""
     control = {"sample_period_s": 5.0, "stats_period_s": 2.5, "stats_phase_s": phase_s}
     scenario = _scenario(3, control=control)
     carbon = CarbonClock({"R": np.full(48, INTENSITY)}, start_offset_s=3600.0)
     trace = synthetic_trace(
         rate_rps=6.0, duration_s=20.0, seed=11, mean_prompt_tokens=800, mean_output_tokens=60
     )
-    policy = policy_by_name("live-defaults", tp=1)
+    policy = policy_by_name("live-static", tp=1)
     return ClusterSimulator(scenario, policy, trace, carbon=carbon).run()
 
 

@@ -23,7 +23,7 @@ def test_environment_overrides_the_config_file(
     assert settings.worker.gpu == "H100-80GB"
     assert settings.worker.tp == 8
     assert settings.clock.speedup == 3.0
-    assert settings.router.placer == "bfio"
+    assert settings.router.placer == "least-loaded"
 
 
 def test_unknown_settings_are_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
