@@ -11,6 +11,7 @@ same services in one event loop.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ __all__ = [
     "StackSpec",
     "check_regions",
     "identity_for",
+    "missing_live_keys",
     "pool_id_for",
     "stack_launches",
     "with_settings",
@@ -157,6 +159,45 @@ def check_regions(
         return [zone.code for zone in registry.resolve_all(names)]
     except ZoneError as exc:
         raise ValueError(str(exc)) from None
+
+
+def missing_live_keys(
+    regions: Sequence[str],
+    source: str | None = None,
+    zones: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> list[str]:
+    """What live mode lacks in ``environ`` (default: this process's environment, which the
+    stack's forecaster inherits): one line per zone whose provider's credentials are not
+    all set, naming the zone, the provider and the variables. Empty when nothing is missing.
+
+    Without its keys a zone's live feed never polls and every answer is the model's
+    fallback, a stack that looks live and is not; ``greenserve up --carbon-mode live``
+    refuses to start instead.
+
+    Raises:
+        ValueError: a zone that does not resolve (:func:`check_regions`).
+    """
+    from shared.zones import LIVE_KEY_ENV, ZoneError, ZoneRegistry, ZoneSettings
+
+    env = os.environ if environ is None else environ
+    try:
+        registry = ZoneRegistry.from_settings(
+            {k: ZoneSettings.model_validate(v) for k, v in (zones or {}).items()}
+        )
+        names = [r if ":" in r or source is None else f"{source}:{r}" for r in regions]
+        resolved = registry.resolve_all(names)
+    except ZoneError as exc:
+        raise ValueError(str(exc)) from None
+    problems = []
+    for zone in resolved:
+        unset = [name for name in LIVE_KEY_ENV[zone.live_provider] if not env.get(name)]
+        if unset:
+            problems.append(
+                f"zone {zone.name} reads {zone.live_provider}, which needs "
+                f"{' and '.join(unset)} in the environment"
+            )
+    return problems
 
 
 @dataclass(frozen=True, slots=True)

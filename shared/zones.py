@@ -28,6 +28,7 @@ from shared.paths import data_dir
 
 __all__ = [
     "DEFAULT_TIMEZONES",
+    "LIVE_KEY_ENV",
     "SOURCES",
     "HolidayCalendar",
     "LiveProvider",
@@ -44,6 +45,13 @@ Source = Literal["eia", "em"]
 SOURCES: Final[tuple[Source, ...]] = get_args(Source)
 LiveProvider = Literal["electricitymaps", "watttime", "eia"]
 """Where live mode reads a zone's intensity (services/forecaster/live.py)."""
+LIVE_KEY_ENV: Final[dict[LiveProvider, tuple[str, ...]]] = {
+    "electricitymaps": ("ELECTRICITYMAPS_API_KEY",),
+    "watttime": ("WATTTIME_USERNAME", "WATTTIME_PASSWORD"),
+    "eia": ("EIA_API_KEY",),
+}
+"""Environment variables holding each live provider's credentials (read by the forecaster
+in live mode, and checked by ``greenserve up --carbon-mode live`` before it starts)."""
 HolidayCalendar = Literal["nerc", "none"]
 """``nerc``: NERC's six off-peak holidays on the zone's local date; ``none``: no holidays."""
 

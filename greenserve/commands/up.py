@@ -14,7 +14,10 @@ from greenserve.commands._stack_args import add_stack_arguments, spec_from_args
 from greenserve.local import STATE_FILE
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from greenserve.local import LocalStack
+    from greenserve.stack import StackSpec
     from shared.gpu.clock_lock import ClockModule
 
 __all__ = [
@@ -25,6 +28,7 @@ __all__ = [
     "print_metrics",
     "run",
     "wait_in_foreground",
+    "with_carbon_mode",
 ]
 
 NAME = "up"
@@ -79,6 +83,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the clocks to move (docs/gpu-clocks.md). Default off: simulated clocks only",
     )
     parser.add_argument(
+        "--carbon-mode",
+        choices=("live", "replay"),
+        default=None,
+        help="the carbon forecaster's mode (forecaster.mode): replay answers from the data "
+        "files, each answer stamped with the data's time; live reads each zone's provider "
+        "on the wall clock, with its credentials from the environment (Electricity Maps: "
+        "ELECTRICITYMAPS_API_KEY; WattTime: WATTTIME_USERNAME, WATTTIME_PASSWORD; EIA: "
+        "EIA_API_KEY), and refuses to start while one is missing (docs/forecaster.md). "
+        "Default: the settings file's mode, else replay",
+    )
+    parser.add_argument(
         "--otlp-endpoint",
         type=_http_url,
         default=None,
@@ -120,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         )
     )
 
-    spec = spec_from_args(args)
+    spec = with_carbon_mode(spec_from_args(args), args.carbon_mode)
     if args.gpu_clocks == "nvml":
         problem = gpu_clock_problem(args.workers * args.tp, args.cells)
         if problem:
@@ -211,6 +226,38 @@ def run(args: argparse.Namespace) -> int:
     for cell in reversed(stacks):  # the first cell owns the servers
         cell.stop()
     return 0
+
+
+def with_carbon_mode(
+    spec: StackSpec, mode: str | None, environ: Mapping[str, str] | None = None
+) -> StackSpec:
+    """``spec`` with the forecaster in ``mode`` (``None``: the settings file's), checked:
+    live mode needs every zone's provider credentials in ``environ`` (default: this
+    process's, which the forecaster inherits).
+
+    Raises:
+        UsageError: live mode with a credential missing, naming each zone, its provider
+            and the variables to set.
+    """
+    from greenserve.argtypes import UsageError
+    from greenserve.stack import missing_live_keys
+
+    forecaster = dict(spec.extra.get("forecaster", {}))
+    if mode is not None:
+        forecaster["mode"] = mode
+        spec = replace(spec, extra={**spec.extra, "forecaster": forecaster})
+    if forecaster.get("mode", "replay") != "live":
+        return spec
+    missing = missing_live_keys(
+        spec.regions, forecaster.get("source"), forecaster.get("zones"), environ
+    )
+    if missing:
+        raise UsageError(
+            "--carbon-mode live: "
+            + "; ".join(missing)
+            + " (set them, or use --carbon-mode replay to answer from the data files)"
+        )
+    return spec
 
 
 def gpu_clock_problem(gpus_needed: int, cells: int, nvml: ClockModule | None = None) -> str:

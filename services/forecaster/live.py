@@ -43,7 +43,7 @@ from services.forecaster.api_clients import (
     WattTimeClient,
 )
 from services.forecaster.sources import CarbonHistory
-from shared.zones import LiveProvider, Zone
+from shared.zones import LIVE_KEY_ENV, LiveProvider, Zone
 
 __all__ = [
     "CADENCE_S",
@@ -61,11 +61,7 @@ logger = logging.getLogger(__name__)
 CADENCE_S: Final = {"electricitymaps": 3600.0, "watttime": 300.0, "eia": 3600.0}
 """Poll period per provider (wall s): Electricity Maps and EIA-930 publish hourly values,
 WattTime a MOER every five minutes."""
-KEY_ENV: Final = {
-    "electricitymaps": ("ELECTRICITYMAPS_API_KEY",),
-    "watttime": ("WATTTIME_USERNAME", "WATTTIME_PASSWORD"),
-    "eia": ("EIA_API_KEY",),
-}
+KEY_ENV: Final = LIVE_KEY_ENV
 """Environment variables holding each provider's credentials."""
 _PUBLIC_URLS: Final = {
     "electricitymaps": "https://api.electricitymap.org",

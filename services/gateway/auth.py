@@ -1,10 +1,10 @@
 """OpenAI-style API keys: ``Authorization: Bearer <key>``, checked by hash, limited per key.
 
 With ``gateway.api_keys_file`` set (``greenserve up --secure`` sets it), every route but
-``/healthz``, ``/readyz`` and ``/metrics`` needs a key from that file: a missing or wrong one is 401
-``invalid_api_key`` and a key over its requests-per-minute is 429 ``rate_limit_exceeded``
-with ``Retry-After``, both in OpenAI's error shape. Without the file (the local demo) any
-key or none passes, as before.
+``/healthz``, ``/readyz``, ``/health`` and ``/metrics`` needs a key from that file: a missing
+or wrong one is 401 ``invalid_api_key`` and a key over its requests-per-minute is 429
+``rate_limit_exceeded`` with ``Retry-After``, both in OpenAI's error shape. Without the file
+(the local demo) any key or none passes.
 
 A presented key is hashed and compared with every entry in constant time, with no early
 exit, so neither the answer's timing nor the file's order tells a guesser how close a key
@@ -27,7 +27,7 @@ from shared.security.api_keys import ApiKeyEntry, hash_api_key
 
 __all__ = ["OPEN_PATHS", "KeyRing", "TokenBucket", "authenticate"]
 
-OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics"})
+OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/health", "/metrics"})
 """Routes a probe or a scraper reaches without a key."""
 
 

@@ -1,4 +1,5 @@
-"""Liveness and readiness: ``/healthz`` says the process serves, ``/readyz`` that requests flow.
+"""Liveness and readiness: ``/healthz`` says the process serves, ``/readyz`` that requests flow,
+``/health`` the same as ``/readyz`` in vLLM's form.
 
 The two answer different questions and an orchestrator acts on them differently: a failed
 liveness probe restarts the process, a failed readiness probe only takes it out of the
@@ -7,6 +8,11 @@ gateway cannot bring NATS back), and ``/readyz`` is 503 with its reasons while a
 sent here could not reach a worker and come back: NATS disconnected, the ingress stream
 missing (a server that lost its store, until its owners create it again), Redis
 unreachable (the scheduler's hand-off needs it), or no live worker registered.
+
+``/health`` answers as a vLLM server does, for load tools (guidellm and others) that probe it
+before they send load and stop at anything but a 200: 200 with an empty body when ready, 503
+with an empty body when not (vLLM's answer once its engine is dead). The reasons are on
+``/readyz``.
 
 Readiness is cheap: its checks run at most once per ``cache_s`` whatever the probe rate,
 concurrent probes share one run, and the worker check costs one ``EXISTS`` of the worker
@@ -156,6 +162,14 @@ async def _alive(_request: web.Request) -> web.Response:
     return web.json_response({"status": "alive"})
 
 
+async def _health(request: web.Request) -> web.Response:
+    # vLLM's /health: no body either way, only the status.
+    if (await request.app[READINESS].check()).ready:
+        return web.Response(status=200)
+    ERRORS.labels(NAME, "not_ready").inc()
+    return web.Response(status=503)
+
+
 async def _ready(request: web.Request) -> web.Response:
     verdict = await request.app[READINESS].check()
     body: dict[str, object] = {"status": "ready" if verdict.ready else "not ready"}
@@ -170,7 +184,8 @@ async def _ready(request: web.Request) -> web.Response:
 
 
 def add_health_routes(app: web.Application, config: ReadinessConfig | None = None) -> None:
-    """``/healthz`` (liveness) and ``/readyz`` (readiness) over the app's gateway state."""
+    """``/healthz`` (liveness), ``/readyz`` (readiness) and vLLM's ``/health`` (readiness,
+    status only) over the app's gateway state."""
     state = app[STATE]
     app[READINESS] = ReadinessProbe(
         nc=state.nc,
@@ -182,3 +197,4 @@ def add_health_routes(app: web.Application, config: ReadinessConfig | None = Non
     )
     app.router.add_get("/healthz", _alive)
     app.router.add_get("/readyz", _ready)
+    app.router.add_get("/health", _health)

@@ -39,7 +39,7 @@ HTTP_DURATION_S: Histogram = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
 )
 
-UNTRACED_ROUTES = frozenset({"/metrics", "/healthz", "/readyz"})
+UNTRACED_ROUTES = frozenset({"/metrics", "/healthz", "/readyz", "/health"})
 """Routes served without a span (still counted and timed)."""
 
 logger = logging.getLogger(__name__)

@@ -4,7 +4,9 @@ Pure helpers shared by the ``vllm`` backend (client side) and ``greenserve sim-e
 (server side). Token counting is exact when the server reports usage on every chunk
 (``stream_options.continuous_usage_stats``, a vLLM extension: cumulative
 ``completion_tokens``); otherwise each choice chunk counts as its ``token_ids`` (when
-returned) or one token, and the final usage chunk tops the count up.
+returned) or one token (a chat stream's opening role chunk none), and the final usage
+chunk tops the count up. The shapes are those of the recorded vLLM responses under
+``tests/fixtures/vllm/``.
 """
 
 from __future__ import annotations
@@ -119,10 +121,7 @@ class TokenCounter:
                 self.finish_reason = str(reason)
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
             return self._advance_to(usage["completion_tokens"])
-        new = 0
-        for choice in choices:
-            token_ids = choice.get("token_ids")
-            new += len(token_ids) if isinstance(token_ids, list) else 1
+        new = sum(_choice_tokens(choice) for choice in choices)
         self.counted += new
         return new
 
@@ -130,3 +129,16 @@ class TokenCounter:
         new = max(0, total - self.counted)
         self.counted += new
         return new
+
+
+def _choice_tokens(choice: dict[str, Any]) -> int:
+    """Tokens one choice chunk carries when the server reports no usage on it: its
+    ``token_ids`` when returned, none for a chat stream's opening role chunk (vLLM sends
+    ``delta: {role, content: ""}`` before the first token), else one."""
+    token_ids = choice.get("token_ids")
+    if isinstance(token_ids, list):
+        return len(token_ids)
+    delta = choice.get("delta")
+    if isinstance(delta, dict) and "role" in delta and not delta.get("content"):
+        return 0
+    return 1

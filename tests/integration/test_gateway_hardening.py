@@ -140,8 +140,8 @@ async def test_api_keys_are_required_checked_and_rate_limited(
     nats_server: ServerProcess, redis_server: ServerProcess, namespace: str, tmp_path: Path
 ) -> None:
     """Test that with a key file a missing or wrong key gets 401 ``invalid_api_key``, the
-    right one passes, a key over its rate gets 429 with ``Retry-After``, and /healthz and
-    /metrics need none."""
+    right one passes, a key over its rate gets 429 with ``Retry-After``, and /healthz,
+    /health and /metrics need none."""
     config = {"api_keys_file": _key_file(tmp_path)}
     async with _gateway(nats_server, redis_server, namespace, **config) as gateway:
         before = _errors("invalid_api_key")
@@ -162,6 +162,8 @@ async def test_api_keys_are_required_checked_and_rate_limited(
         assert (status, error["error"]["code"]) == (404, "model_not_found")
         assert (await _get(gateway, "/healthz"))[0] == 200
         assert (await _get(gateway, "/metrics"))[0] == 200
+        # vLLM's /health takes no key either (load tools probe it bare); not ready here.
+        assert (await _get(gateway, "/health"))[0] == 503
 
         assert (await _get(gateway, "/v1/models", "sk-limited"))[0] == 200
         assert (await _get(gateway, "/v1/models", "sk-limited"))[0] == 200

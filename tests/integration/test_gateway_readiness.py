@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,13 @@ from proto.keys import Keys
 from proto.subjects import Subjects
 from services.gateway.health import ReadinessConfig, ReadinessProbe
 from services.gateway.service import open_gateway
+from services.gateway.state import NAME
 from shared.bus import connect_nats, ensure_ingress_stream
 from shared.config import GatewaySettings, NatsSettings, RedisSettings, Settings
+from shared.counters import ERRORS
 from shared.servers import ServerProcess, start_nats, start_redis
 from shared.store import connect_redis
+from tests.vllm_replay import fixture
 
 pytestmark = pytest.mark.connected
 
@@ -87,6 +91,49 @@ async def test_readiness_follows_workers_redis_and_nats_while_liveness_stays_up(
         await redis.aclose()
         for server in servers:
             server.stop()
+
+
+async def test_health_answers_as_vllm_does(
+    nats_server: ServerProcess, redis_server: ServerProcess, namespace: str
+) -> None:
+    """Test that /health follows readiness in vLLM's form, status and empty body as the
+    recorded vLLM release answers (tests/fixtures/vllm): 503 while no worker is registered,
+    200 once one is, each a not-ready answer counted."""
+    recorded = json.loads(fixture("health.json"))
+    settings = Settings(
+        namespace=namespace,
+        nats=NatsSettings(url=nats_server.url),
+        redis=RedisSettings(url=redis_server.url),
+    )
+    keys = Keys(namespace)
+    redis = connect_redis(settings.redis)
+    try:
+        async with (
+            open_gateway(settings, GatewaySettings(port=0)) as gateway,
+            aiohttp.ClientSession(gateway.url) as http,
+        ):
+            before = _not_ready_count()
+            async with http.get("/health") as response:
+                unready = (response.status, await response.text())
+            assert unready == (recorded["engine_dead"]["status"], recorded["engine_dead"]["body"])
+            assert _not_ready_count() == before + 1
+
+            await redis.set(keys.worker("w0"), b"registered", ex=60)
+            deadline = time.monotonic() + 15.0
+            while True:
+                async with http.get("/health") as response:
+                    ready = (response.status, await response.text())
+                if ready[0] == 200 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.2)
+            assert ready == (recorded["ready"]["status"], recorded["ready"]["body"])
+    finally:
+        await redis.delete(keys.worker("w0"))
+        await redis.aclose()
+
+
+def _not_ready_count() -> float:
+    return float(ERRORS.labels(NAME, "not_ready")._value.get())
 
 
 async def test_a_missing_ingress_stream_is_a_reason_and_verdicts_are_cached(

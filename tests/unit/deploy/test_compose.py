@@ -37,7 +37,9 @@ def _compose() -> dict[str, Any]:
 
 
 SERVICES: dict[str, dict[str, Any]] = _compose()["services"]
-GREENSERVE = {name: svc for name, svc in SERVICES.items() if name not in INFRA}
+NODE_AGENTS = {"clockd"}
+"""GreenServe's node processes that use no bus or store (the clock agent)."""
+GREENSERVE = {name: svc for name, svc in SERVICES.items() if name not in INFRA | NODE_AGENTS}
 SIM_WORKERS = {
     name: svc
     for name, svc in GREENSERVE.items()
@@ -247,6 +249,69 @@ def test_infrastructure_is_what_the_design_names() -> None:
     assert devices[0]["capabilities"] == ["gpu"]
     assert _env(worker)["GREENSERVE_WORKER__BACKEND"] == "vllm"
     assert _env(worker)["GREENSERVE_WORKER__VLLM_URL"] == "http://vllm:8000"
+
+
+def test_the_vllm_image_is_the_release_the_backend_is_tested_against() -> None:
+    """Test that the vllm profile pins the vLLM release whose recorded responses the
+    backend's contract tests replay (tests/fixtures/vllm/<version>), and the worker on it
+    reads its GPU through NVML and takes clock control from the clock agent only on opt-in."""
+    from tests.vllm_replay import FIXTURES, VLLM_VERSION
+
+    assert SERVICES["vllm"]["image"] == f"vllm/vllm-openai:v{VLLM_VERSION}"
+    assert (FIXTURES / "README.md").is_file()
+    worker = SERVICES["worker-vllm"]
+    env = _env(worker)
+    assert env["GREENSERVE_WORKER__GPU_CLOCKS"] == "off"  # the default without GS_GPU_CLOCKS
+    assert env["GREENSERVE_WORKER__NVML_GPU_INDICES"] == "[0]"
+    [device] = worker["deploy"]["resources"]["reservations"]["devices"]
+    assert "utility" in device["capabilities"]
+    assert worker["depends_on"]["clockd"] == {"condition": "service_healthy", "required": False}
+
+
+def test_the_clock_agent_is_a_gpu_profile_service_with_only_the_privileges_nvml_needs() -> None:
+    """Test the clock agent container: only under the gpu profile (a non-GPU run never starts
+    it), the image's services.clockd on the socket the vLLM worker names and shares, root
+    with SYS_ADMIN and CHOWN and every other capability dropped, no privileged mode or host
+    namespaces, every GPU through the NVIDIA runtime, and a healthcheck on its socket."""
+    agent = SERVICES["clockd"]
+    assert agent["profiles"] == ["gpu"]
+    assert all("gpu" not in svc.get("profiles", []) for n, svc in SERVICES.items() if n != "clockd")
+    command = agent["command"]
+    assert command[:3] == ["python", "-m", "services.clockd"]
+    assert importlib.util.find_spec("services.clockd.__main__") is not None
+    socket_path = command[command.index("--socket") + 1]
+    assert command[command.index("--socket-group") + 1] == "greenserve"
+    assert "useradd --create-home --uid 10001 greenserve" in DOCKERFILE.read_text("utf-8")
+    worker_env = _env(SERVICES["worker-vllm"])
+    assert worker_env["GREENSERVE_WORKER__CLOCK_AGENT_SOCKET"] == socket_path
+    folder = str(Path(socket_path).parent)
+    volume = next(v for v in agent["volumes"] if v.endswith(f":{folder}"))
+    assert volume in SERVICES["worker-vllm"]["volumes"]
+    assert volume.split(":")[0] in _compose()["volumes"]
+    assert agent["user"] == "0:0"
+    assert agent["cap_drop"] == ["ALL"]
+    assert sorted(agent["cap_add"]) == ["CHOWN", "SYS_ADMIN"]
+    assert "no-new-privileges:true" in agent["security_opt"]
+    assert not {"privileged", "pid", "network_mode", "ipc", "devices"} & set(agent)
+    assert agent["environment"] == {}
+    assert agent["depends_on"] == {}
+    [device] = agent["deploy"]["resources"]["reservations"]["devices"]
+    assert device == {"driver": "nvidia", "count": "all", "capabilities": ["gpu", "utility"]}
+    assert socket_path in " ".join(agent["healthcheck"]["test"])
+    assert agent["restart"] == "unless-stopped"
+    assert agent["image"] == "greenserve:local"
+
+
+def test_the_image_installs_nvml_for_the_clock_agent() -> None:
+    """Test that the image installs the gpu extra (nvidia-ml-py), pinned: without it the
+    clock agent exits at start with 'cannot import pynvml'."""
+    import tomllib
+
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert "['optional-dependencies']['gpu']" in text
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert any(r.startswith("nvidia-ml-py") for r in project["optional-dependencies"]["gpu"])
+    assert "nvidia-ml-py==" in (REPO / "constraints.txt").read_text(encoding="utf-8")
 
 
 def test_redis_keeps_an_append_only_file_in_both_compose_files() -> None:
