@@ -52,7 +52,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
         regions=("PJM",),
         speedup=SPEEDUP,
         origin_wall_s=time.time(),
-        extra={"dvfs": {"clock_mhz": DVFS_CLOCK_MHZ}},
+        extra={"dvfs": {"mode": "fixed", "clock_mhz": DVFS_CLOCK_MHZ}},
     )
     with secure_stack(spec, Path(tmp_path_factory.mktemp("secure")), CLIENTS) as started:
         yield started
