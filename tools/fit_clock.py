@@ -37,8 +37,8 @@ from typing import Any
 
 from scipy.optimize import minimize
 
-from greenserve.bench.engine_clock_paper import THROTTLLEM
-from greenserve.bench.engine_clock_run import saturated_tokens_per_joule, throttllem_sweep
+from greenserve.bench.engine_clock.paper import THROTTLLEM
+from greenserve.bench.engine_clock.sweeps import saturated_tokens_per_joule, throttllem_sweep
 from shared.engine.accuracy import evaluate
 from shared.engine.calibration import CalibrationPoint, load_points
 from shared.engine.clock import ClockSettings

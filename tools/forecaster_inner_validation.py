@@ -32,7 +32,7 @@ suffix on a variant:
   booster reads NERC's public holidays (``holiday_features``,
   :mod:`services.forecaster.holidays`; kept);
 * on top of ``B2+F+S+H24+R+G+D``: ``+Q`` EIA hours whose total generation is implausible
-  become gaps (:mod:`services.forecaster.screening`); ``+Z`` the booster reads the sun's
+  become gaps (:mod:`greenserve.bench.forecaster.screening`); ``+Z`` the booster reads the sun's
   path against the template's (``solar_features``, :mod:`services.forecaster.sun`).
 
 ``EM:<variant>`` runs a variant on the Electricity Maps inner protocol instead (each zone
@@ -52,10 +52,10 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from services.forecaster.backtest import run_backtest
+from greenserve.bench.forecaster.backtest import run_backtest
+from greenserve.bench.forecaster.screening import screened
 from services.forecaster.config import ForecasterConfig
 from services.forecaster.models import SharedFits
-from services.forecaster.screening import screened
 from services.forecaster.sources import (
     EIA_REGIONS,
     EM_ZONES,

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from greenserve.bench.control_plane import CLOCK_TICKS
+from greenserve.bench.control_plane.run import CLOCK_TICKS
 from greenserve.local import LocalStack, start_local_stack
 from greenserve.stack import StackSpec
 from loadgen.replay import replay

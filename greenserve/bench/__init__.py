@@ -1,16 +1,21 @@
-"""Benchmarks: one `greenserve bench <name>` command each, written as two modules.
+"""Benchmarks: one `greenserve bench <name>` command each, one folder per subject.
 
-- ``greenserve/bench/options/<module>.py`` says what the command is: ``NAME: str`` (the
-  command name, ``"engine-accuracy"``), ``HELP: str`` (one line for ``--help``) and
+Each folder (``greenserve/bench/dvfs/``, ``greenserve/bench/control_plane/``...) is a package
+holding one benchmark:
+
+- ``options.py`` says what the command is: ``NAME: str`` (the command name,
+  ``"engine-accuracy"``), ``HELP: str`` (one line for ``--help``) and
   ``add_arguments(parser)``. It imports nothing heavier than ``argparse`` and
-  :mod:`greenserve.argtypes`, because the CLI imports every one of them to build its parser.
-- ``greenserve/bench/<module>.py`` does the work: ``run(args: argparse.Namespace) ->
-  dict[str, Any]``. It may import numpy, scikit-learn or a whole stack, and is imported
-  only when its benchmark runs.
+  :mod:`greenserve.argtypes`, because the CLI imports every one of them to build its parser;
+  the package's ``__init__.py`` stays empty for the same reason.
+- ``run.py`` does the work: ``run(args: argparse.Namespace) -> dict[str, Any]``. It may
+  import numpy, scikit-learn or a whole stack, and is imported only when its benchmark runs.
+- the rest of the folder is what only that benchmark uses (its scenarios, plots, paper
+  figures, evaluation harness), named for what it does and not after the code it measures.
 
 The CLI prints human-readable progress on stderr and, with ``--json``, the result as one
-JSON object on the last line of stdout. Discovery by module keeps benchmarks independent:
-adding one adds its two modules and never edits a shared registry file.
+JSON object on the last line of stdout. Discovery by folder keeps benchmarks independent:
+adding one adds its folder and never edits a shared registry file.
 """
 
 from __future__ import annotations
@@ -21,8 +26,6 @@ import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-
-from greenserve.bench import options
 
 __all__ = ["Bench", "discover"]
 
@@ -49,14 +52,15 @@ class Bench:
 def discover() -> dict[str, Bench]:
     """Return every benchmark, keyed by its command name, importing only options modules."""
     found: dict[str, Bench] = {}
-    for info in pkgutil.iter_modules(options.__path__):
-        if info.name.startswith("_"):
+    for info in pkgutil.iter_modules(__path__):
+        if not info.ispkg or info.name.startswith("_"):
             continue
-        spec = importlib.import_module(f"{options.__name__}.{info.name}")
+        package = f"{__name__}.{info.name}"
+        spec = importlib.import_module(f"{package}.options")
         found[spec.NAME] = Bench(
             name=spec.NAME,
             help=spec.HELP,
             add_arguments=spec.add_arguments,
-            module=f"{__name__}.{info.name}",
+            module=f"{package}.run",
         )
     return found

@@ -1,7 +1,7 @@
 """``greenserve sim-engine``: serve a simulated GPU behind vLLM's OpenAI-compatible API.
 
 Point the ``vllm`` worker backend (``worker.vllm_url``), the profiler or any OpenAI client
-at it. See :mod:`services.worker.sim_server` for the endpoints.
+at it. See :mod:`loadgen.sim_server` for the endpoints.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _serve(args: argparse.Namespace) -> None:
     # Imported here, not above: aiohttp is most of a --help's start otherwise.
-    from services.worker.sim_server import SimEngineServer, start_sim_server
+    from loadgen.sim_server import SimEngineServer, start_sim_server
 
     engine = create_engine(
         EngineConfig(

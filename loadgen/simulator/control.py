@@ -348,8 +348,8 @@ class ControlLoops:
         return False
 
     def _dvfs_tick(self, t_s: float) -> bool:
+        from loadgen.instance_sim import engine_observation
         from services.dvfs.controller import LatencyWindow
-        from services.dvfs.instance_sim import engine_observation
 
         sim = self.sim
         stall = sim.scenario.delays.clock_change_s

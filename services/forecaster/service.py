@@ -147,7 +147,7 @@ def refit_cut(
     """The data end of the next re-estimation, if one is due at model time ``now_s``.
 
     Due when ``refit_days`` (> 0) have passed since the data end of the models in use (as
-    the bench's rolling protocol refits, ``services.forecaster.backtest.refit_origins``);
+    the bench's rolling protocol refits, ``greenserve.bench.forecaster.backtest.refit_origins``);
     ``None`` otherwise, and always with no fit yet (the start-up fit runs on its own).
     """
     if fitted_cut is None or refit_days <= 0:

@@ -4,7 +4,7 @@ Each decision solves the per-step program (IO) approximately: choose which waiti
 requests to admit (``N = min(|W|, sum of free slots)``, every fillable slot is filled) and
 on which worker, minimising ``sum_{h=0..H} Imb(k+h)`` with Imb from Eq. 2 over the
 predicted loads of :mod:`services.router.lookahead`. The paper gives no solver; this one is
-ours, and :mod:`services.router.bfio_milp` measures its optimality gap:
+ours, and :mod:`greenserve.bench.bfio.bfio_milp` measures its optimality gap:
 
 1. *Urgent first.* Candidates whose laxity is at or below ``urgent_laxity_s`` are admitted
    before anything else, least laxity first, each on the worker whose exact marginal

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from greenserve.bench.control_plane import _spec, _sweep
+from greenserve.bench.control_plane.run import _spec, _sweep
 from greenserve.cli import main
 from greenserve.local import alive, load_state
 

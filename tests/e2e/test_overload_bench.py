@@ -7,8 +7,8 @@ import argparse
 
 import pytest
 
-from greenserve.bench.options.overload import add_arguments
-from greenserve.bench.overload import run
+from greenserve.bench.overload.options import add_arguments
+from greenserve.bench.overload.run import run
 
 pytestmark = pytest.mark.connected
 

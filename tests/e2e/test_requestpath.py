@@ -16,7 +16,7 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from greenserve.bench.control_plane import HOPS, hop_breakdown
+from greenserve.bench.control_plane.run import HOPS, hop_breakdown
 from greenserve.local.requestpath.service import READY_EVENT_PERIOD_S, InMemoryScheduler
 from greenserve.runner import run_in_process
 from greenserve.stack import StackSpec, stack_launches

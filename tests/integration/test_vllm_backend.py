@@ -14,11 +14,11 @@ from greenserve.runner import run_in_process
 from greenserve.stack import StackSpec, stack_launches
 from loadgen.replay import replay
 from loadgen.report import build_report
+from loadgen.sim_server import SimEngineServer, start_sim_server
 from loadgen.traces import load_azure_trace, resolve_trace
 from proto.codec import decode
 from proto.messages import ClockCommand, ClockReply, WorkerStats
 from proto.subjects import Subjects
-from services.worker.sim_server import SimEngineServer, start_sim_server
 from shared.bus import connect_nats, request
 from shared.clock import ModelClock
 from shared.config import NatsSettings

@@ -1,4 +1,4 @@
-"""Each benchmark is a light options module and a work module that agree with each other."""
+"""Each benchmark is a folder: a light options module and a work module that agree."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import greenserve.bench
 import greenserve.faults
 import services.dvfs.profile_live
 from greenserve.bench import discover
-from greenserve.bench.options import faults as faults_options
-from greenserve.bench.options import profile_drift as profile_drift_options
+from greenserve.bench.faults import options as faults_options
+from greenserve.bench.profile_drift import options as profile_drift_options
 
 BENCHES = discover()
 
@@ -30,7 +30,7 @@ def test_every_benchmark_has_a_work_module_that_runs_it(name: str) -> None:
 def test_discovery_finds_the_benchmarks_the_docs_name() -> None:
     """Test that discovery reads the options package (one module per benchmark)."""
     assert {"cli-help", "cluster", "dvfs", "freesh-pool", "llf", "sim-speed"} <= set(BENCHES)
-    assert BENCHES["llf"].module == "greenserve.bench.llf"
+    assert BENCHES["llf"].module == "greenserve.bench.llf.run"
 
 
 def test_constants_written_out_in_options_modules_match_their_source() -> None:
@@ -42,15 +42,44 @@ def test_constants_written_out_in_options_modules_match_their_source() -> None:
 
 
 def test_every_benchmark_module_has_an_options_module() -> None:
-    """Test that no module of ``greenserve/bench`` defines a command (a top-level ``NAME``)
-    without the light options module the CLI discovers; one written the old way would
-    silently vanish from ``greenserve bench``. Read as text, so as to import none of them."""
-    folder = Path(greenserve.bench.__file__).parent
-    defines_a_command = re.compile(r"^(NAME\b|from greenserve\.bench\.options\.)", re.MULTILINE)
+    """Test that no module of ``greenserve/bench`` defines a command (a top-level ``NAME``,
+    or an import of an options module) except the ``run.py`` of a discovered folder, and
+    that every folder is discovered; one written another way would silently vanish from
+    ``greenserve bench``. Read as text, so as to import none of them."""
+    root = Path(greenserve.bench.__file__).parent
+    defines_a_command = re.compile(
+        r"^(NAME\b|from greenserve\.bench\.\w+\.options import)", re.MULTILINE
+    )
     commands = {
-        path.stem
-        for path in folder.glob("[!_]*.py")
-        if defines_a_command.search(path.read_text(encoding="utf-8"))
+        ".".join(("greenserve", "bench", *path.relative_to(root).with_suffix("").parts))
+        for path in root.rglob("*.py")
+        if path.name != "options.py" and defines_a_command.search(path.read_text("utf-8"))
     }
-    discovered = {bench.module.rpartition(".")[2] for bench in BENCHES.values()}
+    folders = {
+        f"greenserve.bench.{path.parent.name}.run"
+        for path in root.glob("*/*.py")
+        if "__pycache__" not in path.parts
+    }
+    discovered = {bench.module for bench in BENCHES.values()}
     assert commands == discovered
+    assert folders == discovered
+
+
+MEASURED_ELSEWHERE_OK = frozenset({"__init__", "options", "run", "plots", "report"})
+"""Names of a role, not of a measured module: each bench folder may have its own."""
+
+
+def test_no_bench_module_is_named_after_a_module_outside_the_bench() -> None:
+    """Test that a bench module's file name is not that of a module it might measure
+    (``bfio.py``, ``faults.py``, ``cluster.py``): two files of one name send a reader of a
+    traceback or a search to the wrong one."""
+    root = Path(greenserve.bench.__file__).parents[2]
+    bench = root / "greenserve" / "bench"
+    outside = {
+        path.stem
+        for folder in ("greenserve", "loadgen", "services", "shared", "proto", "tools")
+        for path in (root / folder).rglob("*.py")
+        if bench not in path.parents
+    }
+    inside = {path.stem for path in bench.rglob("*.py")} - MEASURED_ELSEWHERE_OK
+    assert sorted(inside & outside) == []

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from greenserve.bench import cli_help, discover
+from greenserve.bench import discover
+from greenserve.bench.cli_help import run as cli_help
 from greenserve.cli import build_parser
 
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from greenserve.argtypes import UsageError
-from greenserve.bench import cluster
+from greenserve.bench.cluster import run as cluster
 
 SCENARIO = """\
 name: tiny

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from greenserve.bench.control_plane import _goal_met
+from greenserve.bench.control_plane.run import _goal_met
 
 
 def _step(rps: float, p99_ms: float, completed: bool = True) -> dict[str, Any]:

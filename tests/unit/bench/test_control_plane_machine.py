@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from greenserve.bench.control_plane_cpu import machine_s
+from greenserve.bench.control_plane.cpu import machine_s
 
 
 def test_a_process_outside_the_stack_shows_in_the_machine_busy_time() -> None:

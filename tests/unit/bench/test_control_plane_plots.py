@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from greenserve.bench.control_plane import HOPS
-from greenserve.bench.control_plane_plots import plot_control_plane
+from greenserve.bench.control_plane.plots import plot_control_plane
+from greenserve.bench.control_plane.run import HOPS
 
 PNG = b"\x89PNG\r\n\x1a\n"
 GOAL = {"sustained_rps": 2000.0, "p99_added_ms": 5.0}
@@ -50,7 +50,7 @@ def test_the_plot_draws_every_run_and_the_hops_when_stamped(hops: bool, tmp_path
 def test_the_cores_panel_keeps_the_busiest_processes_and_the_load_generator() -> None:
     """Test that the panel's series are the busiest processes at their peak, the load
     generator counted as one, and that steps without per-process CPU are left out."""
-    from greenserve.bench.control_plane_plots import BUSIEST, _cores_by_process
+    from greenserve.bench.control_plane.plots import BUSIEST, _cores_by_process
 
     quiet = {f"quiet-{i}": 0.01 for i in range(BUSIEST)}
     steps: list[dict[str, Any]] = [

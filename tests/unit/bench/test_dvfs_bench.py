@@ -6,7 +6,7 @@ import argparse
 import math
 from pathlib import Path
 
-from greenserve.bench import dvfs
+from greenserve.bench.dvfs import run as dvfs
 
 ROWS = (
     "fixed-1410",

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from greenserve.bench.dvfs_report import build_report
+from greenserve.bench.dvfs.report import build_report
 
 
 def _setting(**extra: Any) -> dict[str, Any]:

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from greenserve.bench import engine_clock
-from greenserve.bench.engine_clock_run import (
+from greenserve.bench.engine_clock import run as engine_clock
+from greenserve.bench.engine_clock.sweeps import (
     CellResult,
     class_pools,
     run_cell,
@@ -87,7 +87,7 @@ def test_a_cell_reports_energy_and_slo() -> None:
 
 
 def engine_clock_paper_classes() -> tuple[str, ...]:
-    from greenserve.bench.engine_clock_paper import CLASSES
+    from greenserve.bench.engine_clock.paper import CLASSES
 
     return CLASSES
 
@@ -118,8 +118,8 @@ def test_active_power_makes_a_u_at_dynamollms_fixed_load() -> None:
     clock-independent active power falls monotonically with the clock, so the check can fail."""
     from dataclasses import replace
 
-    from greenserve.bench.engine_clock_paper import PAPER_CLOCKS_MHZ
-    from greenserve.bench.engine_clock_run import DYNAMOLLM_STACK, stack_coefficients
+    from greenserve.bench.engine_clock.paper import PAPER_CLOCKS_MHZ
+    from greenserve.bench.engine_clock.sweeps import DYNAMOLLM_STACK, stack_coefficients
     from shared.engine.clock import DEFAULT_CLOCK_SETTINGS
 
     pools = class_pools(resolve_trace("conv"))

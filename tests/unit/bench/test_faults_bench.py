@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from greenserve.bench.faults import _by_name
+from greenserve.bench.faults.run import _by_name
 from greenserve.faults import ScenarioResult
 
 

@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from greenserve.bench.forecaster_plots import DAY_AHEAD_DAYS, plot_backtest, plot_day_ahead
-from services.forecaster.backtest import BacktestResult, run_backtest
+from greenserve.bench.forecaster.backtest import BacktestResult, run_backtest
+from greenserve.bench.forecaster.day_ahead import DayAheadSeries
+from greenserve.bench.forecaster.plots import DAY_AHEAD_DAYS, plot_backtest, plot_day_ahead
 from services.forecaster.config import ForecasterConfig
-from services.forecaster.day_ahead import DayAheadSeries
 from tests.unit.forecaster.conftest import synthetic_history
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from greenserve.bench import freesh_pool
+from greenserve.bench.freesh_pool import run as freesh_pool
 from services.planner.milp import solve_plan
 from services.planner.plan_model import Plan
 from services.planner.problem import PlannerSettings, PlanningProblem

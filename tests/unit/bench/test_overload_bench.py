@@ -7,9 +7,9 @@ import itertools
 
 import pytest
 
-from greenserve.bench.options.overload import add_arguments
-from greenserve.bench.overload import _goals, poisson_trace
-from greenserve.bench.overload_score import score_http, score_nats
+from greenserve.bench.overload.options import add_arguments
+from greenserve.bench.overload.run import _goals, poisson_trace
+from greenserve.bench.overload.score import score_http, score_nats
 from loadgen.http_replay import HttpRecord
 from loadgen.replay import ClientRecord
 from loadgen.traces import TraceRequest

@@ -7,11 +7,11 @@ import dataclasses
 
 from rich.progress import Progress
 
-from greenserve.bench import planner_scale
+from greenserve.bench.planner_scale import run as planner_scale
+from greenserve.bench.planner_scale.synthetic_profiles import dynamollm_configs
 from services.planner.milp import solve_plan
 from services.planner.plan_model import PlanStatus
 from services.planner.problem import PlannerSettings
-from services.planner.synthetic_profiles import dynamollm_configs
 from tests.unit.planner.helpers import config, problem
 
 

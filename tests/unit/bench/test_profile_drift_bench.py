@@ -6,7 +6,7 @@ import argparse
 import math
 from pathlib import Path
 
-from greenserve.bench import profile_drift
+from greenserve.bench.profile_drift import run as profile_drift
 
 CONTROLLERS = ("fixed-max", "swept-once", "drift-resweep", "per-phase-profile")
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from greenserve.bench import predictor as predictor_bench
-from services.classifier.evaluation import (
+from greenserve.bench.predictor import run as predictor_bench
+from greenserve.bench.predictor.evaluation import (
     ReplayResult,
     TraceRequest,
     load_azure_trace,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from loadgen.instance_sim import Arrival, run_instance
 from services.dvfs.controller import FixedClockController, Observation, RequestState
-from services.dvfs.instance_sim import Arrival, run_instance
 from services.dvfs.miad import MiadController
 from shared.engine import EngineConfig, create_engine
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.dvfs.workloads import freesh_ss_workload, throttllem_workload, with_predicted_lengths
+from greenserve.bench.dvfs.workloads import (
+    freesh_ss_workload,
+    throttllem_workload,
+    with_predicted_lengths,
+)
 
 
 def test_freesh_workload_is_all_ss_under_partition_b() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from greenserve.bench import engine_real
+from greenserve.bench.engine_real import run as engine_real
 from shared.engine.real_check import (
     MEASUREMENTS_DIR,
     compare_measurement,

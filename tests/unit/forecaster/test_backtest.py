@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from services.forecaster.backtest import (
+from greenserve.bench.forecaster.backtest import (
     RollingForecasts,
     as_dict,
     code_digest,
@@ -228,20 +228,23 @@ def test_the_horizon_curve_and_the_day_ahead_series_agree_with_the_scores(
 def test_the_cache_key_changes_with_any_module_of_the_package(tmp_path: Path) -> None:
     """Test that an edit to a module split out of the old fixed list (``booster_rows``)
     changes the digest, as does a new module, and that the digest is stable otherwise; and
-    that the cache key's digest is the package's as imported, whatever happens on disk."""
-    package = Path(inspect.getfile(code_digest)).parent
+    that the cache key's digest is that of the forecaster package and of the backtest's own
+    folder as imported, whatever happens on disk."""
+    package = Path(inspect.getfile(fit_forecaster)).parent
+    backtest = Path(inspect.getfile(code_digest)).parent
     for module in package.glob("*.py"):
         (tmp_path / module.name).write_bytes(module.read_bytes())
     before = package_digest(tmp_path)
     assert package_digest(tmp_path) == before
-    assert package_digest(package) == before == code_digest()
+    assert package_digest(package) == before
+    assert code_digest() == before + package_digest(backtest)
     rows = tmp_path / "booster_rows.py"
     rows.write_bytes(rows.read_bytes() + b"\n# edited\n")
     edited = package_digest(tmp_path)
     assert edited != before
     (tmp_path / "new_module.py").write_text("X = 1\n")
     assert package_digest(tmp_path) != edited
-    assert code_digest() == before
+    assert code_digest() == before + package_digest(backtest)
 
 
 def test_reporting_errors_are_left_out_of_the_plausible_scores_only(

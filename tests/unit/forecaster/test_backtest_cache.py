@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from services.forecaster import backtest_cache
-from services.forecaster.backtest import fit_cached
+from greenserve.bench.forecaster import backtest_cache
+from greenserve.bench.forecaster.backtest import fit_cached
 from services.forecaster.config import ForecasterConfig
 from services.forecaster.models import CarbonForecaster
 from tests.unit.forecaster.conftest import synthetic_history

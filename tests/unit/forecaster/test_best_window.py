@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from services.forecaster.backtest import window_regret
+from greenserve.bench.forecaster.backtest import window_regret
 from services.forecaster.models import CarbonForecast
 from shared.domain.best_window import best_window, best_window_index, window_means
 

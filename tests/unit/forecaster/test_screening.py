@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from greenserve.bench.forecaster.screening import implausible_hours, screened
 from services.forecaster.features import to_grid
-from services.forecaster.screening import implausible_hours, screened
 from services.forecaster.sources import load_eia_csv
 from tests.unit.forecaster.conftest import synthetic_history
 

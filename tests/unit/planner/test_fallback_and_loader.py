@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from greenserve.bench.planner_scale.synthetic_profiles import dynamollm_configs
 from services.planner.fallback import greedy_plan
 from services.planner.freesh_instance import (
     episode_problem,
@@ -17,7 +18,6 @@ from services.planner.freesh_instance import (
 from services.planner.milp import solve_plan
 from services.planner.problem import PlannerSettings
 from services.planner.slo_filter import eligible_configs
-from services.planner.synthetic_profiles import dynamollm_configs
 from shared.paths import data_path
 from tests.unit.planner.helpers import config, problem
 

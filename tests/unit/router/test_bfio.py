@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from greenserve.bench.bfio.bfio_milp import allocation_objective, brute_force_io, solve_io_milp
 from services.router.bfio import BalanceFuturePlacer, balance_future_assign
-from services.router.bfio_milp import allocation_objective, brute_force_io, solve_io_milp
 from services.router.lookahead import base_from_arrays, base_trajectories, imbalance_per_step
 from services.router.placement import Candidate, WorkerLoad, make_placer
 

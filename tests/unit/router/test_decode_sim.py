@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.router.decode_sim import DecodeSimConfig, PowerModel, StepTimeModel, simulate
+from greenserve.bench.bfio.decode_sim import DecodeSimConfig, PowerModel, StepTimeModel, simulate
 from services.router.placement import make_placer
 
 STEP = StepTimeModel(base_s=0.01, per_kv_token_s=1e-6, per_prefill_token_s=1e-5)

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from greenserve.bench import llf
+from greenserve.bench.llf import run as llf
 from shared.paths import DataDirError, data_dir
 
 

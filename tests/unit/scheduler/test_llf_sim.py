@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.scheduler.llf_sim import TickSimConfig, simulate_ticks
+from greenserve.bench.llf.llf_sim import TickSimConfig, simulate_ticks
 from services.scheduler.queueing import QueuedRequest, make_discipline
 from shared.metrics import RecordColumns, gap_fairness, summarize
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from services.worker.sim_requests import (
+from loadgen.sim_requests import (
     CHARS_PER_TOKEN,
     DEFAULT_MAX_TOKENS,
     CompletionParams,

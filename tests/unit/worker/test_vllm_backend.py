@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 from aiohttp import web
 
-from services.worker.sim_server import SimEngineServer, start_sim_server
+from loadgen.sim_server import SimEngineServer, start_sim_server
 from services.worker.vllm_backend import KV_FRACTION_BLOCKS, VllmBackend
 from shared.engine import EngineConfig, SimulatedEngine, create_engine
 from tests.unit.worker.helpers import RecordingSink, classified

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from greenserve.bench import forecaster as bench_forecaster
+from greenserve.bench.forecaster import run as bench_forecaster
 from greenserve.cli import build_parser
 from greenserve.stack import StackSpec, stack_launches
 from loadgen.simulator import carbon as sim_carbon

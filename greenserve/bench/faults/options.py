@@ -1,0 +1,62 @@
+"""Options of ``greenserve bench faults`` (the ``run`` module beside this one runs it)."""
+
+from __future__ import annotations
+
+import argparse
+
+from greenserve.argtypes import positive_float, positive_int
+
+__all__ = ["ALL_SCENARIOS", "HELP", "NAME", "OUTAGE_S", "add_arguments"]
+
+NAME = "faults"
+HELP = (
+    "fault injection (kill -9 each service, restart NATS and Redis, NATS without its store, "
+    "Redis down 30 s, drop a worker) during replays"
+)
+
+ALL_SCENARIOS = (
+    "kill:classifier",
+    "kill:scheduler",
+    "kill:router",
+    "kill:requestpath",
+    "kill:planner",
+    "kill:forecaster",
+    "kill:dvfs-node-pjm",
+    "kill:gateway",
+    "drop:worker-0",
+    "kill:worker-0",
+    "term:worker-0",
+    "restart:nats",
+    "wipe:nats",
+    "restart:redis",
+    "down:redis",
+    "refuse:redis",
+    "kill:router+drop:worker-0",
+    "kill:requestpath+drop:worker-0",
+    # --- compound faults and freezes (issue 29) ---
+    "restart:redis+kill:requestpath",
+    "freeze:worker-0",
+    # --- end compound faults and freezes ---
+)
+"""The scenarios of :mod:`greenserve.faults` (its ``ALL_SCENARIOS``, checked equal by a test),
+written out because importing that module would take NATS, Redis and pandas into every
+``--help``."""
+
+OUTAGE_S = 30.0
+"""Default outage of a ``down:``/``refuse:`` scenario (``greenserve.faults.OUTAGE_S``, checked
+equal by a test)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which scenarios and how much traffic."""
+    parser.add_argument("--scenarios", default=",".join(ALL_SCENARIOS), help="comma-separated")
+    parser.add_argument(
+        "--requests", type=positive_int, default=300, help="trace requests per scenario"
+    )
+    parser.add_argument("--speedup", type=positive_float, default=10.0)
+    parser.add_argument(
+        "--outage-s",
+        type=positive_float,
+        default=OUTAGE_S,
+        help="wall seconds a down:/refuse: scenario keeps Redis out (default 30)",
+    )
