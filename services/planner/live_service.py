@@ -57,7 +57,6 @@ from services.planner.live_profiles import (
     slo_policy_for,
 )
 from services.planner.milp import solve_plan
-from shared.domain.observed_mix import ObservedMix, ObservedMixSettings, profile_lengths
 from services.planner.overhead_gate import TransitionCosts, gate_plans
 from services.planner.plan_model import Plan as CorePlan
 from services.planner.plan_model import demand_shortfall
@@ -77,6 +76,7 @@ from services.planner.slo_feedback import (
 from shared.counters import PLANNER_SOLVE_S
 from shared.domain.classes import default_slos, scheme_by_name
 from shared.domain.load_forecast import LOAD_METHODS, LoadForecastConfig
+from shared.domain.observed_mix import ObservedMix, ObservedMixSettings, profile_lengths
 from shared.lifecycle import ServiceContext
 from shared.store import as_bytes
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from services.planner.live_profiles import class_pools, class_pools_from_sides
-from shared.domain.observed_mix import ObservedMix, ObservedMixSettings, profile_lengths
 from shared.domain.classes import scheme_by_name
+from shared.domain.observed_mix import ObservedMix, ObservedMixSettings, profile_lengths
 
 SCHEME = scheme_by_name("dynamollm9")
 # dynamollm9: inputs < 256 / < 1024 / longer; outputs < 100 / < 350 / longer.
