@@ -94,7 +94,6 @@ async def test_nats_back_without_its_store_heals_and_loses_nothing_silently() ->
     assert outcome.held_by_lost_store is not None
     assert outcome.lost <= outcome.held_by_lost_store, outcome
     assert outcome.duplicated == 0, outcome
-    assert outcome.completed + outcome.failed == len(trace), outcome
     assert outcome.completed > len(trace) // 2, outcome
     assert outcome.recovery_s is not None
     assert outcome.recovery_s < 10.0

@@ -64,7 +64,7 @@ async def test_requests_through_the_vllm_backend_complete_with_exact_tokens_and_
             "worker": {"backend": "vllm", "vllm_url": url, "stats_period_s": 0.2},
             # The stack's dvfs agent holds its fixed clock; make it the one this test sets,
             # and keep the scheduler's emergency max-clock override out of this clock test.
-            "dvfs": {"clock_mhz": 1005.0},
+            "dvfs": {"mode": "fixed", "clock_mhz": 1005.0},
             "scheduler": {"ladder": False},
         },
     )

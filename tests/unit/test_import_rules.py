@@ -94,10 +94,7 @@ SERVICE_ENTRY_POINTS = ("__main__", "service")
 """The modules a service process starts from: ``python -m services.X`` runs ``__main__``;
 the in-process runner and the co-located request path call ``service``."""
 
-UNREACHED_ON_PURPOSE = {
-    "services.planner.stagger": "DynamoLLM's staggered waves: the live planner parks and "
-    "unparks make-before-break by construction, so nothing calls it yet (docs/planner.md)",
-}
+UNREACHED_ON_PURPOSE: dict[str, str] = {}
 """Modules under ``services/`` that no service imports, each with why it stays there."""
 
 

@@ -1,4 +1,4 @@
-"""Tests of DynamoLLM's reconfiguration gate and staggered waves."""
+"""Tests of DynamoLLM's reconfiguration gate."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from services.planner.overhead_gate import (
     transition_cost,
 )
 from services.planner.plan_model import Allocation
-from services.planner.stagger import stagger_changes
 
 
 def _alloc(
@@ -79,47 +78,3 @@ def test_gate_plans_weighs_a_startup_against_the_power_saved() -> None:
     start_j = 33.0 * 4 * 110.0
     assert gate_plans(old, new, remaining_s=start_j / 250.0 + 1, costs=costs).reconfigure
     assert not gate_plans(old, new, remaining_s=start_j / 250.0 - 1, costs=costs).reconfigure
-
-
-def test_stagger_starts_new_instances_before_stopping_old_ones() -> None:
-    """Test make-before-break: a class's stops come in a later wave than its starts."""
-    old = (_alloc("SS", 8, 1, power=400.0),)
-    new = (_alloc("SS", 4, 2, power=150.0),)
-    staged = stagger_changes(old, new, {("r1", "A100"): 16}, max_changes_per_wave=4)
-    actions = [[c.action for c in wave] for wave in staged.waves]
-    assert actions == [["start", "start"], ["stop"]]
-    assert not staged.capacity_dip
-
-
-def test_stagger_limits_wave_size_and_orders_by_saving() -> None:
-    """Test that waves hold at most N changes and the biggest saver goes first."""
-    old = (_alloc("SS", 2, 2, power=300.0), _alloc("LL", 2, 2, power=100.0))
-    staged = stagger_changes(old, (), {("r1", "A100"): 8}, max_changes_per_wave=1)
-    assert [len(w) for w in staged.waves] == [1, 1, 1, 1]
-    assert [w[0].request_class for w in staged.waves] == ["SS", "SS", "LL", "LL"]
-
-
-def test_stagger_breaks_before_making_when_gpus_are_all_taken() -> None:
-    """Test that a full inventory forces a stop first and flags the capacity dip."""
-    old = (_alloc("SS", 4, 1), _alloc("LL", 4, 1))
-    new = (_alloc("SS", 2, 2), _alloc("LL", 2, 2))
-    staged = stagger_changes(old, new, {("r1", "A100"): 8}, max_changes_per_wave=8)
-    assert staged.capacity_dip
-    assert staged.waves[0][0].action == "stop"
-    started = sum(c.action == "start" for w in staged.waves for c in w)
-    assert started == 4
-
-
-def test_a_start_is_charged_for_the_gpus_of_an_instance_not_its_tp_degree() -> None:
-    """Test that a TP4 mode whose instance holds 8 GPUs costs start_s × 8 GPUs × W/GPU.
-
-    The module docstring and docs/planner.md price a start as ``start_s × GPUs ×
-    start_power_w_per_gpu``; G_{m,c} (FREESH Eq. 1c) and the TP degree differ for modes
-    such as FREESH's disaggregated prefill/decode pairs.
-    """
-    wide = Allocation(
-        region="r1", partition="a", request_class="SS", gpu_type="A100", tensor_parallel=4,
-        clock_mhz=None, instances=1, gpus_per_instance=8, power_w=100.0, max_qps=1.0,
-    )  # fmt: skip
-    costs = TransitionCosts(start_s=10.0, start_power_w_per_gpu=100.0)
-    assert transition_cost((), (wide,), costs) == pytest.approx(10.0 * 8 * 100.0)
