@@ -100,7 +100,7 @@ async def test_the_shared_client_follows_a_failover_and_the_old_primary_rejoins(
         async def written() -> bool:
             try:
                 await client.set(f"{key}:after", b"after")
-            except Exception:  # noqa: BLE001 - refused or unreachable until promoted
+            except Exception:
                 return False
             return True
 
