@@ -18,6 +18,7 @@ from loadgen.traces import load_azure_trace, resolve_trace
 from shared.config import RedisSettings
 from shared.redis_sentinel import master_address, start_redis_failover
 from shared.store import connect_redis
+from shared.store_marker import write_back_if_lost
 
 pytestmark = pytest.mark.connected
 
@@ -85,15 +86,29 @@ async def test_the_shared_client_follows_a_failover_and_the_old_primary_rejoins(
     tmp_path: Path, namespace: str
 ) -> None:
     """Test that a client from ``connect_redis`` with Sentinels writes to the promoted
-    replica after the primary is killed, reads what was replicated before, and that the old
-    primary, started again, becomes a replica of the new one."""
+    replica after the primary is killed, reads what was replicated before, that an owner's
+    marker check writes back once after the failover (the writes replication had not
+    carried yet are what it repairs), and that the old primary, started again, becomes a
+    replica of the new one."""
     servers = await asyncio.to_thread(start_redis_failover, tmp_path)
     settings = RedisSettings(
         url=servers.primary.url, sentinels=tuple(servers.sentinel_addresses), socket_timeout_s=1
     )
     client = connect_redis(settings)
     key = f"{namespace}:k"
+    marker = f"{namespace}:marker:owner"
+    write_backs: list[int] = []
+
+    async def write_back() -> int:
+        write_backs.append(1)
+        return 1
+
+    def check() -> Awaitable[int]:
+        return write_back_if_lost(client, marker, write_back, follow_failover=True)
+
     try:
+        assert await check() == 1  # no marker yet: written back once, marker set
+        assert await check() == 0
         await client.set(key, b"before")
         await client.wait(1, 1000)  # replicated before the kill: a failover keeps it
         servers.primary.kill()
@@ -110,6 +125,9 @@ async def test_the_shared_client_follows_a_failover_and_the_old_primary_rejoins(
             servers.replica.address
         )
         assert await client.get(key) == b"before"
+        assert await check() == 1  # the promoted replica has the marker of the old primary
+        assert await check() == 0
+        assert len(write_backs) == 2
         servers.primary = await asyncio.to_thread(servers.primary.restart)
 
         async def demoted() -> bool:
