@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import signal
@@ -38,9 +39,9 @@ from proto.keys import Keys
 from proto.messages import Completion, ErrorReply
 from proto.subjects import Subjects
 from shared.bus import connect_nats
-from shared.config import NatsSettings, RedisSettings
+from shared.config import NatsSettings
+from shared.redis_sentinel import master_address
 from shared.servers import start_nats, start_redis
-from shared.store import connect_redis
 
 __all__ = ["ALL_SCENARIOS", "OUTAGE_S", "ScenarioResult", "run_scenario"]
 
@@ -60,7 +61,7 @@ requests. Wall time, not model time: the retries and timeouts it tests run on th
 clock whatever the speed-up."""
 LONG_OUTAGES = ("down", "refuse")
 """Fault kinds that last ``outage_s`` rather than the short ``downtime_s``."""
-RESTORED = ("kill", "restart", "wipe", "freeze", *LONG_OUTAGES)
+RESTORED = ("kill", "restart", "wipe", "freeze", "failover", *LONG_OUTAGES)
 """Fault kinds undone after their downtime (``drop:`` and ``term:`` are not)."""
 SETTLE_AFTER_OUTAGE_S = 30.0
 """How long the replay waits for a next answer beyond a ``down:`` outage (the hand-off
@@ -89,6 +90,10 @@ ALL_SCENARIOS = (
     "restart:redis+kill:requestpath",
     "freeze:worker-0",
     # --- end compound faults and freezes ---
+    # --- replicated servers (issue 33): see CLUSTER_SIZE and PROMOTED_WITHIN_S ---
+    "kill:nats-1",
+    "kill:nats-leader",
+    "failover:redis",
 )
 """``kill:<process>`` = SIGKILL then restart; ``drop:<worker>`` = SIGKILL, no restart;
 ``term:<process>`` = SIGTERM (graceful drain), no restart; ``kill:worker-<i>`` runs with a
@@ -104,6 +109,12 @@ the scenario's short downtime (``down:redis``: every hand-off fails for that lon
 ``refuse:redis`` = Redis up but refusing every write for ``outage_s`` (``NOREPLICAS``, as a
 Redis that lost its replicas or its disk answers): hand-offs fail at once rather than after
 a timeout, so this outage meets the most redeliveries.
+``kill:nats-<i>`` = SIGKILL node i of a :data:`CLUSTER_SIZE`-node NATS cluster (every
+JetStream resource R3), start it again after :data:`NODE_DOWN_S` on its store;
+``kill:nats-leader`` the same for the node that leads the ingress stream at the fault;
+``failover:redis`` = SIGKILL the Redis primary of a primary/replica/Sentinels set, wait
+until the Sentinels promote the replica (recovery counts from then), and start the old
+primary again after the downtime, which the Sentinels make a replica of the new one.
 ``requestpath`` is the co-located classifier + scheduler + router process; a scenario that
 names it runs on a stack with the request path co-located; one that names ``gateway``
 replays through the OpenAI-compatible HTTP gateway instead of the ingress stream
@@ -167,6 +178,63 @@ class _LateEndings:
 
 # --- end compound faults and freezes ---
 
+# --- replicated servers (issue 33) ---
+CLUSTER_SIZE = 3
+"""NATS nodes of a stack whose scenario names a node (``nats-<i>``, ``nats-leader``)."""
+NODE_DOWN_S = 10.0
+"""Wall seconds a killed cluster node stays down: long enough that the requests of the
+replay's middle third are served by the two nodes left, not by the node come back."""
+PROMOTED_WITHIN_S = 30.0
+"""How long ``failover:redis`` waits for the Sentinels to name a new primary."""
+LEADER = "nats-leader"
+
+
+def _cluster_size(scenario: str) -> int:
+    """NATS nodes the scenario's stack runs: a cluster if it names a node."""
+    named = any(t == LEADER or t.startswith("nats-") for _, t in _faults(scenario))
+    return CLUSTER_SIZE if named else 1
+
+
+def _with_sentinels(scenario: str) -> bool:
+    return any(kind == "failover" for kind, _ in _faults(scenario))
+
+
+def _server_named(stack: LocalStack, name: str) -> int | None:
+    """Index in ``stack.servers`` of the server called ``name``, if it is one."""
+    return next((i for i, s in enumerate(stack.servers) if s.name == name), None)
+
+
+async def _stream_leader(nc: Client, namespace: str) -> str:
+    """The NATS node that leads the ingress stream now."""
+    info = await nc.jetstream().stream_info(Subjects(namespace).ingress_stream)
+    if info.cluster is None or not info.cluster.leader:
+        raise RuntimeError("the ingress stream has no cluster leader (not a cluster?)")
+    return info.cluster.leader
+
+
+async def _stream_replicas(nc: Client, namespace: str) -> int:
+    """The ingress stream's configured replicas."""
+    info = await nc.jetstream().stream_info(Subjects(namespace).ingress_stream)
+    return int(info.config.num_replicas or 1)
+
+
+def _wait_promoted(stack: LocalStack, old_primary: str, within_s: float) -> None:
+    """Wait until the Sentinels name a primary other than ``old_primary`` (host:port).
+
+    Raises:
+        RuntimeError: none promoted within ``within_s``.
+    """
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        named = master_address(stack.state.redis_sentinels, stack.state.redis_master_name)
+        if named is not None and named != old_primary:
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"the Sentinels promoted no replica within {within_s:g} s")
+
+
+# --- end replicated servers ---
+
 
 @dataclass(frozen=True, slots=True)
 class ScenarioResult:
@@ -193,6 +261,13 @@ class ScenarioResult:
     """Requests still recorded as queued or placed in Redis :data:`CONSISTENT_WITHIN_S`
     after every request ended: state a restart would act on (re-queue, re-dispatch) though
     nothing is left to do. A consistent stack holds none."""
+    failover_s: float | None = None
+    """``failover:redis``: seconds from the primary's kill until the Sentinels named the
+    replica primary (Redis refused the stack's writes meanwhile)."""
+    killed_node: str | None = None
+    """``kill:nats-leader``: the node that led the ingress stream and was killed."""
+    stream_replicas: int | None = None
+    """On a NATS cluster: the ingress stream's replicas just before the fault."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -220,7 +295,10 @@ def _inject(stack: LocalStack, spec: StackSpec, scenario: str, folder: Path) -> 
 
 
 def _inject_one(stack: LocalStack, kind: str, target: str, scenario: str) -> None:
-    if kind in ("kill", "drop"):
+    named = _server_named(stack, target)
+    if kind in ("kill", "failover") and named is not None:
+        stack.servers[named].kill()
+    elif kind in ("kill", "drop"):
         proc = stack.group.procs[target]
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -272,11 +350,19 @@ def _recover_sequenced(stack: LocalStack, spec: StackSpec, scenario: str, folder
 
 
 def _recover_one(stack: LocalStack, spec: StackSpec, kind: str, target: str, folder: Path) -> None:
-    if kind == "kill":
+    named = _server_named(stack, target)
+    if kind in ("kill", "failover") and named is not None:
+        # Same port, store and options: a node rejoins its cluster, an old primary is
+        # made a replica of the promoted one by the Sentinels.
+        stack.servers[named] = stack.servers[named].restart()
+    elif kind == "kill":
         full = dataclasses.replace(
             spec,
             nats_url=stack.state.nats_url,
+            nats_replicas=stack.state.nats_replicas,
             redis_url=stack.state.redis_url,
+            redis_sentinels=tuple(stack.state.redis_sentinels),
+            redis_master_name=stack.state.redis_master_name,
             origin_wall_s=stack.state.origin_wall_s,
             # A restarted gateway listens where its clients (and their balancer) send.
             gateway_port=urlsplit(stack.state.gateway_url or "").port or 0,
@@ -379,11 +465,11 @@ def _score_http(
     )
 
 
-async def _leftover_records(redis_url: str, namespace: str, within_s: float) -> int:
+async def _leftover_records(stack: LocalStack, namespace: str, within_s: float) -> int:
     """Requests still in ``queued`` or ``dispatched`` once ``within_s`` has passed (0 as soon
-    as both are empty)."""
+    as both are empty), read from the stack's primary (after a failover, the promoted one)."""
     keys = Keys(namespace)
-    redis = connect_redis(RedisSettings(url=redis_url))
+    redis = stack.state.redis_client(read_timeout_s=2.0)
     try:
         deadline = time.monotonic() + within_s
         while True:
@@ -402,7 +488,18 @@ async def _run(
     long_outage = any(kind in LONG_OUTAGES for kind, _ in _faults(scenario))
     held: int | None = None
     held_read_at = injected_at = 0.0
-    stack = await asyncio.to_thread(start_local_stack, spec, folder)
+    failover_s: float | None = None
+    killed: str | None = None
+    replicas: int | None = None
+    stack = await asyncio.to_thread(
+        functools.partial(
+            start_local_stack,
+            spec,
+            folder,
+            nats_cluster=_cluster_size(scenario),
+            redis_sentinel=_with_sentinels(scenario),
+        )
+    )
     try:
         await asyncio.to_thread(stack.wait_ready)
         nc = (
@@ -445,21 +542,35 @@ async def _run(
             if scenario == "wipe:nats" and nc is not None:
                 held_read_at = time.time()
                 held = await _ingress_held(nc, spec.namespace)
+            if any(target == LEADER for _, target in _faults(scenario)) and nc is not None:
+                killed = await _stream_leader(nc, spec.namespace)
+                scenario_run = scenario.replace(LEADER, killed)
+            else:
+                scenario_run = scenario
+            if _cluster_size(scenario) > 1 and nc is not None:
+                replicas = await _stream_replicas(nc, spec.namespace)
+            survived = _cluster_size(scenario) > 1 or _with_sentinels(scenario)
+            primary = _server_named(stack, "redis")
+            old_primary = stack.servers[primary].address if primary is not None else ""
             fault_at = time.time()
-            await asyncio.to_thread(_inject, stack, spec, scenario, folder)
+            await asyncio.to_thread(_inject, stack, spec, scenario_run, folder)
             injected_at = time.time()
             restored_at = fault_at
+            if _with_sentinels(scenario):
+                await asyncio.to_thread(_wait_promoted, stack, old_primary, PROMOTED_WITHIN_S)
+                restored_at = time.time()
+                failover_s = restored_at - fault_at
             if any(kind in RESTORED for kind, _ in _faults(scenario)):
                 await asyncio.sleep(downtime_s)
-                await asyncio.to_thread(_recover, stack, spec, scenario, folder)
-                if not _frozen(scenario):  # a freeze is survived, not restored: see FREEZE_S
+                await asyncio.to_thread(_recover, stack, spec, scenario_run, folder)
+                # A freeze is survived, not restored (see FREEZE_S); a replicated server's
+                # loss is survived by the others, and its restart is no recovery.
+                if not _frozen(scenario) and not survived:
                     restored_at = time.time()
             result = await replaying
             if late is not None:
                 await asyncio.sleep(LISTEN_AFTER_THAW_S)
-            leftover = await _leftover_records(
-                stack.state.redis_url, spec.namespace, CONSISTENT_WITHIN_S
-            )
+            leftover = await _leftover_records(stack, spec.namespace, CONSISTENT_WITHIN_S)
         finally:
             if nc is not None:
                 await nc.close()
@@ -477,6 +588,10 @@ async def _run(
         # to its client) in the store the kill deleted.
         sent_meanwhile = sum(1 for r in result.records if held_read_at <= r.sent_at <= injected_at)
         outcome = dataclasses.replace(outcome, held_by_lost_store=held + sent_meanwhile)
+    if failover_s is not None or replicas is not None:
+        outcome = dataclasses.replace(
+            outcome, failover_s=failover_s, killed_node=killed, stream_replicas=replicas
+        )
     if late is not None:  # the replay stopped listening before the thaw; this did not
         outcome = dataclasses.replace(
             outcome, duplicated=max(outcome.duplicated, late.duplicated())
@@ -528,4 +643,6 @@ def run_scenario(
         down_for = outage_s if long_outage else downtime_s
         if _frozen(scenario):
             down_for = FREEZE_S
+        if _cluster_size(scenario) > 1:
+            down_for = max(down_for, NODE_DOWN_S)
         return asyncio.run(_run(scenario, trace, spec, Path(folder), down_for))

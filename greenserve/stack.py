@@ -64,7 +64,13 @@ class StackSpec:
 
     namespace: str = "gs"
     nats_url: str = "nats://127.0.0.1:4222"
+    """One server's URL or a cluster's comma list (``nats.url``)."""
+    nats_replicas: int = 1
+    """Replicas of each JetStream resource (``nats.replicas``): min(3, nodes) on a cluster."""
     redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_sentinels: tuple[str, ...] = ()
+    """``host:port`` of each Sentinel (``redis.sentinels``); empty: ``redis_url`` alone."""
+    redis_master_name: str = "greenserve"
     workers: int = 2
     regions: tuple[str, ...] = ("PJM", "CISO")
     gpu: str = "A100-80GB"
@@ -255,8 +261,12 @@ def stack_launches(spec: StackSpec) -> list[ServiceLaunch]:
     ]
     common: dict[str, Any] = {
         "namespace": spec.namespace,
-        "nats": {"url": spec.nats_url},
-        "redis": {"url": spec.redis_url},
+        "nats": {"url": spec.nats_url, "replicas": spec.nats_replicas},
+        "redis": {
+            "url": spec.redis_url,
+            "sentinels": list(spec.redis_sentinels),
+            "master_name": spec.redis_master_name,
+        },
         "clock": {"speedup": spec.speedup, "origin_wall_s": spec.origin_wall_s},
         "planner": {"static_pools": pools},
         "forecaster": {"regions": list(spec.regions)},

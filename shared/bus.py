@@ -97,7 +97,11 @@ Out = TypeVar("Out", bound=msgspec.Struct)
 
 
 async def connect_nats(settings: NatsSettings, name: str) -> Client:
-    """Connect to NATS with reconnects that never give up (a restarted server is normal)."""
+    """Connect to NATS with reconnects that never give up (a restarted server is normal).
+
+    Every server of ``settings.url`` (a cluster's comma list) is a place to connect and to
+    reconnect to; nats-py also learns the cluster's other nodes from the one it reaches.
+    """
 
     async def on_error(exc: Exception) -> None:
         logger.warning("nats error: %s", exc)
@@ -115,7 +119,7 @@ async def connect_nats(settings: NatsSettings, name: str) -> Client:
         logger.info("nats reconnected")
 
     options: dict[str, Any] = {
-        "servers": [settings.url],
+        "servers": settings.servers,
         "name": name,
         "connect_timeout": settings.connect_timeout_s,
         "reconnect_time_wait": settings.reconnect_wait_s,
@@ -128,7 +132,7 @@ async def connect_nats(settings: NatsSettings, name: str) -> Client:
         options["user"] = settings.user
         options["password"] = read_secret(settings.password, settings.password_file, "nats")
     # A user's replies come to its own inbox, which a secured server lets only it read.
-    user = settings.user or urlsplit(settings.url).username
+    user = settings.user or urlsplit(settings.servers[0]).username
     if settings.inbox_prefix:
         options["inbox_prefix"] = settings.inbox_prefix
     elif user and valid_token(user):
@@ -175,6 +179,7 @@ async def ensure_ingress_stream(
     max_age_s: float = 3600.0,
     *,
     within_s: float = SETUP_RETRY_S,
+    replicas: int = 1,
 ) -> bool:
     """Create the ingress stream if missing: file-backed, work-queue retention; return
     whether this call created it.
@@ -184,21 +189,32 @@ async def ensure_ingress_stream(
     lets clients publish with ``Nats-Msg-Id`` and retry without creating duplicates. Asked
     again while JetStream's API times out (:func:`retry_on_timeout`), as every caller, a
     service starting beside a busy server, needs. The same call re-creates the stream when
-    a NATS server comes back without its store (:mod:`shared.stream_keeper`).
+    a NATS server comes back without its store (:mod:`shared.stream_keeper`). ``replicas``
+    (``nats.replicas``) copies it onto as many nodes of a cluster; an existing stream with
+    another count is left as it is, with a warning (changing it is an operator's move).
     """
     return await retry_on_timeout(
-        lambda: _create_ingress_stream(js, subjects, max_age_s),
+        lambda: _create_ingress_stream(js, subjects, max_age_s, replicas),
         "creating the ingress stream",
         within_s=within_s,
     )
 
 
 async def _create_ingress_stream(
-    js: JetStreamContext, subjects: Subjects, max_age_s: float
+    js: JetStreamContext, subjects: Subjects, max_age_s: float, replicas: int
 ) -> bool:
-    config = ingress_stream_config(subjects, max_age_s)
+    config = ingress_stream_config(subjects, max_age_s, replicas)
     with contextlib.suppress(NotFoundError):
-        await js.stream_info(subjects.ingress_stream)
+        info = await js.stream_info(subjects.ingress_stream)
+        found = info.config.num_replicas or 1
+        if found != replicas and subjects.ingress_stream not in _WARNED_REPLICAS:
+            _WARNED_REPLICAS.add(subjects.ingress_stream)
+            logger.warning(
+                "stream %s has %d replicas, not nats.replicas %d; left as it is",
+                subjects.ingress_stream,
+                found,
+                replicas,
+            )
         return False
     try:
         await js.add_stream(config)
@@ -220,7 +236,13 @@ async def _create_ingress_stream(
     return True
 
 
-def ingress_stream_config(subjects: Subjects, max_age_s: float = 3600.0) -> StreamConfig:
+_WARNED_REPLICAS: set[str] = set()
+"""Streams whose replica count was found to differ (the check runs each second: say it once)."""
+
+
+def ingress_stream_config(
+    subjects: Subjects, max_age_s: float = 3600.0, replicas: int = 1
+) -> StreamConfig:
     """The ingress stream's one configuration (its owners create and re-create it so)."""
     return StreamConfig(
         name=subjects.ingress_stream,
@@ -229,6 +251,7 @@ def ingress_stream_config(subjects: Subjects, max_age_s: float = 3600.0) -> Stre
         storage=StorageType.FILE,
         max_age=max_age_s,
         duplicate_window=min(120.0, max_age_s),
+        num_replicas=replicas,
     )
 
 

@@ -52,6 +52,12 @@ class NatsSettings(_Section):
     """Connection to NATS (JetStream enabled)."""
 
     url: str = "nats://127.0.0.1:4222"
+    """One server's URL, or a cluster's as a comma list (``nats://a:4222,nats://b:4222``):
+    the client connects to one and moves to another when it is lost."""
+    replicas: int = Field(default=1, ge=1, le=5)
+    """Replicas of each JetStream resource (the ingress stream, its consumer): 1 for one
+    server, min(3, nodes) for a cluster. Used when a resource is created; JetStream allows
+    at most 5 and needs as many nodes."""
     connect_timeout_s: float = 5.0
     reconnect_wait_s: float = 0.5
     max_reconnect_attempts: int = -1
@@ -75,10 +81,21 @@ class NatsSettings(_Section):
     """How often the owners of the ingress stream and consumer check that they exist (and
     after each reconnect), creating them again after a server lost its store."""
 
+    @property
+    def servers(self) -> list[str]:
+        """The server URLs of :attr:`url`, in order."""
+        return [item.strip() for item in self.url.split(",")]
+
     @model_validator(mode="after")
     def _max_deliver_unlimited_or_positive(self) -> NatsSettings:
         if self.max_deliver == 0:
             raise ValueError("nats.max_deliver must be -1 (unlimited) or at least 1")
+        return self
+
+    @model_validator(mode="after")
+    def _urls_given(self) -> NatsSettings:
+        if not all(self.servers):
+            raise ValueError(f"nats.url has an empty item: {self.url!r}")
         return self
 
 
@@ -95,6 +112,24 @@ class RedisSettings(_Section):
     """File holding the password (a mounted secret); read at connect time."""
     tls_ca_file: Path | None = None
     """CA bundle (PEM) for a ``rediss://`` URL whose certificate is self-signed."""
+    sentinels: tuple[str, ...] = ()
+    """``host:port`` of each Redis Sentinel; given, the client asks them for the primary of
+    :attr:`master_name` (and asks again after a failover) and takes only the database,
+    user and password from :attr:`url`."""
+    master_name: str = "greenserve"
+    """The name the Sentinels know the primary by."""
+
+    @model_validator(mode="after")
+    def _sentinels_are_addresses(self) -> RedisSettings:
+        for item in self.sentinels:
+            host, colon, port = item.rpartition(":")
+            if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"redis.sentinels items are host:port, not {item!r}")
+        if not self.master_name.strip():
+            raise ValueError("redis.master_name must not be empty")
+        if self.sentinels and self.url.startswith("rediss:"):
+            raise ValueError("redis.sentinels with TLS (rediss://) is not supported")
+        return self
 
 
 class TelemetrySettings(_Section):

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +24,7 @@ __all__ = [
     "find_binary",
     "free_port",
     "free_ports",
+    "launch",
     "start_nats",
     "start_redis",
     "wait_for_port",
@@ -57,9 +58,12 @@ def free_ports(count: int) -> list[int]:
 
 
 def wait_for_port(
-    port: int, timeout_s: float = 10.0, proc: subprocess.Popen[bytes] | None = None
+    port: int,
+    timeout_s: float = 10.0,
+    proc: subprocess.Popen[bytes] | None = None,
+    host: str = "127.0.0.1",
 ) -> None:
-    """Wait until something accepts connections on ``port``.
+    """Wait until something accepts connections on ``host``:``port``.
 
     Raises:
         RuntimeError: the process exited or the port never opened.
@@ -68,7 +72,7 @@ def wait_for_port(
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"server exited with status {proc.returncode} before listening")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+        with contextlib.suppress(OSError), socket.create_connection((host, port), 0.2):
             return
         time.sleep(0.05)
     raise RuntimeError(f"nothing listened on port {port} within {timeout_s} s")
@@ -106,17 +110,32 @@ class ServerProcess:
     """A server started by us."""
 
     name: str
+    """Unique among a stack's servers: ``nats``, ``redis``, or ``nats-1``, ``sentinel-0`` …
+    in a cluster; the part before ``-`` is the kind (``nats`` speaks NATS, others Redis)."""
     port: int
     proc: subprocess.Popen[bytes]
     workdir: Path
     tls: bool = False
     """Whether clients must speak TLS (Redis then has a ``rediss://`` URL)."""
+    host: str = "127.0.0.1"
+    """The address it listens on (a later multi-host harness gives each node its own)."""
+    args: tuple[str, ...] = ()
+    """The command line that started it, so :meth:`restart` starts it again alike."""
+    log_file: Path | None = None
+    """Where its standard output goes (``None``: discarded; it logs by its own option)."""
+    env: Mapping[str, str] | None = None
+
+    @property
+    def address(self) -> str:
+        """``host:port``."""
+        return f"{self.host}:{self.port}"
 
     @property
     def url(self) -> str:
         """Client URL of this server (NATS negotiates TLS on ``nats://`` itself)."""
-        scheme = "nats" if self.name == "nats" else ("rediss" if self.tls else "redis")
-        return f"{scheme}://127.0.0.1:{self.port}"
+        kind = self.name.partition("-")[0]
+        scheme = "nats" if kind == "nats" else ("rediss" if self.tls else "redis")
+        return f"{scheme}://{self.address}"
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Terminate the server and wait for it."""
@@ -134,6 +153,65 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait()
 
+    def restart(self) -> ServerProcess:
+        """Start the same command line again (same port, store and options) once this one
+        has ended; return the new process.
+
+        Raises:
+            RuntimeError: this one still runs, or it was not started with its command line.
+        """
+        if self.proc.poll() is None:
+            raise RuntimeError(f"{self.name} still runs; stop or kill it first")
+        if not self.args:
+            raise RuntimeError(f"{self.name} was started without a recorded command line")
+        return launch(
+            self.name,
+            list(self.args),
+            self.port,
+            self.workdir,
+            host=self.host,
+            log_file=self.log_file,
+            env=self.env,
+            tls=self.tls,
+        )
+
+
+def launch(
+    name: str,
+    args: list[str],
+    port: int,
+    workdir: Path,
+    *,
+    host: str = "127.0.0.1",
+    log_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    tls: bool = False,
+) -> ServerProcess:
+    """Run ``args`` and wait until it listens on ``host``:``port``.
+
+    Raises:
+        RuntimeError: it exited or never listened (the process is killed then).
+    """
+    log = log_file.open("ab") if log_file is not None else subprocess.DEVNULL
+    try:
+        proc = subprocess.Popen(
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env} if env else None,
+        )
+    finally:
+        if log_file is not None and not isinstance(log, int):
+            log.close()  # the child holds its own descriptor
+    try:
+        wait_for_port(port, proc=proc, host=host)
+    except RuntimeError:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        raise
+    return ServerProcess(name, port, proc, workdir, tls, host, tuple(args), log_file, env)
+
 
 def start_nats(
     workdir: Path,
@@ -142,37 +220,36 @@ def start_nats(
     config_file: Path | None = None,
     env: Mapping[str, str] | None = None,
     tls: bool = False,
+    host: str = "127.0.0.1",
+    name: str = "nats",
+    extra_args: Sequence[str] = (),
 ) -> ServerProcess:
     """Start nats-server with JetStream, storing streams under ``workdir``.
 
     ``config_file`` adds users and permissions (``shared.security.nats_acl``); ``env`` is
     added to the server's environment, where such a file finds its passwords. ``tls`` only
-    records that the file turns TLS on.
+    records that the file turns TLS on. ``extra_args`` go to the command line (a cluster
+    node's name and routes: :mod:`shared.nats_cluster`).
     """
     port = port or free_port()
     store = workdir / "jetstream"
     store.mkdir(parents=True, exist_ok=True)
-    log = (workdir / "nats.log").open("ab")
     args = [
         find_binary("nats-server"),
         "-a",
-        "127.0.0.1",
+        host,
         "-p",
         str(port),
         "-js",
         "-sd",
         str(store),
+        *extra_args,
     ]
     if config_file is not None:
         args += ["-c", str(config_file)]
-    proc = subprocess.Popen(
-        args,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **env} if env else None,
+    return launch(
+        name, args, port, workdir, host=host, log_file=workdir / "nats.log", env=env, tls=tls
     )
-    wait_for_port(port, proc=proc)
-    return ServerProcess("nats", port, proc, workdir, tls)
 
 
 def start_redis(
@@ -183,6 +260,9 @@ def start_redis(
     aclfile: Path | None = None,
     tls: TlsFiles | None = None,
     aof: bool = True,
+    host: str = "127.0.0.1",
+    name: str = "redis",
+    extra_args: Sequence[str] = (),
 ) -> ServerProcess:
     """Start redis-server on ``port``, its data in ``workdir``.
 
@@ -192,14 +272,15 @@ def start_redis(
     second of writes; without it a restart came back empty, and the requests only Redis
     knew of (queued, placed) were lost. No RDB snapshots either way. ``aclfile`` loads ACL
     users (``shared.security.redis_acl``); ``tls`` serves TLS only on ``port`` (clients
-    present no certificate).
+    present no certificate). ``extra_args`` go to the command line (a replica's
+    ``--replicaof``: :mod:`shared.redis_sentinel`).
     """
     port = port or free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     args = [
         find_binary("redis-server"),
         "--bind",
-        "127.0.0.1",
+        host,
         "--port",
         "0" if tls else str(port),
         "--save",
@@ -212,6 +293,7 @@ def start_redis(
         str(workdir),
         "--logfile",
         str(workdir / "redis.log"),
+        *extra_args,
     ]
     if password:
         args += ["--requirepass", password]
@@ -221,6 +303,4 @@ def start_redis(
         args += ["--tls-port", str(port), "--tls-cert-file", str(tls.cert_file)]
         args += ["--tls-key-file", str(tls.key_file), "--tls-ca-cert-file", str(tls.ca_file)]
         args += ["--tls-auth-clients", "no"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for_port(port, proc=proc)
-    return ServerProcess("redis", port, proc, workdir, tls is not None)
+    return launch(name, args, port, workdir, host=host, tls=tls is not None)

@@ -55,6 +55,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(docs/architecture.md, cells)",
     )
     parser.add_argument(
+        "--nats-cluster",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="run NATS as N nodes joined by routes, the ingress stream and its consumer "
+        "replicated on min(3, N) of them; the services connect with every node's URL "
+        "(docs/deploy.md, cluster)",
+    )
+    parser.add_argument(
+        "--redis-sentinel",
+        action="store_true",
+        help="run Redis as a primary, a replica and three Sentinels; the services follow a "
+        "failover to the promoted replica (docs/deploy.md, cluster)",
+    )
+    parser.add_argument(
         "--secure",
         action="store_true",
         help="per-service NATS users and Redis ACL users with generated passwords "
@@ -145,6 +160,10 @@ def run(args: argparse.Namespace) -> int:
         spec = replace(spec, gpu_clocks="nvml", clock_agent_socket=str(socket))
 
     stacks: list[LocalStack] = []
+    failover = args.nats_cluster > 1 or args.redis_sentinel
+    if failover and args.cells > 1:
+        print("greenserve up: --nats-cluster/--redis-sentinel run one cell", file=sys.stderr)
+        return 1
     try:
         if args.otlp_endpoint:
             telemetry = {**spec.extra.get("telemetry", {}), "otlp_endpoint": args.otlp_endpoint}
@@ -170,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
                     secure=args.secure,
                     tls=args.tls,
                     supervise=supervise,
+                    nats_cluster=args.nats_cluster,
+                    redis_sentinel=args.redis_sentinel,
                 )
             ]
         for cell in stacks:
@@ -188,6 +209,12 @@ def run(args: argparse.Namespace) -> int:
         f"speed-up {state.speedup:g}; logs in {args.state_dir / 'logs'}",
         file=sys.stderr,
     )
+    if state.nats_replicas > 1 or state.redis_sentinels:
+        print(
+            f"NATS JetStream replicas {state.nats_replicas}; Redis Sentinels "
+            f"{', '.join(state.redis_sentinels) or 'none'} (master {state.redis_master_name})",
+            file=sys.stderr,
+        )
     if len(stacks) > 1 and state.secure:
         # Secured cells share no server, so each gateway reaches its own cell only.
         for i, cell in enumerate(stacks):

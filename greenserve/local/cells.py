@@ -100,9 +100,6 @@ def start_cells(
             if settle is not None:
                 settle(first)
         # Shared servers, unless each secured cell starts its own.
-        shared: dict[str, str | None] = (
-            {} if secure else {"nats_url": first.state.nats_url, "redis_url": first.state.redis_url}
-        )
         for i, cell in enumerate(specs[1:], start=1):
             stacks.append(
                 start_local_stack(
@@ -112,7 +109,8 @@ def start_cells(
                     tls=tls,
                     origin_wall_s=first.state.origin_wall_s,
                     supervise=supervise,
-                    **shared,
+                    nats_url=None if secure else first.state.nats_url,
+                    redis_url=None if secure else first.state.redis_url,
                 )
             )
         first.state.cells = [str(stack.state_dir) for stack in stacks[1:]]

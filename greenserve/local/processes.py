@@ -81,10 +81,14 @@ def stop_state(
     for cell in state.cells:  # on this stack's servers: stop them before the servers
         if (Path(cell) / STATE_FILE).exists():
             stopped += stop_state(Path(cell), timeout_s, before_servers)
-    for group in (state.pids, state.server_pids):
-        if group is state.server_pids and before_servers is not None:
-            before_servers(state)
-        stopped += stop_pids(group, state, timeout_s)
+    stopped += stop_pids(state.pids, state, timeout_s)
+    if before_servers is not None:
+        before_servers(state)
+    # Sentinels first: a Redis primary stopping under their eyes would be failed over.
+    watchers = {n: p for n, p in state.server_pids.items() if n.startswith("sentinel")}
+    stopped += stop_pids(watchers, state, timeout_s)
+    rest = {n: p for n, p in state.server_pids.items() if n not in watchers}
+    stopped += stop_pids(rest, state, timeout_s)
     (state_dir / STATE_FILE).unlink(missing_ok=True)
     return stopped
 

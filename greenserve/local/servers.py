@@ -2,7 +2,8 @@
 
 A secured stack (``--secure``) starts both servers with per-service users and
 permissions (``shared.security.local_servers``); otherwise each server is started unless
-its URL is given.
+its URL is given: NATS as one server or a cluster of N (``--nats-cluster``), Redis as one
+server or a primary, a replica and three Sentinels (``--redis-sentinel``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from greenserve.stack import CLOCK_AGENT_MODULE, StackSpec, identity_for, stack_launches
+from shared.nats_cluster import start_nats_cluster
+from shared.redis_sentinel import DEFAULT_MASTER_NAME, start_redis_failover
 from shared.security.local_servers import SecureServers, start_secure_servers
 from shared.servers import ServerProcess, start_nats, start_redis
 
@@ -29,6 +32,11 @@ class StackServers:
     """The servers started for this stack (none where both URLs were given); it owns them."""
     secured: SecureServers | None = None
     """Users, permissions (and CA) of a ``--secure`` stack's servers."""
+    nats_replicas: int = 1
+    """Replicas of each JetStream resource: min(3, nodes) on a cluster started here."""
+    redis_sentinels: tuple[str, ...] = ()
+    """``host:port`` of the Sentinels started here (empty: one Redis, no failover)."""
+    redis_master_name: str = DEFAULT_MASTER_NAME
 
     @property
     def tool_nats_url(self) -> str:
@@ -41,8 +49,8 @@ class StackServers:
         return self.secured.tool_redis_url if self.secured else self.redis_url
 
     def stop(self) -> None:
-        """Stop the servers started for this stack."""
-        for server in self.started:
+        """Stop the servers started for this stack (Sentinels before the Redis they watch)."""
+        for server in reversed(self.started):
             server.stop()
 
 
@@ -54,15 +62,22 @@ def start_servers(
     redis_url: str | None = None,
     secure: bool = False,
     tls: bool = False,
+    nats_cluster: int = 1,
+    redis_sentinel: bool = False,
 ) -> StackServers:
     """Start the servers ``spec``'s processes need (each one unless its URL is given) in
     ``state_dir``; those started so far are stopped again if one fails to start.
 
     ``secure`` starts both, with an identity for each process of ``spec`` and, with
     ``tls``, certificates of a local CA; it takes no URLs (the caller checks).
+    ``nats_cluster`` > 1 starts that many NATS nodes (``nats-0`` …) with routes;
+    ``redis_sentinel`` a Redis primary (``redis``), replica and Sentinels. Neither takes a
+    URL nor ``secure`` (the caller checks).
     """
     started: list[ServerProcess] = []
     secured: SecureServers | None = None
+    replicas = 1
+    sentinels: tuple[str, ...] = ()
     try:
         if secure:
             identities = [
@@ -77,16 +92,34 @@ def start_servers(
             # A stack we start owns its server: begin with an empty JetStream store, so no
             # request of an earlier run is redelivered to a client that is long gone.
             shutil.rmtree(state_dir / "nats", ignore_errors=True)
-            started.append(start_nats(state_dir / "nats"))
-            nats_url = started[-1].url
+            if nats_cluster > 1:
+                cluster = start_nats_cluster(state_dir / "nats", nats_cluster)
+                started += cluster.servers
+                nats_url, replicas = cluster.url, cluster.replicas
+            else:
+                started.append(start_nats(state_dir / "nats"))
+                nats_url = started[-1].url
         if redis_url is None:
             # Likewise an empty Redis: its append-only file would bring back an earlier
             # run's queues (``start_redis`` keeps one so that a restart in a run does).
             shutil.rmtree(state_dir / "redis", ignore_errors=True)
-            started.append(start_redis(state_dir / "redis"))
-            redis_url = started[-1].url
+            if redis_sentinel:
+                failover = start_redis_failover(state_dir / "redis")
+                started += failover.servers
+                redis_url = failover.primary.url
+                sentinels = tuple(failover.sentinel_addresses)
+            else:
+                started.append(start_redis(state_dir / "redis"))
+                redis_url = started[-1].url
     except BaseException:
-        for server in started:
+        for server in reversed(started):  # Sentinels before the Redis they watch
             server.stop()
         raise
-    return StackServers(nats_url, redis_url, started, secured)
+    return StackServers(
+        nats_url,
+        redis_url,
+        started,
+        secured,
+        nats_replicas=replicas,
+        redis_sentinels=sentinels,
+    )

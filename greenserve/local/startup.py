@@ -25,7 +25,13 @@ from greenserve.stack import StackSpec, stack_launches, with_settings
 from proto.keys import Keys
 from shared.servers import ServerProcess, free_port
 
-__all__ = ["FORECASTER_CACHE_ENV", "LocalStack", "forecaster_cache", "start_local_stack"]
+__all__ = [
+    "FORECASTER_CACHE_ENV",
+    "LocalStack",
+    "check_failover_options",
+    "forecaster_cache",
+    "start_local_stack",
+]
 
 FORECASTER_CACHE_ENV = "GREENSERVE_FORECASTER__MODEL_CACHE_DIR"
 """Environment setting of ``forecaster.model_cache_dir`` (pydantic-settings' nesting)."""
@@ -58,7 +64,7 @@ class LocalStack:
         if stop_supervisor(self.state, timeout_s):
             self._stop_restarted(timeout_s)
         self.group.stop(timeout_s)
-        for server in self.servers:
+        for server in reversed(self.servers):  # Sentinels before the Redis they watch
             server.stop()
         with contextlib.suppress(FileNotFoundError):
             (self.state_dir / STATE_FILE).unlink()
@@ -146,6 +152,8 @@ def start_local_stack(
     tls: bool = False,
     origin_wall_s: float | None = None,
     supervise: SupervisorSettings | None = None,
+    nats_cluster: int = 1,
+    redis_sentinel: bool = False,
 ) -> LocalStack:
     """Start servers (unless URLs are given) and every service process of ``spec``.
 
@@ -156,14 +164,22 @@ def start_local_stack(
     (:mod:`greenserve.local.supervisor`) that restarts a service that exits; the fault
     bench and the tests that kill services on purpose leave it ``None``.
 
+    ``nats_cluster`` > 1 starts that many NATS nodes with routes (every JetStream resource
+    on min(3, nodes) of them); ``redis_sentinel`` a Redis primary, replica and three
+    Sentinels that the services follow through a failover.
+
     Raises:
-        ValueError: ``secure`` with server URLs (it must configure the servers itself), or
-            ``tls`` without ``secure``.
+        ValueError: ``secure`` with server URLs (it must configure the servers itself),
+            ``tls`` without ``secure``, or a cluster or Sentinels with ``secure`` or with
+            the URL of the server they would replace.
     """
     if secure and (nats_url is not None or redis_url is not None):
         raise ValueError("--secure starts its own NATS and Redis; drop --nats-url/--redis-url")
     if tls and not secure:
         raise ValueError("--tls needs --secure")
+    check_failover_options(
+        nats_cluster, redis_sentinel, secure=secure, nats_url=nats_url, redis_url=redis_url
+    )
     state_dir = state_dir.resolve()
     _refuse_running_stack(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -171,7 +187,14 @@ def start_local_stack(
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         servers = start_servers(
-            spec, state_dir, nats_url=nats_url, redis_url=redis_url, secure=secure, tls=tls
+            spec,
+            state_dir,
+            nats_url=nats_url,
+            redis_url=redis_url,
+            secure=secure,
+            tls=tls,
+            nats_cluster=nats_cluster,
+            redis_sentinel=redis_sentinel,
         )
         origin = time.time() if origin_wall_s is None else origin_wall_s
         gateway_port = spec.gateway_port or free_port()
@@ -187,6 +210,9 @@ def start_local_stack(
             extra=extra,
             nats_url=servers.nats_url,
             redis_url=servers.redis_url,
+            nats_replicas=servers.nats_replicas,
+            redis_sentinels=servers.redis_sentinels,
+            redis_master_name=servers.redis_master_name,
             origin_wall_s=origin,
             gateway_port=gateway_port,
         )
@@ -211,6 +237,9 @@ def start_local_stack(
         namespace=spec.namespace,
         nats_url=servers.tool_nats_url,
         redis_url=servers.tool_redis_url,
+        nats_replicas=servers.nats_replicas,
+        redis_sentinels=list(servers.redis_sentinels),
+        redis_master_name=servers.redis_master_name,
         speedup=spec.speedup,
         origin_wall_s=origin,
         model=spec.model,
@@ -234,6 +263,29 @@ def start_local_stack(
         stack.state.start_ticks.update(_ticks_of(stack.state.supervisor_pid))
         stack.save()
     return stack
+
+
+def check_failover_options(
+    nats_cluster: int,
+    redis_sentinel: bool,
+    *,
+    secure: bool = False,
+    nats_url: str | None = None,
+    redis_url: str | None = None,
+) -> None:
+    """Refuse the combinations a cluster or Sentinels cannot run with (one message each).
+
+    Raises:
+        ValueError: what is wrong and what to drop.
+    """
+    if nats_cluster < 1:
+        raise ValueError(f"--nats-cluster is a number of nodes (at least 1), not {nats_cluster}")
+    if secure and (nats_cluster > 1 or redis_sentinel):
+        raise ValueError("--nats-cluster and --redis-sentinel run without --secure for now")
+    if nats_cluster > 1 and nats_url is not None:
+        raise ValueError("--nats-cluster starts its own NATS nodes; drop --nats-url")
+    if redis_sentinel and redis_url is not None:
+        raise ValueError("--redis-sentinel starts its own Redis set; drop --redis-url")
 
 
 def _ticks_of(pid: int) -> dict[str, int]:

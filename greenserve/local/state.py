@@ -27,7 +27,9 @@ class StackState:
 
     namespace: str
     nats_url: str
+    """One server's URL or a cluster's comma list."""
     redis_url: str
+    """The Redis (with Sentinels: the primary as started; a failover moves it)."""
     speedup: float
     origin_wall_s: float
     model: str
@@ -58,6 +60,12 @@ class StackState:
     """Each service process's Prometheus ``/metrics`` URL, by name."""
     metrics_targets_file: str | None = None
     """The stack's Prometheus file-service-discovery file (``file_sd_configs``)."""
+    nats_replicas: int = 1
+    """Replicas of each JetStream resource (``--nats-cluster``: min(3, nodes))."""
+    redis_sentinels: list[str] = field(default_factory=list)
+    """``host:port`` of the Sentinels (``--redis-sentinel``); clients ask them for the
+    primary. Empty: ``redis_url`` is the one Redis."""
+    redis_master_name: str = "greenserve"
     start_ticks: dict[str, int] = field(default_factory=dict)
     """Start time of each process (``/proc/<pid>/stat``, clock ticks since boot) by PID: a
     PID that names another process now (the stack crashed, the machine rebooted) is not
@@ -76,6 +84,19 @@ class StackState:
         its own CA); ``read_timeout_s`` None waits for replies as long as they take."""
         from redis.asyncio import Redis  # a CLI that never reads Redis need not import it
 
+        if self.redis_sentinels:
+            from shared.config import RedisSettings
+            from shared.store import connect_redis
+
+            # Wherever the Sentinels say the primary is now, not where it was started.
+            return connect_redis(
+                RedisSettings(
+                    url=self.redis_url,
+                    socket_timeout_s=read_timeout_s or connect_timeout_s,
+                    sentinels=tuple(self.redis_sentinels),
+                    master_name=self.redis_master_name,
+                )
+            )
         # Only a TLS connection takes a CA: a plain one refuses the keyword.
         tls: dict[str, Any] = {"ssl_ca_certs": self.tls_ca_file} if self.tls_ca_file else {}
         return Redis.from_url(

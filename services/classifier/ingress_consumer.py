@@ -51,8 +51,11 @@ repeat, but wasted). The fetch loop held at most 4 × 64 in flight."""
 logger = logging.getLogger(__name__)
 
 
-def consumer_config(subjects: Subjects, *, ack_wait_s: float, max_deliver: int) -> ConsumerConfig:
-    """The consumer every classifier binds to (replicas create it with the same config)."""
+def consumer_config(
+    subjects: Subjects, *, ack_wait_s: float, max_deliver: int, replicas: int = 1
+) -> ConsumerConfig:
+    """The consumer every classifier binds to (replicas create it with the same config);
+    ``replicas`` (``nats.replicas``) copies its state (acks, pending) as the stream's."""
     return ConsumerConfig(
         durable_name=CLASSIFIER_CONSUMER,
         deliver_subject=subjects.classifier_deliver,
@@ -63,6 +66,7 @@ def consumer_config(subjects: Subjects, *, ack_wait_s: float, max_deliver: int) 
         ack_wait=ack_wait_s,
         max_deliver=max_deliver,
         max_ack_pending=MAX_ACK_PENDING,
+        num_replicas=replicas,
     )
 
 

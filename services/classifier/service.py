@@ -131,9 +131,13 @@ async def consume(
 ) -> None:
     """Take pushed ingress messages in batches, classify, hand off by ``submit``, ack."""
     nats_cfg = ctx.settings.nats
-    await ensure_ingress_stream(ctx.js, ctx.subjects)
+    replicas = nats_cfg.replicas
+    await ensure_ingress_stream(ctx.js, ctx.subjects, replicas=replicas)
     config = consumer_config(
-        ctx.subjects, ack_wait_s=nats_cfg.ack_wait_s, max_deliver=nats_cfg.max_deliver
+        ctx.subjects,
+        ack_wait_s=nats_cfg.ack_wait_s,
+        max_deliver=nats_cfg.max_deliver,
+        replicas=replicas,
     )
     await retry_on_timeout(
         lambda: ensure_ingress_consumer(ctx.js, ctx.subjects, config),
@@ -151,7 +155,9 @@ async def consume(
             [
                 (
                     "ingress stream",
-                    lambda: ensure_ingress_stream(ctx.js, ctx.subjects, within_s=check_s),
+                    lambda: ensure_ingress_stream(
+                        ctx.js, ctx.subjects, within_s=check_s, replicas=replicas
+                    ),
                 ),
                 (
                     "ingress consumer",

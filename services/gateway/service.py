@@ -96,7 +96,8 @@ class Gateway:
             )
         if state.store is not None and state.keys is not None:
             await state.served.seed(state.store, state.keys)
-        await ensure_ingress_stream(state.js, state.subjects)
+        replicas = self._ctx.settings.nats.replicas
+        await ensure_ingress_stream(state.js, state.subjects, replicas=replicas)
         check_s = self._ctx.settings.nats.jetstream_check_s
         self._keeper = asyncio.create_task(
             keep_jetstream(
@@ -104,7 +105,9 @@ class Gateway:
                 [
                     (
                         "ingress stream",
-                        lambda: ensure_ingress_stream(state.js, state.subjects, within_s=check_s),
+                        lambda: ensure_ingress_stream(
+                            state.js, state.subjects, within_s=check_s, replicas=replicas
+                        ),
                     )
                 ],
                 self._stopping,

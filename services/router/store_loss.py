@@ -48,10 +48,15 @@ class StoreLoss:
         A placement whose dispatch is still unanswered is written too: a router that
         adopts it sends it to the same worker, which answers a repeat without a second run.
         """
-        written = await write_back_if_lost(self._ctx.redis, self._marker, self._write_back)
+        written = await write_back_if_lost(
+            self._ctx.redis,
+            self._marker,
+            self._write_back,
+            follow_failover=bool(self._ctx.settings.redis.sentinels),
+        )
         if written:
             WRITTEN_BACK.inc(written)
-            logger.warning("redis lost its data (marker gone): wrote back %d placements", written)
+            logger.warning("redis lost its data or failed over: wrote back %d placements", written)
         return written
 
     async def _write_back(self) -> int:

@@ -42,11 +42,16 @@ class StoreLoss:
 
     async def check(self) -> int:
         """Write the queues back if the marker is gone; return how many requests were."""
-        written = await write_back_if_lost(self._ctx.redis, self._marker, self._write_back)
+        written = await write_back_if_lost(
+            self._ctx.redis,
+            self._marker,
+            self._write_back,
+            follow_failover=bool(self._ctx.settings.redis.sentinels),
+        )
         if written:
             WRITTEN_BACK.inc(written)
             logger.warning(
-                "redis lost its data (marker gone): wrote back %d queued requests", written
+                "redis lost its data or failed over: wrote back %d queued requests", written
             )
         return written
 

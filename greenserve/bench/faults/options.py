@@ -11,7 +11,7 @@ __all__ = ["ALL_SCENARIOS", "HELP", "NAME", "OUTAGE_S", "add_arguments"]
 NAME = "faults"
 HELP = (
     "fault injection (kill -9 each service, restart NATS and Redis, NATS without its store, "
-    "Redis down 30 s, drop a worker) during replays"
+    "Redis down 30 s, drop a worker, kill a NATS cluster node, fail Redis over) during replays"
 )
 
 ALL_SCENARIOS = (
@@ -37,6 +37,10 @@ ALL_SCENARIOS = (
     "restart:redis+kill:requestpath",
     "freeze:worker-0",
     # --- end compound faults and freezes ---
+    # --- replicated servers (issue 33) ---
+    "kill:nats-1",
+    "kill:nats-leader",
+    "failover:redis",
 )
 """The scenarios of :mod:`greenserve.faults` (its ``ALL_SCENARIOS``, checked equal by a test),
 written out because importing that module would take NATS, Redis and pandas into every
