@@ -27,6 +27,10 @@ STALL_BOUND_S = 15.0
 for each raft group the node led within its election timeout (4 to 9 s), and a delivery
 the lost node swallowed comes again after ``ack_wait`` (5 s)."""
 
+TOKEN_GAPS_BOUND = 3
+"""Most requests with a missed token chunk after one node kill (1 in 1 of 6 runs on a loaded
+2-core host; the streams in flight at the kill whose client was on the killed node)."""
+
 
 @pytest.mark.parametrize("scenario", ["kill:nats-1", "kill:nats-leader"])
 async def test_a_nats_node_killed_mid_replay_loses_and_duplicates_nothing(scenario: str) -> None:
@@ -39,7 +43,11 @@ async def test_a_nats_node_killed_mid_replay_loses_and_duplicates_nothing(scenar
     assert outcome.lost == 0, outcome
     assert outcome.duplicated == 0, outcome
     assert outcome.completed == len(trace), outcome
-    assert outcome.token_mismatch == 0, outcome
+    # Tokens are core NATS (at most once): a client whose node was killed misses the chunks
+    # published to it while it reconnects to another node. The completion's token count
+    # shows the gap (docs/deploy.md, "What each fault costs"); only streams in flight at the
+    # kill can have one.
+    assert outcome.token_mismatch <= TOKEN_GAPS_BOUND, outcome
     assert outcome.leftover_records == 0, outcome
     # Counted from the kill: the node stays down ten seconds, so what completed first
     # after the fault was served without it.
