@@ -52,16 +52,21 @@ def test_hosts_reach_each_other_until_partitioned_and_leave_nothing_behind() -> 
         # it did not.
         return "ConnectionRefusedError" in done.stderr
 
-    with pytest.raises(RuntimeError, match="leave"), fabric(3) as hosts:
-        a, b, c = hosts.hosts
-        assert reaches(a.netns, b.address) and reaches(c.netns, a.address)
-        hosts.partition(c.name)
-        assert not reaches(a.netns, c.address)
-        assert not reaches(c.netns, b.address)
-        assert reaches(a.netns, b.address)
-        hosts.heal(c.name)
-        assert reaches(c.netns, b.address)
-        raise RuntimeError("leave the block by an error")
+    def cut_and_heal() -> None:
+        with fabric(3) as hosts:
+            a, b, c = hosts.hosts
+            assert reaches(a.netns, b.address)
+            assert reaches(c.netns, a.address)
+            hosts.partition(c.name)
+            assert not reaches(a.netns, c.address)
+            assert not reaches(c.netns, b.address)
+            assert reaches(a.netns, b.address)
+            hosts.heal(c.name)
+            assert reaches(c.netns, b.address)
+            raise RuntimeError("leave the block by an error")
+
+    with pytest.raises(RuntimeError, match="leave"):
+        cut_and_heal()
     assert _ours() == []
 
 
