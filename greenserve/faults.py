@@ -31,7 +31,7 @@ from redis import Redis as SyncRedis
 
 from greenserve.local import LocalStack, start_local_stack
 from greenserve.multihost.fabric import Fabric, fabric
-from greenserve.multihost.stack import start_multihost_stack
+from greenserve.multihost.stack import PING_INTERVAL_S, host_of, start_multihost_stack
 from greenserve.runner import start_process
 from greenserve.stack import StackSpec, stack_launches
 from loadgen.http_replay import HttpRecord, replay_http
@@ -39,12 +39,13 @@ from loadgen.replay import ReplayResult, replay
 from loadgen.traces import TraceRequest
 from proto.codec import DecodeError, decode_any
 from proto.keys import Keys
-from proto.messages import Completion, ErrorReply
+from proto.messages import Assignment, Completion, ErrorReply
 from proto.subjects import Subjects
 from shared.bus import connect_nats
 from shared.config import NatsSettings
 from shared.redis_sentinel import master_address
 from shared.servers import start_nats, start_redis
+from shared.store import as_bytes
 
 __all__ = [
     "ALL_SCENARIOS",
@@ -272,6 +273,34 @@ def _check_multihost(scenario: str) -> None:
             )
 
 
+async def _placed_on(stack: LocalStack, namespace: str, host: str) -> int:
+    """Requests recorded as placed on a worker of ``host`` (``host-<i>``) now."""
+    index = int(host.rpartition("-")[2])
+    hosts = MULTIHOST_HOSTS
+    redis = stack.state.redis_client(read_timeout_s=2.0)
+    try:
+        raw = await redis.hvals(Keys(namespace).dispatched)
+    finally:
+        await redis.aclose()
+    placed = 0
+    for value in raw:
+        with contextlib.suppress(DecodeError):
+            assignment = decode_any(as_bytes(value))
+            if isinstance(assignment, Assignment):
+                placed += host_of(assignment.worker_id, hosts) == index
+    return placed
+
+
+def _client_settings(stack: LocalStack, hosts: Fabric | None) -> NatsSettings:
+    """The replay client's connection. On hosts it is a user on the first host's side of
+    a partition (``partition:host-0`` cuts it off as well): it connects to that node and
+    learns the others from it, to move to when that node is killed."""
+    if hosts is None:
+        return NatsSettings(url=stack.state.nats_url)
+    first = stack.state.nats_url.split(",")[0]
+    return NatsSettings(url=first, ping_interval_s=PING_INTERVAL_S)
+
+
 def _partitioned(scenario: str) -> bool:
     return any(kind == "partition" for kind, _ in _faults(scenario))
 
@@ -309,6 +338,11 @@ class ScenarioResult:
     """``kill:nats-leader``: the node that led the ingress stream and was killed."""
     stream_replicas: int | None = None
     """On a NATS cluster: the ingress stream's replicas just before the fault."""
+    held_by_cut_host: int | None = None
+    """``partition:``: requests placed on the cut-off host's workers just before the cut.
+    The router runs them elsewhere once it stops hearing those workers, and a worker that
+    finished one meanwhile sends its answer when the host is joined again: the most the
+    partition can answer twice (``docs/deploy.md``, Multi-host on one machine)."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -546,6 +580,7 @@ async def _run(
     over_http = any(target == "gateway" for _, target in _faults(scenario))
     long_outage = any(kind in LONG_OUTAGES for kind, _ in _faults(scenario))
     held: int | None = None
+    cut_held: int | None = None
     failover_s: float | None = None
     killed: str | None = None
     replicas: int | None = None
@@ -566,7 +601,7 @@ async def _run(
         nc = (
             None
             if over_http
-            else await connect_nats(NatsSettings(url=stack.state.nats_url), "faults-client")
+            else await connect_nats(_client_settings(stack, hosts), "faults-client")
         )
         late: _LateEndings | None = None  # --- freeze scenarios: replies after the thaw ---
         if nc is not None and _frozen(scenario):
@@ -615,6 +650,9 @@ async def _run(
             )
             primary = _server_named(stack, "redis")
             old_primary = stack.servers[primary].address if primary is not None else ""
+            cut = [target for kind, target in _faults(scenario) if kind == "partition"]
+            if cut:
+                cut_held = sum([await _placed_on(stack, spec.namespace, h) for h in cut])
             fault_at = time.time()
             await asyncio.to_thread(_inject, stack, spec, scenario_run, folder, hosts)
             restored_at = fault_at
@@ -647,6 +685,8 @@ async def _run(
     outcome = _score(scenario, result, fault_at, restored_at, exit_codes, leftover)
     if held is not None:
         outcome = dataclasses.replace(outcome, held_by_lost_store=held)
+    if cut_held is not None:
+        outcome = dataclasses.replace(outcome, held_by_cut_host=cut_held)
     if failover_s is not None or replicas is not None:
         outcome = dataclasses.replace(
             outcome, failover_s=failover_s, killed_node=killed, stream_replicas=replicas

@@ -53,6 +53,9 @@ REDIS_PORT = 6379
 SENTINEL_PORT = 26379
 GATEWAY_PORT = 8080
 METRICS_PORT = 9464
+PING_INTERVAL_S = 1.0
+"""``nats.ping_interval_s`` of every service on the hosts: a node silent for about three
+of these (``nats.max_outstanding_pings`` 2) is left for another."""
 SERVICE_HOSTS = {
     "scheduler": 0,
     "router": 0,
@@ -202,6 +205,9 @@ def start_multihost_stack(
         if not os.environ.get(FORECASTER_CACHE_ENV):
             forecaster.setdefault("model_cache_dir", str(forecaster_cache(folder)))
         extra["forecaster"] = forecaster
+        # A node on a host cut off goes silent without closing its connections: pings are
+        # how a service notices and moves to another node (nats-py's default waits minutes).
+        extra["nats"] = {"ping_interval_s": PING_INTERVAL_S, **extra.get("nats", {})}
         spec = dataclasses.replace(
             spec,
             extra=extra,
