@@ -27,6 +27,7 @@ __all__ = [
     "positive_float",
     "positive_floats",
     "positive_int",
+    "positive_ints",
     "seed",
 ]
 
@@ -127,6 +128,14 @@ def positive_floats(text: str) -> tuple[float, ...]:
     values = tuple(positive_float(part.strip()) for part in text.split(",") if part.strip())
     if not values:
         raise argparse.ArgumentTypeError("give at least one number")
+    return values
+
+
+def positive_ints(text: str) -> tuple[int, ...]:
+    """A comma-separated list of whole numbers > 0 (at least one)."""
+    values = tuple(positive_int(part.strip()) for part in text.split(",") if part.strip())
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one whole number")
     return values
 
 

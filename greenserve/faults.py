@@ -19,6 +19,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ from nats.aio.msg import Msg
 from redis import Redis as SyncRedis
 
 from greenserve.local import LocalStack, start_local_stack
+from greenserve.multihost.fabric import Fabric, fabric
+from greenserve.multihost.stack import PING_INTERVAL_S, host_of, start_multihost_stack
 from greenserve.runner import start_process
 from greenserve.stack import StackSpec, stack_launches
 from loadgen.http_replay import HttpRecord, replay_http
@@ -36,14 +39,21 @@ from loadgen.replay import ReplayResult, replay
 from loadgen.traces import TraceRequest
 from proto.codec import DecodeError, decode_any
 from proto.keys import Keys
-from proto.messages import Completion, ErrorReply
+from proto.messages import Assignment, Completion, ErrorReply
 from proto.subjects import Subjects
 from shared.bus import connect_nats
 from shared.config import NatsSettings
 from shared.redis_sentinel import master_address
 from shared.servers import start_nats, start_redis
+from shared.store import as_bytes
 
-__all__ = ["ALL_SCENARIOS", "OUTAGE_S", "ScenarioResult", "run_scenario"]
+__all__ = [
+    "ALL_SCENARIOS",
+    "MULTIHOST_SCENARIOS",
+    "OUTAGE_S",
+    "ScenarioResult",
+    "run_scenario",
+]
 
 CONSISTENT_WITHIN_S = 12.0
 """After the replay ends, how long the stack may take to forget every ended request: two
@@ -61,7 +71,7 @@ requests. Wall time, not model time: the retries and timeouts it tests run on th
 clock whatever the speed-up."""
 LONG_OUTAGES = ("down", "refuse")
 """Fault kinds that last ``outage_s`` rather than the short ``downtime_s``."""
-RESTORED = ("kill", "restart", "wipe", "freeze", "failover", *LONG_OUTAGES)
+RESTORED = ("kill", "restart", "wipe", "freeze", "failover", "partition", *LONG_OUTAGES)
 """Fault kinds undone after their downtime (``drop:`` and ``term:`` are not)."""
 SETTLE_AFTER_OUTAGE_S = 30.0
 """How long the replay waits for a next answer beyond a ``down:`` outage (the hand-off
@@ -235,6 +245,68 @@ def _wait_promoted(stack: LocalStack, old_primary: str, within_s: float) -> None
 
 # --- end replicated servers ---
 
+# --- multi-host (issue 33): see greenserve.multihost ---
+MULTIHOST_SCENARIOS = ("kill:nats-1", "kill:nats-leader", "failover:redis", "partition:host-2")
+"""What ``--multihost`` runs by default: the replicated servers' faults with each node on
+its own host, then ``partition:host-<i>``: host i (a NATS node, a Sentinel, a worker and
+whatever else :data:`greenserve.multihost.stack.SERVICE_HOSTS` put there) cut off from the
+other hosts and the client for :data:`PARTITION_S`, then joined again."""
+MULTIHOST_HOSTS = 3
+PARTITION_S = 10.0
+"""Wall seconds a host stays cut off."""
+MULTIHOST_KINDS = ("kill", "failover", "partition")
+
+
+def _check_multihost(scenario: str) -> None:
+    """Refuse what a multi-host stack cannot run: a fault other than killing a server,
+    failing Redis over or a partition (a killed service would come back on this host).
+
+    Raises:
+        ValueError: naming the fault and what runs.
+    """
+    for kind, target in _faults(scenario):
+        server = target == LEADER or target.startswith("nats-") or target == "redis"
+        if kind not in MULTIHOST_KINDS or (kind != "partition" and not server):
+            raise ValueError(
+                f"{kind}:{target} does not run on the multi-host stack; it runs kill:nats-<i>, "
+                f"kill:{LEADER}, failover:redis and partition:host-<i>"
+            )
+
+
+async def _placed_on(stack: LocalStack, namespace: str, host: str) -> int:
+    """Requests recorded as placed on a worker of ``host`` (``host-<i>``) now."""
+    index = int(host.rpartition("-")[2])
+    hosts = MULTIHOST_HOSTS
+    redis = stack.state.redis_client(read_timeout_s=2.0)
+    try:
+        raw = await redis.hvals(Keys(namespace).dispatched)
+    finally:
+        await redis.aclose()
+    placed = 0
+    for value in raw:
+        with contextlib.suppress(DecodeError):
+            assignment = decode_any(as_bytes(value))
+            if isinstance(assignment, Assignment):
+                placed += host_of(assignment.worker_id, hosts) == index
+    return placed
+
+
+def _client_settings(stack: LocalStack, hosts: Fabric | None) -> NatsSettings:
+    """The replay client's connection. On hosts it is a user on the first host's side of
+    a partition (``partition:host-0`` cuts it off as well): it connects to that node and
+    learns the others from it, to move to when that node is killed."""
+    if hosts is None:
+        return NatsSettings(url=stack.state.nats_url)
+    first = stack.state.nats_url.split(",")[0]
+    return NatsSettings(url=first, ping_interval_s=PING_INTERVAL_S)
+
+
+def _partitioned(scenario: str) -> bool:
+    return any(kind == "partition" for kind, _ in _faults(scenario))
+
+
+# --- end multi-host ---
+
 
 @dataclass(frozen=True, slots=True)
 class ScenarioResult:
@@ -268,6 +340,11 @@ class ScenarioResult:
     """``kill:nats-leader``: the node that led the ingress stream and was killed."""
     stream_replicas: int | None = None
     """On a NATS cluster: the ingress stream's replicas just before the fault."""
+    held_by_cut_host: int | None = None
+    """``partition:``: requests placed on the cut-off host's workers just before the cut.
+    The router runs them elsewhere once it stops hearing those workers, and a worker that
+    finished one meanwhile sends its answer when the host is joined again: the most the
+    partition can answer twice (``docs/deploy.md``, Multi-host on one machine)."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -285,18 +362,26 @@ async def _ingress_held(nc: Client, namespace: str) -> int:
     return int(info.state.messages)
 
 
-def _inject(stack: LocalStack, spec: StackSpec, scenario: str, folder: Path) -> None:
+def _inject(
+    stack: LocalStack, spec: StackSpec, scenario: str, folder: Path, hosts: Fabric | None = None
+) -> None:
     if scenario in SEQUENCED:  # the first fault now, the rest in _recover_sequenced
         kind, target = _faults(scenario)[0]
         _inject_one(stack, kind, target, scenario)
         return
     for kind, target in _faults(scenario):
-        _inject_one(stack, kind, target, scenario)
+        _inject_one(stack, kind, target, scenario, hosts)
 
 
-def _inject_one(stack: LocalStack, kind: str, target: str, scenario: str) -> None:
+def _inject_one(
+    stack: LocalStack, kind: str, target: str, scenario: str, hosts: Fabric | None = None
+) -> None:
     named = _server_named(stack, target)
-    if kind in ("kill", "failover") and named is not None:
+    if kind == "partition":
+        if hosts is None:
+            raise ValueError(f"{scenario!r} needs the multi-host stack (--multihost)")
+        hosts.partition(target)
+    elif kind in ("kill", "failover") and named is not None:
         stack.servers[named].kill()
     elif kind in ("kill", "drop"):
         proc = stack.group.procs[target]
@@ -320,12 +405,17 @@ def _inject_one(stack: LocalStack, kind: str, target: str, scenario: str) -> Non
         raise ValueError(f"unknown fault {scenario!r}")
 
 
-def _recover(stack: LocalStack, spec: StackSpec, scenario: str, folder: Path) -> None:
+def _recover(
+    stack: LocalStack, spec: StackSpec, scenario: str, folder: Path, hosts: Fabric | None = None
+) -> None:
     if scenario in SEQUENCED:
         _recover_sequenced(stack, spec, scenario, folder)
         return
     for kind, target in _faults(scenario):
-        _recover_one(stack, spec, kind, target, folder)
+        if kind == "partition" and hosts is not None:
+            hosts.heal(target)
+        else:
+            _recover_one(stack, spec, kind, target, folder)
 
 
 # --- compound faults and freezes (issue 29) ---
@@ -482,16 +572,22 @@ async def _leftover_records(stack: LocalStack, namespace: str, within_s: float) 
 
 
 async def _run(
-    scenario: str, trace: list[TraceRequest], spec: StackSpec, folder: Path, downtime_s: float
+    scenario: str,
+    trace: list[TraceRequest],
+    spec: StackSpec,
+    folder: Path,
+    downtime_s: float,
+    hosts: Fabric | None = None,
 ) -> ScenarioResult:
     over_http = any(target == "gateway" for _, target in _faults(scenario))
     long_outage = any(kind in LONG_OUTAGES for kind, _ in _faults(scenario))
     held: int | None = None
     held_read_at = injected_at = 0.0
+    cut_held: int | None = None
     failover_s: float | None = None
     killed: str | None = None
     replicas: int | None = None
-    stack = await asyncio.to_thread(
+    start: Callable[[], LocalStack] = (
         functools.partial(
             start_local_stack,
             spec,
@@ -499,13 +595,16 @@ async def _run(
             nats_cluster=_cluster_size(scenario),
             redis_sentinel=_with_sentinels(scenario),
         )
+        if hosts is None
+        else functools.partial(start_multihost_stack, spec, hosts, folder)
     )
+    stack = await asyncio.to_thread(start)
     try:
         await asyncio.to_thread(stack.wait_ready)
         nc = (
             None
             if over_http
-            else await connect_nats(NatsSettings(url=stack.state.nats_url), "faults-client")
+            else await connect_nats(_client_settings(stack, hosts), "faults-client")
         )
         late: _LateEndings | None = None  # --- freeze scenarios: replies after the thaw ---
         if nc is not None and _frozen(scenario):
@@ -547,13 +646,19 @@ async def _run(
                 scenario_run = scenario.replace(LEADER, killed)
             else:
                 scenario_run = scenario
-            if _cluster_size(scenario) > 1 and nc is not None:
+            if (_cluster_size(scenario) > 1 or hosts is not None) and nc is not None:
                 replicas = await _stream_replicas(nc, spec.namespace)
-            survived = _cluster_size(scenario) > 1 or _with_sentinels(scenario)
+            # A partition is survived by the hosts left, as a lost node by the others.
+            survived = (
+                _cluster_size(scenario) > 1 or _with_sentinels(scenario) or _partitioned(scenario)
+            )
             primary = _server_named(stack, "redis")
             old_primary = stack.servers[primary].address if primary is not None else ""
+            cut = [target for kind, target in _faults(scenario) if kind == "partition"]
+            if cut:
+                cut_held = sum([await _placed_on(stack, spec.namespace, h) for h in cut])
             fault_at = time.time()
-            await asyncio.to_thread(_inject, stack, spec, scenario_run, folder)
+            await asyncio.to_thread(_inject, stack, spec, scenario_run, folder, hosts)
             injected_at = time.time()
             restored_at = fault_at
             if _with_sentinels(scenario):
@@ -562,7 +667,7 @@ async def _run(
                 failover_s = restored_at - fault_at
             if any(kind in RESTORED for kind, _ in _faults(scenario)):
                 await asyncio.sleep(downtime_s)
-                await asyncio.to_thread(_recover, stack, spec, scenario_run, folder)
+                await asyncio.to_thread(_recover, stack, spec, scenario_run, folder, hosts)
                 # A freeze is survived, not restored (see FREEZE_S); a replicated server's
                 # loss is survived by the others, and its restart is no recovery.
                 if not _frozen(scenario) and not survived:
@@ -588,6 +693,8 @@ async def _run(
         # to its client) in the store the kill deleted.
         sent_meanwhile = sum(1 for r in result.records if held_read_at <= r.sent_at <= injected_at)
         outcome = dataclasses.replace(outcome, held_by_lost_store=held + sent_meanwhile)
+    if cut_held is not None:
+        outcome = dataclasses.replace(outcome, held_by_cut_host=cut_held)
     if failover_s is not None or replicas is not None:
         outcome = dataclasses.replace(
             outcome, failover_s=failover_s, killed_node=killed, stream_replicas=replicas
@@ -608,13 +715,25 @@ def run_scenario(
     downtime_s: float = 1.0,
     outage_s: float = OUTAGE_S,
     colocate_request_path: bool | None = None,
+    multihost: bool = False,
 ) -> ScenarioResult:
     """Run one scenario on a fresh stack in a temporary folder.
 
     ``downtime_s`` (wall) passes between a ``kill:``/``restart:`` fault and the restart,
     ``outage_s`` between a ``down:`` fault and the restart. ``colocate_request_path`` None
-    co-locates only for a scenario that names ``requestpath``.
+    co-locates only for a scenario that names ``requestpath``. ``multihost`` runs the stack
+    over :data:`MULTIHOST_HOSTS` network-namespace hosts (:mod:`greenserve.multihost`),
+    always with a NATS cluster and Redis with Sentinels.
+
+    Raises:
+        ValueError: a scenario the multi-host stack cannot run, or ``partition:`` without
+            ``multihost``.
+        greenserve.multihost.fabric.FabricError: the hosts could not be made here.
     """
+    if multihost:
+        _check_multihost(scenario)
+    elif _partitioned(scenario):
+        raise ValueError(f"{scenario!r} needs the multi-host stack (--multihost)")
     colocate = (
         any(target == "requestpath" for _, target in _faults(scenario))
         if colocate_request_path is None
@@ -645,4 +764,9 @@ def run_scenario(
             down_for = FREEZE_S
         if _cluster_size(scenario) > 1:
             down_for = max(down_for, NODE_DOWN_S)
-        return asyncio.run(_run(scenario, trace, spec, Path(folder), down_for))
+        if _partitioned(scenario):
+            down_for = max(down_for, PARTITION_S)
+        if not multihost:
+            return asyncio.run(_run(scenario, trace, spec, Path(folder), down_for))
+        with fabric(MULTIHOST_HOSTS) as hosts:
+            return asyncio.run(_run(scenario, trace, spec, Path(folder), down_for, hosts))

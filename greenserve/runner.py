@@ -40,15 +40,22 @@ def write_config(launch: ServiceLaunch, folder: Path) -> Path:
     return path
 
 
-def start_process(launch: ServiceLaunch, folder: Path) -> subprocess.Popen[bytes]:
-    """Start ``python -m <module>`` with its settings file; output goes to ``<name>.log``."""
+def start_process(
+    launch: ServiceLaunch, folder: Path, exec_prefix: Sequence[str] = ()
+) -> subprocess.Popen[bytes]:
+    """Start ``python -m <module>`` with its settings file; output goes to ``<name>.log``.
+
+    ``exec_prefix`` runs it through another command: ``ip netns exec <ns>`` puts it on a
+    host of the multi-host harness (``greenserve.multihost``), which execs the service in
+    place, so the process's pid is the service's.
+    """
     config = write_config(launch, folder / "config")
     logs = folder / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, CONFIG_FILE_ENV: str(config)}
     log = (logs / f"{launch.name}.log").open("ab")
     return subprocess.Popen(
-        [sys.executable, "-m", launch.module],
+        [*exec_prefix, sys.executable, "-m", launch.module],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -124,6 +124,8 @@ async def connect_nats(settings: NatsSettings, name: str) -> Client:
         "connect_timeout": settings.connect_timeout_s,
         "reconnect_time_wait": settings.reconnect_wait_s,
         "max_reconnect_attempts": settings.max_reconnect_attempts,
+        "ping_interval": settings.ping_interval_s,
+        "max_outstanding_pings": settings.max_outstanding_pings,
         "error_cb": on_error,
         "disconnected_cb": on_disconnect,
         "reconnected_cb": on_reconnect,

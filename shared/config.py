@@ -61,6 +61,13 @@ class NatsSettings(_Section):
     connect_timeout_s: float = 5.0
     reconnect_wait_s: float = 0.5
     max_reconnect_attempts: int = -1
+    ping_interval_s: float = Field(default=120.0, gt=0.0)
+    """Seconds between the client's pings to its server. A server that leaves more than
+    ``max_outstanding_pings`` of them unanswered is dropped and the client reconnects to
+    another: the only way it notices a server gone silent without closing the connection
+    (a host cut off by a network partition). 120 s is nats-py's default; the multi-host
+    harness sets 1 s (``docs/deploy.md``, Multi-host on one machine)."""
+    max_outstanding_pings: int = Field(default=2, ge=1)
     request_timeout_s: float = 2.0
     ack_wait_s: float = 5.0
     """JetStream redelivers an ingress message not acked within this time."""

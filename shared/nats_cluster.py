@@ -100,9 +100,16 @@ class NatsCluster:
             server.stop()
 
 
-def start_node(node: NatsNode, peers: Sequence[NatsNode], workdir: Path) -> ServerProcess:
+def start_node(
+    node: NatsNode,
+    peers: Sequence[NatsNode],
+    workdir: Path,
+    *,
+    exec_prefix: Sequence[str] = (),
+) -> ServerProcess:
     """Start ``node``, routed to ``peers`` (itself among them is ignored), its store under
-    ``workdir``; it returns once it takes clients, not once JetStream is ready."""
+    ``workdir``, run through ``exec_prefix`` (``shared.servers.launch``); it returns once it
+    takes clients, not once JetStream is ready."""
     routes = ",".join(p.route_url for p in peers if p.name != node.name)
     args = [
         "-n",
@@ -116,7 +123,14 @@ def start_node(node: NatsNode, peers: Sequence[NatsNode], workdir: Path) -> Serv
     ]
     if routes:
         args += ["--routes", routes]
-    return start_nats(workdir, node.client_port, host=node.host, name=node.name, extra_args=args)
+    return start_nats(
+        workdir,
+        node.client_port,
+        host=node.host,
+        name=node.name,
+        extra_args=args,
+        exec_prefix=exec_prefix,
+    )
 
 
 def start_nats_cluster(

@@ -19,6 +19,7 @@ each with :func:`start_replica` and :func:`start_sentinel` at its own address.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ __all__ = [
     "start_redis_failover",
     "start_replica",
     "start_sentinel",
+    "wait_ready",
 ]
 
 DEFAULT_MASTER_NAME = "greenserve"
@@ -54,14 +56,17 @@ def start_replica(
     *,
     host: str = "127.0.0.1",
     name: str = "redis-replica",
+    exec_prefix: Sequence[str] = (),
 ) -> ServerProcess:
-    """A redis-server replicating ``primary`` (append-only file on, as the primary)."""
+    """A redis-server replicating ``primary`` (append-only file on, as the primary), run
+    through ``exec_prefix`` (``shared.servers.launch``)."""
     return start_redis(
         workdir,
         port,
         host=host,
         name=name,
         extra_args=["--replicaof", primary.host, str(primary.port)],
+        exec_prefix=exec_prefix,
     )
 
 
@@ -74,9 +79,11 @@ def start_sentinel(
     name: str = "sentinel-0",
     master_name: str = DEFAULT_MASTER_NAME,
     down_after_ms: int = DOWN_AFTER_MS,
+    exec_prefix: Sequence[str] = (),
 ) -> ServerProcess:
-    """A Sentinel watching ``primary`` as ``master_name``; its config file (which Sentinel
-    rewrites with what it learns) is ``workdir/sentinel.conf``."""
+    """A Sentinel watching ``primary`` as ``master_name``, run through ``exec_prefix``
+    (``shared.servers.launch``); its config file (which Sentinel rewrites with what it
+    learns) is ``workdir/sentinel.conf``."""
     workdir.mkdir(parents=True, exist_ok=True)
     conf = workdir / "sentinel.conf"
     conf.write_text(
@@ -95,7 +102,7 @@ def start_sentinel(
         )
     )
     args = [find_binary("redis-server"), str(conf), "--sentinel"]
-    return launch(name, args, port, workdir, host=host)
+    return launch(name, args, port, workdir, host=host, exec_prefix=exec_prefix)
 
 
 @dataclass(slots=True)
@@ -162,7 +169,7 @@ def start_redis_failover(
             started.append(watcher)
             watchers.append(watcher)
         ready = RedisFailoverSet(primary, replica, watchers, master_name)
-        _wait_ready(ready, ready_timeout_s)
+        wait_ready(ready, ready_timeout_s)
     except BaseException:
         for server in reversed(started):
             server.stop()
@@ -187,7 +194,13 @@ def master_address(sentinel_addresses: list[str], master_name: str) -> str | Non
     return None
 
 
-def _wait_ready(failover: RedisFailoverSet, timeout_s: float) -> None:
+def wait_ready(failover: RedisFailoverSet, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Wait until the replica is in sync and every Sentinel knows the replica and the
+    other Sentinels (a failover needs both).
+
+    Raises:
+        RuntimeError: not so within ``timeout_s``, saying what was still awaited.
+    """
     deadline = time.monotonic() + timeout_s
     others = len(failover.sentinels) - 1
     waiting_for = "the replica's sync"

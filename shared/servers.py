@@ -31,6 +31,9 @@ __all__ = [
 ]
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
 def free_port() -> int:
     """Return a TCP port that is free on 127.0.0.1 right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -118,7 +121,7 @@ class ServerProcess:
     tls: bool = False
     """Whether clients must speak TLS (Redis then has a ``rediss://`` URL)."""
     host: str = "127.0.0.1"
-    """The address it listens on (a later multi-host harness gives each node its own)."""
+    """The address it listens on (the multi-host harness gives each host its own)."""
     args: tuple[str, ...] = ()
     """The command line that started it, so :meth:`restart` starts it again alike."""
     log_file: Path | None = None
@@ -186,12 +189,18 @@ def launch(
     log_file: Path | None = None,
     env: Mapping[str, str] | None = None,
     tls: bool = False,
+    exec_prefix: Sequence[str] = (),
 ) -> ServerProcess:
     """Run ``args`` and wait until it listens on ``host``:``port``.
+
+    ``exec_prefix`` runs it through another command, e.g. ``ip netns exec <ns>`` on a host
+    of the multi-host harness (``greenserve.multihost``); it becomes part of the recorded
+    command line, so :meth:`ServerProcess.restart` starts it on the same host again.
 
     Raises:
         RuntimeError: it exited or never listened (the process is killed then).
     """
+    args = [*exec_prefix, *args]
     log = log_file.open("ab") if log_file is not None else subprocess.DEVNULL
     try:
         proc = subprocess.Popen(
@@ -223,6 +232,7 @@ def start_nats(
     host: str = "127.0.0.1",
     name: str = "nats",
     extra_args: Sequence[str] = (),
+    exec_prefix: Sequence[str] = (),
 ) -> ServerProcess:
     """Start nats-server with JetStream, storing streams under ``workdir``.
 
@@ -248,7 +258,15 @@ def start_nats(
     if config_file is not None:
         args += ["-c", str(config_file)]
     return launch(
-        name, args, port, workdir, host=host, log_file=workdir / "nats.log", env=env, tls=tls
+        name,
+        args,
+        port,
+        workdir,
+        host=host,
+        log_file=workdir / "nats.log",
+        env=env,
+        tls=tls,
+        exec_prefix=exec_prefix,
     )
 
 
@@ -263,6 +281,7 @@ def start_redis(
     host: str = "127.0.0.1",
     name: str = "redis",
     extra_args: Sequence[str] = (),
+    exec_prefix: Sequence[str] = (),
 ) -> ServerProcess:
     """Start redis-server on ``port``, its data in ``workdir``.
 
@@ -273,7 +292,7 @@ def start_redis(
     knew of (queued, placed) were lost. No RDB snapshots either way. ``aclfile`` loads ACL
     users (``shared.security.redis_acl``); ``tls`` serves TLS only on ``port`` (clients
     present no certificate). ``extra_args`` go to the command line (a replica's
-    ``--replicaof``: :mod:`shared.redis_sentinel`).
+    ``--replicaof``: :mod:`shared.redis_sentinel`); ``exec_prefix`` as in :func:`launch`.
     """
     port = port or free_port()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -295,6 +314,11 @@ def start_redis(
         str(workdir / "redis.log"),
         *extra_args,
     ]
+    if host not in LOOPBACK:
+        # Bound to a host's own address, it is meant to be reached from the other hosts;
+        # protected mode would refuse them (a replica's sync, the Sentinels) without a
+        # password, and the address already limits who can reach it.
+        args += ["--protected-mode", "no"]
     if password:
         args += ["--requirepass", password]
     if aclfile is not None:
@@ -303,4 +327,6 @@ def start_redis(
         args += ["--tls-port", str(port), "--tls-cert-file", str(tls.cert_file)]
         args += ["--tls-key-file", str(tls.key_file), "--tls-ca-cert-file", str(tls.ca_file)]
         args += ["--tls-auth-clients", "no"]
-    return launch(name, args, port, workdir, host=host, tls=tls is not None)
+    return launch(
+        name, args, port, workdir, host=host, tls=tls is not None, exec_prefix=exec_prefix
+    )

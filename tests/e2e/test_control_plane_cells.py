@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from greenserve.bench.control_plane.run import _spec, _sweep
+from greenserve.bench.control_plane.run import spec_for, sweep
 from greenserve.cli import main
 from greenserve.local import alive, load_state
 
@@ -25,7 +25,7 @@ def test_two_cells_share_the_servers_and_each_answers_the_requests_sent_to_it() 
     published to a cell's ingress can only be answered by that cell's request path and
     workers, and reaches only the client process that sent it), and that the step reports
     each cell's processes under its own name while the servers are counted once."""
-    run = _sweep(_spec(2, "colocated"), [40.0], 2.0, hops=True, cells=2, clients=2)
+    run = sweep(spec_for(2, "colocated"), [40.0], 2.0, hops=True, cells=2, clients=2)
     step = run["steps"][0]
     assert step["requests"] > 0
     assert step["completed"] == step["requests"]
@@ -43,7 +43,7 @@ def test_two_cells_share_the_servers_and_each_answers_the_requests_sent_to_it() 
 def test_more_cells_than_workers_is_refused() -> None:
     """Test that a cell without a worker is refused before anything starts."""
     with pytest.raises(ValueError, match="3 cells"):
-        _sweep(_spec(2, "colocated"), [40.0], 1.0, cells=3)
+        sweep(spec_for(2, "colocated"), [40.0], 1.0, cells=3)
 
 
 def test_up_starts_cells_on_one_set_of_servers_and_down_stops_them_all(

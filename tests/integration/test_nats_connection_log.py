@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,33 @@ async def test_losing_the_server_logs_a_warning(
                 if "nats disconnected" in caplog.text:
                     break
                 await asyncio.sleep(0.05)
+        assert "nats disconnected" in caplog.text
+        await nc.close()
+    finally:
+        server.stop()
+
+
+async def test_a_server_gone_silent_is_left_after_the_unanswered_pings(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Test that with ``nats.ping_interval_s`` a client drops a server that stops answering
+    without closing the connection (stopped, as a host cut off by a partition looks) after
+    about ``max_outstanding_pings`` + 1 intervals, not nats-py's minutes."""
+    server = start_nats(tmp_path)
+    try:
+        nc = await connect_nats(
+            NatsSettings(url=server.url, ping_interval_s=0.2, max_outstanding_pings=2),
+            "pinging-client",
+        )
+        with caplog.at_level(logging.WARNING, logger="shared.bus"):
+            os.kill(server.proc.pid, signal.SIGSTOP)
+            try:
+                for _ in range(60):
+                    if "nats disconnected" in caplog.text:
+                        break
+                    await asyncio.sleep(0.05)
+            finally:
+                os.kill(server.proc.pid, signal.SIGCONT)
         assert "nats disconnected" in caplog.text
         await nc.close()
     finally:

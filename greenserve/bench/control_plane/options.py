@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from greenserve.argtypes import positive_float, positive_floats, positive_int
+from greenserve.argtypes import positive_float, positive_floats, positive_int, positive_ints
 
 __all__ = ["ENTRIES", "HELP", "NAME", "REQUEST_PATHS", "add_arguments"]
 
@@ -66,6 +66,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--hops",
         action="store_true",
         help="stamp every request at each hop and report per-hop p50/p99 (key 'hops')",
+    )
+    parser.add_argument(
+        "--multihost",
+        action="store_true",
+        help="measure the separate request path on three network-namespace hosts (needs "
+        "root and iproute2) with each --replicas count of classifier replicas spread over "
+        "them (one deliver group), beside the same stack on one host in the same run",
+    )
+    parser.add_argument(
+        "--replicas",
+        type=positive_ints,
+        default="1,2,3",
+        help="with --multihost: classifier replicas to measure, comma-separated",
     )
     parser.add_argument(
         "--plots",

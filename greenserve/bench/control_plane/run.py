@@ -23,6 +23,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,8 @@ P99_BOUND_MS = 100.0
 """A step whose p99 exceeds this is queueing without bound, not sustaining the rate."""
 
 
-def _spec(workers: int, request_path: str) -> StackSpec:
+def spec_for(workers: int, request_path: str) -> StackSpec:
+    """The stack the bench measures: instant workers in one region, quiet logs."""
     return StackSpec(
         namespace="cp",
         workers=workers,
@@ -64,7 +66,7 @@ def _spec(workers: int, request_path: str) -> StackSpec:
     )
 
 
-def _sweep(
+def sweep(
     spec: StackSpec,
     rates: list[float],
     step_s: float,
@@ -72,23 +74,29 @@ def _sweep(
     cells: int = 1,
     clients: int = 1,
     entry: str = "nats",
+    start: Callable[[Path], list[LocalStack]] | None = None,
 ) -> dict[str, Any]:
     """Fresh stacks, the load steps up; the best step that sustained its rate.
 
     With ``cells`` > 1 the first cell starts the servers and the others join them under
     their own namespaces (``cp1`` …), each with its share of ``spec.workers``
-    (:func:`greenserve.local.cells.start_cells`).
+    (:func:`greenserve.local.cells.start_cells`). ``start`` starts the stacks in the
+    folder it is given instead (the multi-host stack: ``multihost``).
     """
     steps: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gs-cp-") as folder:
         stacks: list[LocalStack] = []
         try:
             # The first cell settles before the others start, so they load its fits.
-            stacks = start_cells(
-                spec,
-                Path(folder),
-                cells,
-                settle=lambda first: wait_quiet(list(named_pids([first]).values())),
+            stacks = (
+                start_cells(
+                    spec,
+                    Path(folder),
+                    cells,
+                    settle=lambda first: wait_quiet(list(named_pids([first]).values())),
+                )
+                if start is None
+                else start(Path(folder))
             )
             for stack in stacks:
                 stack.wait_ready()
@@ -165,6 +173,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     the top-level numbers are those of the first deployment named, from its median run.
     """
     rates = list(args.rates)
+    if args.multihost:
+        if args.cells > 1 or args.clients > 1 or args.entry != "nats" or args.repeat > 1:
+            raise UsageError("--multihost takes no --cells, --clients, --entry or --repeat")
+        from greenserve.bench.control_plane.multihost import multihost_table
+
+        return multihost_table(args.workers, rates, args.step_s, list(args.replicas))
     paths = list(REQUEST_PATHS) if args.request_path == "both" else [args.request_path]
     entries = list(ENTRIES) if args.entry == "both" else [args.entry]
     if len(paths) > 1 and len(entries) > 1:
@@ -181,8 +195,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for label, (path, entry) in zip(labels, variants, strict=True):
             print(f"{label}, run {repeat + 1}", file=sys.stderr, flush=True)
             runs[label].append(
-                _sweep(
-                    _spec(args.workers, path),
+                sweep(
+                    spec_for(args.workers, path),
                     rates,
                     args.step_s,
                     args.hops,

@@ -6,7 +6,7 @@ import argparse
 
 from greenserve.argtypes import positive_float, positive_int
 
-__all__ = ["ALL_SCENARIOS", "HELP", "NAME", "OUTAGE_S", "add_arguments"]
+__all__ = ["ALL_SCENARIOS", "HELP", "MULTIHOST_SCENARIOS", "NAME", "OUTAGE_S", "add_arguments"]
 
 NAME = "faults"
 HELP = (
@@ -46,6 +46,10 @@ ALL_SCENARIOS = (
 written out because importing that module would take NATS, Redis and pandas into every
 ``--help``."""
 
+MULTIHOST_SCENARIOS = ("kill:nats-1", "kill:nats-leader", "failover:redis", "partition:host-2")
+"""What ``--multihost`` runs unless ``--scenarios`` names others
+(``greenserve.faults.MULTIHOST_SCENARIOS``, checked equal by a test)."""
+
 OUTAGE_S = 30.0
 """Default outage of a ``down:``/``refuse:`` scenario (``greenserve.faults.OUTAGE_S``, checked
 equal by a test)."""
@@ -53,7 +57,19 @@ equal by a test)."""
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Which scenarios and how much traffic."""
-    parser.add_argument("--scenarios", default=",".join(ALL_SCENARIOS), help="comma-separated")
+    parser.add_argument(
+        "--scenarios",
+        default=None,
+        help="comma-separated (default: every scenario, or with --multihost "
+        f"{','.join(MULTIHOST_SCENARIOS)})",
+    )
+    parser.add_argument(
+        "--multihost",
+        action="store_true",
+        help="run each scenario on three network-namespace hosts (needs root and iproute2): "
+        "the NATS cluster, Redis with Sentinels and the services spread over them; adds "
+        "partition:host-<i> (docs/deploy.md, Multi-host on one machine)",
+    )
     parser.add_argument(
         "--requests", type=positive_int, default=300, help="trace requests per scenario"
     )

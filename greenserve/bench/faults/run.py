@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from greenserve.bench.faults.options import HELP, NAME, add_arguments
-from greenserve.faults import ScenarioResult, run_scenario
+from greenserve.faults import ALL_SCENARIOS, MULTIHOST_SCENARIOS, ScenarioResult, run_scenario
 from loadgen.traces import load_azure_trace, resolve_trace
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
@@ -17,14 +17,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run every scenario on its own fresh stack."""
     trace = load_azure_trace(resolve_trace("conv"), max_requests=args.requests)
     results = []
-    for scenario in args.scenarios.split(","):
+    default = MULTIHOST_SCENARIOS if args.multihost else ALL_SCENARIOS
+    scenarios = args.scenarios.split(",") if args.scenarios else list(default)
+    for scenario in scenarios:
         print(f"fault scenario {scenario} ...", file=sys.stderr, flush=True)
-        outcome = run_scenario(scenario, trace, speedup=args.speedup, outage_s=args.outage_s)
+        outcome = run_scenario(
+            scenario,
+            trace,
+            speedup=args.speedup,
+            outage_s=args.outage_s,
+            multihost=args.multihost,
+        )
         print(f"  {outcome.as_dict()}", file=sys.stderr, flush=True)
         results.append(outcome)
     recoveries = [r.recovery_s for r in results if r.recovery_s is not None]
     return {
         "scenarios": [r.scenario for r in results],
+        "multihost": args.multihost,
         "requests": sum(r.requests for r in results),
         "lost": sum(r.lost for r in results),
         "duplicated": sum(r.duplicated for r in results),
