@@ -15,6 +15,7 @@ import pytest
 from greenserve.faults import PARTITION_S, run_scenario
 from greenserve.multihost.fabric import PREFIX, fabric, netns_missing
 from loadgen.traces import load_azure_trace, resolve_trace
+from tests.integration.test_replicated_servers import TOKEN_GAPS_BOUND
 
 pytestmark = [
     pytest.mark.connected,
@@ -89,7 +90,9 @@ async def test_a_fault_on_one_host_is_survived_and_leaves_it_consistent(scenario
         assert outcome.lost == 0, outcome
         assert outcome.duplicated == 0, outcome
         assert outcome.completed == len(trace), outcome
-    assert outcome.token_mismatch == 0, outcome
+    # A client on a killed or cut-off node misses the token chunks sent while it moves
+    # (core NATS, at most once; docs/deploy.md, "What each fault costs").
+    assert outcome.token_mismatch <= TOKEN_GAPS_BOUND, outcome
     assert outcome.leftover_records == 0, outcome
     assert outcome.recovery_s is not None, outcome
     # Served again, at the latest, soon after the host came back.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from greenserve.argtypes import positive_float, positive_int
+from greenserve.fault_scenarios import ALL_SCENARIOS, MULTIHOST_SCENARIOS
 
 __all__ = ["ALL_SCENARIOS", "HELP", "MULTIHOST_SCENARIOS", "NAME", "OUTAGE_S", "add_arguments"]
 
@@ -13,42 +14,6 @@ HELP = (
     "fault injection (kill -9 each service, restart NATS and Redis, NATS without its store, "
     "Redis down 30 s, drop a worker, kill a NATS cluster node, fail Redis over) during replays"
 )
-
-ALL_SCENARIOS = (
-    "kill:classifier",
-    "kill:scheduler",
-    "kill:router",
-    "kill:requestpath",
-    "kill:planner",
-    "kill:forecaster",
-    "kill:dvfs-node-pjm",
-    "kill:gateway",
-    "drop:worker-0",
-    "kill:worker-0",
-    "term:worker-0",
-    "restart:nats",
-    "wipe:nats",
-    "restart:redis",
-    "down:redis",
-    "refuse:redis",
-    "kill:router+drop:worker-0",
-    "kill:requestpath+drop:worker-0",
-    # --- compound faults and freezes (issue 29) ---
-    "restart:redis+kill:requestpath",
-    "freeze:worker-0",
-    # --- end compound faults and freezes ---
-    # --- replicated servers (issue 33) ---
-    "kill:nats-1",
-    "kill:nats-leader",
-    "failover:redis",
-)
-"""The scenarios of :mod:`greenserve.faults` (its ``ALL_SCENARIOS``, checked equal by a test),
-written out because importing that module would take NATS, Redis and pandas into every
-``--help``."""
-
-MULTIHOST_SCENARIOS = ("kill:nats-1", "kill:nats-leader", "failover:redis", "partition:host-2")
-"""What ``--multihost`` runs unless ``--scenarios`` names others
-(``greenserve.faults.MULTIHOST_SCENARIOS``, checked equal by a test)."""
 
 OUTAGE_S = 30.0
 """Default outage of a ``down:``/``refuse:`` scenario (``greenserve.faults.OUTAGE_S``, checked

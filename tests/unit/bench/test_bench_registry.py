@@ -35,9 +35,7 @@ def test_discovery_finds_the_benchmarks_the_docs_name() -> None:
 
 def test_constants_written_out_in_options_modules_match_their_source() -> None:
     """Test the defaults an options module repeats rather than import a heavy module for."""
-    assert faults_options.ALL_SCENARIOS == greenserve.faults.ALL_SCENARIOS
     assert faults_options.OUTAGE_S == greenserve.faults.OUTAGE_S
-    assert faults_options.MULTIHOST_SCENARIOS == greenserve.faults.MULTIHOST_SCENARIOS
     drift = services.dvfs.profile_live.DEFAULT_DRIFT_WINDOW
     assert drift == profile_drift_options.DEFAULT_DRIFT_WINDOW
 
