@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, Any
 from loadgen.simulator.instance import RequestState, SimInstance
 from loadgen.simulator.nodes import NodeFullError, drain_order
 from loadgen.simulator.policies import instances_needed, miad_available
-from services.dvfs.slo_miad import capped_clock, slo_clock_floor_mhz, slo_miad_config
+from services.dvfs.slo_miad import (
+    capped_clock,
+    miad_floor_mhz,
+    slo_clock_floor_mhz,
+    slo_miad_config,
+)
 from shared.metrics.energy import JOULES_PER_KWH
 from shared.metrics.latency import SLO_WINDOW_FACTOR
 
@@ -212,9 +217,9 @@ class ControlLoops:
     def _floor(self, config: Any) -> float:
         """MIAD's f_min: FREESH's 300 MHz, or the SLO floor when the policy asks for it."""
         sim = self.sim
-        if not sim.policy.miad_slo_floor:
-            return 300.0
-        return slo_clock_floor_mhz(config, sim.scheme, sim.slos, sim.policy.miad_guard)
+        return miad_floor_mhz(
+            config, sim.scheme, sim.slos, sim.policy.miad_guard, slo_floor=sim.policy.miad_slo_floor
+        )
 
     def on_finish(self, state: RequestState) -> None:
         """Count whether a finished request met its class SLO (the scaler's feedback)."""

@@ -39,7 +39,14 @@ from services.dvfs.controller import (
     snap_clock_up,
 )
 
-__all__ = ["FREESH_TABLE7", "Aggregation", "MiadConfig", "MiadController", "is_congested"]
+__all__ = [
+    "FREESH_MIN_CLOCK_MHZ",
+    "FREESH_TABLE7",
+    "Aggregation",
+    "MiadConfig",
+    "MiadController",
+    "is_congested",
+]
 
 Aggregation = Literal["max", "p99", "p90", "p50", "mean"]
 """How one period's samples of a metric are reduced before comparing with its threshold."""
@@ -52,6 +59,9 @@ FREESH_TABLE7: Final[Mapping[str, SloThresholds]] = {
 }
 """FREESH Table 7: the congestion thresholds that trigger multiplicative increase."""
 
+FREESH_MIN_CLOCK_MHZ: Final = 300.0
+"""f_min: FREESH observed ≈300 MHz as the floor on A100."""
+
 _PERCENTILE: Final = {"p99": 99.0, "p90": 90.0, "p50": 50.0}
 
 
@@ -63,8 +73,8 @@ class MiadConfig:
     """M of Eq. 5a."""
     decrease_mhz: float = 100.0
     """δ of Eq. 5b."""
-    min_clock_mhz: float = 300.0
-    """f_min: FREESH observed ≈300 MHz as the floor on A100."""
+    min_clock_mhz: float = FREESH_MIN_CLOCK_MHZ
+    """f_min (:data:`FREESH_MIN_CLOCK_MHZ`)."""
     max_clock_mhz: float | None = None
     """f_max; ``None`` means the GPU's highest supported clock."""
     period_s: float = 1.0

@@ -16,6 +16,7 @@ from services.dvfs.miad import MiadController
 from services.dvfs.profile_live import EngineKey, engine_key
 from services.dvfs.slo_miad import (
     capped_clock,
+    miad_floor_mhz,
     serves_open_input,
     slo_clock_floor_mhz,
     slo_miad_config,
@@ -23,7 +24,6 @@ from services.dvfs.slo_miad import (
 from shared.config import DvfsSettings, PlannerSettings
 from shared.domain.classes import ClassScheme, ClassSLO
 from shared.domain.observed_mix import ObservedMix, ObservedMixSettings
-from shared.domain.plan import pool_clock_caps
 from shared.engine import EngineConfig
 
 __all__ = ["LiveSloMiad"]
@@ -51,17 +51,18 @@ class LiveSloMiad:
                 sample=planner.observed_sample, min_requests=planner.observed_min_requests
             ),
         )
-        self._caps: dict[str, float] = {}
+        self._open_p99: int | None = None
+        self._open_p99_stale = False
         self._classes: dict[str, Sequence[str]] = {}
 
     def on_plan(self, plan: Plan) -> None:
-        """Follow the plan's clock caps and each pool's classes."""
-        self._caps = pool_clock_caps(plan)
+        """Follow each pool's classes (whether it is sent the long prompts)."""
         self._classes = {pool.pool_id: tuple(pool.classes) for pool in plan.pools}
 
     def on_done(self, done: Completion) -> None:
         """One request served on this node (its lengths feed the served floor)."""
         self._served.add(done.input_tokens, done.output_tokens)
+        self._open_p99_stale = True
 
     def forget(self, worker_id: str) -> None:
         """A worker gone: drop its controller."""
@@ -75,41 +76,43 @@ class LiveSloMiad:
             config = slo_miad_config(
                 self._slos,
                 guard=self._dvfs.miad_guard,
-                floor_mhz=self._floor(key, open_prompt=None),
+                floor_mhz=self._floor(key),
                 period_s=self._dvfs.period_s,
                 max_clock_mhz=self._dvfs.clock_mhz,
             )
             held = self._controllers[stats.worker_id] = (key, MiadController(config))
         return held[1]
 
-    def target(self, stats: WorkerStats, decided_mhz: float) -> float:
-        """MIAD's choice under the plan's cap and the floors (:func:`capped_clock`)."""
+    def target(self, stats: WorkerStats, decided_mhz: float, cap_mhz: float | None) -> float:
+        """MIAD's choice under the plan's cap for the worker's pool (``cap_mhz``) and the
+        floors (:func:`capped_clock`)."""
         key = engine_key(stats)
         served_floor = 0.0
-        p99 = self._served.open_bucket_p99()
+        if self._open_p99_stale:  # sorted once per new completion, not per worker and period
+            self._open_p99 = self._served.open_bucket_p99()
+            self._open_p99_stale = False
+        p99 = self._open_p99
         classes = self._classes.get(stats.pool_id, ())
         if (
             self._dvfs.miad_slo_floor
             and p99 is not None
             and serves_open_input(classes, self._scheme)
         ):
-            served_floor = self._floor(key, open_prompt=p99)
+            served_floor = slo_clock_floor_mhz(
+                _config(key), self._scheme, self._slos, self._dvfs.miad_guard, open_prompt=p99
+            )
         return capped_clock(
             decided_mhz,
-            cap_mhz=self._caps.get(stats.pool_id),
-            floor_mhz=self._floor(key, open_prompt=None),
+            cap_mhz=cap_mhz,
+            floor_mhz=self._floor(key),
             served_floor_mhz=served_floor,
         )
 
-    def _floor(self, key: EngineKey, *, open_prompt: int | None) -> float:
-        if not self._dvfs.miad_slo_floor:
-            return FREESH_FLOOR_MHZ
-        gpu, model, tp, max_num_seqs = key
-        config = EngineConfig(gpu=gpu, model=model, tp=tp, max_num_seqs=max_num_seqs)
-        return slo_clock_floor_mhz(
-            config, self._scheme, self._slos, self._dvfs.miad_guard, open_prompt=open_prompt
-        )
+    def _floor(self, key: EngineKey) -> float:
+        guard, slo_floor = self._dvfs.miad_guard, self._dvfs.miad_slo_floor
+        return miad_floor_mhz(_config(key), self._scheme, self._slos, guard, slo_floor=slo_floor)
 
 
-FREESH_FLOOR_MHZ = 300.0
-"""MIAD's floor without the SLO floor: FREESH's ≈300 MHz on A100 (``MiadConfig``)."""
+def _config(key: EngineKey) -> EngineConfig:
+    gpu, model, tp, max_num_seqs = key
+    return EngineConfig(gpu=gpu, model=model, tp=tp, max_num_seqs=max_num_seqs)

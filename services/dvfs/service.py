@@ -289,7 +289,7 @@ async def serve(ctx: ServiceContext) -> None:
                 )
             target = controller.decide(observation)
             if slo_miad is not None:  # the plan's cap, never below the SLO floors
-                target = slo_miad.target(stats, target)
+                target = slo_miad.target(stats, target, caps.get(stats.pool_id))
             else:
                 target = min(target, caps.get(stats.pool_id, target))
             target = overrides.target(stats.pool_id, worker_id, target, max_clock_of(stats), now)

@@ -24,12 +24,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from services.dvfs.controller import SloThresholds
-from services.dvfs.miad import MiadConfig
+from services.dvfs.miad import FREESH_MIN_CLOCK_MHZ, MiadConfig
 from shared.domain.classes import ClassScheme, ClassSLO
 from shared.engine import EngineConfig, EngineRequest, create_engine
 
 __all__ = [
     "capped_clock",
+    "miad_floor_mhz",
     "serves_open_input",
     "slo_clock_floor_mhz",
     "slo_miad_config",
@@ -151,3 +152,17 @@ def slo_clock_floor_mhz(
         if budgets:
             needs.append((prompt, guard * min(budgets) / 1000.0))
     return _floor_cached(config, tuple(needs))
+
+
+def miad_floor_mhz(
+    config: EngineConfig,
+    scheme: ClassScheme,
+    slos: Mapping[str, ClassSLO],
+    guard: float,
+    *,
+    slo_floor: bool,
+) -> float:
+    """MIAD's f_min: the SLO clock floor, or FREESH's ≈300 MHz without ``slo_floor``."""
+    if not slo_floor:
+        return FREESH_MIN_CLOCK_MHZ
+    return slo_clock_floor_mhz(config, scheme, slos, guard)

@@ -16,6 +16,7 @@ from services.dvfs.service import make_controller
 from services.dvfs.slo_miad import slo_clock_floor_mhz
 from shared.config import DvfsSettings, PlannerSettings
 from shared.domain.classes import default_slos, scheme_by_name
+from shared.domain.plan import pool_clock_caps
 from shared.engine import EngineConfig
 from tests.factories import worker_stats
 
@@ -73,7 +74,7 @@ def test_live_miad_doubles_on_a_slow_request_and_never_falls_below_the_slo_floor
     for period in range(1, 30):
         clock = miad.target(_stats(clock), controller.decide(
             observation_for(_stats(clock), {}, now_s=float(period))
-        ))  # fmt: skip
+        ), None)  # fmt: skip
     assert clock == pytest.approx(floor, abs=15.0)
     assert floor > 300.0  # FREESH's floor would let it fall further
 
@@ -87,13 +88,14 @@ def test_live_miad_cap_of_the_plan_stops_at_the_slo_floor() -> None:
                         clock_mhz=210.0)],
         routes={"*": [RouteWeight(pool_id="p", weight=1.0)]}, objective="carbon",
     )  # fmt: skip
+    cap = pool_clock_caps(plan)["p"]
     floored = _slo_miad()
     floored.on_plan(plan)
     floor = floored.controller(_stats(1410.0)).config.min_clock_mhz
-    assert floored.target(_stats(1410.0), 1410.0) == floor
+    assert floored.target(_stats(1410.0), 1410.0, cap) == floor
     unfloored = _slo_miad(miad_slo_floor=False)
     unfloored.on_plan(plan)
-    assert unfloored.target(_stats(1410.0), 1410.0) == pytest.approx(300.0)
+    assert unfloored.target(_stats(1410.0), 1410.0, cap) == pytest.approx(300.0)
 
 
 def test_miad_is_built_per_worker_not_by_make_controller() -> None:
