@@ -566,16 +566,19 @@ def policy_from_settings(settings: Settings, *, name: str = DEFAULT_SET) -> Poli
     )
 
 
+_CLOCK_MODES: Final[dict[str, ClockMode]] = {"miad": "miad", "profile": "profile", "fixed": "max"}
+"""The simulator's clock control for each live ``dvfs.mode`` run without ``dvfs.clock_mhz``."""
+
+
 def _clock_mode(settings: Settings) -> ClockMode:
-    """The simulator's clock control for the live agent's ``dvfs.mode``."""
+    """The simulator's clock control for the live agent's ``dvfs.mode``; a clock the
+    simulator cannot mirror (a fixed clock or MIAD ceiling below the maximum) is refused."""
     mode, fixed = settings.dvfs.mode, settings.dvfs.clock_mhz
-    if mode in ("miad", "profile"):
-        return "miad" if mode == "miad" else "profile"
-    if mode == "fixed" and fixed is None:
-        return "max"
+    if mode in _CLOCK_MODES and fixed is None:
+        return _CLOCK_MODES[mode]
     raise ValueError(
         f"dvfs.mode {mode!r}{'' if fixed is None else f' at {fixed:g} MHz'} has no simulator "
-        "counterpart in the headline (miad, profile or fixed at the maximum clock)"
+        "counterpart in the headline (miad, profile or fixed, at the GPU's maximum clock)"
     )
 
 
