@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from proto.messages import Completion, Plan, WorkerStats
 from services.dvfs.miad import MiadController
-from services.dvfs.profile_live import EngineKey, engine_key
+from services.dvfs.profile_live import EngineKey, engine_config, engine_key
 from services.dvfs.slo_miad import (
     capped_clock,
     miad_floor_mhz,
@@ -24,13 +24,12 @@ from services.dvfs.slo_miad import (
 from shared.config import DvfsSettings, PlannerSettings
 from shared.domain.classes import ClassScheme, ClassSLO
 from shared.domain.observed_mix import ObservedMix, ObservedMixSettings
-from shared.engine import EngineConfig
 
 __all__ = ["LiveSloMiad"]
 
 
 class LiveSloMiad:
-    """MIAD controllers, floors and the plan's caps of one node's workers."""
+    """MIAD controllers and clock floors of one node's workers."""
 
     def __init__(
         self,
@@ -99,7 +98,7 @@ class LiveSloMiad:
             and serves_open_input(classes, self._scheme)
         ):
             served_floor = slo_clock_floor_mhz(
-                _config(key), self._scheme, self._slos, self._dvfs.miad_guard, open_prompt=p99
+                engine_config(key), self._scheme, self._slos, self._dvfs.miad_guard, open_prompt=p99
             )
         return capped_clock(
             decided_mhz,
@@ -110,9 +109,6 @@ class LiveSloMiad:
 
     def _floor(self, key: EngineKey) -> float:
         guard, slo_floor = self._dvfs.miad_guard, self._dvfs.miad_slo_floor
-        return miad_floor_mhz(_config(key), self._scheme, self._slos, guard, slo_floor=slo_floor)
-
-
-def _config(key: EngineKey) -> EngineConfig:
-    gpu, model, tp, max_num_seqs = key
-    return EngineConfig(gpu=gpu, model=model, tp=tp, max_num_seqs=max_num_seqs)
+        return miad_floor_mhz(
+            engine_config(key), self._scheme, self._slos, guard, slo_floor=slo_floor
+        )

@@ -103,13 +103,17 @@ def engine_key(stats: WorkerStats) -> EngineKey:
     return (stats.gpu, stats.model, stats.tp, stats.engine_limit)
 
 
+def engine_config(key: EngineKey) -> EngineConfig:
+    """The engine model's configuration of the engine ``key`` names."""
+    gpu, model, tp, max_num_seqs = key
+    return EngineConfig(gpu=gpu, model=model, tp=tp, max_num_seqs=max_num_seqs)
+
+
 def simulator_profile(
     key: EngineKey, prompts: tuple[int, ...], outputs: tuple[int, ...]
 ) -> ProfileTable:
     """Sweep the engine simulator of ``key`` with these lengths (DynamoLLM §3.1)."""
-    gpu, model, tp, max_num_seqs = key
-    config = EngineConfig(gpu=gpu, model=model, tp=tp, max_num_seqs=max_num_seqs)
-    return profile_of_lengths(config, prompts, outputs, partition="live", name="served")
+    return profile_of_lengths(engine_config(key), prompts, outputs, partition="live", name="served")
 
 
 class ProfileBook:

@@ -66,13 +66,14 @@ from services.dvfs.profile_live import (
     LoadMeter,
     ProfileBook,
     ProfileControllers,
+    engine_config,
     engine_key,
 )
 from shared.bus import request
 from shared.counters import PROFILE_SWEEPS
 from shared.domain.classes import default_slos, scheme_by_name
 from shared.domain.plan import pool_clock_caps
-from shared.engine import EngineConfig, create_engine
+from shared.engine import create_engine
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic
 from shared.plan_watch import watch_plan
@@ -156,8 +157,7 @@ def simulator_models(key: EngineKey) -> PredictiveModels:
     runs. A real engine would be profiled the same way through the ``Engine`` API; the live
     agent uses the simulator's model for every backend (see ``docs/dvfs.md``).
     """
-    gpu, model, tp, max_num_seqs = key
-    config = EngineConfig(gpu=gpu, model=model, tp=tp, max_num_seqs=max_num_seqs)
+    config = engine_config(key)
     return fit_predictive_models(lambda: create_engine(config))
 
 
