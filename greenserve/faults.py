@@ -159,6 +159,20 @@ def _server_named(stack: LocalStack, name: str) -> int | None:
     return next((i for i, s in enumerate(stack.servers) if s.name == name), None)
 
 
+def _client_on_killed_node(stack: LocalStack, nc: Client | None, scenario: str) -> bool | None:
+    """Whether ``nc`` is connected to a NATS node the scenario kills (``None``: kills none)."""
+    ports = [
+        stack.servers[index].port
+        for kind, target in _faults(scenario)
+        if kind == "kill" and target.startswith("nats-")
+        and (index := _server_named(stack, target)) is not None
+    ]  # fmt: skip
+    if not ports:
+        return None
+    url = nc.connected_url if nc is not None else None
+    return url is not None and url.port in ports
+
+
 async def _stream_leader(nc: Client, namespace: str) -> str:
     """The NATS node that leads the ingress stream now."""
     info = await nc.jetstream().stream_info(Subjects(namespace).ingress_stream)
@@ -280,6 +294,10 @@ class ScenarioResult:
     """``kill:nats-leader``: the node that led the ingress stream and was killed."""
     stream_replicas: int | None = None
     """On a NATS cluster: the ingress stream's replicas just before the fault."""
+    client_on_killed_node: bool | None = None
+    """``kill:nats-*``: whether the replaying client was connected to the node killed. Its
+    subscriptions move to another node on reconnect, and what was published to it
+    meanwhile (core NATS, at most once: token chunks, an ending) does not reach it."""
     held_by_cut_host: int | None = None
     """``partition:``: requests placed on the cut-off host's workers just before the cut.
     The router runs them elsewhere once it stops hearing those workers, and a worker that
@@ -524,6 +542,7 @@ async def _run(
     held: int | None = None
     held_read_at = injected_at = 0.0
     cut_held: int | None = None
+    on_killed: bool | None = None
     failover_s: float | None = None
     killed: str | None = None
     replicas: int | None = None
@@ -592,6 +611,7 @@ async def _run(
             survived = (
                 _cluster_size(scenario) > 1 or _with_sentinels(scenario) or _partitioned(scenario)
             )
+            on_killed = _client_on_killed_node(stack, nc, scenario_run)
             primary = _server_named(stack, "redis")
             old_primary = stack.servers[primary].address if primary is not None else ""
             cut = [target for kind, target in _faults(scenario) if kind == "partition"]
@@ -637,7 +657,11 @@ async def _run(
         outcome = dataclasses.replace(outcome, held_by_cut_host=cut_held)
     if failover_s is not None or replicas is not None:
         outcome = dataclasses.replace(
-            outcome, failover_s=failover_s, killed_node=killed, stream_replicas=replicas
+            outcome,
+            failover_s=failover_s,
+            killed_node=killed,
+            stream_replicas=replicas,
+            client_on_killed_node=on_killed,
         )
     if late is not None:  # the replay stopped listening before the thaw; this did not
         outcome = dataclasses.replace(
