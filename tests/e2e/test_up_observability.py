@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import urllib.request
 import uuid
@@ -20,10 +19,9 @@ import pytest
 
 from greenserve.cli import main
 from greenserve.local import load_state
+from tests.external_tools import tool
 
 pytestmark = pytest.mark.connected
-
-PROMTOOL = shutil.which("promtool")
 
 
 def _complete(url: str) -> int:
@@ -43,14 +41,13 @@ def _scrape(url: str) -> str:
     return text
 
 
-@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian: prometheus)")
 def test_up_serves_metrics_from_every_process_and_each_passes_promtool(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Test that ``up`` gives every service process a metrics port, prints each URL and the
     file-SD file, records them for ``status``, writes a targets file that names exactly
     them, and that each scrape passes ``promtool check metrics`` with no finding."""
-    assert PROMTOOL is not None
+    promtool = tool("promtool", "prometheus")
     state_dir = tmp_path / "gs"
     namespace = f"obs{uuid.uuid4().hex[:6]}"
     argv = ["--workers", "2", "--regions", "PJM", "--speedup", "20", "--request-path"]
@@ -85,7 +82,7 @@ def test_up_serves_metrics_from_every_process_and_each_passes_promtool(
             text = _scrape(url)
             assert "greenserve_" in text, name
             checked = subprocess.run(
-                [PROMTOOL, "check", "metrics"],
+                [promtool, "check", "metrics"],
                 input=text,
                 capture_output=True,
                 text=True,

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from greenserve.stack import StackSpec, stack_launches
 from shared.config import CONFIG_FILE_ENV, Settings
+from tests.external_tools import tool
 
 REPO = Path(__file__).resolve().parents[3]
 COMPOSE = REPO / "docker-compose.yml"
@@ -607,12 +608,9 @@ def test_prometheus_scrapes_every_greenserve_container_on_its_metrics_port() -> 
 def test_promtool_accepts_the_prometheus_config(tmp_path: Path) -> None:
     """Test ``promtool check config`` on docker/prometheus/prometheus.yml, and that it
     rejects a broken copy (so a pass means something)."""
-    import shutil
     import subprocess
 
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool is not installed (Debian package 'prometheus')")
+    promtool = tool("promtool", "prometheus")
     done = subprocess.run(
         [promtool, "check", "config", str(PROMETHEUS_YML)],
         capture_output=True,
