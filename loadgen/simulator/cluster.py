@@ -4,8 +4,10 @@ Virtual time only. Arrivals come from the trace in order; a heap holds the other
 (control ticks at their own periods, instance start-up, and "a slot frees" wakes). Engines
 advance lazily (:mod:`loadgen.simulator.instance`): an instance is stepped up to ``t`` only
 when a decision at ``t`` needs it, which keeps per-event work small. Each request goes
-through the production cores: classifier (class, pool, ``Lat``), the pool's queue discipline,
-the pool's placer, the engine; clocks through the dvfs controller.
+through the production cores: classifier (class, pool, ``Lat``), the pool's queue discipline
+and the scheduler's dispatch decision (:func:`services.scheduler.queueing.pop_best`), the
+router's placement step (:func:`services.router.placement_step.step`) with the pool's
+placer, the engine; clocks through the dvfs controller.
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ from loadgen.traces import TraceRequest
 from proto.messages import Request
 from services.classifier.pipeline import ClassifierCore
 from services.classifier.predictors import make_predictor
-from services.router.placement import Candidate, WorkerLoad
-from services.scheduler.laxity import laxity_s, remaining_time_s
-from services.scheduler.queueing import QueuedRequest
+from services.router import placement_step
+from services.router.placement import WorkerLoad
+from services.router.placement_step import PlacementRound, Pulled, lookahead_remaining_tokens
+from services.scheduler.laxity import remaining_time_s
+from services.scheduler.queueing import QueuedRequest, pop_best
 from shared.config import ClassifierSettings
 from shared.domain.classes import default_slos, scheme_by_name
 from shared.engine import EngineConfig, create_engine, model_shape
@@ -242,22 +246,17 @@ class ClusterSimulator:
             self._schedule_wakes(ready, t_s)
 
     def _place(self, pool: Pool, instances: list[SimInstance], capacity: int, t_s: float) -> None:
+        """One router round on the pool: the scheduler's and the router's own steps."""
         queue = pool.queue
-        taken: list[QueuedRequest] = []
-        while len(taken) < capacity and (item := queue.pop(t_s)) is not None:
-            taken.append(item)
+        taken = pop_best(queue, capacity, t_s)
         window = self.scenario.slo.alpha_llf
-        candidates = [
-            Candidate(
+        pulled = [
+            Pulled(
                 request_id=q.request_id,
                 prompt_tokens=q.prompt_tokens,
                 predicted_output_tokens=q.predicted_output_tokens,
-                laxity_s=laxity_s(
-                    q.arrival_s,
-                    window * q.latency_s,
-                    remaining_time_s(q.predicted_output_tokens, 0, q.ttft_s, q.tbt_s),
-                    t_s,
-                ),
+                deadline_s=q.arrival_s + window * q.latency_s,
+                remaining_s=remaining_time_s(q.predicted_output_tokens, 0, q.ttft_s, q.tbt_s),
             )
             for q in taken
         ]
@@ -273,7 +272,11 @@ class ClusterSimulator:
             for i in instances
         ]
         by_id = {i.instance_id: i for i in instances}
-        placed = dict(pool.placer.place(candidates, loads))
+        decision = placement_step.step(
+            pool.placer, PlacementRound(now_s=t_s, pulled=pulled, workers=loads)
+        )
+        placed = decision.placed
+        # Acted on in the pulled order (each unplaced one goes back to the queue as it comes).
         for item in taken:
             worker = placed.get(item.request_id)
             if worker is None:
@@ -396,13 +399,9 @@ class ClusterSimulator:
 
 
 def _predicted_remaining(instance: SimInstance, t_s: float) -> tuple[int, ...]:
-    """BF-IO's lookahead input, estimated as the live router does (``registry.loads``).
-
-    The router cannot see token counts, so it takes the predicted length minus the tokens a
-    request would have produced at its profile TBT since placement.
-    """
+    """BF-IO's lookahead input, estimated as the live router does (``registry.loads``)."""
     return tuple(
-        max(1, s.predicted - int((t_s - s.placed_s) / max(s.tbt_profile_s, 1e-3)))
+        lookahead_remaining_tokens(s.predicted, s.placed_s, s.tbt_profile_s, t_s)
         for s in instance.requests.values()
     )
 

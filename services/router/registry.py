@@ -14,6 +14,7 @@ from typing import Final
 
 from proto.messages import ClassifiedRequest, WorkerStats
 from services.router.placement import WorkerLoad
+from services.router.placement_step import lookahead_remaining_tokens
 
 __all__ = ["EARLY_END_MEMORY_S", "InFlight", "WorkerRegistry"]
 
@@ -256,9 +257,14 @@ class WorkerRegistry:
             remaining: list[int] = []
             for rid in worker.requests:
                 flight = self._inflight[rid]
-                tbt_s = max(flight.request.profile_tbt_ms / 1000.0, 1e-3)
-                done = int((now_model_s - flight.placed_model_s) / tbt_s)
-                remaining.append(max(1, flight.request.predicted_output_tokens - done))
+                remaining.append(
+                    lookahead_remaining_tokens(
+                        flight.request.predicted_output_tokens,
+                        flight.placed_model_s,
+                        flight.request.profile_tbt_ms / 1000.0,
+                        now_model_s,
+                    )
+                )
             free = max(0, stats.max_num_seqs - len(worker.requests))
             loads.append(
                 WorkerLoad(

@@ -1,13 +1,14 @@
 """Router shell: when a pool has queued work and its workers have room, pull and place.
 
 Event-driven: a scheduler "ready" event, a request ending or a new heartbeat wakes the
-placement loop; a short tick covers lost events. Each placement is a request/reply to the
-worker, whose acceptance is the end of dispatch; a refusal or a silent worker sends the
-request back to the scheduler, so nothing is dropped between services. A dispatch carries
-a lease (``proto/leases.py``), and the requests of a worker gone silent are revoked from it
-before they are re-queued (:mod:`.revocations`), so a worker that was only frozen runs
-none of them a second time. A Redis that restarts empty gets the placements written back
-(:mod:`.store_loss`).
+placement loop; a short tick covers lost events. Which pulled request goes to which worker
+is the pure :func:`services.router.placement_step.step`, which the simulator calls as well.
+Each placement is a request/reply to the worker, whose acceptance is the end of dispatch;
+a refusal or a silent worker sends the request back to the scheduler, so nothing is
+dropped between services. A dispatch carries a lease (``proto/leases.py``), and the
+requests of a worker gone silent are revoked from it before they are re-queued
+(:mod:`.revocations`), so a worker that was only frozen runs none of them a second time.
+A Redis that restarts empty gets the placements written back (:mod:`.store_loss`).
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from proto.messages import (
     ClassifiedRequest,
     WorkerStats,
 )
+from services.router import placement_step
 from services.router.dispatch import UNANSWERED, Dispatcher, Outcome
-from services.router.placement import Candidate, make_placer, place_by_model
+from services.router.placement import make_placer
+from services.router.placement_step import PlacementRound, Pulled
 from services.router.recovery import Recovery, Unsure
 from services.router.registry import WorkerRegistry
 from services.router.scheduler_link import NatsSchedulerLink, SchedulerLink
@@ -252,19 +255,25 @@ class RouterShell:
             return queued > 0
         pulled_at = time.time()
         by_id = {r.request.request_id: r for r in pulled}
-        candidates = [
-            Candidate(
-                request_id=rid,
-                prompt_tokens=r.input_tokens,
-                predicted_output_tokens=r.predicted_output_tokens,
-                laxity_s=r.deadline_s - now_model - r.lat_s,
-                model=r.request.model,
-            )
-            for rid, r in by_id.items()
-        ]
-        pairs = place_by_model(placer, candidates, loads)
-        DECISIONS.labels(placer.name, pool_id).inc(len(pairs))
-        placed_ids = {rid for rid, _ in pairs}
+        decision = placement_step.step(
+            placer,
+            PlacementRound(
+                now_s=now_model,
+                pulled=[
+                    Pulled(
+                        request_id=rid,
+                        prompt_tokens=r.input_tokens,
+                        predicted_output_tokens=r.predicted_output_tokens,
+                        deadline_s=r.deadline_s,
+                        remaining_s=r.lat_s,  # not started: T_remain is all of Lat_i
+                        model=r.request.model,
+                    )
+                    for rid, r in by_id.items()
+                ],
+                workers=loads,
+            ),
+        )
+        DECISIONS.labels(placer.name, pool_id).inc(len(decision.placed))
         # --- opt-in hop stamps (bench --hops): pulled ---
         if any(HOPS_KEY in r.trace for r in pulled):
             for rid, r in by_id.items():
@@ -276,14 +285,14 @@ class RouterShell:
         # round can place while these dispatches are on the wire (a round no longer waits
         # a worker round trip), and the loads it sees already count them.
         sent = set()
-        for rid, wid in pairs:
+        for rid, wid in decision.placed.items():
             # False: its ending (a cancel) came while the pull's reply was on the wire; it
             # is answered, so dispatching it would run it for nobody.
             if registry.placed(by_id[rid], wid, now_model):
                 self._outbox.setdefault(wid, []).append(by_id[rid])
                 sent.add(wid)
         self._start_senders(sent)
-        unplaced = [r for rid, r in by_id.items() if rid not in placed_ids]
+        unplaced = [by_id[rid] for rid in decision.unplaced]
         if unplaced:
             await self._scheduler.requeue(unplaced)
         return queued > 0 or bool(unplaced)

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import IntEnum
 
+from shared.domain.laxity import laxity_s
+
 __all__ = [
     "EmergencyAction",
     "EmergencyConfig",
@@ -57,7 +59,8 @@ class EmergencyConfig:
     """Thresholds of the ladder (DynamoLLM leaves them unspecified)."""
 
     imminent_laxity_s: float = 0.5
-    """A request is at risk when deadline − now − remaining work < this."""
+    """A request is at risk when its laxity (:func:`shared.domain.laxity.laxity_s`:
+    deadline − now − remaining work) is below this."""
     escalate_after_s: float = 2.0
     """Time a rung gets to relieve the risk before the next rung (clock changes need ~1 s)."""
     recover_after_s: float = 10.0
@@ -166,7 +169,7 @@ class EmergencyState:
 
 
 def _laxity(request: WaitingView, now_s: float) -> float:
-    return request.deadline_s - now_s - request.remaining_s
+    return laxity_s(request.deadline_s, request.remaining_s, now_s)
 
 
 def _resteer(

@@ -7,13 +7,17 @@ FREESH §3.3 defines, for request i on the GPU configuration that serves it::
     ℓ_i(t)  = (t_arr,i + W_i) − t − T_remain,i
 
 The server-side SLO window is β_LLF · Lat_i with β_LLF = 5 (FREESH Eq. 10, following
-DynamoLLM). These helpers are the single definition used by every queue discipline, the
-LLF simulator and the metrics, so a deadline means the same thing everywhere.
+DynamoLLM). These helpers build Lat_i, W_i and T_remain from a configuration's profiled
+TTFT and TBT for every queue discipline, the LLF simulator and the metrics; ℓ_i itself is
+:func:`shared.domain.laxity.laxity_s`, the one formula the router and the emergency ladder
+apply as well, so a deadline means the same thing everywhere.
 """
 
 from __future__ import annotations
 
 from typing import Final
+
+from shared.domain import laxity
 
 __all__ = [
     "ALPHA_LLF",
@@ -74,4 +78,4 @@ def laxity_s(
     now_s: float,
 ) -> float:
     """Return ℓ_i(t) = t_arr + W_i − t − T_remain (FREESH Eq. 6); negative means late."""
-    return arrival_s + window_s - now_s - remaining_s
+    return laxity.laxity_s(arrival_s + window_s, remaining_s, now_s)

@@ -10,7 +10,12 @@ ladder's REORDER rung re-ranks one pool's queue by another
 from __future__ import annotations
 
 from proto.messages import ClassifiedRequest
-from services.scheduler.queueing import QueueDiscipline, QueuedRequest, make_discipline
+from services.scheduler.queueing import (
+    QueueDiscipline,
+    QueuedRequest,
+    make_discipline,
+    pop_best,
+)
 
 __all__ = ["SchedulerState"]
 
@@ -44,14 +49,11 @@ class SchedulerState:
         )
 
     def pop(self, pool_id: str, slots: int, now_s: float) -> list[ClassifiedRequest]:
-        """Remove up to ``slots`` requests, best first by the discipline."""
-        q = self.queue(pool_id)
+        """Remove up to ``slots`` requests, best first by the discipline
+        (:func:`~services.scheduler.queueing.pop_best`)."""
         out: list[ClassifiedRequest] = []
-        while len(out) < slots:
-            item = q.pop(now_s)
-            if item is None:
-                break
-            assert isinstance(item.payload, ClassifiedRequest)
+        for item in pop_best(self.queue(pool_id), slots, now_s):
+            assert isinstance(item.payload, ClassifiedRequest)  # push stores nothing else
             out.append(item.payload)
         return out
 

@@ -40,6 +40,7 @@ __all__ = [
     "QueuedRequest",
     "UnknownDisciplineError",
     "make_discipline",
+    "pop_best",
 ]
 
 DEFAULT_AGING_TOKENS_PER_S: Final = 10.0
@@ -302,3 +303,17 @@ def make_discipline(name: str, **params: float) -> HeapDiscipline:
     if factory is None:
         raise UnknownDisciplineError(name)
     return factory(**params)
+
+
+def pop_best(queue: QueueDiscipline, slots: int, now_s: float) -> list[QueuedRequest]:
+    """The scheduler's dispatch decision: remove and return up to ``slots`` requests, best
+    first by the queue's discipline.
+
+    The scheduler shell answers a router's pull with this
+    (:meth:`services.scheduler.pool_queues.SchedulerState.pop`); the cluster simulator
+    takes a pool's requests for its free slots with it, so both hand the same requests on.
+    """
+    taken: list[QueuedRequest] = []
+    while len(taken) < slots and (item := queue.pop(now_s)) is not None:
+        taken.append(item)
+    return taken

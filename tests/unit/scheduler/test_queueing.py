@@ -11,6 +11,7 @@ from services.scheduler.queueing import (
     QueuedRequest,
     UnknownDisciplineError,
     make_discipline,
+    pop_best,
 )
 
 
@@ -41,6 +42,18 @@ def test_fcfs_pops_in_arrival_order() -> None:
     """Test that FCFS serves requests by arrival time regardless of length."""
     items = [_req("b", 2.0, 1), _req("a", 1.0, 50), _req("c", 3.0, 5)]
     assert _drain("fcfs", items) == ["a", "b", "c"]
+
+
+def test_pop_best_hands_over_at_most_the_slots_best_first() -> None:
+    """Test the dispatch decision: up to ``slots`` requests by the discipline, the rest stay."""
+    queue = make_discipline("srtf")
+    for item in [_req("long", 0.0, 100), _req("mid", 1.0, 10), _req("short", 2.0, 3)]:
+        queue.push(item)
+    assert [q.request_id for q in pop_best(queue, 2, 0.0)] == ["short", "mid"]
+    assert len(queue) == 1
+    assert pop_best(queue, 0, 0.0) == []
+    assert [q.request_id for q in pop_best(queue, 5, 0.0)] == ["long"]
+    assert pop_best(queue, 5, 0.0) == []
 
 
 def test_srtf_pops_shortest_remaining_first_and_breaks_ties_by_arrival() -> None:
