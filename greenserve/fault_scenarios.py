@@ -38,8 +38,8 @@ ALL_SCENARIOS = (
 )
 """``kill:<process>`` = SIGKILL then restart; ``drop:<worker>`` = SIGKILL, no restart;
 ``term:<process>`` = SIGTERM (graceful drain), no restart; ``kill:worker-<i>`` runs with a
-router heartbeat timeout (``greenserve.faults.RESTART_TIMEOUT_S``) the restart beats, so
-the router sees the same worker id come back with a new ``started_at``;
+router heartbeat timeout (``greenserve.faults.scenario_run.RESTART_TIMEOUT_S``) the restart
+beats, so the router sees the same worker id come back with a new ``started_at``;
 ``restart:<server>`` = SIGKILL the server and start it again on the same port and store;
 ``wipe:nats`` = SIGKILL nats-server, delete its JetStream store and start it again on the
 same port: it comes back without the ingress stream and consumer, which their owners
@@ -50,8 +50,9 @@ instead of the scenario's short downtime (``down:redis``: every hand-off fails f
 ``refuse:redis`` = Redis up but refusing every write for ``outage_s`` (``NOREPLICAS``, as a
 Redis that lost its replicas or its disk answers): hand-offs fail at once rather than after
 a timeout, so this outage meets the most redeliveries.
-``kill:nats-<i>`` = SIGKILL node i of a ``greenserve.faults.CLUSTER_SIZE``-node NATS cluster (every
-JetStream resource R3), start it again after ``greenserve.faults.NODE_DOWN_S`` on its store;
+``kill:nats-<i>`` = SIGKILL node i of a NATS cluster of
+``greenserve.faults.scenario_names.CLUSTER_SIZE`` nodes (every JetStream resource R3), start
+it again after ``greenserve.faults.replicated_servers.NODE_DOWN_S`` on its store;
 ``kill:nats-leader`` the same for the node that leads the ingress stream at the fault;
 ``failover:redis`` = SIGKILL the Redis primary of a primary/replica/Sentinels set, wait
 until the Sentinels promote the replica (recovery counts from then), and start the old
@@ -59,8 +60,8 @@ primary again after the downtime, which the Sentinels make a replica of the new 
 ``requestpath`` is the co-located classifier + scheduler + router process; a scenario that
 names it runs on a stack with the request path co-located; one that names ``gateway``
 replays through the OpenAI-compatible HTTP gateway instead of the ingress stream
-(``greenserve.faults._score_http``: what an HTTP client sees of a gateway that dies, sending again
-what the dead gateway's port refused). ``a+b`` injects
+(``greenserve.faults.scoring.score_http``: what an HTTP client sees of a gateway that dies,
+sending again what the dead gateway's port refused). ``a+b`` injects
 both faults at once and restarts what ``kill:`` or ``restart:`` names after the downtime:
 a worker lost while the router that placed its requests is down (only Redis knows what it
 held)."""
