@@ -16,9 +16,9 @@ planner (``services/planner/live_service.py``) calls:
   the EIA history before the scenario's start; the energy objective (FREESH's MinEnergy)
   uses λ = 1.
 
-Then :func:`~services.planner.milp.solve_plan` and
-:func:`~services.planner.live_plan.pool_decisions` / :func:`~services.planner.live_plan.wire_plan`
-turn the solution into instance counts, per-class routes and pool clock caps. Changes are
+Then the live planner's epoch step, :func:`services.planner.epoch_step.step` (solve, and
+per-pool decisions), and :func:`~services.planner.live_plan.wire_plan` turn the solution
+into instance counts, per-class routes and pool clock caps. Changes are
 make-before-break: new instances start (``delays.instance_start_s``), and only when they are
 ready do routes switch and surplus instances drain. Until one whole step of demand history
 exists the fleet keeps the bootstrap (every instance on, routes by instance count), re-checked
@@ -56,9 +56,10 @@ from loadgen.simulator.gate import PlanGate
 from loadgen.simulator.mode_switch import make_room, missing_instances, start_wanted
 from loadgen.simulator.nodes import drain_order
 from proto.messages import Plan as WirePlan
+from services.planner import epoch_step
 from services.planner.errors import InfeasiblePlanError
 from services.planner.live_inputs import DemandTracker, LivePool
-from services.planner.live_plan import input_groups, pool_decisions, wire_plan
+from services.planner.live_plan import input_groups, wire_plan
 from services.planner.live_profiles import (
     ProfileRequest,
     measure_mode_profiles,
@@ -66,7 +67,6 @@ from services.planner.live_profiles import (
     reference_lengths,
     slo_policy_for,
 )
-from services.planner.milp import solve_plan
 from services.planner.mixed_profiles import (
     MixedCapacity,
     MixedLoad,
@@ -514,11 +514,8 @@ class EpochPlanner:
             mip_rel_gap=self.sim.policy.plan_mip_rel_gap or self.live.mip_rel_gap,
             primary_slack=self.sim.policy.plan_primary_slack,
         )  # fmt: skip
-        core = solve_plan(problem, settings)
-        decisions = pool_decisions(core, problem, self.pools, self.slices)
-        order = tuple(
-            sorted(self.pools, key=lambda pid: (sum(intensity[self.pools[pid].region]), pid))
-        )
+        epoch = epoch_step.step(problem, settings, self.pools, self.slices, intensity)
+        core, decisions, order = epoch.core, epoch.decisions, epoch.fallback_order
         busy = frozenset(p.pool_id for p in self.sim.pools if len(p.queue))
         plan = wire_plan(
             decisions=decisions, pools=self.pools, partition=self.scheme.name,

@@ -2,10 +2,12 @@
 
 Every epoch (model time) the planner reads the fleet from the workers' Redis registrations,
 the latest carbon forecast per region from Redis, and the demand it observed on
-``request.done``; it solves Eq. 1 with the clock dimension (:func:`solve_plan`, time limit and
-feasible fallbacks), compares the result with the running plan through DynamoLLM's overhead
-gate, and publishes the winner. Until it has demand history, profiles and a fleet it
-publishes a bootstrap plan (everyone serves). A failed solve keeps the last good plan.
+``request.done``; it solves Eq. 1 with the clock dimension and decides each pool
+(:func:`services.planner.epoch_step.step`, the step the simulator's epoch planner calls
+too; :func:`~services.planner.milp.solve_plan`'s time limit and feasible fallbacks),
+compares the result with the running plan through DynamoLLM's overhead gate, and publishes
+the winner. Until it has demand history, profiles and a fleet it publishes a bootstrap plan
+(everyone serves). A failed solve keeps the last good plan.
 
 With ``planner.class_groups = "input-split"`` every pool serves the long-input classes or the
 others (the MILP's exclusive class groups, applied when there are at least as many pools as
@@ -33,6 +35,7 @@ from nats.aio.msg import Msg
 from proto.codec import DecodeError, decode, request_endings
 from proto.messages import Completion, Forecast, WorkerStats
 from proto.messages import Plan as WirePlan
+from services.planner import epoch_step
 from services.planner.freesh_instance import load_profiles_csv
 from services.planner.live_inputs import DemandTracker, LivePool, intensity_steps, pools_from_stats
 from services.planner.live_plan import (
@@ -42,7 +45,6 @@ from services.planner.live_plan import (
     input_groups,
     merged_plan,
     pool_allocations,
-    pool_decisions,
     wire_plan,
 )
 from services.planner.live_profiles import (
@@ -56,7 +58,6 @@ from services.planner.live_profiles import (
     scheme_name_for,
     slo_policy_for,
 )
-from services.planner.milp import solve_plan
 from services.planner.overhead_gate import TransitionCosts, gate_plans
 from services.planner.plan_model import Plan as CorePlan
 from services.planner.plan_model import demand_shortfall
@@ -479,16 +480,19 @@ class LivePlanner:
                 "planner.model": model,
             },
         ) as span:
-            core = await asyncio.to_thread(solve_plan, problem, settings)
+            epoch_decision = await asyncio.to_thread(
+                epoch_step.step, problem, settings, pools, cfg.time_share_slices, intensity
+            )
+            core = epoch_decision.core
             span.set_attribute("planner.status", core.status.value)
             span.set_attribute("planner.solve_s", core.solve_s)
         PLANNER_SOLVE_S.labels(core.status.value).observe(core.solve_s)
-        decisions = pool_decisions(core, problem, pools, cfg.time_share_slices)
-        order = tuple(sorted(pools, key=lambda pid: (sum(intensity[pools[pid].region]), pid)))
-        candidate = _Running(core, decisions, pools, order, groups)
+        candidate = _Running(
+            core, epoch_decision.decisions, pools, epoch_decision.fallback_order, groups
+        )
         running = self._running.get(model)
         if running is not None and self._keep_running(running, candidate, problem, intensity):
-            running.fallback_order = order
+            running.fallback_order = epoch_decision.fallback_order
         else:
             running = self._running[model] = candidate
         logger.info(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proto.messages import Forecast, Plan, PoolPlan, RouteWeight, WorkerStats
+from services.planner import epoch_step
 from services.planner.live_inputs import (
     DemandTracker,
     LivePool,
@@ -28,7 +29,7 @@ from services.planner.live_profiles import (
 )
 from services.planner.milp import solve_plan
 from services.planner.plan_model import Plan as CorePlan
-from services.planner.problem import PlanningProblem, SloPolicy
+from services.planner.problem import PlannerSettings, PlanningProblem, SloPolicy
 from shared.domain.classes import dynamollm_scheme
 from shared.domain.load_forecast import LoadForecastConfig
 from shared.domain.plan import PlanFollower, parked_workers, pool_clock_caps, worker_order
@@ -258,3 +259,21 @@ def test_startup_profiles_measure_every_class_at_each_clock() -> None:
     assert all(r.gpu_type == "A100" and r.tensor_parallel == 1 for r in rows)
     assert by_key[("SS", 705.0)].power_w < by_key[("SS", 1410.0)].power_w
     assert by_key[("SS", 1410.0)].max_qps > 0
+
+
+def test_the_epoch_step_decides_each_pool_and_orders_the_fallback_cleanest_first() -> None:
+    """Test the epoch step both planners call: the solve's pool decisions, and the pools
+    ordered by their region's forecast over the epoch (ties by id)."""
+    demand = {("dynamollm9", "SS"): 1.0, ("dynamollm9", "LL"): 0.25}
+    pools, problem, _, decisions = _solve(demand, {"CISO": 400.0, "PJM": 200.0}, slices=4)
+    forecast = {"CISO": (400.0,) * 6, "PJM": (200.0,) * 6}
+    epoch = epoch_step.step(problem, PlannerSettings(), pools, 4, forecast)
+    assert epoch.core.status.value == "optimal"
+    assert epoch.decisions == decisions
+    assert epoch.decisions["pjm"].instances == 1
+    assert epoch.fallback_order == ("pjm", "ciso")
+    level = {"CISO": (300.0,) * 6, "PJM": (300.0,) * 6}
+    assert epoch_step.step(problem, PlannerSettings(), pools, 4, level).fallback_order == (
+        "ciso",
+        "pjm",
+    )
