@@ -195,7 +195,7 @@ class ClusterSimulator:
         except RequestRejectedError as error:
             self._reject(state, error.code)
             return
-        pool = self.pool_by_id[classified.pool_id]
+        pool = self.staffed(self.pool_by_id[classified.pool_id])
         state.predicted = classified.predicted_output_tokens
         state.request_class = classified.request_class
         state.pool = pool.pool_id
@@ -367,6 +367,18 @@ class ClusterSimulator:
             return ready
         # Every live instance is still starting: queue where they will come up.
         return {p.pool_id: float(len(p.live())) for p in self.pools}
+
+    def staffed(self, pool: Pool) -> Pool:
+        """``pool``, or, when every instance of it drains (a TP-mode switch freed its GPUs
+        before the plan's routes moved), the staffed pool of its class group with the most
+        live instances, so no arrival waits for a pool nobody will serve again."""
+        if pool.live():
+            return pool
+        staffed = [p for p in self.pools if p.live()]
+        if not staffed:
+            return pool
+        same = [p for p in staffed if p.class_group in (None, pool.class_group)]
+        return max(same or staffed, key=lambda p: len(p.live()))
 
     def resteer_orphans(self, t_s: float) -> None:
         """Move the queue of a pool left without live instances to the best-staffed pool."""

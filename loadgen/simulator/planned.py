@@ -488,6 +488,7 @@ class EpochPlanner:
         ready_s = start_wanted(self.sim, want, t_s)
         if missing_instances(self.sim, want):
             make_room(self.sim, want)
+            self.sim.resteer_orphans(t_s)
             return
         self._waiting = None
         ready_s = max([ready_s, *(i.ready_s for p in self.sim.pools for i in p.live())])
@@ -595,6 +596,7 @@ class EpochPlanner:
             self.switching = True
             self._waiting = (want, switch)
             make_room(sim, want)
+            sim.resteer_orphans(t_s)
         elif delay > 0:
             self.switching = True
             sim.schedule_tick(t_s + delay, switch)

@@ -107,3 +107,23 @@ def test_a_feedback_derating_holds_for_the_same_mode_and_group_in_every_region()
     for pool in ("A-H100-80GB-tp1-short", "B-H100-80GB-tp1-short"):
         measured = planner.profiles[pool]
         assert [r.max_qps for r in rows[pool]] == [0.5 * r.max_qps for r in measured]
+
+
+def test_an_arrival_for_a_pool_whose_instances_all_drain_goes_to_a_staffed_pool() -> None:
+    """Test that while a TP-mode switch drains a pool's every instance to free GPUs (the
+    plan's routes still name it until the new instances are ready), an arrival for it is
+    sent to the staffed pool of its class group with the most instances, not queued where
+    nobody will serve it; with no pool of its group staffed, to any staffed pool."""
+    trace = synthetic_trace(rate_rps=1.0, duration_s=10.0, seed=3)
+    sim = ClusterSimulator(_scenario(), policy_by_name("min-energy-split-feedback", **MODES), trace)
+    pools = sim.pool_by_id
+    draining = pools["R-H100-80GB-tp2-long"]
+    assert sim.control.new_instance(draining, 0.0) is not None
+    draining.instances[0].draining = True
+    assert sim.control.new_instance(pools["R-H100-80GB-tp1-long"], 0.0) is not None
+    assert sim.control.new_instance(pools["R-H100-80GB-tp1-short"], 0.0) is not None
+
+    assert sim.staffed(draining) is pools["R-H100-80GB-tp1-long"]
+    assert sim.staffed(pools["R-H100-80GB-tp1-short"]) is pools["R-H100-80GB-tp1-short"]
+    pools["R-H100-80GB-tp1-long"].instances[0].draining = True
+    assert sim.staffed(draining) is pools["R-H100-80GB-tp1-short"]
