@@ -25,7 +25,7 @@ from proto.keys import Keys
 from proto.messages import Plan, WorkerStats
 from shared.store import as_bytes
 
-__all__ = ["print_report", "report_status"]
+__all__ = ["plan_summary", "plan_table", "print_report", "read_plan", "report_status"]
 
 
 async def _read(state: StackState) -> dict[str, Any]:
@@ -56,15 +56,67 @@ async def _read(state: StackState) -> dict[str, Any]:
             )
         raw_plan = await redis.get(keys.plan)
         if raw_plan is not None:
-            decoded = decode(as_bytes(raw_plan), Plan)
-            plan = {
-                "epoch": decoded.epoch,
-                "pools": len(decoded.pools),
-                "objective": decoded.objective,
-            }
+            plan = plan_summary(decode(as_bytes(raw_plan), Plan))
     finally:
         await redis.aclose()
     return {"workers": sorted(workers, key=lambda w: str(w["worker_id"])), "plan": plan}
+
+
+def plan_summary(plan: Plan) -> dict[str, Any]:
+    """The plan in force as an operator reads it: its epoch, objective (``bootstrap``
+    until the planner has a step of demand history, then the MILP's), status, and each
+    pool it gives instances with their clock cap (``None``: the dvfs agent's own choice)."""
+    return {
+        "epoch": plan.epoch,
+        "objective": plan.objective,
+        "status": plan.status,
+        "pools": [
+            {
+                "pool": p.pool_id,
+                "model": p.model,
+                "gpu": f"{p.gpu} TP{p.tp}",
+                "instances": p.instances,
+                "clock_cap_mhz": p.clock_mhz,
+                "classes": ",".join(p.classes) or "*",
+            }
+            for p in sorted(plan.pools, key=lambda p: p.pool_id)
+            if p.instances > 0
+        ],
+    }
+
+
+def read_plan(state: StackState) -> dict[str, Any] | None:
+    """The plan in force on a running stack (:func:`plan_summary`), ``None`` when the
+    planner has published none yet."""
+    plan: dict[str, Any] | None = asyncio.run(_read(state))["plan"]
+    return plan
+
+
+def plan_table(plan: dict[str, Any]) -> Table:
+    """A :func:`plan_summary` as a terminal table, one row per pool with instances."""
+    title = f"plan epoch {plan['epoch']}: {plan['objective']} ({plan['status']})"
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    longest = max((len(p["pool"]) for p in plan["pools"]), default=4)
+    for header in ("pool", "model", "GPU", "inst", "clock cap", "classes"):
+        # Folded, never cut: a pool id or class list cut to "ciso-h…" names nothing; the
+        # pool id, the row's name, keeps its whole width.
+        table.add_column(
+            header,
+            justify="right" if header == "inst" else "left",
+            overflow="fold",
+            min_width=longest if header == "pool" else None,
+        )
+    for pool in plan["pools"]:
+        cap = pool["clock_cap_mhz"]
+        table.add_row(
+            pool["pool"],
+            pool["model"] or "any",
+            pool["gpu"],
+            str(pool["instances"]),
+            "dvfs agent" if cap is None else f"{cap:.0f} MHz",
+            pool["classes"],
+        )
+    return table
 
 
 def report_status(args: argparse.Namespace) -> int:
@@ -207,7 +259,8 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
     if not report.get("supervised", False):
         console.print("supervisor: not running (a service that exits stays down)")
     console.print(_workers_table(report["workers"], console))
-    console.print(f"plan: {report['plan']}")
+    plan = report.get("plan")
+    console.print(plan_table(plan) if plan else "plan: none published yet")
     if "error" in report:
         console.print(f"[red]{report['error']}[/red]")
     for cell in report.get("cells", []):

@@ -116,7 +116,21 @@ def _rendered(workers: list[dict[str, Any]], width: int = 80) -> str:
         "namespace": "gs",
         "processes": {"requestpath": True, "dvfs-node-pjm": True, "gateway": False},
         "workers": workers,
-        "plan": {"epoch": 3, "pools": 3, "objective": 1.5},
+        "plan": {
+            "epoch": 3,
+            "objective": "energy",
+            "status": "optimal",
+            "pools": [
+                {
+                    "pool": "ciso-h100-tp4-long",
+                    "model": "llama-3-70b",
+                    "gpu": "H100-80GB TP4",
+                    "instances": 2,
+                    "clock_cap_mhz": 1410.0,
+                    "classes": "LS,LM,LL",
+                }
+            ],
+        },
     }
     console = Console(width=width, record=True, file=io.StringIO())
     _status_report.print_report(console, report)
@@ -160,3 +174,41 @@ def test_the_workers_table_keeps_every_column_where_there_is_room() -> None:
     workers = [_worker("vllm-h100-node17-gpu3-replica-0007", "pjm-h100-llama-3-70b-tp4", "PJM")]
     text = _rendered(workers, width=160)
     assert all(value in text for value in ("region", "PJM", "312.5", "1234.567"))
+
+
+def test_the_plan_summary_lists_the_pools_given_instances_with_their_clock_caps() -> None:
+    """Test that the status/demo view of a plan names its objective and status, lists only
+    the pools the plan gives instances (sorted), each with its model, GPU and TP, and a
+    missing clock cap as the dvfs agent's own choice, and that the table shows them."""
+    from proto.messages import Plan, PoolPlan
+
+    pools = [
+        PoolPlan(pool_id="pjm-h100-tp8", region="PJM", gpu="H100-80GB", tp=8, instances=1,
+                 clock_mhz=None, classes=["LL"], model="llama-3-70b"),
+        PoolPlan(pool_id="ciso-a100-tp4", region="CISO", gpu="A100-80GB", tp=4, instances=0),
+        PoolPlan(pool_id="ciso-h100-tp4", region="CISO", gpu="H100-80GB", tp=4, instances=2,
+                 clock_mhz=1200.0, classes=["SS", "SM"], model="llama-3-70b"),
+    ]  # fmt: skip
+    plan = Plan(epoch=4, issued_at=0.0, valid_until=1800.0, scheme="dynamollm9", pools=pools,
+                routes={}, objective="energy", status="optimal")  # fmt: skip
+    summary = _status_report.plan_summary(plan)
+    assert (summary["epoch"], summary["objective"], summary["status"]) == (4, "energy", "optimal")
+    assert [p["pool"] for p in summary["pools"]] == ["ciso-h100-tp4", "pjm-h100-tp8"]
+    assert summary["pools"][0]["gpu"] == "H100-80GB TP4"
+    assert summary["pools"][0]["classes"] == "SS,SM"
+    assert summary["pools"][1]["clock_cap_mhz"] is None
+    console = Console(width=100, record=True, file=io.StringIO())
+    console.print(_status_report.plan_table(summary))
+    text = console.export_text()
+    assert "plan epoch 4: energy (optimal)" in text
+    assert "1200 MHz" in text
+    assert "dvfs agent" in text
+    assert "ciso-a100-tp4" not in text
+
+
+def test_a_stack_without_a_plan_says_so() -> None:
+    """Test the status view of a stack whose planner published nothing yet."""
+    console = Console(width=80, record=True, file=io.StringIO())
+    report = {"namespace": "gs", "processes": {}, "workers": [], "plan": None}
+    _status_report.print_report(console, report)
+    assert "plan: none published yet" in console.export_text()
