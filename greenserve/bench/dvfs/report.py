@@ -8,9 +8,10 @@ from typing import Any, Final
 __all__ = ["CALIBRATION_NOTES", "NOTES", "build_report", "summary"]
 
 NOTES: Final = [
-    "The engine's clock model is an assumption (docs/engine.md): decode keeps full "
-    "speed down to 0.6 f_max, so low clocks cost little latency and savings exceed "
-    "FREESH's; our A100-80GB baseline also draws more power than FREESH's A100 40GB.",
+    "The engine's clock model is fitted, not measured on FREESH's GPU (docs/engine.md): "
+    "a voltage floor, a soft memory knee and a clock-independent active power, fitted to "
+    "throttLL'eM's A100 and Ma et al.'s decode saving; our A100-80GB baseline also draws "
+    "more power than FREESH's A100 40GB.",
     "FREESH-setting violations are E2E > 7 s of the longest SS requests (conv-trace SS "
     "outputs average ~138 tokens, FREESH's imply ~70); MIAD's E2E trigger fires late.",
     "throttLL'eM setting: predictive-paper (Eq. 1 projection without arrivals, "
@@ -52,7 +53,7 @@ def build_report(
             "gpu": gpu,
             "model": model,
             "tp": 1,
-            "clock_model": "assumed, see docs/engine.md",
+            "clock_model": "fitted, see docs/engine.md",
         },
         "ips_model": accuracy,
         "freesh_table10": freesh,

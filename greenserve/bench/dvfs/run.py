@@ -12,7 +12,7 @@ One simulated instance (Llama3-8B, one A100-80GB, TP1) runs as a pure discrete l
   200 ms), with E2E SLO = p99 E2E at that load. Paper: −24.7 % energy on average.
 
 The IPS model of predictive control is trained on the engine's own profiler data at first
-use (kept in memory for the process). The engine's clock model is an assumption
+use (kept in memory for the process). The engine's clock model is fitted, not measured
 (``docs/engine.md``), so absolute savings depend on it; see ``docs/dvfs.md``.
 
 This module is the command; the bench's parts, beside it, are ``scenarios`` (the two
