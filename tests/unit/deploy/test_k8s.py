@@ -727,7 +727,9 @@ def test_opted_in_workers_load_valid_clock_settings(
     from shared.config import Settings
 
     gpus: dict[str, set[int]] = {}
-    for name, workload in _opted_in(overlay).items():
+    workers = _opted_in(overlay)
+    assert set(workers) == {"worker-0", "worker-1"}
+    for name, workload in workers.items():
         for variable in list(os.environ):
             if variable.startswith("GREENSERVE_"):
                 monkeypatch.delenv(variable)
