@@ -5,7 +5,9 @@ The kustomizations are rendered (by :mod:`kustomize_lite`, and compared with
 ``greenserve secrets`` writes, every object is validated with ``kubernetes-validate``
 against the API schemas of :data:`K8S_VERSION` (strict: unknown fields are errors), and the
 workloads are read against docker-compose.yml and docker-compose.secure.yml: the same
-images, commands, ports and variables, each service under its own identity.
+images, commands, ports and variables, each service under its own identity. The
+nvml-clocks overlay is read against the compose `clockd` service (the gpu profile): the
+clock agent's command, privileges, grace and probe, and the socket its workers reach.
 """
 
 from __future__ import annotations
