@@ -5,16 +5,20 @@ The kustomizations are rendered (by :mod:`kustomize_lite`, and compared with
 ``greenserve secrets`` writes, every object is validated with ``kubernetes-validate``
 against the API schemas of :data:`K8S_VERSION` (strict: unknown fields are errors), and the
 workloads are read against docker-compose.yml and docker-compose.secure.yml: the same
-images, commands, ports and variables, each service under its own identity.
+images, commands, ports and variables, each service under its own identity. The
+nvml-clocks overlay is read against the compose `clockd` service (the gpu profile): the
+clock agent's command, privileges, grace and probe, and the socket its workers reach.
 """
 
 from __future__ import annotations
 
 import base64
+import copy
+import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -251,10 +255,11 @@ def test_the_data_directory_is_mounted_read_only_where_the_setting_points(
 # --- probes, resources, restarts, budgets -------------------------------------------------
 
 
-def test_every_container_has_probes_and_resource_requests(base: list[Obj]) -> None:
+@pytest.mark.parametrize("folder", ["base", OVERLAY])
+def test_every_container_has_probes_and_resource_requests(tree: Path, folder: str) -> None:
     """Test liveness and readiness on every server and service; CPU and memory requested
     and memory bounded; GreenServe probes on /healthz, the gateway ready on /readyz."""
-    for name, workload in _workloads(base).items():
+    for name, workload in _workloads(render(tree / folder)).items():
         pod = _pod(workload)
         assert pod.get("restartPolicy", "Always") == "Always", name
         for container in pod["containers"] + pod.get("initContainers", []):
@@ -420,7 +425,7 @@ def test_network_policies_follow_the_identities(base: list[Obj]) -> None:
     assert deny == {"podSelector": {}, "policyTypes": ["Ingress"]}
 
 
-# --- pod security and the clock agent -----------------------------------------------------
+# --- pod security and the dvfs agent -------------------------------------------------------
 
 
 def _containers(workload: Obj) -> Iterator[Obj]:
@@ -447,7 +452,7 @@ def test_every_pod_meets_the_restricted_pod_security_standard(base: list[Obj]) -
             assert context["capabilities"] == {"drop": ["ALL"]}, name
 
 
-def test_the_clock_agent_runs_on_the_gpu_node_it_is_scoped_to(base: list[Obj]) -> None:
+def test_the_dvfs_agent_runs_on_the_gpu_node_it_is_scoped_to(base: list[Obj]) -> None:
     """Test the DaemonSet lands on GPU nodes (NVIDIA's node label and taint) labelled with
     the node id its identity is scoped to, and the workers it governs name that node."""
     dvfs = _workloads(base)["dvfs"]
@@ -467,38 +472,292 @@ def test_the_clock_agent_runs_on_the_gpu_node_it_is_scoped_to(base: list[Obj]) -
             assert env["GREENSERVE_WORKER__NODE_ID"] == node_id, name
 
 
-def test_the_nvml_overlay_grants_the_clock_agent_exactly_what_nvml_needs(
+# --- the nvml-clocks overlay: the clock agent (clockd) and its workers --------------------
+
+
+def _keyed(objects: list[Obj]) -> dict[tuple[str, str], Obj]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+
+def _seconds(duration: str) -> int:
+    match = re.fullmatch(r"(\d+)s", duration)
+    assert match, f"{duration!r}: write compose durations in seconds"
+    return int(match.group(1))
+
+
+def _opted_in(objects: list[Obj]) -> dict[str, Obj]:
+    """The workloads whose worker sends its clock commands to the clock agent."""
+    return {
+        name: workload
+        for name, workload in _workloads(objects).items()
+        if name in DEPLOYED
+        and _k8s_env(objects, _main(workload)).get("GREENSERVE_WORKER__GPU_CLOCKS") == "nvml"
+    }
+
+
+def _host_dir(workload: Obj, container: Obj, mount_path: str) -> tuple[Obj, Obj]:
+    """The volume mount at ``mount_path`` and the hostPath it mounts."""
+    [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == mount_path]
+    [volume] = [v for v in _pod(workload)["volumes"] if v["name"] == mount["name"]]
+    assert "hostPath" in volume, f"{mount_path}: not a host directory"
+    host: Obj = volume["hostPath"]
+    return mount, host
+
+
+def _node_admits(pod: Obj, node_labels: dict[str, str]) -> bool:
+    """Whether ``pod``'s node selector and required node affinity admit a node so labelled."""
+    if not pod.get("nodeSelector", {}).items() <= node_labels.items():
+        return False
+    affinity = pod.get("affinity", {}).get("nodeAffinity", {})
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is None:
+        return True
+    return any(
+        _selects({"matchExpressions": term.get("matchExpressions", [])}, node_labels)
+        for term in required["nodeSelectorTerms"]
+    )
+
+
+def _clock_path_problems(objects: list[Obj]) -> list[str]:
+    """What keeps an opted-in worker from reaching its node's clock agent, one line each."""
+    agent = _workloads(objects).get("clockd")
+    if agent is None:
+        return ["no clockd workload"]
+    command = _main(agent)["command"]
+    problems = []
+    if command != COMPOSE["clockd"]["command"]:
+        problems.append(f"clockd runs {command}, compose {COMPOSE['clockd']['command']}")
+    socket = command[command.index("--socket") + 1]
+    folder = str(Path(socket).parent)
+    _, agent_dir = _host_dir(agent, _main(agent), folder)
+    workers = _opted_in(objects)
+    if not workers:
+        problems.append("no worker sends its clock commands to the agent")
+    for name, workload in workers.items():
+        env = _k8s_env(objects, _main(workload))
+        theirs = env.get("GREENSERVE_WORKER__CLOCK_AGENT_SOCKET")
+        if theirs != socket:
+            problems.append(f"{name} connects to {theirs}, the agent listens on {socket}")
+            continue
+        mount, host = _host_dir(workload, _main(workload), folder)
+        if host != agent_dir:
+            problems.append(f"{name} mounts host {host} at {folder}, the agent {agent_dir}")
+        if mount.get("readOnly") is not True:
+            problems.append(f"{name} mounts the agent's directory writable")
+        pod = _pod(workload)
+        node = {"nvidia.com/gpu.present": "true", **pod.get("nodeSelector", {})}
+        if (
+            pod.get("nodeSelector", {}).get("greenserve.io/node-id")
+            != env["GREENSERVE_WORKER__NODE_ID"]
+        ):
+            problems.append(f"{name} may run on a node other than the one it names")
+        elif not _node_admits(_pod(agent), node):
+            problems.append(f"no clock agent runs on {name}'s node {node}")
+    return problems
+
+
+def test_the_overlay_adds_the_clock_agent_and_opts_the_workers_in(
     base: list[Obj], overlay: list[Obj]
 ) -> None:
-    """Test that the overlay changes only the dvfs DaemonSet and the namespace's level, and
-    gives the agent root and CAP_SYS_ADMIN with every other capability still dropped, the
-    GPUs visible through the NVIDIA runtime without taking one, and nothing more."""
-
-    def keyed(objects: list[Obj]) -> dict[tuple[str, str], Obj]:
-        return {(o["kind"], o["metadata"]["name"]): o for o in objects}
-
-    before, after = keyed(base), keyed(overlay)
+    """Test that the overlay adds clockd and its NetworkPolicy, changes only the workers and
+    the namespace's Pod Security level, and leaves the dvfs agent as the base has it."""
+    before, after = _keyed(base), _keyed(overlay)
+    assert set(before) <= set(after)
+    assert set(after) - set(before) == {
+        ("DaemonSet", "clockd"),
+        ("NetworkPolicy", "clockd-no-network"),
+    }
     changed = {key for key in before if before[key] != after[key]}
-    assert changed == {("DaemonSet", "dvfs"), ("Namespace", "greenserve")}
+    assert changed == {
+        ("Deployment", "worker-0"),
+        ("Deployment", "worker-1"),
+        ("Namespace", "greenserve"),
+    }
     labels = after[("Namespace", "greenserve")]["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
     assert labels["pod-security.kubernetes.io/warn"] == "restricted"
     assert labels["pod-security.kubernetes.io/audit"] == "restricted"
-    dvfs = after[("DaemonSet", "dvfs")]
-    pod, container = _pod(dvfs), _main(dvfs)
-    assert pod["securityContext"]["runAsUser"] == 0
-    assert not {"hostPID", "hostNetwork", "hostIPC"} & set(pod)
-    assert all("hostPath" not in v for v in pod["volumes"])
-    context = container["securityContext"]
-    assert context["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
-    assert context["privileged"] is False
-    assert context["allowPrivilegeEscalation"] is False
-    env = {e["name"]: e["value"] for e in container["env"]}
-    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
-    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
-    assert "nvidia.com/gpu" not in container["resources"].get("limits", {})
-    base_env = {e["name"]: e["value"] for e in _main(before[("DaemonSet", "dvfs")])["env"]}
-    assert {k: v for k, v in env.items() if not k.startswith("NVIDIA_")} == base_env
+    assert set(_opted_in(overlay)) == {"worker-0", "worker-1"}
+    assert not _opted_in(base)
+
+
+def _privileges(workload: Obj) -> Iterator[tuple[int | None, list[str]]]:
+    """Each container's effective uid (None: the image's) and its added capabilities."""
+    pod_uid = _pod(workload).get("securityContext", {}).get("runAsUser")
+    for container in _containers(workload):
+        context = container.get("securityContext", {})
+        added = context.get("capabilities", {}).get("add", [])
+        yield context.get("runAsUser", pod_uid), added
+
+
+@pytest.mark.parametrize("folder", ["base", OVERLAY])
+def test_only_the_clock_agent_runs_as_root_or_holds_a_capability(tree: Path, folder: str) -> None:
+    """Test every container but clockd's: a non-root uid and no capability added, the dvfs
+    agent included (it only sends ClockCommands over NATS); nothing privileged anywhere."""
+    for name, workload in _workloads(render(tree / folder)).items():
+        pod = _pod(workload)
+        assert not {"hostPID", "hostNetwork", "hostIPC"} & set(pod), name
+        for container in _containers(workload):
+            assert container.get("securityContext", {}).get("privileged") is not True, name
+        if name == "clockd":
+            continue
+        for uid, added in _privileges(workload):
+            assert uid not in (None, 0), name
+            assert added == [], name
+        assert pod["securityContext"]["runAsNonRoot"] is True, name
+    dvfs = _main(_workloads(render(tree / folder))["dvfs"])
+    assert not any(e["name"].startswith("NVIDIA_") for e in dvfs.get("env", []))
+
+
+def test_the_clock_agent_has_exactly_the_compose_services_privileges(overlay: list[Obj]) -> None:
+    """Test clockd against the compose `clockd` service: its user, SYS_ADMIN and CHOWN
+    with every other capability dropped, no escalation, a read-only root filesystem, every
+    GPU through the NVIDIA runtime without taking one, and its one host directory."""
+    agent = COMPOSE["clockd"]
+    workload = _workloads(overlay)["clockd"]
+    pod, container = _pod(workload), _main(workload)
+    context = pod["securityContext"]
+    assert f"{context['runAsUser']}:{context['runAsGroup']}" == agent["user"] == "0:0"
+    assert context["runAsNonRoot"] is False
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert [uid for uid, _ in _privileges(workload)] == [0]
+    own = container["securityContext"]
+    assert own["capabilities"]["drop"] == agent["cap_drop"] == ["ALL"]
+    assert sorted(own["capabilities"]["add"]) == sorted(agent["cap_add"])
+    assert sorted(agent["cap_add"]) == ["CHOWN", "SYS_ADMIN"]
+    assert own["privileged"] is False
+    assert own["allowPrivilegeEscalation"] is False
+    assert own["readOnlyRootFilesystem"] is True
+    assert pod["automountServiceAccountToken"] is False
+    assert container["image"] == agent["image"]
+    assert _k8s_env(overlay, container) == {
+        "NVIDIA_VISIBLE_DEVICES": "all",
+        "NVIDIA_DRIVER_CAPABILITIES": "utility",
+    }
+    [device] = agent["deploy"]["resources"]["reservations"]["devices"]
+    assert device["count"] == "all"
+    assert "utility" in device["capabilities"]
+    assert "nvidia.com/gpu" not in str(container["resources"])
+    [volume] = pod["volumes"]
+    assert "hostPath" in volume
+    assert "ports" not in container  # no metrics port: it binds 127.0.0.1 only
+
+
+def test_the_clock_agent_command_grace_and_probe_are_the_compose_services(
+    overlay: list[Obj],
+) -> None:
+    """Test clockd's command, its SIGTERM grace (the reset of every GPU) and its probes
+    (a connection to the socket) equal the compose service's, so the two cannot drift."""
+    agent = COMPOSE["clockd"]
+    workload = _workloads(overlay)["clockd"]
+    container = _main(workload)
+    assert container["command"] == agent["command"]
+    assert container["command"][:3] == ["python", "-m", "services.clockd"]
+    grace = _pod(workload)["terminationGracePeriodSeconds"]
+    assert grace == _seconds(agent["stop_grace_period"])
+    check = agent["healthcheck"]["test"]
+    assert check[0] == "CMD"
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container[probe]["exec"]["command"] == check[1:], probe
+    socket = container["command"][container["command"].index("--socket") + 1]
+    assert socket in check[-1]
+    resources = container["resources"]
+    assert {"cpu", "memory"} <= set(resources["requests"])
+    assert "memory" in resources["limits"]
+
+
+def test_the_socket_group_is_the_workers_group(overlay: list[Obj]) -> None:
+    """Test the socket's group is the image's user greenserve, whose group id (useradd gives
+    the user's group its uid) is the opted-in workers' group."""
+    command = _main(_workloads(overlay)["clockd"])["command"]
+    group = command[command.index("--socket-group") + 1]
+    assert "useradd --create-home --uid 10001 greenserve" in (
+        REPO / "docker" / "Dockerfile"
+    ).read_text(encoding="utf-8")
+    assert group == "greenserve"
+    for name, workload in _opted_in(overlay).items():
+        context = _pod(workload)["securityContext"]
+        assert context["runAsUser"] == context["runAsGroup"] == context["fsGroup"] == 10001, name
+
+
+def test_the_workers_reach_the_agent_on_their_node(overlay: list[Obj]) -> None:
+    """Test each opted-in worker names the agent's socket, mounts the agent's host
+    directory read-only, and is pinned to its own node, where a clock agent runs."""
+    assert _clock_path_problems(overlay) == []
+    vllm = _compose_env("worker-vllm")
+    command = COMPOSE["clockd"]["command"]
+    assert vllm["GREENSERVE_WORKER__CLOCK_AGENT_SOCKET"] == command[command.index("--socket") + 1]
+
+
+def test_a_broken_clock_path_is_reported(overlay: list[Obj]) -> None:
+    """Test the clock-path check on copies of the overlay broken one way each."""
+
+    def broken(change: Callable[[dict[str, Obj]], None]) -> list[str]:
+        objects = copy.deepcopy(overlay)
+        change(_workloads(objects))
+        return _clock_path_problems(objects)
+
+    def other_socket(w: dict[str, Obj]) -> None:
+        _main(w["clockd"])["command"][4] = "/run/greenserve/other.sock"
+
+    def other_host_dir(w: dict[str, Obj]) -> None:
+        [volume] = [v for v in _pod(w["worker-1"])["volumes"] if "hostPath" in v]
+        volume["hostPath"]["path"] = "/var/run/elsewhere"
+
+    def writable(w: dict[str, Obj]) -> None:
+        for mount in _main(w["worker-0"])["volumeMounts"]:
+            mount.pop("readOnly", None)
+
+    def unpinned(w: dict[str, Obj]) -> None:
+        del _pod(w["worker-0"])["nodeSelector"]["greenserve.io/node-id"]
+
+    def agent_elsewhere(w: dict[str, Obj]) -> None:
+        _pod(w["clockd"])["nodeSelector"]["greenserve.io/node-id"] = "node-9"
+
+    assert any("connects to" in p for p in broken(other_socket))
+    assert any("worker-1 mounts host" in p for p in broken(other_host_dir))
+    assert any("writable" in p for p in broken(writable))
+    assert any("other than the one it names" in p for p in broken(unpinned))
+    assert any("no clock agent runs" in p for p in broken(agent_elsewhere))
+
+
+def test_opted_in_workers_load_valid_clock_settings(
+    overlay: list[Obj], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Test each opted-in worker's variables load into settings a worker starts with (GPU
+    clocks need the instance's GPU indices) and no two workers of a node lock one GPU."""
+    from shared.config import Settings
+
+    gpus: dict[str, set[int]] = {}
+    workers = _opted_in(overlay)
+    assert set(workers) == {"worker-0", "worker-1"}
+    for name, workload in workers.items():
+        for variable in list(os.environ):
+            if variable.startswith("GREENSERVE_"):
+                monkeypatch.delenv(variable)
+        env = _k8s_env(overlay, _main(workload))
+        for variable, value in env.items():
+            monkeypatch.setenv(variable, value)
+        worker = Settings().worker
+        assert worker.gpu_clocks == "nvml", name
+        assert worker.nvml_gpu_indices, f"{name}: gpu_clocks nvml without nvml_gpu_indices"
+        taken = gpus.setdefault(worker.node_id, set())
+        assert not taken & set(worker.nvml_gpu_indices), f"{name} shares a GPU"
+        taken |= set(worker.nvml_gpu_indices)
+
+
+def test_the_clock_agent_has_no_network(overlay: list[Obj]) -> None:
+    """Test the policies that select clockd's pod deny its egress and admit no ingress."""
+    labels = _workloads(overlay)["clockd"]["spec"]["template"]["metadata"]["labels"]
+    selecting = [
+        p["spec"]
+        for p in _by(overlay, "NetworkPolicy").values()
+        if _selects(p["spec"]["podSelector"], labels)
+    ]
+    assert any("Egress" in spec["policyTypes"] for spec in selecting)
+    assert all(not spec.get("egress") for spec in selecting)
+    assert all(not spec.get("ingress") for spec in selecting)
+    assert any("Ingress" in spec["policyTypes"] for spec in selecting)
 
 
 def test_the_data_image_is_built_where_the_init_containers_copy_from(base: list[Obj]) -> None:
