@@ -85,6 +85,10 @@ class MiadConfig:
     """Reduction of a period's samples per metric (unspecified in FREESH, see module doc)."""
     queue_triggers: bool = False
     """Also count a non-empty engine queue as congestion (FREESH: "or load is rising")."""
+    hold_when_idle: bool = False
+    """Keep the clock over a period with nothing running, waiting or measured: no latency
+    is no evidence that a lower clock is safe, and Eq. 5b on an idle instance walks it to
+    f_min, where the next burst's first prefills start."""
 
     def __post_init__(self) -> None:
         if self.increase_factor <= 1.0:
@@ -173,8 +177,15 @@ class MiadController:
             aggregation=cfg.aggregation,
             default_type=cfg.default_type,
         ) or (cfg.queue_triggers and observation.num_waiting > 0)
+        idle = (
+            observation.num_running == 0
+            and observation.num_waiting == 0
+            and not any(w.ttft_s or w.tbt_s or w.e2e_s for w in observation.latencies.values())
+        )
         if congested:
             target = min(target * cfg.increase_factor, f_max)
+        elif cfg.hold_when_idle and idle:
+            target = min(max(target, f_min), f_max)
         else:
             target = max(target - cfg.decrease_mhz, f_min)
         self._target_mhz = target

@@ -1,12 +1,16 @@
 """MIAD against the request classes' SLOs: the product's default clock control.
 
 FREESH's MIAD (:mod:`services.dvfs.miad`) judges congestion against its Table 7 thresholds
-and floors the clock at ≈300 MHz. GreenServe's default runs the same Eq. 5a/5b with two
+and floors the clock at ≈300 MHz. GreenServe's default runs the same Eq. 5a/5b with three
 guard rails, one definition for the live DVFS agent and the simulator's headline:
 
 * **a guard band**: congestion is a class's TTFT or mean TBT over ``guard`` × its SLO (the
   classifier's scheme and SLOs, not Table 7's four types), so the clock rises before a
   request misses rather than after;
+* **no decrease on no evidence**: a period with nothing running, waiting or measured keeps
+  the clock (Eq. 5b would walk an idle instance to the floor, where the next burst's long
+  prefills start; measured on the code trace: the misses of its first burst after two idle
+  minutes, `docs/simulator.md`);
 * **an SLO clock floor**: MIAD never goes below the lowest clock at which a lone request
   at each bounded input bucket's longest prompt reaches its first token within ``guard`` ×
   the bucket's TTFT SLO (:func:`slo_clock_floor_mhz`, on the engine model). A pool sent
@@ -60,8 +64,10 @@ def slo_miad_config(
     period_s: float,
     max_clock_mhz: float | None = None,
     queue_triggers: bool = False,
+    hold_when_idle: bool = True,
 ) -> MiadConfig:
-    """FREESH's MIAD (M = 2, δ = 100 MHz) with the class thresholds and the SLO floor."""
+    """FREESH's MIAD (M = 2, δ = 100 MHz) with the class thresholds and the SLO floor,
+    holding the clock while the instance is idle (:attr:`MiadConfig.hold_when_idle`)."""
     if not slos:
         raise ValueError("MIAD against the SLOs needs at least one class SLO")
     return MiadConfig(
@@ -71,6 +77,7 @@ def slo_miad_config(
         thresholds=slo_thresholds(slos, guard),
         default_type=next(iter(slos)),
         queue_triggers=queue_triggers,
+        hold_when_idle=hold_when_idle,
     )
 
 

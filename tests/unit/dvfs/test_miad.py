@@ -99,3 +99,27 @@ def test_clamping_to_an_off_grid_ceiling_is_not_mistaken_for_an_external_move() 
     assert clock == 990.0
     path = _trajectory(controller, clock, CALM, 3)
     assert path == [990.0, 900.0, 795.0, 705.0]
+
+
+def test_hold_when_idle_keeps_the_clock_only_without_any_evidence() -> None:
+    """Test that with ``hold_when_idle`` a period with nothing running, waiting or measured
+    keeps the clock, where plain Eq. 5b lowers it by δ; that a period with requests running
+    or latency samples (but no congestion) still lowers it; and that the product's MIAD
+    (``slo_miad_config``) holds by default while FREESH's own does not."""
+    from services.dvfs.slo_miad import slo_miad_config
+    from shared.domain.classes import default_slos, dynamollm_scheme
+
+    idle = _observe(1410.0, {})
+    holding = MiadController(MiadConfig(hold_when_idle=True))
+    assert holding.decide(idle) == 1410.0
+    assert MiadController(MiadConfig()).decide(idle) == 1305.0
+    running = Observation(now_s=0.0, clock_mhz=1410.0, supported_clocks_mhz=A100, num_running=3)
+    assert MiadController(MiadConfig(hold_when_idle=True)).decide(running) == 1305.0
+    quiet = _observe(1410.0, {"SS": LatencyWindow(ttft_s=(0.01,), tbt_s=(0.01,), e2e_s=(0.5,))})
+    assert MiadController(MiadConfig(hold_when_idle=True)).decide(quiet) == 1305.0
+    slos = default_slos(dynamollm_scheme())
+    product = slo_miad_config(slos, guard=0.5, floor_mhz=300.0, period_s=1.0)
+    assert product.hold_when_idle
+    assert not slo_miad_config(
+        slos, guard=0.5, floor_mhz=300.0, period_s=1.0, hold_when_idle=False
+    ).hold_when_idle
