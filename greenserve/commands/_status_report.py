@@ -77,7 +77,7 @@ def plan_summary(plan: Plan) -> dict[str, Any]:
                 "gpu": f"{p.gpu} TP{p.tp}",
                 "instances": p.instances,
                 "clock_cap_mhz": p.clock_mhz,
-                "classes": ",".join(p.classes) or "*",
+                "classes": ", ".join(p.classes) or "*",
             }
             for p in sorted(plan.pools, key=lambda p: p.pool_id)
             if p.instances > 0
@@ -105,6 +105,7 @@ def plan_table(plan: dict[str, Any]) -> Table:
             justify="right" if header == "inst" else "left",
             overflow="fold",
             min_width=longest if header == "pool" else None,
+            no_wrap=header != "classes",
         )
     for pool in plan["pools"]:
         cap = pool["clock_cap_mhz"]

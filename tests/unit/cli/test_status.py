@@ -127,7 +127,7 @@ def _rendered(workers: list[dict[str, Any]], width: int = 80) -> str:
                     "gpu": "H100-80GB TP4",
                     "instances": 2,
                     "clock_cap_mhz": 1410.0,
-                    "classes": "LS,LM,LL",
+                    "classes": "LS, LM, LL",
                 }
             ],
         },
@@ -195,7 +195,7 @@ def test_the_plan_summary_lists_the_pools_given_instances_with_their_clock_caps(
     assert (summary["epoch"], summary["objective"], summary["status"]) == (4, "energy", "optimal")
     assert [p["pool"] for p in summary["pools"]] == ["ciso-h100-tp4", "pjm-h100-tp8"]
     assert summary["pools"][0]["gpu"] == "H100-80GB TP4"
-    assert summary["pools"][0]["classes"] == "SS,SM"
+    assert summary["pools"][0]["classes"] == "SS, SM"
     assert summary["pools"][1]["clock_cap_mhz"] is None
     console = Console(width=100, record=True, file=io.StringIO())
     console.print(_status_report.plan_table(summary))
