@@ -7,6 +7,12 @@ Grafana administrator's password; ``deploy/k8s`` builds its Secret from the same
 file is ``KEY=value`` lines, read by ``docker compose --env-file``, by a shell
 (``set -a; . ./secure.env; set +a``) and by kustomize's ``secretGenerator`` alike: the
 values are URL-safe base64, so no quoting is needed anywhere.
+
+nats-server does not get that file: beside it (``secure.nats-passwords.conf`` for
+``secure.env``) goes one bcrypt hash per NATS user, as NATS configuration variables that
+the generated ``nats.conf`` includes. The server checks each client's password against its
+hash, and neither its configuration nor its environment holds a password that would let
+whoever reads them act as another service.
 """
 
 from __future__ import annotations
@@ -16,14 +22,18 @@ from pathlib import Path
 from typing import Final
 
 from shared.security.compose import COMPOSE_IDENTITIES
+from shared.security.credentials import bcrypt_hash
 from shared.security.identities import env_var_name
 from shared.security.secrets import generate_password
 
 __all__ = [
     "GRAFANA_ADMIN_PASSWORD",
+    "NATS_HASHES_SUFFIX",
     "NATS_PASSWORD_PREFIX",
     "REDIS_PASSWORD_PREFIX",
     "SecureEnvExistsError",
+    "nats_hashes_path",
+    "nats_hashes_text",
     "secure_env_names",
     "secure_env_text",
     "write_secure_env",
@@ -32,6 +42,9 @@ __all__ = [
 NATS_PASSWORD_PREFIX: Final = "GS_NATS_PASSWORD_"
 REDIS_PASSWORD_PREFIX: Final = "GS_REDIS_PASSWORD_"
 GRAFANA_ADMIN_PASSWORD: Final = "GS_GRAFANA_ADMIN_PASSWORD"
+NATS_HASHES_SUFFIX: Final = ".nats-passwords.conf"
+"""Suffix of the hashes file beside the credentials file (``secure.env`` →
+``secure.nats-passwords.conf``), mounted as ``passwords.conf`` next to ``nats.conf``."""
 
 
 class SecureEnvExistsError(FileExistsError):
@@ -45,29 +58,65 @@ def secure_env_names() -> list[str]:
     return [*names, GRAFANA_ADMIN_PASSWORD]
 
 
-def secure_env_text() -> str:
-    """A fresh credentials file: one new random password per variable."""
+def secure_env_text(passwords: dict[str, str] | None = None) -> str:
+    """A credentials file: ``passwords`` (variable → password), by default one new random
+    password per variable of :func:`secure_env_names`."""
+    if passwords is None:
+        passwords = {name: generate_password() for name in secure_env_names()}
     header = (
         "# GreenServe secure-stack credentials (greenserve secrets). Keep this file private:\n"
         "# anyone who reads it can act as any service on the bus and in the store.\n"
     )
-    return header + "".join(f"{name}={generate_password()}\n" for name in secure_env_names())
+    return header + "".join(f"{name}={value}\n" for name, value in passwords.items())
+
+
+def nats_hashes_text(passwords: dict[str, str]) -> str:
+    """The NATS variables ``GS_NATS_PASSWORD_<USER>: "<bcrypt hash>"`` for every NATS
+    password among ``passwords``: what ``nats.conf``'s ``include "passwords.conf"`` reads."""
+    lines = [
+        "# bcrypt hashes of the NATS passwords of the credentials file beside this one",
+        "# (greenserve secrets); nats.conf includes it as passwords.conf. No password here.",
+    ]
+    lines += [
+        f'{name}: "{bcrypt_hash(value)}"'
+        for name, value in passwords.items()
+        if name.startswith(NATS_PASSWORD_PREFIX)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def nats_hashes_path(env_path: Path) -> Path:
+    """Where the hashes of ``env_path``'s NATS passwords go: beside it, same stem."""
+    return env_path.with_name(env_path.stem + NATS_HASHES_SUFFIX)
 
 
 def write_secure_env(path: Path, *, force: bool = False) -> Path:
-    """Write a fresh credentials file at ``path``, readable by its owner only.
+    """Write a fresh credentials file at ``path`` and the NATS hashes beside it
+    (:func:`nats_hashes_path`), both readable by their owner only.
 
     Raises:
-        SecureEnvExistsError: ``path`` exists and ``force`` is false (the running stack's
-            passwords are in it: replacing them by mistake locks every service out).
+        SecureEnvExistsError: either file exists and ``force`` is false (the running
+            stack's passwords are in them: replacing them by mistake locks every service
+            out); neither is then written.
     """
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
+    hashes = nats_hashes_path(path)
+    if not force:
+        for existing in (path, hashes):
+            if existing.exists():
+                raise SecureEnvExistsError(f"{existing} exists; pass --force to replace it")
+    passwords = {name: generate_password() for name in secure_env_names()}
     path.parent.mkdir(parents=True, exist_ok=True)
+    _write_private(hashes, nats_hashes_text(passwords), force=force)
+    _write_private(path, secure_env_text(passwords), force=force)
+    return path
+
+
+def _write_private(path: Path, text: str, *, force: bool) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
     try:
         fd = os.open(path, flags, 0o600)
     except FileExistsError as exc:
         raise SecureEnvExistsError(f"{path} exists; pass --force to replace it") from exc
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(secure_env_text())
+        handle.write(text)
     os.chmod(path, 0o600)  # a file replaced with --force keeps its old mode through O_CREAT
-    return path

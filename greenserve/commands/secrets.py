@@ -2,8 +2,9 @@
 
 One random password per NATS and Redis identity of ``docker-compose.secure.yml`` plus the
 Grafana administrator's, written owner-only (0600) as ``KEY=value`` lines that
-``docker compose --env-file`` and ``deploy/k8s``'s Secret read. An existing file is kept
-unless ``--force`` is given: it holds the passwords a running stack was started with.
+``docker compose --env-file`` and ``deploy/k8s``'s Secret read, and beside it the bcrypt
+hashes nats-server checks them against (``secure.nats-passwords.conf``). Existing files are
+kept unless ``--force`` is given: they hold the passwords a running stack was started with.
 """
 
 from __future__ import annotations
@@ -34,7 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Write the file; exit 1 with one line when it exists and --force was not given."""
     # Imported here: the identities bring the protocol modules, which --help does not need.
-    from greenserve.secure_env import SecureEnvExistsError, secure_env_names, write_secure_env
+    from greenserve.secure_env import (
+        SecureEnvExistsError,
+        nats_hashes_path,
+        secure_env_names,
+        write_secure_env,
+    )
 
     try:
         path = write_secure_env(args.out, force=args.force)
@@ -42,4 +48,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"greenserve secrets: {exc}", file=sys.stderr)
         return 1
     print(f"wrote {len(secure_env_names())} passwords to {path} (mode 0600)", file=sys.stderr)
+    print(f"wrote nats-server's password hashes to {nats_hashes_path(path)}", file=sys.stderr)
     return 0

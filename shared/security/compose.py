@@ -1,7 +1,8 @@
 """The secure compose stack's identities and its committed NATS and Redis ACL files.
 
 ``docker-compose.secure.yml`` mounts ``docker/secure/nats.conf`` (users and subject
-permissions; passwords are ``$GS_NATS_PASSWORD_<USER>`` variables of the nats container) and
+permissions; passwords are ``$GS_NATS_PASSWORD_<USER>`` variables, defined as bcrypt hashes
+by the ``passwords.conf`` it includes, which ``greenserve secrets`` writes) and
 ``docker/secure/redis-users.acl.in`` (ACL rules with ``${GS_REDIS_PASSWORD_<USER>}``
 placeholders, rendered from the redis container's environment at start). Regenerate both
 after a fleet or protocol change with ``python -m shared.security.compose docker/secure``;
@@ -23,6 +24,7 @@ __all__ = [
     "COMPOSE_IDENTITIES",
     "COMPOSE_NAMESPACE",
     "NATS_CONF",
+    "NATS_PASSWORDS_INCLUDE",
     "REDIS_ACL_TEMPLATE",
     "compose_files",
     "main",
@@ -50,10 +52,19 @@ COMPOSE_IDENTITIES = (
 """One identity per compose service (user = service name) plus the tool identities."""
 
 
+NATS_PASSWORDS_INCLUDE = "passwords.conf"
+"""What the deployments mount beside ``nats.conf``: the hashes ``greenserve secrets`` wrote."""
+
+
 def compose_files() -> dict[str, str]:
     """File name → content of the secure compose stack's server configuration."""
+    nats = nats_server_config(Subjects(COMPOSE_NAMESPACE), COMPOSE_IDENTITIES)
+    header, _, body = nats.partition("\n")
+    # The variables the users' passwords name are bcrypt hashes defined in the included
+    # file, so the server's environment holds no password (a missing file stops the server).
+    include = f'include "{NATS_PASSWORDS_INCLUDE}"\n'
     return {
-        NATS_CONF: nats_server_config(Subjects(COMPOSE_NAMESPACE), COMPOSE_IDENTITIES),
+        NATS_CONF: f"{header}\n{include}{body}",
         REDIS_ACL_TEMPLATE: redis_acl_template(Keys(COMPOSE_NAMESPACE), COMPOSE_IDENTITIES),
     }
 

@@ -62,3 +62,32 @@ def test_an_existing_file_is_kept_unless_forced(
     assert out.read_text(encoding="utf-8") != before
     assert set(_read(out)) == set(secure_env_names())
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
+def test_beside_it_go_the_bcrypt_hashes_of_the_nats_passwords(tmp_path: Path) -> None:
+    """Test that the hashes file (0600) defines one bcrypt hash per NATS password of the
+    credentials file, each matching its password, holds no password, and that an existing
+    hashes file alone also stops a run without --force (the pair stays consistent)."""
+    import bcrypt
+
+    from greenserve.secure_env import nats_hashes_path
+
+    out = tmp_path / "secure.env"
+    assert main(["secrets", "--out", str(out)]) == 0
+    hashes_file = nats_hashes_path(out)
+    assert hashes_file.name == "secure.nats-passwords.conf"
+    assert stat.S_IMODE(hashes_file.stat().st_mode) == 0o600
+    passwords = _read(out)
+    defined: dict[str, str] = {}
+    for line in hashes_file.read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            match = re.fullmatch(r'(GS_NATS_PASSWORD_[A-Z0-9_]+): "(\$2b\$.+)"', line)
+            assert match is not None, line
+            defined[match[1]] = match[2]
+    assert set(defined) == {n for n in passwords if n.startswith("GS_NATS_PASSWORD_")}
+    for name, hashed in defined.items():
+        assert bcrypt.checkpw(passwords[name].encode(), hashed.encode())
+        assert passwords[name] not in hashes_file.read_text(encoding="utf-8")
+    out.unlink()
+    assert main(["secrets", "--out", str(out)]) == 1
+    assert not out.exists()

@@ -4,7 +4,7 @@ The tests validate what ``kubectl kustomize`` would apply, but kubectl is not on
 machine that runs them; so this reads the same files and does the same few things:
 ``resources`` (files and folders with their own kustomization), ``namespace``, ``labels``
 (``includeTemplates``, never selectors), ``configMapGenerator`` (``files``),
-``secretGenerator`` (``envs``) without name hashes, and JSON 6902 ``patches`` (``add``,
+``secretGenerator`` (``envs``, ``files``) without name hashes, and JSON 6902 ``patches`` (``add``,
 ``replace``, ``remove``). Anything else in a kustomization is refused, so a feature added
 there fails here instead of being skipped. ``test_k8s.py`` compares this rendering with
 kubectl's wherever kubectl is installed.
@@ -82,16 +82,34 @@ def _config_map(folder: Path, generator: Obj) -> Obj:
 
 
 def _secret(folder: Path, generator: Obj) -> Obj:
-    if set(generator) - {"name", "envs"}:
-        raise KustomizeError(f"secretGenerator {generator['name']}: only envs")
+    if set(generator) - {"name", "envs", "files"}:
+        raise KustomizeError(f"secretGenerator {generator['name']}: only envs and files")
     data: dict[str, str] = {}
-    for name in generator["envs"]:
+    for entry in generator.get("files", []):
+        # "key=path" names the key; a bare path keys by its file name, as kustomize does.
+        key, _, name = entry.rpartition("=")
+        text = (folder / name).read_text(encoding="utf-8")
+        data[key or Path(name).name] = _base64(text)
+    for name in generator.get("envs", []):
         for line in (folder / name).read_text(encoding="utf-8").splitlines():
             if line.strip() and not line.lstrip().startswith("#"):
                 key, _, value = line.partition("=")
-                data[key] = base64.b64encode(value.encode()).decode()
+                data[key] = _base64(value)
     meta = {"name": generator["name"]}
     return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque", "data": data}
+
+
+def _base64(text: str) -> str:
+    """As kustomize encodes a Secret's value: base64, broken into 70-character lines (each
+    ended by a newline) once it is longer than one line."""
+    encoded = base64.b64encode(text.encode()).decode()
+    if len(encoded) <= _BASE64_LINE:
+        return encoded
+    lines = [encoded[i : i + _BASE64_LINE] for i in range(0, len(encoded), _BASE64_LINE)]
+    return "\n".join(lines) + "\n"
+
+
+_BASE64_LINE = 70
 
 
 def _label(obj: Obj, entry: Obj, path: Path) -> None:

@@ -385,17 +385,92 @@ def test_every_greenserve_service_connects_as_its_own_identity() -> None:
         assert "GREENSERVE_REDIS__PASSWORD" not in env
 
 
-def test_the_servers_require_a_password_variable_for_every_identity() -> None:
-    """Test that nats and redis get GS_*_PASSWORD_<USER> (required) for each identity."""
+def test_redis_requires_a_password_variable_for_every_identity_and_nats_gets_none() -> None:
+    """Test that redis gets GS_REDIS_PASSWORD_<USER> (required) for each identity, and that
+    nats gets no password at all: it mounts the hashes greenserve secrets writes beside
+    secure.env, as the passwords.conf its nats.conf includes."""
     services = _secure()["services"]
-    for kind, server in (("NATS", "nats"), ("REDIS", "redis")):
-        env = services[server]["environment"]
-        expected = {f"GS_{kind}_PASSWORD_{u.upper().replace('-', '_')}" for u in _identities()}
-        assert set(env) == expected, server
-        for variable, value in env.items():
-            assert REQUIRED.findall(value) == [variable], f"{variable} must be required (:?)"
-        if server == "nats":  # nats-server parses a variable's value: keep it a string
-            assert all(v.startswith('"') and v.endswith('"') for v in env.values())
+    env = services["redis"]["environment"]
+    expected = {f"GS_REDIS_PASSWORD_{u.upper().replace('-', '_')}" for u in _identities()}
+    assert set(env) == expected
+    for variable, value in env.items():
+        assert REQUIRED.findall(value) == [variable], f"{variable} must be required (:?)"
+    nats = services["nats"]
+    assert not nats.get("environment")
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in nats["volumes"] if m.startswith("./")}
+    from greenserve.secure_env import nats_hashes_path
+    from shared.security.compose import NATS_PASSWORDS_INCLUDE
+
+    assert mounts[f"/etc/greenserve/{NATS_PASSWORDS_INCLUDE}"] == (
+        "./" + nats_hashes_path(Path("secure.env")).name
+    )
+    config = (SECURE_DIR / "nats.conf").read_text(encoding="utf-8")
+    assert f'include "{NATS_PASSWORDS_INCLUDE}"' in config
+
+
+def test_nats_server_takes_the_secrets_passwords_against_their_hashes(tmp_path: Path) -> None:
+    """Test, on a real nats-server with the committed nats.conf and the hashes file
+    ``greenserve secrets`` writes, that each identity's password from secure.env logs in,
+    a wrong one is refused, and neither the hashes file nor the config holds a password."""
+    import asyncio
+    import shutil
+    import subprocess
+
+    import nats
+    from nats.errors import Error as NatsError
+
+    from greenserve.secure_env import nats_hashes_path, write_secure_env
+    from shared.servers import free_port
+
+    server = shutil.which("nats-server")
+    if server is None:
+        pytest.skip("nats-server is not installed")
+    env_file = write_secure_env(tmp_path / "secure.env")
+    passwords = dict(
+        line.split("=", 1)
+        for line in env_file.read_text(encoding="utf-8").splitlines()
+        if line and not line.startswith("#")
+    )
+    hashes = nats_hashes_path(env_file).read_text(encoding="utf-8")
+    config = (SECURE_DIR / "nats.conf").read_text(encoding="utf-8")
+    for value in passwords.values():
+        assert value not in hashes
+        assert value not in config
+    (tmp_path / "nats.conf").write_text(config, encoding="utf-8")
+    (tmp_path / "passwords.conf").write_text(hashes, encoding="utf-8")
+    port = free_port()
+    process = subprocess.Popen(
+        [server, "-c", str(tmp_path / "nats.conf"), "-p", str(port), "-sd", str(tmp_path)],
+        env={"PATH": "/usr/bin:/bin"},  # no password in the server's environment
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    async def login(user: str, password: str) -> bool:
+        for _ in range(50):  # the server takes a moment to listen
+            try:
+                client = await nats.connect(
+                    f"nats://127.0.0.1:{port}", user=user, password=password,
+                    allow_reconnect=False, connect_timeout=2,
+                )  # fmt: skip
+            except NatsError as exc:
+                if "Authorization" in str(exc):
+                    return False
+                raise
+            except OSError:
+                await asyncio.sleep(0.1)
+                continue
+            await client.close()
+            return True
+        raise TimeoutError("nats-server did not listen")
+
+    try:
+        assert asyncio.run(login("scheduler", passwords["GS_NATS_PASSWORD_SCHEDULER"]))
+        assert asyncio.run(login("worker-0", passwords["GS_NATS_PASSWORD_WORKER_0"]))
+        assert not asyncio.run(login("scheduler", passwords["GS_NATS_PASSWORD_ROUTER"]))
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
 
 
 def test_the_servers_load_the_mounted_files() -> None:
@@ -670,13 +745,21 @@ def test_grafana_needs_a_password_in_the_secure_stack() -> None:
 
 
 def test_greenserve_secrets_generates_every_variable_the_secure_file_requires() -> None:
-    """Test that ``greenserve secrets`` names exactly the ``${VAR:?...}`` of the secure file."""
+    """Test that ``greenserve secrets`` names exactly the variables the secure file reads:
+    its ``${VAR:?...}`` and the sources of its Docker secrets."""
     from greenserve.secure_env import secure_env_names
 
     required = set(REQUIRED.findall(SECURE.read_text(encoding="utf-8")))
+    required |= {secret["environment"] for secret in _secure()["secrets"].values()}
     names = secure_env_names()
     assert len(names) == len(set(names))
-    assert set(names) == required
+    assert required <= set(names)
+    # Beyond those: the NATS passwords of the host's tool identities, which no container
+    # reads (nats-server gets their hashes, from the file beside secure.env).
+    services = set(_secure()["services"])
+    tools = {u for u in _identities() if u not in services}
+    assert tools == {"loadgen", "monitor", "admin"}
+    assert set(names) - required == {f"GS_NATS_PASSWORD_{u.upper()}" for u in tools}
 
 
 RESTART_POLICIES = {"unless-stopped", "always", "on-failure"}

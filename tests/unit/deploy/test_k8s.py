@@ -318,7 +318,7 @@ def test_the_server_configs_are_the_generated_ones() -> None:
 
 def test_the_secret_holds_every_password_greenserve_secrets_writes(base: list[Obj]) -> None:
     """Test the Secret built from secure.env carries each variable, values intact."""
-    [secret] = _by(base, "Secret").values()
+    secret = _by(base, "Secret")["greenserve-credentials"]
     assert list(secret["data"]) == secure_env_names()
     for value in secret["data"].values():
         assert re.fullmatch(r"[A-Za-z0-9_-]{32}", base64.b64decode(value).decode())
@@ -347,27 +347,41 @@ def test_each_service_mounts_only_its_own_two_passwords(base: list[Obj], name: s
     assert not any(item.get("valueFrom") for item in container.get("env", []))
 
 
-def test_the_servers_get_every_identitys_password_from_the_secret(base: list[Obj]) -> None:
-    """Test NATS gets each GS_NATS_PASSWORD_<USER> quoted (as compose gives it) and Redis
-    each GS_REDIS_PASSWORD_<USER>, all read from keys the Secret has."""
-    [secret] = _by(base, "Secret").values()
+def test_redis_gets_every_password_and_nats_only_their_hashes(base: list[Obj]) -> None:
+    """Test Redis gets each GS_REDIS_PASSWORD_<USER> from a key the credentials Secret has,
+    and NATS no password at all: its nats.conf and the passwords.conf of bcrypt hashes it
+    includes share one folder, from the ConfigMap and the hashes Secret, the latter built
+    from the file greenserve secrets writes beside secure.env."""
+    secrets = _by(base, "Secret")
+    credentials = secrets["greenserve-credentials"]
     workloads = _workloads(base)
-    for server, kind in (("nats", "NATS"), ("redis", "REDIS")):
-        env = {e["name"]: e for e in _main(workloads[server])["env"]}
-        expected = {f"GS_{kind}_PASSWORD_{u.upper().replace('-', '_')}" for u in _identities()}
-        assert expected <= set(env), server
-        for item in env.values():
-            ref = item.get("valueFrom", {}).get("secretKeyRef")
-            if ref is not None:
-                assert ref["name"] == secret["metadata"]["name"]
-                assert ref["key"] in secret["data"]
-        for variable in expected:
-            if kind == "NATS":
-                raw = variable.replace("GS_NATS_PASSWORD_", "GS_NATS_SECRET_")
-                assert env[variable]["value"] == f'"$({raw})"'
-                assert env[raw]["valueFrom"]["secretKeyRef"]["key"] == variable
-            else:
-                assert env[variable]["valueFrom"]["secretKeyRef"]["key"] == variable
+    env = {e["name"]: e for e in _main(workloads["redis"])["env"]}
+    expected = {f"GS_REDIS_PASSWORD_{u.upper().replace('-', '_')}" for u in _identities()}
+    assert expected <= set(env)
+    for variable in expected:
+        ref = env[variable]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": "greenserve-credentials", "key": variable}
+        assert variable in credentials["data"]
+    nats = _main(workloads["nats"])
+    assert not any("PASSWORD" in e["name"] or "SECRET" in e["name"] for e in nats.get("env", []))
+    [mount] = [m for m in nats["volumeMounts"] if m["mountPath"] == "/etc/greenserve"]
+    [volume] = [v for v in workloads["nats"]["spec"]["template"]["spec"]["volumes"]
+                if v["name"] == mount["name"]]  # fmt: skip
+    sources = volume["projected"]["sources"]
+    files = {
+        item["path"]: (kind, source[kind]["name"], item["key"])
+        for source in sources
+        for kind in ("configMap", "secret")
+        if kind in source
+        for item in source[kind]["items"]
+    }
+    assert files["nats.conf"] == ("configMap", "greenserve-server-config", "nats.conf")
+    assert files["passwords.conf"] == ("secret", "greenserve-nats-passwords", "passwords.conf")
+    config = _by(base, "ConfigMap")["greenserve-server-config"]["data"]["nats.conf"]
+    assert 'include "passwords.conf"' in config
+    hashes = base64.b64decode(secrets["greenserve-nats-passwords"]["data"]["passwords.conf"])
+    names = {line.split(":")[0] for line in hashes.decode().splitlines() if line[:1] != "#"}
+    assert names == {f"GS_NATS_PASSWORD_{u.upper().replace('-', '_')}" for u in _identities()}
 
 
 def _selects(selector: Obj, labels: dict[str, str]) -> bool:
