@@ -102,6 +102,10 @@ class CompletionSender:
         span.set_status(trace.StatusCode.ERROR, f"{code}: {reason}")
         span.end()
 
+    def finished(self, request_id: str) -> bool:
+        """Whether this request finished here recently (:meth:`send_again` can end it)."""
+        return request_id in self._finished
+
     async def send_again(self, request_id: str) -> bool:
         """End a request that finished here again, with the same completion; whether it had.
 

@@ -43,7 +43,7 @@ from services.worker.drain import hand_back
 from services.worker.ended_log import EndedLog
 from services.worker.gpu_meters import GpuMeters
 from services.worker.leases import LeaseGuard
-from services.worker.publisher import ReplyPublisher
+from services.worker.publisher import Contact, ReplyPublisher
 from services.worker.registration import deregister, register, worker_stats
 from services.worker.streams import StreamBook
 from shared.cancels import CANCELLED_CODE, CancelMemory, cancelled_id
@@ -116,6 +116,17 @@ class WorkerShim:
             service=NAME,
         )
         """After a freeze, requests the router took back are aborted unanswered (:mod:`.leases`)."""
+        self._contact_at = time.time()
+        """Wall time the last heartbeat that reached NATS and the store began."""
+        self._beat_started: float | None = None
+        """When the heartbeat under way began (None: none under way)."""
+        self._beat_failed = False
+        """The last heartbeat failed (NATS or the store refused or timed out)."""
+        self._contact_lost_after_s = self._cfg.heartbeat_ttl_s / 2.0
+        """A heartbeat under way this long (or one that failed): the worker may be cut off
+        from the stack (a partition; its own NATS node may still take its publishes). Half
+        the registration's TTL: noticed before the router, which times silence in
+        ``router.worker_timeout_s`` (3 s by default), calls it gone and revokes what it runs."""
 
     @property
     def backend(self) -> WorkerBackend:
@@ -142,8 +153,12 @@ class WorkerShim:
         )
         if rid in self._book:
             return reply
-        if await self._completions.send_again(rid):
-            # It ran here already (its dispatch reply was lost): accepted, ended again.
+        if self._completions.finished(rid):
+            # It ran here already (its dispatch reply was lost, or the router took it back
+            # in a partition and placed it here again): accepted, ended again. Accepted anew
+            # for the revocation filter of a later outage's re-send.
+            self._publisher.outbox.owner(req.request.reply_subject, rid, now)
+            await self._completions.send_again(rid)
             return reply
         refusal = self._lease_refusal(rid, msg)
         if refusal:
@@ -154,6 +169,9 @@ class WorkerShim:
                 accepted_at=now,
                 reason=refusal,
             )
+        # Whose replies go to this subject, accepted when: the re-send after an outage
+        # skips those of requests the router revoked meanwhile (:mod:`.outbox`).
+        self._publisher.outbox.owner(req.request.reply_subject, rid, now)
         if self._cancels.holds(rid, time.monotonic()):
             # Placed while its cancel was on the way. Accepted and ended at once, not
             # refused: a refusal would send it back to the queue only to be ended there.
@@ -357,8 +375,46 @@ class WorkerShim:
         return True
 
     async def resend_loop(self, period_s: float = 0.05) -> None:
-        """Watch the connection; after an outage, send the replies it may have swallowed."""
-        await self._publisher.resend_loop(period_s)
+        """Watch the contact with the stack; once it is back after an outage or a
+        partition, send the replies it may have swallowed, except those of requests the
+        router revoked meanwhile (:mod:`.publisher`, :mod:`.outbox`)."""
+        contact = Contact(
+            in_contact=self.in_contact,
+            confirmed_at=lambda: self._contact_at,
+            lost=self._contact_lost,
+            regained=self._contact_regained,
+            revocations=self._revocations,
+        )
+        await self._publisher.resend_loop(contact, period_s)
+
+    def in_contact(self) -> bool:
+        """Whether the worker reaches the stack: NATS connected and its heartbeat neither
+        failed nor hanging. A worker on a host cut off from the rest may see only the second
+        fail (its own host's NATS node takes its publishes)."""
+        started = self._beat_started
+        hung = started is not None and time.time() - started > self._contact_lost_after_s
+        return self._ctx.nc.is_connected and not self._beat_failed and not hung
+
+    def _contact_lost(self) -> None:
+        logger.warning(
+            "out of contact with the stack (NATS or the store unreachable): keeping replies "
+            "and ended records until it is back and the revocations are read"
+        )
+        self.ended_log.hold()
+
+    def _contact_regained(self) -> None:
+        # What the router took back meanwhile must not go on streaming or finish here:
+        # every path that sends or starts something waits for one revocation check.
+        logger.info("back in contact with the stack: checking revocations")
+        self.leases.force()
+
+    async def _revocations(self) -> dict[str, float] | None:
+        """Read the revocations (aborting revoked requests still running) and let the ended
+        record write what was not revoked; None when they could not be read."""
+        revoked = await self.leases.read_now()
+        if revoked is not None:
+            self.ended_log.release(self._publisher.outbox.revoked_ids(revoked))
+        return revoked
 
     async def _announce_room(self) -> None:
         """Publish stats now: the router hears at once that the admission gate closed or opened."""
@@ -394,7 +450,17 @@ class WorkerShim:
             # A failed scrape must not stop the heartbeat: the worker still serves.
             logger.exception("backend refresh failed; publishing the last known stats")
         self._update_parking()
-        await register(self._ctx, self._stats_subject, self.stats(), self._co2, self._meters)
+        started = self._beat_started = time.time()
+        try:
+            await register(self._ctx, self._stats_subject, self.stats(), self._co2, self._meters)
+        except BaseException:
+            self._beat_failed = True
+            raise
+        finally:
+            self._beat_started = None
+        self._beat_failed = False
+        if self._ctx.nc.is_connected:
+            self._contact_at = started
         self.book.intensity_g_per_kwh = self._co2.last_intensity
 
     async def heartbeat(self) -> None:
