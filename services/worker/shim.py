@@ -56,6 +56,10 @@ from shared.replies import reply_error
 __all__ = ["NAME", "WorkerShim"]
 
 NAME = "worker"
+PROBE_PERIOD_S = 0.1
+"""How often the contact probe looks whether the store needs a PING."""
+PROBE_TIMEOUT_S = 0.3
+"""A store that does not answer a PING this fast counts as out of reach for now."""
 
 logger = logging.getLogger(__name__)
 
@@ -117,15 +121,13 @@ class WorkerShim:
         )
         """After a freeze, requests the router took back are aborted unanswered (:mod:`.leases`)."""
         self._contact_at = time.time()
-        """Wall time the last heartbeat that reached NATS and the store began."""
-        self._beat_started: float | None = None
-        """When the heartbeat under way began (None: none under way)."""
-        self._beat_failed = False
-        """The last heartbeat failed (NATS or the store refused or timed out)."""
+        """Wall time the last store round trip that succeeded with NATS connected began."""
+        self._store_seen_at = time.time()
+        """Wall time the last store round trip that succeeded began (heartbeat or probe)."""
         self._contact_lost_after_s = self._cfg.heartbeat_ttl_s / 2.0
-        """A heartbeat under way this long (or one that failed): the worker may be cut off
-        from the stack (a partition; its own NATS node may still take its publishes). Half
-        the registration's TTL: noticed before the router, which times silence in
+        """No store round trip succeeded for this long: the worker may be cut off from the
+        stack (a partition; its own NATS node may still take its publishes). Half the
+        registration's TTL: noticed before the router, which times silence in
         ``router.worker_timeout_s`` (3 s by default), calls it gone and revokes what it runs."""
 
     @property
@@ -385,15 +387,37 @@ class WorkerShim:
             regained=self._contact_regained,
             revocations=self._revocations,
         )
-        await self._publisher.resend_loop(contact, period_s)
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._publisher.resend_loop(contact, period_s))
+            tg.create_task(self._probe_store())
+
+    def _store_seen(self, started: float) -> None:
+        """A store round trip begun at ``started`` succeeded."""
+        self._store_seen_at = max(self._store_seen_at, started)
+        if self._ctx.nc.is_connected:
+            self._contact_at = max(self._contact_at, started)
+
+    async def _probe_store(self) -> None:
+        """PING the store whenever no heartbeat has reached it for a while, with a short
+        timeout: a heartbeat that fails backs off for seconds, and until contact is known
+        to be back the output of a request the router revoked would go out unchecked."""
+        while True:
+            await asyncio.sleep(PROBE_PERIOD_S)
+            started = time.time()
+            if started - self._store_seen_at <= self._cfg.stats_period_s + PROBE_PERIOD_S:
+                continue
+            try:
+                await asyncio.wait_for(self._ctx.redis.ping(), PROBE_TIMEOUT_S)
+            except (TimeoutError, RedisError, OSError):
+                continue
+            self._store_seen(started)
 
     def in_contact(self) -> bool:
-        """Whether the worker reaches the stack: NATS connected and its heartbeat neither
-        failed nor hanging. A worker on a host cut off from the rest may see only the second
-        fail (its own host's NATS node takes its publishes)."""
-        started = self._beat_started
-        hung = started is not None and time.time() - started > self._contact_lost_after_s
-        return self._ctx.nc.is_connected and not self._beat_failed and not hung
+        """Whether the worker reaches the stack: NATS connected and the store answered
+        lately. A worker on a host cut off from the rest may see only the second fail (its
+        own host's NATS node takes its publishes)."""
+        recent = time.time() - self._store_seen_at <= self._contact_lost_after_s
+        return recent and self._ctx.nc.is_connected
 
     def _contact_lost(self) -> None:
         logger.warning(
@@ -450,17 +474,9 @@ class WorkerShim:
             # A failed scrape must not stop the heartbeat: the worker still serves.
             logger.exception("backend refresh failed; publishing the last known stats")
         self._update_parking()
-        started = self._beat_started = time.time()
-        try:
-            await register(self._ctx, self._stats_subject, self.stats(), self._co2, self._meters)
-        except BaseException:
-            self._beat_failed = True
-            raise
-        finally:
-            self._beat_started = None
-        self._beat_failed = False
-        if self._ctx.nc.is_connected:
-            self._contact_at = started
+        started = time.time()
+        await register(self._ctx, self._stats_subject, self.stats(), self._co2, self._meters)
+        self._store_seen(started)
         self.book.intensity_g_per_kwh = self._co2.last_intensity
 
     async def heartbeat(self) -> None:
