@@ -31,6 +31,10 @@ class ReplyRouter:
     def __len__(self) -> int:
         return len(self._queues)
 
+    def waiting(self) -> list[str]:
+        """The ids of the requests still waiting for replies."""
+        return list(self._queues)
+
     def open(self, request_id: str) -> asyncio.Queue[msgspec.Struct]:
         """Start collecting replies for ``request_id`` (before publishing it)."""
         queue: asyncio.Queue[msgspec.Struct] = asyncio.Queue()

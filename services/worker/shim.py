@@ -16,10 +16,12 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import Final
 
 import nats.errors
 from nats.aio.msg import Msg
 from opentelemetry import trace
+from prometheus_client import Counter
 from redis.exceptions import RedisError
 
 from proto.codec import DecodeError, decode, encode
@@ -52,10 +54,15 @@ from shared.domain.plan import PlanFollower
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic, wait_event
 from shared.replies import reply_error
+from shared.resends import resend_ids
 
 __all__ = ["NAME", "WorkerShim"]
 
 NAME = "worker"
+RESENT_ON_ASK: Final = Counter(
+    "greenserve_worker_resent_on_ask_total",
+    "Endings a worker sent again because their reconnected client asked for them",
+)
 PROBE_PERIOD_S = 0.1
 """How often the contact probe looks whether the store needs a PING."""
 PROBE_TIMEOUT_S = 0.3
@@ -359,6 +366,21 @@ class WorkerShim:
             return
         await self.cancel(rid)
 
+    async def on_resend(self, msg: Msg) -> None:
+        """A reconnected client asks for endings it may have missed
+        (``resend.client.<client id>``, :mod:`shared.resends`): those this worker
+        remembers go to their reply subjects again."""
+        request_ids = resend_ids(msg.subject, msg.data)
+        if request_ids is None:
+            ERRORS.labels(NAME, "malformed").inc()
+            return
+        sent = 0
+        for rid in request_ids:
+            sent += await self._completions.send_to_client_again(rid)
+        if sent:
+            RESENT_ON_ASK.inc(sent)
+            logger.info("sent %d endings again on their client's ask", sent)
+
     async def cancel(self, request_id: str) -> bool:
         """Stop a request this worker runs and end it with ``cancelled``; remember the cancel.
 
@@ -437,7 +459,9 @@ class WorkerShim:
         record write what was not revoked; None when they could not be read."""
         revoked = await self.leases.read_now()
         if revoked is not None:
-            self.ended_log.release(self._publisher.outbox.revoked_ids(revoked))
+            taken = self._publisher.outbox.revoked_ids(revoked)
+            self.ended_log.release(taken)
+            self._completions.forget_finished(taken)  # nor sent again on a client's ask
         return revoked
 
     async def _announce_room(self) -> None:
