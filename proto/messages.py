@@ -353,9 +353,9 @@ class ResendRequest(_Message, tag="gs.v1.resend", frozen=True, kw_only=True):
 
     Published on the client's own ``resend.client.<client id>`` right after it reconnected
     (core NATS: what was published to it while it moved to another node is gone). Every
-    worker sends again the completion or error it remembers of each named request, to that
-    request's reply subject; receivers scope the ids with the subject's client id, never
-    with the payload, so a client gets only its own answers again.
+    worker sends again the completion it remembers of each named request (its last
+    ``FINISHED_MEMORY``), to that request's reply subject; receivers scope the ids with the
+    subject's client id, never with the payload, so a client gets only its own answers.
     """
 
     request_ids: Annotated[list[Id], Meta(max_length=MAX_RESEND_IDS)]
