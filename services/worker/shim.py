@@ -41,6 +41,7 @@ from services.worker.backend import BackendRefusalError, OutputBatch, WorkerBack
 from services.worker.clock_range import CLOCK_OUT_OF_RANGE, out_of_range
 from services.worker.co2 import RegionCarbon
 from services.worker.completions import CompletionSender
+from services.worker.contact import ContactWatch
 from services.worker.drain import hand_back
 from services.worker.ended_log import EndedLog
 from services.worker.gpu_meters import GpuMeters
@@ -63,10 +64,6 @@ RESENT_ON_ASK: Final = Counter(
     "greenserve_worker_resent_on_ask_total",
     "Endings a worker sent again because their reconnected client asked for them",
 )
-PROBE_PERIOD_S = 0.1
-"""How often the contact probe looks whether the store needs a PING."""
-PROBE_TIMEOUT_S = 0.3
-"""A store that does not answer a PING this fast counts as out of reach for now."""
 
 logger = logging.getLogger(__name__)
 
@@ -127,15 +124,16 @@ class WorkerShim:
             service=NAME,
         )
         """After a freeze, requests the router took back are aborted unanswered (:mod:`.leases`)."""
-        self._contact_at = time.time()
-        """Wall time the last store round trip that succeeded with NATS connected began."""
-        self._store_seen_at = time.time()
-        """Wall time the last store round trip that succeeded began (heartbeat or probe)."""
-        self._contact_lost_after_s = self._cfg.heartbeat_ttl_s / 2.0
-        """No store round trip succeeded for this long: the worker may be cut off from the
-        stack (a partition; its own NATS node may still take its publishes). Half the
-        registration's TTL: noticed before the router, which times silence in
-        ``router.worker_timeout_s`` (3 s by default), calls it gone and revokes what it runs."""
+        self.contact = ContactWatch(
+            ctx.redis,
+            lambda: ctx.nc.is_connected,
+            # Half the registration's TTL: lost contact is noticed before the router, which
+            # times silence in router.worker_timeout_s (3 s by default), calls the worker
+            # gone and revokes what it runs.
+            lost_after_s=self._cfg.heartbeat_ttl_s / 2.0,
+            beat_period_s=self._cfg.stats_period_s,
+        )
+        """NATS connected and the store answering (:mod:`.contact`)."""
 
     @property
     def backend(self) -> WorkerBackend:
@@ -403,43 +401,15 @@ class WorkerShim:
         partition, send the replies it may have swallowed, except those of requests the
         router revoked meanwhile (:mod:`.publisher`, :mod:`.outbox`)."""
         contact = Contact(
-            in_contact=self.in_contact,
-            confirmed_at=lambda: self._contact_at,
+            in_contact=self.contact.in_contact,
+            confirmed_at=lambda: self.contact.confirmed_at,
             lost=self._contact_lost,
             regained=self._contact_regained,
             revocations=self._revocations,
         )
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._publisher.resend_loop(contact, period_s))
-            tg.create_task(self._probe_store())
-
-    def _store_seen(self, started: float) -> None:
-        """A store round trip begun at ``started`` succeeded."""
-        self._store_seen_at = max(self._store_seen_at, started)
-        if self._ctx.nc.is_connected:
-            self._contact_at = max(self._contact_at, started)
-
-    async def _probe_store(self) -> None:
-        """PING the store whenever no heartbeat has reached it for a while, with a short
-        timeout: a heartbeat that fails backs off for seconds, and until contact is known
-        to be back the output of a request the router revoked would go out unchecked."""
-        while True:
-            await asyncio.sleep(PROBE_PERIOD_S)
-            started = time.time()
-            if started - self._store_seen_at <= self._cfg.stats_period_s + PROBE_PERIOD_S:
-                continue
-            try:
-                await asyncio.wait_for(self._ctx.redis.ping(), PROBE_TIMEOUT_S)
-            except (TimeoutError, RedisError, OSError):
-                continue
-            self._store_seen(started)
-
-    def in_contact(self) -> bool:
-        """Whether the worker reaches the stack: NATS connected and the store answered
-        lately. A worker on a host cut off from the rest may see only the second fail (its
-        own host's NATS node takes its publishes)."""
-        recent = time.time() - self._store_seen_at <= self._contact_lost_after_s
-        return recent and self._ctx.nc.is_connected
+            tg.create_task(self.contact.probe())
 
     def _contact_lost(self) -> None:
         logger.warning(
@@ -500,7 +470,7 @@ class WorkerShim:
         self._update_parking()
         started = time.time()
         await register(self._ctx, self._stats_subject, self.stats(), self._co2, self._meters)
-        self._store_seen(started)
+        self.contact.store_seen(started)
         self.book.intensity_g_per_kwh = self._co2.last_intensity
 
     async def heartbeat(self) -> None:

@@ -81,9 +81,9 @@ async def test_a_worker_out_of_contact_resends_only_the_answers_not_revoked(
                 )
                 assert (await shim.on_dispatch(req, None)).accepted  # type: ignore[arg-type]
             await shim.publish_stats()
-            assert shim.in_contact()
+            assert shim.contact.in_contact()
             redis.kill()
-            await _wait_for(lambda: not shim.in_contact())  # neither heartbeat nor PING
+            await _wait_for(lambda: not shim.contact.in_contact())  # neither heartbeat nor PING
             await asyncio.sleep(0.2)  # the outbox has seen the loss
             done = ("kept", "revoked")
             await shim.on_output(
@@ -99,7 +99,7 @@ async def test_a_worker_out_of_contact_resends_only_the_answers_not_revoked(
             try:
                 await client.subscribe(subjects.client_wildcard("c"), cb=on_reply)
                 await client.flush()
-                await _wait_for(shim.in_contact)  # the probe's PING reaches the store again
+                await _wait_for(shim.contact.in_contact)  # the probe's PING reaches the store again
                 await _wait_for(lambda: bool(completions), 10.0)
                 await asyncio.sleep(1.0)  # a revoked answer would come with the kept one
             finally:
