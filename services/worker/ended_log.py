@@ -21,7 +21,8 @@ writes wait (:meth:`EndedLog.hold`): the router may be revoking those very reque
 them elsewhere, and an ended record written for one of them would make the scheduler's
 reaper or the router's audit forget it as answered while its answer here is never sent.
 Once contact is back and the revocations are read, :meth:`EndedLog.release` drops the
-revoked ids and writes the rest.
+revoked ids and writes the rest at once: a router that calls the worker silent just after
+the heal finds them ended and does not run them again.
 """
 
 from __future__ import annotations
@@ -68,13 +69,20 @@ class EndedLog:
         """Keep what ends from now on (and what waits) until :meth:`release`."""
         self._held = True
 
-    def release(self, revoked: Iterable[str]) -> None:
-        """Drop the pending ids of requests the router revoked; write the rest again."""
+    @property
+    def held(self) -> bool:
+        """Whether the writes wait for :meth:`release`."""
+        return self._held
+
+    def release(self, revoked: Iterable[str]) -> set[str]:
+        """Drop the pending ids of requests the router revoked; write the rest again, and
+        return them: those the stack may now take for answered here."""
         for rid in revoked:
             self._pending.pop(rid, None)
         self._held = False
         if self._pending:
             self._wake.set()
+        return set(self._pending)
 
     def add(self, request_ids: Iterable[str]) -> None:
         """Note endings just published; the writer sends them at once."""

@@ -52,8 +52,8 @@ class Contact:
     """Wall time the last heartbeat that reached NATS and the store began."""
     lost: Callable[[], None]
     """Called once when contact is found lost: the shell holds its ended records."""
-    regained: Callable[[], None]
-    """Called once when contact comes back: the shell checks its revocations at once."""
+    regained: Callable[[], Awaitable[None]]
+    """Awaited once when contact comes back: the shell checks its revocations at once."""
     revocations: Callable[[], Awaitable[Mapping[str, float] | None]]
     """The worker's revocations now (request id → time revoked); None: unreadable."""
 
@@ -114,8 +114,10 @@ class ReplyPublisher:
         while True:
             await asyncio.sleep(period_s)
             in_contact = contact.in_contact()
-            if in_contact != was_in_contact:
-                (contact.regained if in_contact else contact.lost)()
+            if in_contact and not was_in_contact:
+                await contact.regained()
+            elif was_in_contact and not in_contact:
+                contact.lost()
             was_in_contact = in_contact
             if not self._outbox.observe(in_contact, time.time(), contact.confirmed_at()):
                 continue

@@ -134,6 +134,9 @@ class WorkerShim:
             beat_period_s=self._cfg.stats_period_s,
         )
         """NATS connected and the store answering (:mod:`.contact`)."""
+        self._recorded: set[str] = set()
+        """Ended ids written when contact came back: sent at the re-send even if revoked
+        since (the stack may have taken them for answered)."""
 
     @property
     def backend(self) -> WorkerBackend:
@@ -412,27 +415,38 @@ class WorkerShim:
             tg.create_task(self.contact.probe())
 
     def _contact_lost(self) -> None:
+        """Contact is lost: ended records wait until the revocations are read."""
         logger.warning(
             "out of contact with the stack (NATS or the store unreachable): keeping replies "
             "and ended records until it is back and the revocations are read"
         )
         self.ended_log.hold()
 
-    def _contact_regained(self) -> None:
-        # What the router took back meanwhile must not go on streaming or finish here:
-        # every path that sends or starts something waits for one revocation check.
+    async def _contact_regained(self) -> None:
+        """Contact is back: what the router took back meanwhile must not go on streaming or
+        finish here, nor be recorded as ended here; the rest is recorded at once."""
         logger.info("back in contact with the stack: checking revocations")
-        self.leases.force()
+        self.leases.force()  # every sending path waits for one check (after the settle)
+        revoked = await self.leases.read_now()  # ... and this one aborts at once
+        if revoked is None:
+            return  # the ended records stay held until the re-send reads them
+        taken = self._publisher.outbox.revoked_ids(revoked)
+        self._recorded = self.ended_log.release(taken)
+        self._completions.forget_finished(taken)  # nor sent again on a client's ask
 
     async def _revocations(self) -> dict[str, float] | None:
-        """Read the revocations (aborting revoked requests still running) and let the ended
-        record write what was not revoked; None when they could not be read."""
+        """The revocations that filter the re-send (None when unreadable): read again, for
+        the router may have revoked more since contact came back, but without those this
+        worker recorded as ended then, whose answers the stack may take for sent."""
         revoked = await self.leases.read_now()
-        if revoked is not None:
-            taken = self._publisher.outbox.revoked_ids(revoked)
+        if revoked is None:
+            return None
+        recorded, self._recorded = self._recorded, set()
+        taken = self._publisher.outbox.revoked_ids(revoked) - recorded
+        if self.ended_log.held:  # the read when contact came back failed
             self.ended_log.release(taken)
-            self._completions.forget_finished(taken)  # nor sent again on a client's ask
-        return revoked
+        self._completions.forget_finished(taken)
+        return {rid: at for rid, at in revoked.items() if rid not in recorded}
 
     async def _announce_room(self) -> None:
         """Publish stats now: the router hears at once that the admission gate closed or opened."""
