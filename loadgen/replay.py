@@ -40,6 +40,7 @@ from proto.messages import (
 from proto.subjects import Subjects
 from shared.bus import HOPS_HEADER, parse_hops
 from shared.loops import retry, wait_event
+from shared.resends import resend_after_reconnects
 from shared.security.client_ids import instance_token, pick_client_id
 from shared.telemetry import inject_headers
 
@@ -253,6 +254,16 @@ async def replay(
     ]
     started = time.time()
     pending: set[asyncio.Task[None]] = set()
+    # After a reconnect to another node, what was published meanwhile is gone: ask the
+    # workers for the endings of the requests still unanswered (shared/resends.py).
+    asker = asyncio.create_task(
+        resend_after_reconnects(
+            nc,
+            subjects,
+            client_id,
+            lambda: [r.request_id for r in records if r.sent_at and not r.ended],
+        )
+    )
 
     async def publish(record: ClientRecord) -> None:
         record.sent_at = time.time()
@@ -296,6 +307,9 @@ async def replay(
                 break
         await asyncio.sleep(0.2)  # late chunks and a last stats sample
     finally:
+        asker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asker
         for sub in subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()

@@ -17,6 +17,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 __all__ = [
+    "MAX_RESEND_IDS",
     "MAX_STOP_LENGTH",
     "MAX_STOP_SEQUENCES",
     "MAX_TOKENS_LIMIT",
@@ -45,6 +46,7 @@ __all__ = [
     "RequestId",
     "RequestProgress",
     "RequeueRequest",
+    "ResendRequest",
     "RouteWeight",
     "Sampling",
     "SubmitBatch",
@@ -339,6 +341,25 @@ class CancelRequest(_Message, tag="gs.v1.cancel", frozen=True, kw_only=True):
     """The client's own id of the request (one token, as it sent it)."""
     reason: Annotated[str, Meta(max_length=256)] = ""
     """Why, for the logs (e.g. ``client disconnected``)."""
+    at: NonNeg = 0.0
+
+
+MAX_RESEND_IDS: Final = 1024
+"""Most request ids in one :class:`ResendRequest` (a client with more sends several)."""
+
+
+class ResendRequest(_Message, tag="gs.v1.resend", frozen=True, kw_only=True):
+    """A client whose connection to NATS came back asks for the endings it may have missed.
+
+    Published on the client's own ``resend.client.<client id>`` right after it reconnected
+    (core NATS: what was published to it while it moved to another node is gone). Every
+    worker sends again the completion it remembers of each named request (its last
+    ``FINISHED_MEMORY``), to that request's reply subject; receivers scope the ids with the
+    subject's client id, never with the payload, so a client gets only its own answers.
+    """
+
+    request_ids: Annotated[list[Id], Meta(max_length=MAX_RESEND_IDS)]
+    """The client's own ids of its requests still unanswered."""
     at: NonNeg = 0.0
 
 

@@ -228,6 +228,17 @@ class Subjects:
         """Every client's cancels (the scheduler and the workers subscribe)."""
         return f"{self._base}.cancel.client.*"
 
+    def resend(self, client_id: str) -> str:
+        """Event: one client, reconnected, asks for endings it may have missed (core NATS; a
+        secured server lets only it publish). Receivers take the client id from this
+        subject, not from the payload."""
+        return f"{self._base}.resend.client.{_check(client_id, 'client id')}"
+
+    @property
+    def resend_wildcard(self) -> str:
+        """Every client's asks for endings again (the workers subscribe)."""
+        return f"{self._base}.resend.client.*"
+
     @property
     def client_prefix(self) -> str:
         """Every client reply subject starts with this; others are refused as reply targets."""

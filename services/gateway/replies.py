@@ -9,15 +9,24 @@ receives exactly as many tokens as ``Completion.output_tokens`` says.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from typing import Final
 
 import msgspec
 from nats.aio.msg import Msg
+from prometheus_client import Counter
 
 from proto.codec import DecodeError, decode_any
-from proto.messages import TokenChunk
+from proto.messages import Completion, ErrorReply, TokenChunk
 
 __all__ = ["ReplyRouter", "TokenText"]
+
+LATE_ENDINGS: Final = Counter(
+    "greenserve_gateway_late_endings_total",
+    "Completions and errors for requests the gateway had already ended (repeats, or a "
+    "second answer of a request run twice): dropped",
+)
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +39,10 @@ class ReplyRouter:
 
     def __len__(self) -> int:
         return len(self._queues)
+
+    def waiting(self) -> list[str]:
+        """The ids of the requests still waiting for replies."""
+        return list(self._queues)
 
     def open(self, request_id: str) -> asyncio.Queue[msgspec.Struct]:
         """Start collecting replies for ``request_id`` (before publishing it)."""
@@ -46,7 +59,14 @@ class ReplyRouter:
         request_id = msg.subject.rsplit(".", 1)[-1]
         queue = self._queues.get(request_id)
         if queue is None:
-            return  # the HTTP request already ended (client gone, timeout)
+            # The HTTP request already ended (answered, client gone, timeout): dropped. An
+            # ending here is a repeat (a worker's re-send after an outage, an ask after a
+            # reconnect) or a second answer (a request run again after a partition, whose
+            # first run's answer came late): counted, never delivered twice.
+            with contextlib.suppress(DecodeError):
+                if isinstance(decode_any(msg.data), Completion | ErrorReply):
+                    LATE_ENDINGS.inc()
+            return
         try:
             queue.put_nowait(decode_any(msg.data))
         except DecodeError as exc:

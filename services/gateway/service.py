@@ -24,6 +24,7 @@ from shared.bus import ensure_ingress_stream
 from shared.config import GatewaySettings, Settings
 from shared.lifecycle import ServiceContext, service_context
 from shared.model_context import context_limits
+from shared.resends import resend_after_reconnects
 from shared.security.api_keys import load_api_keys
 from shared.security.client_ids import pick_client_id
 from shared.stream_keeper import keep_jetstream
@@ -72,6 +73,8 @@ class Gateway:
         self._runner: web.AppRunner | None = None
         self._subs: list[Subscription] = []
         self._keeper: asyncio.Task[None] | None = None
+        self._askers: list[asyncio.Task[None]] = []
+        """Per cell: after a reconnect, ask for the endings of the requests still waiting."""
         self._stopping = asyncio.Event()
         self.url = ""
         """Base URL once started, e.g. ``http://127.0.0.1:8080`` (clients add ``/v1``)."""
@@ -92,6 +95,15 @@ class Gateway:
             self._subs.append(
                 await state.nc.subscribe(
                     cell.subjects.worker_stats_wildcard, cb=state.served.on_message
+                )
+            )
+            # A reconnect to another node misses what was published meanwhile: ask for
+            # the endings of the requests still waiting (shared/resends.py).
+            self._askers.append(
+                asyncio.create_task(
+                    resend_after_reconnects(
+                        state.nc, cell.subjects, state.client_id, state.router.waiting
+                    )
                 )
             )
         if state.store is not None and state.keys is not None:
@@ -156,6 +168,11 @@ class Gateway:
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
+        askers, self._askers = self._askers, []
+        for asker in askers:
+            asker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asker
         subs, self._subs = self._subs, []
         for sub in subs:
             with contextlib.suppress(Exception):

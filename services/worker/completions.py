@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import msgspec
 from opentelemetry import context as otel_context
@@ -101,6 +101,26 @@ class CompletionSender:
         )
         span.set_status(trace.StatusCode.ERROR, f"{code}: {reason}")
         span.end()
+
+    async def send_to_client_again(self, request_id: str) -> bool:
+        """Send a recent ending's client copy again (its client asked: it may have missed
+        it while moving to another NATS node); whether this worker had it."""
+        finished = self._finished.get(request_id)
+        if finished is None:
+            return False
+        subject, to_client, _ = finished
+        await self._publisher.publish(subject, to_client)
+        return True
+
+    def forget_finished(self, request_ids: Iterable[str]) -> None:
+        """Forget the endings of requests the router revoked from this worker: their
+        answers come from the worker that ran them again, never from here."""
+        for rid in request_ids:
+            self._finished.pop(rid, None)
+
+    def finished(self, request_id: str) -> bool:
+        """Whether this request finished here recently (:meth:`send_again` can end it)."""
+        return request_id in self._finished
 
     async def send_again(self, request_id: str) -> bool:
         """End a request that finished here again, with the same completion; whether it had.

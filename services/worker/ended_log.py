@@ -15,6 +15,14 @@ publishing an ending and writing it leaves a window in which an adopting router 
 the request again: about one Redis round trip at low load, up to ``MIN_INTERVAL_S`` more
 under load; a Redis outage widens it to the outage (the ids wait, bounded, for the next
 write). Measured cost (instant workers, 1,000 req/s, 2-core host): see docs/performance.md.
+
+While the worker is out of contact with the stack (a partition: :mod:`.publisher`) the
+writes wait (:meth:`EndedLog.hold`): the router may be revoking those very requests to run
+them elsewhere, and an ended record written for one of them would make the scheduler's
+reaper or the router's audit forget it as answered while its answer here is never sent.
+Once contact is back and the revocations are read, :meth:`EndedLog.release` drops the
+revoked ids and writes the rest at once: a router that calls the worker silent just after
+the heal finds them ended and does not run them again.
 """
 
 from __future__ import annotations
@@ -54,6 +62,27 @@ class EndedLog:
         self._pending: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._trimmed_at = 0.0
+        self._held = False
+        """Out of contact: keep the ids until :meth:`release` says which to drop."""
+
+    def hold(self) -> None:
+        """Keep what ends from now on (and what waits) until :meth:`release`."""
+        self._held = True
+
+    @property
+    def held(self) -> bool:
+        """Whether the writes wait for :meth:`release`."""
+        return self._held
+
+    def release(self, revoked: Iterable[str]) -> set[str]:
+        """Drop the pending ids of requests the router revoked; write the rest again, and
+        return them: those the stack may now take for answered here."""
+        for rid in revoked:
+            self._pending.pop(rid, None)
+        self._held = False
+        if self._pending:
+            self._wake.set()
+        return set(self._pending)
 
     def add(self, request_ids: Iterable[str]) -> None:
         """Note endings just published; the writer sends them at once."""
@@ -70,6 +99,8 @@ class EndedLog:
         while not stop.is_set():
             await wait_event(self._wake, 0.5)
             self._wake.clear()
+            if self._held:
+                continue
             if not await self.flush():
                 await asyncio.sleep(0.2)  # Redis away: retry without spinning
             else:

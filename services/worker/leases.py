@@ -80,7 +80,14 @@ class LeaseGuard:
         self._revoked: dict[str, float] = {}
         """Revocations read at the last check (request id → wall time revoked)."""
         self.checks = 0
-        """Checks run (gaps noticed)."""
+        """Checks run (gaps noticed, contact regained)."""
+        self._forced = False
+        """The next :meth:`hold` checks whatever the gap (:meth:`force`)."""
+
+    def force(self) -> None:
+        """Make the next :meth:`hold` check, as after a gap: the worker was out of contact
+        with the stack (a partition), and the router may have revoked what it runs."""
+        self._forced = True
 
     def dispatch_refusal(self, request_id: str, expires_at: float | None, lease_s: float) -> str:
         """Why a dispatch read now must not run ("" when it may).
@@ -105,13 +112,15 @@ class LeaseGuard:
         revocations first (one check for every path that waits on it)."""
         now = self._monotonic()
         if self._check is None:
-            if now - self._last <= self._stale_after_s:
+            if not self._forced and now - self._last <= self._stale_after_s:
                 self._last = now
                 return
-            logger.warning(
-                "event loop stalled %.1f s (frozen?): checking leases before going on",
-                now - self._last,
-            )
+            if not self._forced:
+                logger.warning(
+                    "event loop stalled %.1f s (frozen?): checking leases before going on",
+                    now - self._last,
+                )
+            self._forced = False
             self._check = asyncio.create_task(self._run_check())
         # Shielded: a caller cancelled while it waits must not cancel the others' check.
         await asyncio.shield(self._check)
@@ -126,30 +135,37 @@ class LeaseGuard:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), period)
 
+    async def read_now(self) -> dict[str, float] | None:
+        """Read the revocations now; abort, unanswered, the held requests revoked after
+        this worker accepted them; return them all (request id → time revoked), or None
+        when Redis could not be read (counted; the worker goes on)."""
+        try:
+            raw = await self._redis.hgetall(self._key)
+        except (RedisError, OSError) as exc:
+            # Unknown: going on may answer twice, aborting may lose the request.
+            ERRORS.labels(self._service, "lease_check").inc()
+            logger.warning("could not read revocations: %s", exc)
+            return None
+        self._revoked = _times(raw)
+        revoked = [
+            rid
+            for rid, accepted_at in self._held().items()
+            if self._revoked.get(rid, -1.0) >= accepted_at
+        ]
+        if revoked:
+            REVOKED_ABORTED.inc(len(revoked))
+            logger.warning(
+                "aborting %d requests the router took back while this worker was out of reach",
+                len(revoked),
+            )
+            await self._abort(revoked)
+        return dict(self._revoked)
+
     async def _run_check(self) -> None:
         try:
             await asyncio.sleep(self._settle_s)
             self.checks += 1
-            try:
-                raw = await self._redis.hgetall(self._key)
-            except RedisError as exc:
-                # Unknown: going on may answer twice, aborting may lose the request.
-                ERRORS.labels(self._service, "lease_check").inc()
-                logger.warning("could not read revocations after a stall: %s", exc)
-                return
-            self._revoked = _times(raw)
-            revoked = [
-                rid
-                for rid, accepted_at in self._held().items()
-                if self._revoked.get(rid, -1.0) >= accepted_at
-            ]
-            if revoked:
-                REVOKED_ABORTED.inc(len(revoked))
-                logger.warning(
-                    "aborting %d requests the router took back while this worker stalled",
-                    len(revoked),
-                )
-                await self._abort(revoked)
+            await self.read_now()
         finally:
             self._last = self._monotonic()
             self._check = None

@@ -77,6 +77,8 @@ async def _serve_with(ctx: ServiceContext, shim: WorkerShim) -> None:
         ),
         # Every client's cancels: the router does not say which worker holds a request.
         await ctx.nc.subscribe(ctx.subjects.cancel_wildcard, cb=shim.on_cancel),
+        # Every client's asks for endings it missed while moving to another NATS node.
+        await ctx.nc.subscribe(ctx.subjects.resend_wildcard, cb=shim.on_resend),
         # Its pool's peers only: they are whom it ranks against to park.
         await ctx.nc.subscribe(
             ctx.subjects.worker_stats_pool_wildcard(ctx.settings.worker.pool_id),

@@ -16,10 +16,12 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import Final
 
 import nats.errors
 from nats.aio.msg import Msg
 from opentelemetry import trace
+from prometheus_client import Counter
 from redis.exceptions import RedisError
 
 from proto.codec import DecodeError, decode, encode
@@ -39,11 +41,12 @@ from services.worker.backend import BackendRefusalError, OutputBatch, WorkerBack
 from services.worker.clock_range import CLOCK_OUT_OF_RANGE, out_of_range
 from services.worker.co2 import RegionCarbon
 from services.worker.completions import CompletionSender
+from services.worker.contact import ContactWatch
 from services.worker.drain import hand_back
 from services.worker.ended_log import EndedLog
 from services.worker.gpu_meters import GpuMeters
 from services.worker.leases import LeaseGuard
-from services.worker.publisher import ReplyPublisher
+from services.worker.publisher import Contact, ReplyPublisher
 from services.worker.registration import deregister, register, worker_stats
 from services.worker.streams import StreamBook
 from shared.cancels import CANCELLED_CODE, CancelMemory, cancelled_id
@@ -52,10 +55,15 @@ from shared.domain.plan import PlanFollower
 from shared.lifecycle import ServiceContext
 from shared.loops import run_periodic, wait_event
 from shared.replies import reply_error
+from shared.resends import resend_ids
 
 __all__ = ["NAME", "WorkerShim"]
 
 NAME = "worker"
+RESENT_ON_ASK: Final = Counter(
+    "greenserve_worker_resent_on_ask_total",
+    "Endings a worker sent again because their reconnected client asked for them",
+)
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +124,19 @@ class WorkerShim:
             service=NAME,
         )
         """After a freeze, requests the router took back are aborted unanswered (:mod:`.leases`)."""
+        self.contact = ContactWatch(
+            ctx.redis,
+            lambda: ctx.nc.is_connected,
+            # Half the registration's TTL: lost contact is noticed before the router, which
+            # times silence in router.worker_timeout_s (3 s by default), calls the worker
+            # gone and revokes what it runs.
+            lost_after_s=self._cfg.heartbeat_ttl_s / 2.0,
+            beat_period_s=self._cfg.stats_period_s,
+        )
+        """NATS connected and the store answering (:mod:`.contact`)."""
+        self._recorded: set[str] = set()
+        """Ended ids written when contact came back: sent at the re-send even if revoked
+        since (the stack may have taken them for answered)."""
 
     @property
     def backend(self) -> WorkerBackend:
@@ -142,8 +163,12 @@ class WorkerShim:
         )
         if rid in self._book:
             return reply
-        if await self._completions.send_again(rid):
-            # It ran here already (its dispatch reply was lost): accepted, ended again.
+        if self._completions.finished(rid):
+            # It ran here already (its dispatch reply was lost, or the router took it back
+            # in a partition and placed it here again): accepted, ended again. Accepted anew
+            # for the revocation filter of a later outage's re-send.
+            self._publisher.outbox.owner(req.request.reply_subject, rid, now)
+            await self._completions.send_again(rid)
             return reply
         refusal = self._lease_refusal(rid, msg)
         if refusal:
@@ -154,6 +179,9 @@ class WorkerShim:
                 accepted_at=now,
                 reason=refusal,
             )
+        # Whose replies go to this subject, accepted when: the re-send after an outage
+        # skips those of requests the router revoked meanwhile (:mod:`.outbox`).
+        self._publisher.outbox.owner(req.request.reply_subject, rid, now)
         if self._cancels.holds(rid, time.monotonic()):
             # Placed while its cancel was on the way. Accepted and ended at once, not
             # refused: a refusal would send it back to the queue only to be ended there.
@@ -339,6 +367,21 @@ class WorkerShim:
             return
         await self.cancel(rid)
 
+    async def on_resend(self, msg: Msg) -> None:
+        """A reconnected client asks for endings it may have missed
+        (``resend.client.<client id>``, :mod:`shared.resends`): those this worker
+        remembers go to their reply subjects again."""
+        request_ids = resend_ids(msg.subject, msg.data)
+        if request_ids is None:
+            ERRORS.labels(NAME, "malformed").inc()
+            return
+        sent = 0
+        for rid in request_ids:
+            sent += await self._completions.send_to_client_again(rid)
+        if sent:
+            RESENT_ON_ASK.inc(sent)
+            logger.info("sent %d endings again on their client's ask", sent)
+
     async def cancel(self, request_id: str) -> bool:
         """Stop a request this worker runs and end it with ``cancelled``; remember the cancel.
 
@@ -357,8 +400,53 @@ class WorkerShim:
         return True
 
     async def resend_loop(self, period_s: float = 0.05) -> None:
-        """Watch the connection; after an outage, send the replies it may have swallowed."""
-        await self._publisher.resend_loop(period_s)
+        """Watch the contact with the stack; once it is back after an outage or a
+        partition, send the replies it may have swallowed, except those of requests the
+        router revoked meanwhile (:mod:`.publisher`, :mod:`.outbox`)."""
+        contact = Contact(
+            in_contact=self.contact.in_contact,
+            confirmed_at=lambda: self.contact.confirmed_at,
+            lost=self._contact_lost,
+            regained=self._contact_regained,
+            revocations=self._revocations,
+        )
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._publisher.resend_loop(contact, period_s))
+            tg.create_task(self.contact.probe())
+
+    def _contact_lost(self) -> None:
+        """Contact is lost: ended records wait until the revocations are read."""
+        logger.warning(
+            "out of contact with the stack (NATS or the store unreachable): keeping replies "
+            "and ended records until it is back and the revocations are read"
+        )
+        self.ended_log.hold()
+
+    async def _contact_regained(self) -> None:
+        """Contact is back: what the router took back meanwhile must not go on streaming or
+        finish here, nor be recorded as ended here; the rest is recorded at once."""
+        logger.info("back in contact with the stack: checking revocations")
+        self.leases.force()  # every sending path waits for one check (after the settle)
+        revoked = await self.leases.read_now()  # ... and this one aborts at once
+        if revoked is None:
+            return  # the ended records stay held until the re-send reads them
+        taken = self._publisher.outbox.revoked_ids(revoked)
+        self._recorded = self.ended_log.release(taken)
+        self._completions.forget_finished(taken)  # nor sent again on a client's ask
+
+    async def _revocations(self) -> dict[str, float] | None:
+        """The revocations that filter the re-send (None when unreadable): read again, for
+        the router may have revoked more since contact came back, but without those this
+        worker recorded as ended then, whose answers the stack may take for sent."""
+        revoked = await self.leases.read_now()
+        if revoked is None:
+            return None
+        recorded, self._recorded = self._recorded, set()
+        taken = self._publisher.outbox.revoked_ids(revoked) - recorded
+        if self.ended_log.held:  # the read when contact came back failed
+            self.ended_log.release(taken)
+        self._completions.forget_finished(taken)
+        return {rid: at for rid, at in revoked.items() if rid not in recorded}
 
     async def _announce_room(self) -> None:
         """Publish stats now: the router hears at once that the admission gate closed or opened."""
@@ -394,7 +482,9 @@ class WorkerShim:
             # A failed scrape must not stop the heartbeat: the worker still serves.
             logger.exception("backend refresh failed; publishing the last known stats")
         self._update_parking()
+        started = time.time()
         await register(self._ctx, self._stats_subject, self.stats(), self._co2, self._meters)
+        self.contact.store_seen(started)
         self.book.intensity_g_per_kwh = self._co2.last_intensity
 
     async def heartbeat(self) -> None:

@@ -12,7 +12,8 @@ everything not listed denied by the server:
   its own dispatch and clock subjects (on its own node when its identity names the node)
   and publishes only its own stats;
 * client identities (gateway, loadgen, client) publish only their own
-  ``ingress.client.<client id>`` and ``cancel.client.<client id>`` subjects and read only
+  ``ingress.client.<client id>``, ``cancel.client.<client id>`` and
+  ``resend.client.<client id>`` subjects and read only
   their own ``client.<id>.>`` replies, so the server binds a request's client id (and
   whose requests a cancel may name) to the identity that sent it;
 * every identity has a private reply inbox ``_INBOX.<user>.>`` (request/reply and
@@ -251,6 +252,8 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
             s.plan,
             # Every client's cancels: nothing tells which worker runs a cancelled request.
             s.cancel_wildcard,
+            # Every client's asks for endings again: nothing tells which worker ended one.
+            s.resend_wildcard,
         )
         serves = (
             s.worker_dispatch(scope),
@@ -277,9 +280,9 @@ def _role_permissions(subjects: Subjects, identity: Identity) -> SubjectPermissi
         # Bound client ids: the ingress subject names the sender (the classifier checks the
         # payload against it), and only the sender's own reply space is readable.
         client_id = identity.client_id or ""
-        # Its own cancel subject too: receivers scope the id by it, so no client can cancel
-        # another's requests.
-        pub = (s.ingress_client(client_id), s.cancel(client_id))
+        # Its own cancel and resend subjects too: receivers scope the ids by them, so no
+        # client can cancel, or be sent again, another's requests.
+        pub = (s.ingress_client(client_id), s.cancel(client_id), s.resend(client_id))
         sub = (f"{s.client_prefix}{client_id}.>",)
         if role == "gateway":
             pub += _stream_admin(stream)

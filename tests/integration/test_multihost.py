@@ -74,22 +74,26 @@ def test_hosts_reach_each_other_until_partitioned_and_leave_nothing_behind() -> 
 @pytest.mark.parametrize("scenario", ["kill:nats-1", "partition:host-2"])
 async def test_a_fault_on_one_host_is_survived_and_leaves_it_consistent(scenario: str) -> None:
     """Test that with every server and service on its own network-namespace host, killing
-    a NATS node mid-replay loses and duplicates nothing; that after a whole host is cut off
-    (a NATS node, a Sentinel, a worker and the planner on it) every request still ends in
-    a completion or goes unanswered, none with an error, and the stack serves again within
-    10 s of the heal; and that either way it ends consistent."""
+    a NATS node mid-replay, or cutting a whole host off (a NATS node, a Sentinel, a worker
+    and the planner on it) and joining it again, loses nothing, fails nothing, serves again
+    within 10 s of the heal and ends consistent; the node kill answers nothing twice, the
+    partition at most the requests on their way at the cut. The cut-off worker finishes
+    what it holds; its answers vanish into its own host's NATS node, so it keeps them and,
+    once back, sends those the router did not revoke and run elsewhere (docs/deploy.md,
+    Multi-host on one machine)."""
     trace = load_azure_trace(resolve_trace("conv"), max_requests=REQUESTS)
     outcome = await asyncio.to_thread(run_scenario, scenario, trace, multihost=True)
     assert outcome.stream_replicas == 3, outcome
+    assert outcome.lost == 0, outcome
+    assert outcome.completed == len(trace), outcome
     if scenario.startswith("partition:"):
-        # Not yet nothing lost or twice (docs/deploy.md, Multi-host on one machine: the
-        # open gap); what is held here is that the stack serves again and ends consistent.
+        # Only an answer already on its way when the host was cut off (held in a stalled
+        # connection, delivered after the heal) can reach the client beside the other
+        # worker's; the requests held at the cut bound them (docs/deploy.md).
         assert outcome.held_by_cut_host is not None, outcome
-        assert outcome.completed + outcome.lost == len(trace), outcome
+        assert outcome.duplicated <= outcome.held_by_cut_host, outcome
     else:
-        assert outcome.lost == 0, outcome
         assert outcome.duplicated == 0, outcome
-        assert outcome.completed == len(trace), outcome
     # A client on a killed or cut-off node misses the token chunks sent while it moves
     # (core NATS, at most once; docs/deploy.md, "What each fault costs").
     assert outcome.token_mismatch <= TOKEN_GAPS_BOUND, outcome

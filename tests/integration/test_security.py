@@ -390,17 +390,21 @@ async def test_a_client_cannot_send_a_request_as_another_client(stack: SecureSta
 async def test_no_client_identity_reads_or_feeds_another_clients_subjects(
     stack: SecureStack, user: str
 ) -> None:
-    """Test that each client identity is refused client-b's completion subject and ingress."""
+    """Test that each client identity is refused client-b's completion subject, ingress and
+    resend subject (asking for client-b's answers again), and may use its own."""
     subjects = Subjects(stack.namespace)
     own = user  # client-a is scoped to its own name; gateway and loadgen are bound by user
     nc, violations = await connect_watched(stack.nats_settings(user))
     try:
         await nc.subscribe(subjects.client_reply(own, "r1"))
+        await nc.publish(subjects.resend(own), b"ask")
         await nc.flush()
         assert not violations.messages
         await nc.subscribe(subjects.client_reply("client-b", "r1"))
         assert await violations.wait_for("permissions violation for subscription")
         await nc.publish(subjects.ingress_client("client-b"), b"forged")
         assert await violations.wait_for(f'publish to "{subjects.ingress_client("client-b")}"')
+        await nc.publish(subjects.resend("client-b"), b"forged")
+        assert await violations.wait_for(f'publish to "{subjects.resend("client-b")}"')
     finally:
         await nc.close()

@@ -92,6 +92,8 @@ class _EchoNc:
         self._subs: dict[str, Callable[[Any], Awaitable[None]]] = {}
         self.options: dict[str, Any] = {"user": "c"}
         self.connected_url = None
+        self.stats = {"reconnects": 0}  # never reconnects: the replay asks for nothing again
+        self.is_connected = True
 
     async def subscribe(self, subject: str, cb: Callable[[Any], Awaitable[None]]) -> Any:
         self._subs[subject] = cb

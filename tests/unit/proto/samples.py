@@ -33,6 +33,7 @@ from proto.messages import (
     Request,
     RequestProgress,
     RequeueRequest,
+    ResendRequest,
     RouteWeight,
     Sampling,
     SubmitBatch,
@@ -174,6 +175,7 @@ SAMPLES: tuple[msgspec.Struct, ...] = (
     SubmitBatch(requests=[_CLASSIFIED]),
     SubmitBatchReply(accepted=["conv-42"], duplicates=["conv-41"], cancelled=["gw.conv-40"]),
     CancelRequest(request_id="conv-42", reason="client disconnected", at=_T0 + 0.3),
+    ResendRequest(request_ids=["conv-42", "conv-43"], at=_T0 + 0.4),
     SubmitReply(request_id="conv-42", accepted=True),
     TokenChunk(
         request_id="conv-42",

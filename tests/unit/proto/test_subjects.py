@@ -139,6 +139,7 @@ def test_subjects_of_one_stack_are_distinct_and_wildcards_stay_in_their_family(
         "instance_state_wildcard": {"instance_state"},
         "client_wildcard": {"client_reply"},
         "cancel_wildcard": {"cancel"},
+        "resend_wildcard": {"resend"},
         "request_done_wildcard": {"request_done_worker", "request_done_control"},
     }
     assert set(families) == set(WILDCARDS) | {"client_wildcard"}

@@ -1,0 +1,57 @@
+"""A worker's contact with the stack: NATS connected and the store answering lately."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from services.worker.contact import ContactWatch
+
+
+class _Store:
+    """A store stand-in whose PING answers or fails."""
+
+    def __init__(self) -> None:
+        self.up = True
+        self.pings = 0
+
+    async def ping(self) -> bool:
+        self.pings += 1
+        if not self.up:
+            raise RedisConnectionError("unreachable")
+        return True
+
+
+async def test_contact_needs_nats_and_a_store_that_answered_lately() -> None:
+    """Test that contact is lost when the store stops answering (no heartbeat, PINGs fail)
+    though NATS stays connected, and when NATS drops; that a PING brings it back without a
+    heartbeat; and that only round trips made while NATS was connected confirm contact."""
+    store = _Store()
+    nats = [True]
+    watch = ContactWatch(
+        store,  # type: ignore[arg-type]
+        lambda: nats[0],
+        lost_after_s=0.3,
+        beat_period_s=0.1,
+    )
+    probe = asyncio.create_task(watch.probe())
+    try:
+        assert watch.in_contact()
+        store.up = False
+        await asyncio.sleep(0.6)
+        assert not watch.in_contact()  # NATS is connected: the store decides
+        assert store.pings > 0
+        confirmed = watch.confirmed_at
+        store.up = True
+        await asyncio.sleep(0.3)
+        assert watch.in_contact()  # a PING got through, no heartbeat needed
+        assert watch.confirmed_at > confirmed
+        nats[0] = False
+        assert not watch.in_contact()
+        before = watch.confirmed_at
+        watch.store_seen(time.time())  # a heartbeat while NATS is down confirms nothing
+        assert watch.confirmed_at == before
+    finally:
+        probe.cancel()
