@@ -209,6 +209,6 @@ def test_the_plan_summary_lists_the_pools_given_instances_with_their_clock_caps(
 def test_a_stack_without_a_plan_says_so() -> None:
     """Test the status view of a stack whose planner published nothing yet."""
     console = Console(width=80, record=True, file=io.StringIO())
-    report = {"namespace": "gs", "processes": {}, "workers": [], "plan": None}
+    report: dict[str, Any] = {"namespace": "gs", "processes": {}, "workers": [], "plan": None}
     _status_report.print_report(console, report)
     assert "plan: none published yet" in console.export_text()
