@@ -20,12 +20,13 @@ from rich.console import Console
 from rich.table import Table
 
 from loadgen.replay import ClientRecord, ReplayResult
+from proto.messages import Completion
 from shared.clock import ModelClock
 from shared.metrics.energy import JOULES_PER_KWH
 from shared.metrics.records import RequestRecord, RequestStatus
 from shared.metrics.summary import EnergyAccount, summarize
 
-__all__ = ["build_report", "print_report", "replay_records"]
+__all__ = ["build_report", "judged_lat_s", "print_report", "replay_records"]
 
 
 @cache
@@ -65,6 +66,17 @@ def _pct(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
+def judged_lat_s(done: Completion) -> float:
+    """Lat (FREESH Eq. 6) of the request's true output length on its pool's profile: the
+    bound its E2E is judged against, as the simulator judges every policy. The stack's own
+    ``lat_s`` is the predicted length's, which would let a guess move the bound (an
+    underpredicted request judged against a tighter one). A completion without the
+    profile (senders that predate the fields) keeps ``lat_s``."""
+    if done.profile_tbt_ms <= 0.0 and done.profile_ttft_ms <= 0.0:
+        return done.lat_s
+    return (done.output_tokens * done.profile_tbt_ms + done.profile_ttft_ms) / 1000.0
+
+
 def replay_records(result: ReplayResult) -> list[RequestRecord]:
     """Per-request records of a replay in model time, seconds from the replay start."""
     k = result.speedup
@@ -82,7 +94,7 @@ def replay_records(result: ReplayResult) -> list[RequestRecord]:
                 request_id=rec.request_id,
                 request_class=done.request_class if done else "?",
                 arrival_s=(rec.sent_at - t0) * k,
-                latency_budget_s=done.lat_s if done else math.nan,
+                latency_budget_s=judged_lat_s(done) if done else math.nan,
                 first_token_s=(times[0] - t0) * k if times else None,
                 finish_s=(times[-1] - t0) * k if done and times else None,
                 output_tokens=done.output_tokens if done else len(times),

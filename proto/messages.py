@@ -300,6 +300,11 @@ class Completion(_Message, tag="gs.v1.completion", frozen=True, kw_only=True):
     predicted_output_tokens: NonNegInt = 0
     lat_s: NonNeg = 0.0
     """No-queue latency estimate the deadline was based on (violation window 5·Lat)."""
+    profile_ttft_ms: NonNeg = 0.0
+    """The serving pool's profiled no-queue TTFT (the classified request's), so a report can
+    judge E2E against Lat of the true output length; 0 from senders that predate the field."""
+    profile_tbt_ms: NonNeg = 0.0
+    """The serving pool's profiled TBT, likewise."""
     co2_g: NonNeg | None = None
     """The request's CO2: ``energy_j`` at its worker region's carbon intensity when it
     finished (``None`` while the worker has no forecast for its region)."""

@@ -154,6 +154,8 @@ class StreamBook:
             finish_reason=finish_reason,
             predicted_output_tokens=req.predicted_output_tokens,
             lat_s=req.lat_s,
+            profile_ttft_ms=req.profile_ttft_ms,
+            profile_tbt_ms=req.profile_tbt_ms,
             model=req.request.model,
             co2_g=None
             if self.intensity_g_per_kwh is None
