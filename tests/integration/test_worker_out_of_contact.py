@@ -31,17 +31,9 @@ from shared.bus import connect_nats
 from shared.config import NatsSettings, Settings
 from shared.lifecycle import service_context
 from shared.servers import ServerProcess, start_redis
-from tests.factories import classified_request
+from tests.factories import classified_request, until
 
 pytestmark = pytest.mark.connected
-
-
-async def _wait_for(condition: object, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
 
 
 async def test_a_worker_out_of_contact_resends_only_the_answers_not_revoked(
@@ -83,7 +75,7 @@ async def test_a_worker_out_of_contact_resends_only_the_answers_not_revoked(
             await shim.publish_stats()
             assert shim.contact.in_contact()
             redis.kill()
-            await _wait_for(lambda: not shim.contact.in_contact())  # neither heartbeat nor PING
+            await until(lambda: not shim.contact.in_contact())  # neither heartbeat nor PING
             await asyncio.sleep(0.2)  # the outbox has seen the loss
             done = ("kept", "revoked")
             await shim.on_output(
@@ -99,8 +91,8 @@ async def test_a_worker_out_of_contact_resends_only_the_answers_not_revoked(
             try:
                 await client.subscribe(subjects.client_wildcard("c"), cb=on_reply)
                 await client.flush()
-                await _wait_for(shim.contact.in_contact)  # the probe's PING reaches the store again
-                await _wait_for(lambda: bool(completions), 10.0)
+                await until(shim.contact.in_contact)  # the probe's PING reaches the store again
+                await until(lambda: bool(completions), 10.0)
                 await asyncio.sleep(1.0)  # a revoked answer would come with the kept one
             finally:
                 await client.close()
