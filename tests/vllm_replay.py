@@ -114,9 +114,10 @@ class VllmReplay:
 
 
 @contextlib.asynccontextmanager
-async def replaying(replay: VllmReplay) -> AsyncIterator[str]:
-    """``replay`` served on a free loopback port; its base URL for the block."""
-    runner = web.AppRunner(replay.app(), shutdown_timeout=1.0)
+async def serving(app: web.Application, shutdown_timeout: float = 60.0) -> AsyncIterator[str]:
+    """``app`` on a free loopback port, its base URL yielded for the block (``shutdown_timeout``
+    as aiohttp's runner takes it)."""
+    runner = web.AppRunner(app, shutdown_timeout=shutdown_timeout)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     port = next(a[1] for a in runner.addresses if isinstance(a, tuple))
@@ -124,3 +125,10 @@ async def replaying(replay: VllmReplay) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def replaying(replay: VllmReplay) -> AsyncIterator[str]:
+    """``replay`` served on a free loopback port; its base URL for the block."""
+    async with serving(replay.app(), shutdown_timeout=1.0) as url:
+        yield url

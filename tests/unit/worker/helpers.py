@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from proto.messages import ClassifiedRequest
 from services.worker.backend import OutputBatch
+from services.worker.vllm_backend import VllmBackend
 from tests.factories import classified_request
 
 __all__ = ["RecordingSink", "classified"]
@@ -55,3 +58,20 @@ class RecordingSink:
     def energy_j(self) -> float:
         """Energy reported in all batches."""
         return sum(b.energy_j for b in self.batches)
+
+
+@contextlib.asynccontextmanager
+async def backend_on(
+    url: str, sink: RecordingSink, *, model: str = "llama-3-8b"
+) -> AsyncIterator[VllmBackend]:
+    """A started vllm backend on the server at ``url``, running for the block."""
+    backend = VllmBackend(url, gpu="A100-80GB", model=model, tp=1)
+    await backend.start(sink)
+    task = asyncio.create_task(backend.run())
+    try:
+        yield backend
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await backend.close()

@@ -14,7 +14,8 @@ from aiohttp import web
 from loadgen.sim_server import SimEngineServer, start_sim_server
 from services.worker.vllm_backend import KV_FRACTION_BLOCKS, VllmBackend
 from shared.engine import EngineConfig, SimulatedEngine, create_engine
-from tests.unit.worker.helpers import RecordingSink, classified
+from tests.unit.worker.helpers import RecordingSink, backend_on, classified
+from tests.vllm_replay import serving
 
 SPEEDUP = 500.0
 
@@ -27,19 +28,6 @@ async def sim_engine(*, legacy: bool = False) -> AsyncIterator[tuple[str, Simula
     runner, port = await start_sim_server(server)
     try:
         yield f"http://127.0.0.1:{port}", engine
-    finally:
-        await runner.cleanup()
-
-
-@contextlib.asynccontextmanager
-async def serving(app: web.Application) -> AsyncIterator[str]:
-    """``app`` on a free port, its base URL yielded for the block."""
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    port = next(a[1] for a in runner.addresses if isinstance(a, tuple))
-    try:
-        yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
 
@@ -57,21 +45,6 @@ def _vllm_app(completions: Handler) -> web.Application:
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/completions", completions)
     return app
-
-
-@contextlib.asynccontextmanager
-async def backend_on(url: str, sink: RecordingSink) -> AsyncIterator[VllmBackend]:
-    """A started vllm backend on ``url``, running for the block."""
-    backend = VllmBackend(url, gpu="A100-80GB", model="llama-3-8b", tp=1)
-    await backend.start(sink)
-    task = asyncio.create_task(backend.run())
-    try:
-        yield backend
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await backend.close()
 
 
 async def test_streamed_requests_get_exact_token_counts_and_end_once() -> None:

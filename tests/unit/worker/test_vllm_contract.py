@@ -18,26 +18,17 @@ from proto.messages import Sampling
 from services.worker.vllm_backend import VllmBackend
 from services.worker.vllm_metrics import read_engine_metrics
 from services.worker.vllm_protocol import DONE, TokenCounter, completion_body, parse_sse_line
-from tests.unit.worker.helpers import RecordingSink, classified
+from tests.unit.worker.helpers import RecordingSink, backend_on, classified
 from tests.vllm_replay import VllmReplay, fixture, replaying, sse_events
 
 
 @contextlib.asynccontextmanager
-async def backend_on(
+async def replay_backend(
     replay: VllmReplay, sink: RecordingSink, *, model: str = "llama-3-8b"
 ) -> AsyncIterator[VllmBackend]:
     """A started backend on a replaying server, running for the block."""
-    async with replaying(replay) as url:
-        backend = VllmBackend(url, gpu="A100-80GB", model=model, tp=1)
-        await backend.start(sink)
-        task = asyncio.create_task(backend.run())
-        try:
-            yield backend
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            await backend.close()
+    async with replaying(replay) as url, backend_on(url, sink, model=model) as backend:
+        yield backend
 
 
 def _count(name: str) -> tuple[list[int], TokenCounter, bool]:
@@ -85,7 +76,7 @@ async def test_a_recorded_stream_reaches_the_worker_token_by_token_and_finishes(
     for name, tokens in (("completions_stream.sse", 4), ("completions_stream_options.sse", 5)):
         replay = VllmReplay(completions=name)
         sink = RecordingSink()
-        async with backend_on(replay, sink, model="llama-2-13b") as backend:
+        async with replay_backend(replay, sink, model="llama-2-13b") as backend:
             assert backend.served_model == "llama-3-8b"
             backend.submit(classified("r", max_tokens=tokens))
             await asyncio.wait_for(sink.ended.wait(), 5.0)
@@ -100,7 +91,7 @@ async def test_the_recorded_error_event_and_body_fail_the_request_with_vllms_mes
     with engine_error, and its 400 body with engine_rejected, each with vLLM's message."""
     sink = RecordingSink(expected=2)
     replay = VllmReplay(completions="completions_stream_error.sse", rejected=frozenset({13}))
-    async with backend_on(replay, sink) as backend:
+    async with replay_backend(replay, sink) as backend:
         backend.submit(classified("broken", max_tokens=4))
         backend.submit(classified("too-long", max_tokens=13))
         await asyncio.wait_for(sink.ended.wait(), 5.0)
@@ -119,7 +110,7 @@ async def test_a_cancelled_request_closes_the_connection_the_server_streams_on()
     failure nor a finish for the request."""
     replay = VllmReplay(hold_after=2)
     sink = RecordingSink()
-    async with backend_on(replay, sink) as backend:
+    async with replay_backend(replay, sink) as backend:
         backend.submit(classified("long", max_tokens=4))
         await asyncio.wait_for(replay.holding.wait(), 5.0)
         for _ in range(100):
@@ -143,7 +134,7 @@ async def test_the_recorded_metrics_fill_the_snapshot() -> None:
     assert (metrics.kv_blocks_total, metrics.block_size) == (6875, 64)
     assert metrics.generation_tokens == 91877.0
     assert not metrics.clock_control
-    async with backend_on(VllmReplay(), RecordingSink()) as backend:
+    async with replay_backend(VllmReplay(), RecordingSink()) as backend:
         snap = backend.snapshot()
     assert (snap.running, snap.waiting) == (12, 3)
     assert (snap.kv_blocks_total, snap.kv_blocks_used, snap.kv_block_size) == (6875, 2836, 64)
