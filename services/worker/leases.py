@@ -33,6 +33,7 @@ from prometheus_client import Counter
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from services.worker.revoked import revoked_since
 from shared.counters import ERRORS
 
 __all__ = ["LEASE_EXPIRED", "REVOKED_ABORTED", "LeaseGuard"]
@@ -150,7 +151,7 @@ class LeaseGuard:
         revoked = [
             rid
             for rid, accepted_at in self._held().items()
-            if self._revoked.get(rid, -1.0) >= accepted_at
+            if revoked_since(self._revoked, rid, accepted_at)
         ]
         if revoked:
             REVOKED_ABORTED.inc(len(revoked))

@@ -32,6 +32,8 @@ from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from services.worker.revoked import revoked_since
+
 __all__ = [
     "ORIGINS_MAX",
     "PENDING_MAX",
@@ -112,7 +114,7 @@ class ReplyOutbox:
         """The requests of this worker (among those :meth:`owner` named) that ``revoked``
         says the router took back at or after this worker accepted them."""
         origins = self._origins.values()
-        return {rid for rid, accepted_at in origins if revoked.get(rid, -1.0) >= accepted_at}
+        return {rid for rid, accepted_at in origins if revoked_since(revoked, rid, accepted_at)}
 
     def record(
         self, subject: str, payload: bytes, headers: dict[str, str] | None, now: float
@@ -158,7 +160,7 @@ class ReplyOutbox:
         dropped: set[str] = set()
         for entry in self._pending:
             origin = self._origins.get(entry.subject)
-            if origin is not None and revoked.get(origin[0], -1.0) >= origin[1]:
+            if origin is not None and revoked_since(revoked, *origin):
                 dropped.add(origin[0])
                 continue
             due.append(entry)
