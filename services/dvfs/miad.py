@@ -107,6 +107,15 @@ def _reduce(samples: tuple[float, ...], aggregation: Aggregation) -> float:
     return float(np.percentile(samples, _PERCENTILE[aggregation]))
 
 
+def _idle(observation: Observation) -> bool:
+    """Nothing running, waiting or measured in the period: no evidence either way."""
+    return (
+        observation.num_running == 0
+        and observation.num_waiting == 0
+        and not any(w.ttft_s or w.tbt_s or w.e2e_s for w in observation.latencies.values())
+    )
+
+
 def is_congested(
     latencies: Mapping[str, LatencyWindow],
     thresholds: Mapping[str, SloThresholds],
@@ -177,14 +186,9 @@ class MiadController:
             aggregation=cfg.aggregation,
             default_type=cfg.default_type,
         ) or (cfg.queue_triggers and observation.num_waiting > 0)
-        idle = (
-            observation.num_running == 0
-            and observation.num_waiting == 0
-            and not any(w.ttft_s or w.tbt_s or w.e2e_s for w in observation.latencies.values())
-        )
         if congested:
             target = min(target * cfg.increase_factor, f_max)
-        elif cfg.hold_when_idle and idle:
+        elif cfg.hold_when_idle and _idle(observation):
             target = min(max(target, f_min), f_max)
         else:
             target = max(target - cfg.decrease_mhz, f_min)
