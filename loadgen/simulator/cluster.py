@@ -374,18 +374,14 @@ class ClusterSimulator:
         live instances, so no arrival waits for a pool nobody will serve again."""
         if pool.live():
             return pool
-        staffed = [p for p in self.pools if p.live()]
-        if not staffed:
-            return pool
-        same = [p for p in staffed if p.class_group in (None, pool.class_group)]
-        return max(same or staffed, key=lambda p: len(p.live()))
+        same = [p for p in self.pools if p.class_group in (None, pool.class_group)]
+        return _best_staffed(same) or _best_staffed(self.pools) or pool
 
     def resteer_orphans(self, t_s: float) -> None:
         """Move the queue of a pool left without live instances to the best-staffed pool."""
-        staffed = [p for p in self.pools if p.live()]
-        if not staffed:
+        target = _best_staffed(self.pools)
+        if target is None:
             return
-        target = max(staffed, key=lambda p: len(p.live()))
         for pool in self.pools:
             if pool.live() or not len(pool.queue):
                 continue
@@ -408,6 +404,12 @@ class ClusterSimulator:
     def schedule_tick(self, t_s: float, tick: Callable[[float], bool]) -> None:
         """Register a control tick; it returns True when the run may end after it."""
         self.schedule(t_s, _TICK, tick)
+
+
+def _best_staffed(pools: Sequence[Pool]) -> Pool | None:
+    """The pool with the most live instances (the first on a tie); None when none has one."""
+    staffed = [p for p in pools if p.live()]
+    return max(staffed, key=lambda p: len(p.live())) if staffed else None
 
 
 def _predicted_remaining(instance: SimInstance, t_s: float) -> tuple[int, ...]:
