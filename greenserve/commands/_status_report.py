@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from rich import box
 from rich.console import Console
@@ -54,12 +55,15 @@ async def _read(state: StackState) -> dict[str, Any]:
                     "energy_wh": round(stats.energy_j / 3600.0, 3),
                 }
             )
-        raw_plan = await redis.get(keys.plan)
-        if raw_plan is not None:
-            plan = plan_summary(decode(as_bytes(raw_plan), Plan))
+        plan = await _plan(redis, keys)
     finally:
         await redis.aclose()
     return {"workers": sorted(workers, key=lambda w: str(w["worker_id"])), "plan": plan}
+
+
+async def _plan(redis: Redis, keys: Keys) -> dict[str, Any] | None:
+    raw_plan = await redis.get(keys.plan)
+    return None if raw_plan is None else plan_summary(decode(as_bytes(raw_plan), Plan))
 
 
 def plan_summary(plan: Plan) -> dict[str, Any]:
@@ -88,8 +92,15 @@ def plan_summary(plan: Plan) -> dict[str, Any]:
 def read_plan(state: StackState) -> dict[str, Any] | None:
     """The plan in force on a running stack (:func:`plan_summary`), ``None`` when the
     planner has published none yet."""
-    plan: dict[str, Any] | None = asyncio.run(_read(state))["plan"]
-    return plan
+
+    async def read() -> dict[str, Any] | None:
+        redis = state.redis_client()
+        try:
+            return await _plan(redis, Keys(state.namespace))
+        finally:
+            await redis.aclose()
+
+    return asyncio.run(read())
 
 
 def plan_table(plan: dict[str, Any]) -> Table:
