@@ -414,16 +414,14 @@ def test_nats_server_takes_the_secrets_passwords_against_their_hashes(tmp_path: 
     a wrong one is refused, and neither the hashes file nor the config holds a password."""
     import asyncio
     import shutil
-    import subprocess
 
     import nats
     from nats.errors import Error as NatsError
 
     from greenserve.secure_env import nats_hashes_path, write_secure_env
-    from shared.servers import free_port
+    from shared.servers import start_nats
 
-    server = shutil.which("nats-server")
-    if server is None:
+    if shutil.which("nats-server") is None:
         pytest.skip("nats-server is not installed")
     env_file = write_secure_env(tmp_path / "secure.env")
     passwords = dict(
@@ -438,39 +436,28 @@ def test_nats_server_takes_the_secrets_passwords_against_their_hashes(tmp_path: 
         assert value not in config
     (tmp_path / "nats.conf").write_text(config, encoding="utf-8")
     (tmp_path / "passwords.conf").write_text(hashes, encoding="utf-8")
-    port = free_port()
-    process = subprocess.Popen(
-        [server, "-c", str(tmp_path / "nats.conf"), "-p", str(port), "-sd", str(tmp_path)],
-        env={"PATH": "/usr/bin:/bin"},  # no password in the server's environment
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    # No env: the passwords reach the server only as the hashes its config includes.
+    server = start_nats(tmp_path, config_file=tmp_path / "nats.conf")
 
     async def login(user: str, password: str) -> bool:
-        for _ in range(50):  # the server takes a moment to listen
-            try:
-                client = await nats.connect(
-                    f"nats://127.0.0.1:{port}", user=user, password=password,
-                    allow_reconnect=False, connect_timeout=2,
-                )  # fmt: skip
-            except NatsError as exc:
-                if "Authorization" in str(exc):
-                    return False
-                raise
-            except OSError:
-                await asyncio.sleep(0.1)
-                continue
-            await client.close()
-            return True
-        raise TimeoutError("nats-server did not listen")
+        try:
+            client = await nats.connect(
+                server.url, user=user, password=password, allow_reconnect=False,
+                connect_timeout=2,
+            )  # fmt: skip
+        except NatsError as exc:
+            if "Authorization" in str(exc):
+                return False
+            raise
+        await client.close()
+        return True
 
     try:
         assert asyncio.run(login("scheduler", passwords["GS_NATS_PASSWORD_SCHEDULER"]))
         assert asyncio.run(login("worker-0", passwords["GS_NATS_PASSWORD_WORKER_0"]))
         assert not asyncio.run(login("scheduler", passwords["GS_NATS_PASSWORD_ROUTER"]))
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        server.stop()
 
 
 def test_the_servers_load_the_mounted_files() -> None:
