@@ -7,6 +7,11 @@ contact is both: NATS connected, and a store round trip (the heartbeat, or a PIN
 watch sends while no heartbeat got through) that succeeded within ``lost_after_s``. The
 publisher keeps replies while contact is lost and checks revocations once it is back
 (:mod:`.publisher`, :mod:`.outbox`).
+
+A lost NATS node is noticed by its reconnect, not by ``is_connected`` alone: nats-py moves to
+another node of a cluster within milliseconds, between two looks of the re-send loop, and
+what the worker had written to the dying node's socket is gone all the same. So a
+reconnect since the last look counts as contact lost for that look.
 """
 
 from __future__ import annotations
@@ -37,11 +42,15 @@ class ContactWatch:
         *,
         lost_after_s: float,
         beat_period_s: float,
+        nats_reconnects: Callable[[], int] = lambda: 0,
     ) -> None:
         """``lost_after_s`` without a store round trip is lost contact; the watch PINGs
-        once no heartbeat (every ``beat_period_s``) got through for a period and more."""
+        once no heartbeat (every ``beat_period_s``) got through for a period and more.
+        ``nats_reconnects`` counts the NATS client's reconnects (``nc.stats``)."""
         self._redis = redis
         self._nats_connected = nats_connected
+        self._nats_reconnects = nats_reconnects
+        self._reconnects_seen = nats_reconnects()
         self._lost_after_s = lost_after_s
         self._beat_period_s = beat_period_s
         now = time.time()
@@ -52,7 +61,12 @@ class ContactWatch:
         what was published well before it went out while the worker was in contact."""
 
     def in_contact(self) -> bool:
-        """NATS connected and the store answered lately."""
+        """NATS connected, not reconnected since the last look, and the store answered
+        lately. One caller only (the re-send loop): a reconnect is reported to one look."""
+        reconnects = self._nats_reconnects()
+        if reconnects != self._reconnects_seen:
+            self._reconnects_seen = reconnects
+            return False
         recent = time.time() - self._store_seen_at <= self._lost_after_s
         return recent and self._nats_connected()
 

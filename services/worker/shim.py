@@ -132,6 +132,7 @@ class WorkerShim:
             # gone and revokes what it runs.
             lost_after_s=self._cfg.heartbeat_ttl_s / 2.0,
             beat_period_s=self._cfg.stats_period_s,
+            nats_reconnects=lambda: int(ctx.nc.stats["reconnects"]),
         )
         """NATS connected and the store answering (:mod:`.contact`)."""
         self._recorded: set[str] = set()

@@ -55,3 +55,24 @@ async def test_contact_needs_nats_and_a_store_that_answered_lately() -> None:
         assert watch.confirmed_at == before
     finally:
         probe.cancel()
+
+
+def test_a_reconnect_between_two_looks_counts_as_contact_lost_once() -> None:
+    """Test that a NATS reconnect the watch did not see as a disconnection (nats-py moved
+    to another cluster node between two looks) makes the next look report lost contact,
+    once, so the outbox re-sends what the dying node may have swallowed."""
+    reconnects = [0]
+    watch = ContactWatch(
+        _Store(),  # type: ignore[arg-type]
+        lambda: True,
+        lost_after_s=10.0,
+        beat_period_s=1.0,
+        nats_reconnects=lambda: reconnects[0],
+    )
+    assert watch.in_contact()
+    reconnects[0] = 1
+    assert not watch.in_contact()
+    assert watch.in_contact()
+    reconnects[0] = 3
+    assert not watch.in_contact()
+    assert watch.in_contact()
