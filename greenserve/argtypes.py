@@ -131,6 +131,14 @@ def positive_floats(text: str) -> tuple[float, ...]:
     return values
 
 
+def non_negative_floats(text: str) -> tuple[float, ...]:
+    """A comma-separated list of numbers >= 0 (at least one)."""
+    values = tuple(non_negative_float(part.strip()) for part in text.split(",") if part.strip())
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one number")
+    return values
+
+
 def positive_ints(text: str) -> tuple[int, ...]:
     """A comma-separated list of whole numbers > 0 (at least one)."""
     values = tuple(positive_int(part.strip()) for part in text.split(",") if part.strip())

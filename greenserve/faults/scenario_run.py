@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from greenserve.faults.freeze import FREEZE_S, FROZEN_CLIENT_ID, LISTEN_AFTER_THAW_S, LateEndings
@@ -243,6 +243,7 @@ def run_scenario(
     outage_s: float = OUTAGE_S,
     colocate_request_path: bool | None = None,
     multihost: bool = False,
+    delays_ms: Sequence[float] = (),
 ) -> ScenarioResult:
     """Run one scenario on a fresh stack in a temporary folder.
 
@@ -250,7 +251,8 @@ def run_scenario(
     ``outage_s`` between a ``down:`` fault and the restart. ``colocate_request_path`` None
     co-locates only for a scenario that names ``requestpath``. ``multihost`` runs the stack
     over :data:`MULTIHOST_HOSTS` network-namespace hosts (:mod:`greenserve.multihost`),
-    always with a NATS cluster and Redis with Sentinels.
+    always with a NATS cluster and Redis with Sentinels; ``delays_ms`` delays what host i
+    sends by ``delays_ms[i]`` (:func:`greenserve.multihost.fabric.fabric`).
 
     Raises:
         ValueError: a scenario the multi-host stack cannot run, or ``partition:`` without
@@ -259,6 +261,8 @@ def run_scenario(
     """
     if multihost:
         check_multihost(scenario)
+    elif delays_ms:
+        raise ValueError("network delays need the multi-host stack (multihost=True)")
     elif partitioned(scenario):
         raise ValueError(f"{scenario!r} needs the multi-host stack (--multihost)")
     colocate = (
@@ -295,5 +299,5 @@ def run_scenario(
             down_for = max(down_for, PARTITION_S)
         if not multihost:
             return asyncio.run(_run(scenario, trace, spec, Path(folder), down_for))
-        with fabric(MULTIHOST_HOSTS) as hosts:
+        with fabric(MULTIHOST_HOSTS, delays_ms) as hosts:
             return asyncio.run(_run(scenario, trace, spec, Path(folder), down_for, hosts))

@@ -11,9 +11,11 @@ subnet.
   and nothing comes in, while its interface stays up, so its processes see silence (TCP
   retransmits), not an error, as across a cut between racks or regions. :meth:`Fabric.heal`
   attaches it again.
-- ``delays_ms`` adds a ``tc netem`` delay on each host's egress, so the round trip between
-  hosts i and j is ``d_i + d_j`` and between the harness and host i ``d_i``. Kernels built
-  without ``sch_netem`` refuse it (:func:`netem_missing` says so before anything is made).
+- ``delays_ms`` delays each host's egress, so the round trip between hosts i and j is
+  ``d_i + d_j`` and between the harness and host i ``d_i``: with ``tc netem`` where the
+  kernel has ``sch_netem``, else with a user-space delay line on the host's link
+  (:mod:`greenserve.multihost.delay_line`; :func:`netem_missing` says why netem is not
+  used). :attr:`Host.delay_by` names which.
 
 :func:`fabric` is the only way to get one: a context manager that first sweeps what an
 earlier run that died left behind (names with the ``gs-<pid>-`` prefix of a process that
@@ -28,17 +30,22 @@ import ipaddress
 import logging
 import os
 import re
+import select
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+
+from greenserve.multihost.delay_line import READY
 
 __all__ = [
     "PREFIX",
     "Fabric",
     "FabricError",
     "Host",
+    "delay_method",
     "fabric",
     "netem_missing",
     "netns_missing",
@@ -50,11 +57,13 @@ logger = logging.getLogger(__name__)
 PREFIX = "gs-"
 """Every namespace and root-namespace link the harness makes starts with this, then the
 pid of the process that made it (``gs-<pid>-br``, ``gs-<pid>-h0``)."""
-_OURS = re.compile(r"^gs-(\d+)-(br|h\d+)$")
+_OURS = re.compile(r"^gs-(\d+)-(br|h\d+[xy]?)$")
 SUBNET_BASE = "10.77"
 """Hosts get ``10.77.<k>.0/24`` for the first ``k`` from 20 whose subnet no route uses."""
 MAX_HOSTS = 16
 STOP_WAIT_S = 5.0
+LINE_READY_S = 10.0
+"""How long a delay line may take to bind its sockets."""
 
 
 class FabricError(RuntimeError):
@@ -79,7 +88,9 @@ class Host:
     link: str
     """The veth end on the bridge, in the root namespace."""
     delay_ms: float = 0.0
-    """Added to every packet the host sends (``tc netem``)."""
+    """Added to every packet the host sends."""
+    delay_by: str = ""
+    """``netem``, ``line`` (:mod:`greenserve.multihost.delay_line`), or empty: no delay."""
 
     @property
     def exec_prefix(self) -> list[str]:
@@ -95,6 +106,8 @@ class Fabric:
     subnet: str
     hosts: list[Host]
     partitioned: set[str] = field(default_factory=set)
+    lines: list[subprocess.Popen[str]] = field(default_factory=list)
+    """The delay lines' processes (root namespace), stopped first on close."""
 
     def host(self, name: str) -> Host:
         """The host called ``name`` (``host-<i>``).
@@ -120,13 +133,26 @@ class Fabric:
         self.partitioned.discard(name)
 
     def close(self) -> None:
-        """Kill what still runs on the hosts, then delete them, their links and the bridge."""
+        """Kill what still runs on the hosts and the delay lines, then delete the hosts,
+        their links and the bridge."""
+        for line in self.lines:
+            line.kill()
+        for line in self.lines:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                line.wait(STOP_WAIT_S)
         for host in self.hosts:
             _kill_inside(host.netns)
         for host in self.hosts:
             _run(["ip", "netns", "delete", host.netns], check=False)
-            _run(["ip", "link", "delete", host.link], check=False)  # gone with the ns, usually
+            # Gone with the namespace or their peers, usually.
+            for link in (host.link, f"{host.link}x", f"{host.link}y"):
+                if _link_exists(link):
+                    _run(["ip", "link", "delete", link], check=False)
         _run(["ip", "link", "delete", self.bridge], check=False)
+
+
+def _link_exists(name: str) -> bool:
+    return os.path.exists(f"/sys/class/net/{name}")
 
 
 def _kill_inside(netns: str) -> None:
@@ -215,6 +241,14 @@ def netem_missing() -> str | None:
     return None
 
 
+def delay_method(delays_ms: Sequence[float]) -> str:
+    """How :func:`fabric` delays hosts for ``delays_ms``: ``netem``, ``line`` (no netem
+    here), or empty (no delay)."""
+    if not any(delays_ms):
+        return ""
+    return "netem" if netem_missing() is None else "line"
+
+
 def _free_subnet() -> str:
     routes = _run(["ip", "-4", "route", "show", "table", "all"]).stdout
     addresses = _run(["ip", "-4", "-o", "addr", "show"]).stdout
@@ -241,9 +275,12 @@ def fabric(hosts: int, delays_ms: Sequence[float] = ()) -> Iterator[Fabric]:
         raise ValueError(f"{len(delays_ms)} delays for {hosts} hosts")
     if any(d < 0 for d in delays_ms):
         raise ValueError(f"delays are milliseconds >= 0, not {list(delays_ms)}")
-    reason = netns_missing() or (netem_missing() if any(delays_ms) else None)
+    reason = netns_missing()
     if reason is not None:
         raise FabricError(reason)
+    delay_by = delay_method(delays_ms)
+    if delay_by == "line":
+        logger.info("delaying with user-space delay lines: %s", netem_missing())
     sweep_stale()
     tag = f"{PREFIX}{os.getpid()}"
     net = ipaddress.ip_network(_free_subnet())
@@ -254,36 +291,66 @@ def fabric(hosts: int, delays_ms: Sequence[float] = ()) -> Iterator[Fabric]:
         _run(["ip", "link", "set", made.bridge, "up"])
         for i in range(hosts):
             delay = float(delays_ms[i]) if i < len(delays_ms) else 0.0
-            host = Host(f"host-{i}", f"{tag}-h{i}", str(net[i + 1]), f"{tag}-h{i}", delay)
+            host = Host(
+                f"host-{i}",
+                f"{tag}-h{i}",
+                str(net[i + 1]),
+                f"{tag}-h{i}",
+                delay,
+                delay_by if delay > 0 else "",
+            )
             made.hosts.append(host)
-            _make_host(host, made.bridge, net.prefixlen)
+            line = _make_host(host, made.bridge, net.prefixlen)
+            if line is not None:
+                made.lines.append(line)
         yield made
     finally:
         made.close()
 
 
-def _make_host(host: Host, bridge: str, prefixlen: int) -> None:
+def _make_host(host: Host, bridge: str, prefixlen: int) -> subprocess.Popen[str] | None:
+    """Make ``host``; return its delay line's process if it has one."""
     _run(["ip", "netns", "add", host.netns])
-    _run(
-        [
-            "ip",
-            "link",
-            "add",
-            host.link,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            host.netns,
-        ]
-    )
+    # With a delay line the host's eth0 pairs with a link on no bridge, and a second pair
+    # joins the line's other side to the bridge port (greenserve.multihost.delay_line).
+    line = host.delay_by == "line"
+    peer = f"{host.link}x" if line else host.link
+    _run(["ip", "link", "add", peer, "type", "veth", "peer", "name", "eth0", "netns", host.netns])
+    if line:
+        _run(["ip", "link", "add", f"{host.link}y", "type", "veth", "peer", "name", host.link])
+        for link in (peer, f"{host.link}y"):
+            _run(["ip", "link", "set", link, "up"])
     _run(["ip", "link", "set", host.link, "master", bridge, "up"])
     inside = ["ip", "-n", host.netns]
     _run([*inside, "addr", "add", f"{host.address}/{prefixlen}", "dev", "eth0"])
     _run([*inside, "link", "set", "eth0", "up"])
     _run([*inside, "link", "set", "lo", "up"])
-    if host.delay_ms > 0:
+    if host.delay_by == "netem":
         netem = ["tc", "qdisc", "add", "dev", "eth0", "root", "netem"]
         _run([*host.exec_prefix, *netem, "delay", f"{host.delay_ms:g}ms"])
+    if not line:
+        return None
+    return _start_line(peer, f"{host.link}y", host.delay_ms)
+
+
+def _start_line(host_side: str, bridge_side: str, delay_ms: float) -> subprocess.Popen[str]:
+    """Start a delay line and wait until it has bound its sockets.
+
+    Raises:
+        FabricError: it exited or did not say it was ready in time (what it said).
+    """
+    args = [sys.executable, "-m", "greenserve.multihost.delay_line"]
+    proc = subprocess.Popen(
+        [*args, host_side, bridge_side, f"{delay_ms:g}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None  # stdout=PIPE above
+    ready, _, _ = select.select([proc.stdout], [], [], LINE_READY_S)
+    said = proc.stdout.readline().strip() if ready else ""
+    if said != READY:
+        proc.kill()
+        _, err = proc.communicate(timeout=STOP_WAIT_S)
+        raise FabricError(f"the delay line on {host_side} did not start: {err.strip() or said}")
+    return proc

@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import sys
 
 import pytest
 
 from greenserve.faults import PARTITION_S, run_scenario
-from greenserve.multihost.fabric import PREFIX, fabric, netns_missing
+from greenserve.multihost.fabric import PREFIX, delay_method, fabric, netns_missing
 from loadgen.traces import load_azure_trace, resolve_trace
 from tests.integration.test_replicated_servers import TOKEN_GAPS_BOUND
 
@@ -28,6 +29,11 @@ pytestmark = [
         reason=f"no network namespaces here: {reason}",
     ),
 ]
+
+DELAY_SLACK_MS = 8.0
+"""A round trip may exceed its delays by the probe's own time on a loaded 2-core host (the
+connect through Python, the delay line's wake-up); it may not fall short of them by more
+than the clock's granularity."""
 
 REQUESTS = 150
 """About 50 s of the conversation trace at the bench's ten-fold speed-up."""
@@ -73,6 +79,101 @@ def test_hosts_reach_each_other_until_partitioned_and_leave_nothing_behind() -> 
     with pytest.raises(RuntimeError, match="leave"):
         cut_and_heal()
     assert _ours() == []
+
+
+def _connect_ms(src_netns: str, address: str) -> float:
+    """The fastest of five TCP connects from ``src_netns`` to a closed port of ``address``
+    (SYN out, RST back: one round trip), in milliseconds."""
+    probe = (
+        "import socket, time\n"
+        "best = 1e9\n"
+        "for _ in range(5):\n"
+        "    t = time.monotonic()\n"
+        "    try:\n"
+        f"        socket.create_connection(('{address}', 9), 2)\n"
+        "    except ConnectionRefusedError:\n"
+        "        best = min(best, time.monotonic() - t)\n"
+        "print(best * 1000)\n"
+    )
+    done = subprocess.run(
+        ["ip", "netns", "exec", src_netns, sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(done.stdout)
+
+
+def _took(measured_ms: float, delays_ms: float) -> bool:
+    """Whether a round trip took its delays: not less (but for the clock's granularity),
+    and not more than :data:`DELAY_SLACK_MS` beyond."""
+    return delays_ms - 0.5 <= measured_ms <= delays_ms + DELAY_SLACK_MS
+
+
+def _bulk_sha(src_netns: str, dst_netns: str, address: str, size: int) -> tuple[str, str]:
+    """Send ``size`` random bytes over one TCP connection from ``src_netns`` to a listener
+    on ``address`` in ``dst_netns``; the SHA-256 sent and the one received."""
+    listen = (
+        "import hashlib, socket\n"
+        f"s = socket.create_server(('{address}', 5001))\n"
+        "print('up', flush=True)\n"
+        "c, _ = s.accept()\n"
+        "h = hashlib.sha256()\n"
+        "while chunk := c.recv(1 << 16):\n"
+        "    h.update(chunk)\n"
+        "print(h.hexdigest(), flush=True)\n"
+    )
+    send = (
+        "import hashlib, os, socket\n"
+        f"data = os.urandom({size})\n"
+        f"c = socket.create_connection(('{address}', 5001), 5)\n"
+        "c.sendall(data)\n"
+        "c.close()\n"
+        "print(hashlib.sha256(data).hexdigest())\n"
+    )
+    exec_in = ["ip", "netns", "exec"]
+    server = subprocess.Popen(
+        [*exec_in, dst_netns, sys.executable, "-c", listen], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline().strip() == "up"
+        sent = subprocess.run(
+            [*exec_in, src_netns, sys.executable, "-c", send],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout.strip()
+        received = server.stdout.readline().strip()
+    finally:
+        server.kill()
+        server.wait()
+    return sent, received
+
+
+def test_a_host_delays_what_it_sends_and_the_delay_line_leaves_nothing_behind() -> None:
+    """Test that with delays (20, 0, 5) ms the round trip between two hosts is the sum of
+    their delays and from the harness a host's own (netem, or the user-space delay line
+    where this kernel has no netem), that megabytes cross a delayed link intact (the line
+    passes unsplit TCP segments through), that a partition still cuts a delayed host off,
+    and that leaving the block removes every namespace, link and delay-line process."""
+    with fabric(3, [20.0, 0.0, 5.0]) as hosts:
+        a, b, c = hosts.hosts
+        assert [h.delay_by for h in hosts.hosts] == [delay_method([1.0]), "", delay_method([1.0])]
+        lines = [line.pid for line in hosts.lines]
+        assert _took(_connect_ms(b.netns, a.address), 20.0)
+        assert _took(_connect_ms(b.netns, c.address), 5.0)
+        assert _took(_connect_ms(a.netns, c.address), 25.0)
+        sent, received = _bulk_sha(a.netns, c.netns, c.address, 8 << 20)
+        assert sent == received
+        hosts.partition(c.name)
+        with pytest.raises(subprocess.CalledProcessError):
+            _connect_ms(a.netns, c.address)
+        hosts.heal(c.name)
+        assert _took(_connect_ms(a.netns, c.address), 25.0)
+    assert _ours() == []
+    assert not [pid for pid in lines if os.path.exists(f"/proc/{pid}")]
 
 
 @pytest.mark.parametrize("scenario", ["kill:nats-1", "partition:host-2"])

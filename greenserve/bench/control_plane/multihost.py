@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from greenserve.bench.control_plane.cpu import named_pids, wait_quiet
 from greenserve.bench.control_plane.run import spec_for, sweep
 from greenserve.local import LocalStack, start_local_stack
-from greenserve.multihost.fabric import Fabric, fabric
+from greenserve.multihost.fabric import Fabric, delay_method, fabric
 from greenserve.multihost.stack import start_multihost_stack
 
 __all__ = ["HOSTS", "multihost_table"]
@@ -75,9 +75,14 @@ def _row(where: str, replicas: int, run: dict[str, Any]) -> dict[str, Any]:
 
 
 def multihost_table(
-    workers: int, rates: list[float], step_s: float, replicas: list[int]
+    workers: int,
+    rates: list[float],
+    step_s: float,
+    replicas: list[int],
+    delays_ms: Sequence[float] = (),
 ) -> dict[str, Any]:
-    """One host first, then each replica count on :data:`HOSTS` hosts; the table and runs."""
+    """One host first, then each replica count on :data:`HOSTS` hosts (host i delaying what
+    it sends by ``delays_ms[i]``); the table and runs."""
     print("one host, separate request path", file=sys.stderr, flush=True)
     single = sweep(spec_for(workers, "separate"), rates, step_s)
     print("one host, NATS cluster and Redis Sentinels", file=sys.stderr, flush=True)
@@ -87,7 +92,7 @@ def multihost_table(
         "one host": single,
         "one host, replicated servers": replicated,
     }
-    with fabric(HOSTS) as hosts:
+    with fabric(HOSTS, delays_ms) as hosts:
         for count in replicas:
             label = f"{HOSTS} hosts, {count} classifier replica{'s' if count > 1 else ''}"
             print(label, file=sys.stderr, flush=True)
@@ -99,6 +104,8 @@ def multihost_table(
     return {
         "multihost": True,
         "hosts": HOSTS,
+        "delays_ms": list(delays_ms),
+        "delay_by": delay_method(delays_ms),
         "machine_cores": len(os.sched_getaffinity(0)),
         "request_path": "separate",
         "table": rows,

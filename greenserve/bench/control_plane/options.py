@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from greenserve.argtypes import positive_float, positive_floats, positive_int, positive_ints
+from greenserve.argtypes import (
+    non_negative_floats,
+    positive_float,
+    positive_floats,
+    positive_int,
+    positive_ints,
+)
 
 __all__ = ["ENTRIES", "HELP", "NAME", "REQUEST_PATHS", "add_arguments"]
 
@@ -79,6 +85,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_ints,
         default="1,2,3",
         help="with --multihost: classifier replicas to measure, comma-separated",
+    )
+    parser.add_argument(
+        "--delays-ms",
+        type=non_negative_floats,
+        default=(),
+        metavar="D0,D1,D2",
+        help="with --multihost: milliseconds added to what host i sends (tc netem, or a "
+        "user-space delay line where the kernel has no netem); the round trip between "
+        "hosts i and j is Di + Dj",
     )
     parser.add_argument(
         "--plots",

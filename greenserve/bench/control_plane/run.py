@@ -176,9 +176,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.multihost:
         if args.cells > 1 or args.clients > 1 or args.entry != "nats" or args.repeat > 1:
             raise UsageError("--multihost takes no --cells, --clients, --entry or --repeat")
-        from greenserve.bench.control_plane.multihost import multihost_table
+        from greenserve.bench.control_plane.multihost import HOSTS, multihost_table
 
-        return multihost_table(args.workers, rates, args.step_s, list(args.replicas))
+        if len(args.delays_ms) > HOSTS:
+            raise UsageError(f"--delays-ms names {HOSTS} hosts at most")
+        return multihost_table(
+            args.workers, rates, args.step_s, list(args.replicas), args.delays_ms
+        )
+    if args.delays_ms:
+        raise UsageError("--delays-ms needs --multihost")
     paths = list(REQUEST_PATHS) if args.request_path == "both" else [args.request_path]
     entries = list(ENTRIES) if args.entry == "both" else [args.entry]
     if len(paths) > 1 and len(entries) > 1:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from greenserve.argtypes import positive_float, positive_int
+from greenserve.argtypes import non_negative_floats, positive_float, positive_int
 from greenserve.fault_scenarios import ALL_SCENARIOS, MULTIHOST_SCENARIOS
 
 __all__ = ["ALL_SCENARIOS", "HELP", "MULTIHOST_SCENARIOS", "NAME", "OUTAGE_S", "add_arguments"]
@@ -34,6 +34,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run each scenario on three network-namespace hosts (needs root and iproute2): "
         "the NATS cluster, Redis with Sentinels and the services spread over them; adds "
         "partition:host-<i> (docs/deploy.md, Multi-host on one machine)",
+    )
+    parser.add_argument(
+        "--delays-ms",
+        type=non_negative_floats,
+        default=(),
+        metavar="D0,D1,D2",
+        help="with --multihost: milliseconds added to what host i sends (tc netem, or a "
+        "user-space delay line where the kernel has no netem); the round trip between "
+        "hosts i and j is Di + Dj (e.g. 15,25,40 for 40-65 ms between regions)",
     )
     parser.add_argument(
         "--requests", type=positive_int, default=300, help="trace requests per scenario"

@@ -6,8 +6,11 @@ import argparse
 import sys
 from typing import Any
 
+from greenserve.argtypes import UsageError
 from greenserve.bench.faults.options import HELP, NAME, add_arguments
 from greenserve.faults import ALL_SCENARIOS, MULTIHOST_SCENARIOS, ScenarioResult, run_scenario
+from greenserve.faults.scenario_names import MULTIHOST_HOSTS
+from greenserve.multihost.fabric import delay_method
 from loadgen.traces import load_azure_trace, resolve_trace
 
 __all__ = ["HELP", "NAME", "add_arguments", "run"]
@@ -15,6 +18,10 @@ __all__ = ["HELP", "NAME", "add_arguments", "run"]
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run every scenario on its own fresh stack."""
+    if args.delays_ms and not args.multihost:
+        raise UsageError("--delays-ms needs --multihost")
+    if len(args.delays_ms) > MULTIHOST_HOSTS:
+        raise UsageError(f"--delays-ms names {MULTIHOST_HOSTS} hosts at most")
     trace = load_azure_trace(resolve_trace("conv"), max_requests=args.requests)
     results = []
     default = MULTIHOST_SCENARIOS if args.multihost else ALL_SCENARIOS
@@ -27,6 +34,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             speedup=args.speedup,
             outage_s=args.outage_s,
             multihost=args.multihost,
+            delays_ms=args.delays_ms,
         )
         print(f"  {outcome.as_dict()}", file=sys.stderr, flush=True)
         results.append(outcome)
@@ -34,6 +42,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "scenarios": [r.scenario for r in results],
         "multihost": args.multihost,
+        "delays_ms": list(args.delays_ms),
+        "delay_by": delay_method(args.delays_ms),
         "requests": sum(r.requests for r in results),
         "lost": sum(r.lost for r in results),
         "duplicated": sum(r.duplicated for r in results),
