@@ -17,27 +17,24 @@ on the trace's class mix (per group when split), as the simulator's planned sets
 Between epochs the plan is re-published every ``republish_wall_s``; a pool planned to zero
 keeps one worker while the scheduler still reports queued work for it
 (``scheduler.ready.<pool>``), so no request is stranded behind parked workers.
+
+:class:`LivePlanner` decides; its bases hold what feeds the decision: what it reads from the
+bus and Redis (:mod:`services.planner.live_readings`) and the profile rows of each pool with
+their measurement in a child process (:mod:`services.planner.profile_jobs`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
-import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-from nats.aio.msg import Msg
-
-from proto.codec import DecodeError, decode, request_endings
-from proto.messages import Completion, Forecast, WorkerStats
 from proto.messages import Plan as WirePlan
 from services.planner import epoch_step
 from services.planner.freesh_instance import load_profiles_csv
-from services.planner.live_inputs import DemandTracker, LivePool, intensity_steps, pools_from_stats
+from services.planner.live_inputs import DemandTracker, LivePool
 from services.planner.live_plan import (
     PoolDecision,
     bootstrap_plan,
@@ -47,17 +44,8 @@ from services.planner.live_plan import (
     pool_allocations,
     wire_plan,
 )
-from services.planner.live_profiles import (
-    ModeProfileJob,
-    ProfileRequest,
-    gpu_family,
-    live_mode_profiles,
-    mode_idle_w,
-    profiles_for_mode,
-    reference_lengths,
-    scheme_name_for,
-    slo_policy_for,
-)
+from services.planner.live_profiles import reference_lengths, scheme_name_for, slo_policy_for
+from services.planner.live_readings import LiveReadings
 from services.planner.overhead_gate import TransitionCosts, gate_plans
 from services.planner.plan_model import Plan as CorePlan
 from services.planner.plan_model import demand_shortfall
@@ -68,20 +56,15 @@ from services.planner.problem import (
     ServingConfig,
     Solver,
 )
-from services.planner.slo_feedback import (
-    CapacityFeedback,
-    FeedbackSettings,
-    MissWindow,
-    missed_slo,
-)
+from services.planner.profile_jobs import ProfileJobs, ProfileKey
+from services.planner.slo_feedback import CapacityFeedback, FeedbackSettings, MissWindow
 from shared.counters import PLANNER_SOLVE_S
 from shared.domain.classes import default_slos, scheme_by_name
 from shared.domain.load_forecast import LOAD_METHODS, LoadForecastConfig
-from shared.domain.observed_mix import ObservedMix, ObservedMixSettings, profile_lengths
+from shared.domain.observed_mix import ObservedMix, ObservedMixSettings
 from shared.lifecycle import ServiceContext
-from shared.store import as_bytes
 
-__all__ = ["LivePlanner"]
+__all__ = ["LivePlanner", "ProfileKey"]
 
 logger = logging.getLogger(__name__)
 
@@ -91,11 +74,6 @@ SLO_GOAL = 0.99
 MISS_MIN_REQUESTS = 20
 """Completions a pool's window needs before its miss rate is trusted (the simulator's
 ``ScalerSettings.min_window_requests``)."""
-
-ProfileKey = tuple[str, int, str, int, bool, int]
-"""(GPU family, TP, model, max_num_seqs, split, lengths version): what one measurement
-covers (the mixed-class capacity of a split fleet is measured per group; version 0 is the
-reference lengths, each re-profile on drifted served sizes the next)."""
 
 
 @dataclass(slots=True)
@@ -109,7 +87,7 @@ class _Running:
     class_groups: dict[str, str]
 
 
-class LivePlanner:
+class LivePlanner(LiveReadings, ProfileJobs):
     """State of the ``milp`` planner between epochs."""
 
     def __init__(self, ctx: ServiceContext) -> None:
@@ -182,51 +160,6 @@ class LivePlanner:
         self.epoch = -1
         self.plan: WirePlan | None = None
 
-    def _demand(self, model: str) -> DemandTracker:
-        tracker = self._demands.get(model)
-        if tracker is None:
-            tracker = self._demands[model] = DemandTracker(
-                self._schemes,
-                self._load_config,
-                self._cfg.demand_history_steps,
-                coincident=self._cfg.coincident_demand,
-            )
-        return tracker
-
-    async def on_done(self, msg: Msg) -> None:
-        """Count a completed request as an arrival of its model at its send time (model
-        time)."""
-        with contextlib.suppress(DecodeError):
-            for done in request_endings(msg.data):
-                if isinstance(done, Completion):
-                    arrival = self._ctx.clock.model_at(done.sent_at)
-                    latency = self._ctx.clock.model_at(done.finished_at) - arrival
-                    self._demand(done.model).add(
-                        arrival, done.input_tokens, max(1, done.output_tokens), latency
-                    )
-                    if self._observed is not None:
-                        self._observed.add(done.input_tokens, done.output_tokens)
-                    if self._misses is not None:
-                        self._misses.add(
-                            done.pool_id,
-                            finish_s=arrival + latency,
-                            arrival_s=arrival,
-                            request_class=done.request_class,
-                            missed=self._missed(done),
-                        )
-
-    def _missed(self, done: Completion) -> bool:
-        """Whether a completion missed its class SLO, judged as the simulator judges it."""
-        clock = self._ctx.clock
-        return missed_slo(
-            arrival_s=clock.model_at(done.sent_at),
-            first_s=clock.model_at(done.first_token_at),
-            last_s=clock.model_at(done.finished_at),
-            tokens=done.output_tokens,
-            lat_s=done.lat_s,
-            slo=self._slos.get(done.request_class),
-        )
-
     def wants_replan(self) -> bool:
         """Between epochs: whether the served sizes drifted from the profiled ones (start
         re-profiling them) or a pool missed its SLO (learn its capacity, boost its clock)."""
@@ -264,157 +197,10 @@ class LivePlanner:
                 self.refresh()  # publish the boosted clocks now
         return due
 
-    async def on_ready(self, msg: Msg) -> None:
-        """Note that the scheduler holds queued work for a pool."""
-        self._ready_wall[msg.subject.rsplit(".", 1)[-1]] = time.time()
-
-    async def _inventory(self) -> dict[str, LivePool]:
-        redis, keys = self._ctx.redis, self._ctx.keys
-        names = [k async for k in redis.scan_iter(match=keys.worker_pattern)]
-        stats: list[WorkerStats] = []
-        for raw in await redis.mget(names) if names else []:
-            if raw:
-                with contextlib.suppress(DecodeError):
-                    stats.append(decode(as_bytes(raw), WorkerStats))
-        self._max_num_seqs = {s.pool_id: s.engine_limit for s in stats}
-        return pools_from_stats(stats)
-
-    def _idle_w(self, pools: dict[str, LivePool]) -> dict[str, float]:
-        """Idle power of one instance per pool (engine model; cached per mode)."""
-        out: dict[str, float] = {}
-        for pool_id, pool in pools.items():
-            key = (pool.gpu, pool.tp, pool.model, self._max_num_seqs[pool_id])
-            if key not in self._idle:
-                self._idle[key] = mode_idle_w(*key)
-            out[pool_id] = self._idle[key]
-        return out
-
     def _class_groups(self, pools: dict[str, LivePool]) -> dict[str, str]:
         """The configured exclusive groups, or none when the fleet has fewer pools than
         groups (one pool cannot serve two exclusive groups: Eq. 1b would be infeasible)."""
         return self._groups if len(pools) >= len(set(self._groups.values())) else {}
-
-    def _profiles(
-        self, pools: dict[str, LivePool], groups: dict[str, str]
-    ) -> dict[str, tuple[ServingConfig, ...]]:
-        """Rows per pool: from the CSV, else measured, then (``mixed_capacity``) scaled by the
-        class mix's measured capacity; modes still being prepared are absent.
-
-        Measurements run in a child process (the engine model is CPU-bound Python and would
-        starve this process's event loop, which may host other services in tests).
-        """
-        out: dict[str, tuple[ServingConfig, ...]] = {}
-        mixed = self._cfg.mixed_capacity
-        for pool_id, pool in pools.items():
-            rows = profiles_for_mode(self._csv, (gpu_family(pool.gpu), pool.tp))
-            if rows and not mixed:
-                out[pool_id] = rows
-                continue
-            version = self._lengths_version
-            key = (
-                gpu_family(pool.gpu), pool.tp, pool.model, self._max_num_seqs[pool_id],
-                mixed and bool(groups), version,
-            )  # fmt: skip
-            # While the other split variant, or the profiles of older lengths, are all there
-            # is, plan with them rather than fall back to the bootstrap plan.
-            known = self._measured.get(key) or self._measured.get((*key[:4], not key[4], version))
-            for older in range(version - 1, -1, -1):
-                known = known or self._measured.get((*key[:5], older))
-            if known:
-                out[pool_id] = self._derated(pool_id, known)
-            if key not in self._measured and key not in self._measuring:
-                prompts: tuple[int, ...] = ()
-                outputs: tuple[int, ...] = ()
-                if self._profiled_on:
-                    prompts, outputs = profile_lengths(
-                        self._profiled_on, reference_lengths(), scheme_by_name(self._cfg.scheme)
-                    )
-                request = ProfileRequest(
-                    gpu=pool.gpu, tp=pool.tp, model=pool.model, scheme=self._cfg.scheme,
-                    clock_fractions=self._cfg.profile_clock_fractions,
-                    window_s=self._cfg.profile_window_s, max_num_seqs=key[3],
-                    prompts=prompts, outputs=outputs,
-                )  # fmt: skip
-                job = ModeProfileJob(
-                    request=request, rows=rows if not self._profiled_on else (), mixed=mixed,
-                    groups=tuple(sorted(groups.items())), observed=self._profiled_on,
-                )  # fmt: skip
-                self._measuring[key] = asyncio.create_task(self._measure(key, job))
-        return out
-
-    def _derated(self, pool_id: str, rows: tuple[ServingConfig, ...]) -> tuple[ServingConfig, ...]:
-        """``rows`` with the capacity SLO feedback learned for ``pool_id``."""
-        share = self._learned.share(pool_id)
-        if share >= 1.0:
-            return rows
-        return tuple(dataclasses.replace(r, max_qps=r.max_qps * share) for r in rows)
-
-    async def close(self) -> None:
-        """Cancel the measurements in progress and end their child processes."""
-        tasks = list(self._measuring.values())
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _measure(self, key: ProfileKey, job: ModeProfileJob) -> tuple[ServingConfig, ...]:
-        started = time.perf_counter()
-        context = multiprocessing.get_context("spawn")  # no fork of a threaded event loop
-        request = job.request
-        try:
-            pool = ProcessPoolExecutor(1, mp_context=context)
-            done = False
-            try:
-                rows, mixed = await asyncio.get_running_loop().run_in_executor(
-                    pool, live_mode_profiles, job
-                )
-                done = True
-            finally:
-                # Not ``with pool``: its shutdown(wait=True) blocked the event loop, when
-                # this task was cancelled at shutdown, until the child's profiling ended.
-                if done:
-                    pool.shutdown(wait=True)  # the child is idle: it exits at once
-                else:
-                    _stop_now(pool)
-        except asyncio.CancelledError:
-            self._measuring.pop(key, None)  # not measured: a later epoch may ask again
-            raise
-        except Exception:
-            logger.exception("profiling %s tp%d failed; retrying", request.gpu, request.tp)
-            del self._measuring[key]
-            return ()
-        self._measured[key] = rows
-        logger.info(
-            "profiled %s: %d rows in %.1f s; mixed-class capacity factors %s", key,
-            len(rows), time.perf_counter() - started,
-            {f"{c.group}@{c.clock_mhz:g}": round(c.derating, 3) for c in mixed},
-        )  # fmt: skip
-        return rows
-
-    async def _intensity(self, regions: list[str], start_s: float) -> dict[str, tuple[float, ...]]:
-        cfg = self._cfg
-        steps, step_s = cfg.steps_per_epoch, cfg.epoch_s / cfg.steps_per_epoch
-        if cfg.objective == Objective.ENERGY and cfg.primary_slack == 0:
-            # FREESH's MinEnergy sees λ = 1; with a slack its tie-break is least carbon.
-            return dict.fromkeys(regions, (1.0,) * steps)
-        out: dict[str, tuple[float, ...] | None] = {}
-        for region in regions:
-            forecast: Forecast | None = None
-            raw = await self._ctx.redis.get(self._ctx.keys.forecast(region))
-            if raw:
-                with contextlib.suppress(DecodeError):
-                    forecast = decode(as_bytes(raw), Forecast)
-            values = intensity_steps(
-                forecast, start_s, step_s, steps, self._last_intensity.get(region)
-            )
-            if values:
-                self._last_intensity[region] = values[-1]
-            out[region] = values
-        known = [max(v) for v in out.values() if v]
-        # A region with no forecast yet is taken as the worst known one: never a magnet.
-        worst = max(known) if known else 1.0
-        return {r: v if v else (worst,) * steps for r, v in out.items()}
 
     async def plan_epoch(self, epoch: int) -> None:
         """Plan one epoch (or bootstrap) per model and keep the merged result as ``self.plan``.
@@ -579,21 +365,3 @@ class LivePlanner:
                     running, plan.epoch, plan.issued_at, plan.valid_until
                 )
         self.plan = merged_plan(list(self._model_plans.values()))
-
-
-def _stop_now(pool: ProcessPoolExecutor) -> None:
-    """Shut ``pool`` down without waiting, and end its child mid-job.
-
-    ``shutdown(wait=False, cancel_futures=True)`` alone leaves a running job running: the
-    child would go on profiling, and at interpreter exit ``concurrent.futures`` joins the
-    executor's manager thread, which waits for that job, so the process would not exit
-    until the measurement ended. Python 3.11's executor has no public way to end a running
-    job (``terminate_workers`` came in 3.14), so the child is terminated through the
-    executor's process table, read before ``shutdown`` drops it. The manager thread then
-    sees the child gone, marks the pool broken, reaps the child and ends.
-    """
-    children = list((pool._processes or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for child in children:
-        if child.is_alive():
-            child.terminate()  # SIGTERM: the job is pure Python, nothing to flush

@@ -17,7 +17,7 @@ from typing import cast
 
 import pytest
 
-from services.planner import live_service
+from services.planner import profile_jobs
 from services.planner.live_profiles import ModeProfileJob, ProfileRequest
 from services.planner.live_service import LivePlanner, ProfileKey
 from shared.config import Settings
@@ -47,7 +47,7 @@ async def _start(
     """Start one measurement of the slow job and wait until its child runs it."""
     started = tmp_path / "started"
     monkeypatch.setenv(STARTED_ENV, str(started))
-    monkeypatch.setattr(live_service, "live_mode_profiles", slow_profiles)
+    monkeypatch.setattr(profile_jobs, "live_mode_profiles", slow_profiles)
     key: ProfileKey = ("A100", 1, "llama-3-8b", 64, False, 0)
     job = ModeProfileJob(
         request=ProfileRequest(gpu="A100-80GB", tp=1, model="llama-3-8b", scheme="dynamollm")
