@@ -101,3 +101,23 @@ def test_the_control_plane_bench_refuses_multihost_with_cells() -> None:
     args = parser.parse_args(["--multihost", "--cells", "2", "--workers", "2"])
     with pytest.raises(UsageError, match="--multihost takes no"):
         control_plane.run(args)
+
+
+def test_delays_need_the_hosts_and_one_per_host_at_most() -> None:
+    """Test that ``--delays-ms`` without ``--multihost``, or naming more hosts than there
+    are, is a usage error in both benches (nothing is made), and a negative one a parse
+    error; and that the scenario runner refuses delays without hosts."""
+    from greenserve.bench.faults import run as faults
+    from greenserve.bench.faults.options import add_arguments as faults_arguments
+
+    for add, bench in ((add_arguments, control_plane), (faults_arguments, faults)):
+        parser = argparse.ArgumentParser()
+        add(parser)
+        with pytest.raises(UsageError, match="needs --multihost"):
+            bench.run(parser.parse_args(["--delays-ms", "10"]))
+        with pytest.raises(UsageError, match="3 hosts at most"):
+            bench.run(parser.parse_args(["--multihost", "--delays-ms", "1,2,3,4"]))
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--delays-ms", "-5"])
+    with pytest.raises(ValueError, match="multi-host"):
+        run_scenario("kill:nats-1", [], delays_ms=(10.0,))
