@@ -41,7 +41,7 @@ from services.worker.backend import BackendRefusalError, OutputBatch, WorkerBack
 from services.worker.clock_range import CLOCK_OUT_OF_RANGE, out_of_range
 from services.worker.co2 import RegionCarbon
 from services.worker.completions import CompletionSender
-from services.worker.contact import ContactWatch
+from services.worker.contact import ContactWatch, nats_round_trip
 from services.worker.drain import hand_back
 from services.worker.ended_log import EndedLog
 from services.worker.gpu_meters import GpuMeters
@@ -133,6 +133,7 @@ class WorkerShim:
             lost_after_s=self._cfg.heartbeat_ttl_s / 2.0,
             beat_period_s=self._cfg.stats_period_s,
             nats_reconnects=lambda: int(ctx.nc.stats["reconnects"]),
+            nats_ping=lambda timeout_s: nats_round_trip(ctx.nc, timeout_s),
         )
         """NATS connected and the store answering (:mod:`.contact`)."""
         self._recorded: set[str] = set()

@@ -76,3 +76,46 @@ def test_a_reconnect_between_two_looks_counts_as_contact_lost_once() -> None:
     reconnects[0] = 3
     assert not watch.in_contact()
     assert watch.in_contact()
+
+
+async def test_a_silent_nats_connection_is_lost_contact_and_confirms_nothing_after_it() -> None:
+    """Test that when NATS stops answering round trips while the connection still reads as
+    connected and the store answers (the worker's NATS node cut off from it), contact is
+    lost within ``lost_after_s``, and ``confirmed_at`` stays at the start of the last NATS
+    round trip that succeeded however many store round trips follow: the replies written
+    into the silent connection after it are the outbox's to keep."""
+    answering = [True]
+    trips = [0]
+
+    async def ping(timeout_s: float) -> None:
+        trips[0] += 1
+        if not answering[0]:
+            await asyncio.sleep(timeout_s)
+            raise TimeoutError
+
+    watch = ContactWatch(
+        _Store(),  # type: ignore[arg-type]
+        lambda: True,
+        lost_after_s=0.5,
+        beat_period_s=0.1,
+        nats_ping=ping,
+    )
+    probe = asyncio.create_task(watch.probe())
+    try:
+        await asyncio.sleep(0.6)
+        assert trips[0] > 0
+        assert watch.in_contact()
+        answering[0] = False
+        await asyncio.sleep(0.4)  # a round trip in flight at the switch may still succeed
+        confirmed = watch.confirmed_at
+        for _ in range(3):
+            watch.store_seen(time.time())  # heartbeats still reach the store
+            await asyncio.sleep(0.2)
+        assert not watch.in_contact()
+        assert watch.confirmed_at == confirmed
+        answering[0] = True
+        await asyncio.sleep(0.5)
+        assert watch.in_contact()
+        assert watch.confirmed_at > confirmed
+    finally:
+        probe.cancel()
