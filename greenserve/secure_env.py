@@ -8,11 +8,13 @@ file is ``KEY=value`` lines, read by ``docker compose --env-file``, by a shell
 (``set -a; . ./secure.env; set +a``) and by kustomize's ``secretGenerator`` alike: the
 values are URL-safe base64, so no quoting is needed anywhere.
 
-nats-server does not get that file: beside it (``secure.nats-passwords.conf`` for
-``secure.env``) goes one bcrypt hash per NATS user, as NATS configuration variables that
-the generated ``nats.conf`` includes. The server checks each client's password against its
-hash, and neither its configuration nor its environment holds a password that would let
-whoever reads them act as another service.
+Neither server gets that file. Beside it go what they check passwords against:
+``secure.nats-passwords.conf`` (for ``secure.env``), one bcrypt hash per NATS user as NATS
+configuration variables that the generated ``nats.conf`` includes, and
+``secure.redis-users.acl``, redis-server's ACL file: one ``user <name> on #<sha256> <rules>``
+line per identity with the rules of :mod:`shared.security.redis_acl`. Neither server's
+configuration nor its environment holds a password that would let whoever reads them act
+as another service.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ import os
 from pathlib import Path
 from typing import Final
 
-from shared.security.compose import COMPOSE_IDENTITIES
+from proto.keys import Keys
+from shared.security.compose import COMPOSE_IDENTITIES, COMPOSE_NAMESPACE
 from shared.security.credentials import bcrypt_hash
 from shared.security.identities import env_var_name
+from shared.security.redis_acl import redis_acl_file
 from shared.security.secrets import generate_password
 
 __all__ = [
@@ -31,9 +35,12 @@ __all__ = [
     "NATS_HASHES_SUFFIX",
     "NATS_PASSWORD_PREFIX",
     "REDIS_PASSWORD_PREFIX",
+    "REDIS_USERS_SUFFIX",
     "SecureEnvExistsError",
     "nats_hashes_path",
     "nats_hashes_text",
+    "redis_users_path",
+    "redis_users_text",
     "secure_env_names",
     "secure_env_text",
     "write_secure_env",
@@ -45,6 +52,9 @@ GRAFANA_ADMIN_PASSWORD: Final = "GS_GRAFANA_ADMIN_PASSWORD"
 NATS_HASHES_SUFFIX: Final = ".nats-passwords.conf"
 """Suffix of the hashes file beside the credentials file (``secure.env`` →
 ``secure.nats-passwords.conf``), mounted as ``passwords.conf`` next to ``nats.conf``."""
+REDIS_USERS_SUFFIX: Final = ".redis-users.acl"
+"""Suffix of redis-server's ACL file beside the credentials file (``secure.env`` →
+``secure.redis-users.acl``), which the deployments pass to ``--aclfile``."""
 
 
 class SecureEnvExistsError(FileExistsError):
@@ -90,23 +100,46 @@ def nats_hashes_path(env_path: Path) -> Path:
     return env_path.with_name(env_path.stem + NATS_HASHES_SUFFIX)
 
 
-def write_secure_env(path: Path, *, force: bool = False) -> Path:
-    """Write a fresh credentials file at ``path`` and the NATS hashes beside it
-    (:func:`nats_hashes_path`), both readable by their owner only.
+def redis_users_text(passwords: dict[str, str]) -> str:
+    """redis-server's ACL file for ``passwords``: each identity's SHA-256 password hash and
+    rules, the ``default`` user off.
 
     Raises:
-        SecureEnvExistsError: either file exists and ``force`` is false (the running
-            stack's passwords are in them: replacing them by mistake locks every service
-            out); neither is then written.
+        KeyError: ``passwords`` lacks an identity's ``GS_REDIS_PASSWORD_<USER>``.
     """
-    hashes = nats_hashes_path(path)
+    users = [
+        (identity, passwords[env_var_name(REDIS_PASSWORD_PREFIX, identity.user)])
+        for identity in COMPOSE_IDENTITIES
+    ]
+    return redis_acl_file(Keys(COMPOSE_NAMESPACE), users)
+
+
+def redis_users_path(env_path: Path) -> Path:
+    """Where redis-server's ACL file for ``env_path``'s Redis passwords goes: beside it."""
+    return env_path.with_name(env_path.stem + REDIS_USERS_SUFFIX)
+
+
+def write_secure_env(path: Path, *, force: bool = False) -> Path:
+    """Write a fresh credentials file at ``path``, and beside it the NATS hashes
+    (:func:`nats_hashes_path`) and the Redis ACL file (:func:`redis_users_path`), all
+    readable by their owner only.
+
+    Raises:
+        SecureEnvExistsError: any of the files exists and ``force`` is false (the running
+            stack's passwords are in them: replacing them by mistake locks every service
+            out); none is then written.
+    """
+    hashes, acl = nats_hashes_path(path), redis_users_path(path)
     if not force:
-        for existing in (path, hashes):
+        for existing in (path, hashes, acl):
             if existing.exists():
                 raise SecureEnvExistsError(f"{existing} exists; pass --force to replace it")
     passwords = {name: generate_password() for name in secure_env_names()}
     path.parent.mkdir(parents=True, exist_ok=True)
+    # The credentials file last: a run stopped half-way leaves no passwords that the
+    # servers' files do not match.
     _write_private(hashes, nats_hashes_text(passwords), force=force)
+    _write_private(acl, redis_users_text(passwords), force=force)
     _write_private(path, secure_env_text(passwords), force=force)
     return path
 

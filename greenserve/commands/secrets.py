@@ -2,9 +2,11 @@
 
 One random password per NATS and Redis identity of ``docker-compose.secure.yml`` plus the
 Grafana administrator's, written owner-only (0600) as ``KEY=value`` lines that
-``docker compose --env-file`` and ``deploy/k8s``'s Secret read, and beside it the bcrypt
-hashes nats-server checks them against (``secure.nats-passwords.conf``). Existing files are
-kept unless ``--force`` is given: they hold the passwords a running stack was started with.
+``docker compose --env-file`` and ``deploy/k8s``'s Secret read, and beside it what the
+servers check them against: nats-server's bcrypt hashes (``secure.nats-passwords.conf``)
+and redis-server's ACL file of SHA-256 hashes and rules (``secure.redis-users.acl``).
+Existing files are kept unless ``--force`` is given: they hold the passwords a running
+stack was started with.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from greenserve.secure_env import (
         SecureEnvExistsError,
         nats_hashes_path,
+        redis_users_path,
         secure_env_names,
         write_secure_env,
     )
@@ -49,4 +52,5 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"wrote {len(secure_env_names())} passwords to {path} (mode 0600)", file=sys.stderr)
     print(f"wrote nats-server's password hashes to {nats_hashes_path(path)}", file=sys.stderr)
+    print(f"wrote redis-server's ACL file to {redis_users_path(path)}", file=sys.stderr)
     return 0

@@ -13,6 +13,7 @@ import subprocess
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from greenserve.local.metrics_targets import metrics_urls, with_metrics_ports, write_targets
@@ -24,6 +25,9 @@ from greenserve.runner import ProcessGroup, start_process
 from greenserve.stack import StackSpec, stack_launches, with_settings
 from proto.keys import Keys
 from shared.servers import ServerProcess, free_port
+
+if TYPE_CHECKING:
+    from shared.security.local_servers import SecureServers
 
 __all__ = [
     "FORECASTER_CACHE_ENV",
@@ -250,6 +254,8 @@ def start_local_stack(
         start_ticks={pid: tick for pid, tick in ticks.items() if tick is not None},
         secure=secure,
         tls_ca_file=str(secured.tls.ca_file) if secured and secured.tls else None,
+        admin_nats_password_file=_admin_file(secured, "nats"),
+        admin_redis_password_file=_admin_file(secured, "redis"),
         gateway_url=f"http://127.0.0.1:{spec.gateway_port}",
         modules={launch.name: launch.module for launch in launches},
         metrics=metrics_urls(launches),
@@ -286,6 +292,14 @@ def check_failover_options(
         raise ValueError("--nats-cluster starts its own NATS nodes; drop --nats-url")
     if redis_sentinel and redis_url is not None:
         raise ValueError("--redis-sentinel starts its own Redis set; drop --redis-url")
+
+
+def _admin_file(secured: SecureServers | None, server: str) -> str | None:
+    """Where a secured stack's ``admin`` password for ``server`` (nats, redis) is."""
+    if secured is None or secured.admin_files is None:
+        return None
+    files = secured.admin_files
+    return str(files.nats_password_file if server == "nats" else files.redis_password_file)
 
 
 def _ticks_of(pid: int) -> dict[str, int]:

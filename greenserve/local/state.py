@@ -39,6 +39,12 @@ class StackState:
     secure: bool = False
     """Started with ``--secure``: the URLs carry the loadgen (NATS) and monitor (Redis)
     identities, so ``replay`` and ``status`` work unchanged; the file is owner-only."""
+    admin_nats_password_file: str | None = None
+    """A ``--secure`` stack's ``admin`` NATS password file: ``down`` reads and clears the
+    ingress stream as admin (loadgen may not), and answers the requests it finds."""
+    admin_redis_password_file: str | None = None
+    """Its ``admin`` Redis password file: ``down`` reads and clears ``queued`` and
+    ``dispatched`` as admin (monitor may not)."""
     tls_ca_file: str | None = None
     """CA of the servers' certificates when started with ``--tls``."""
     gateway_url: str | None = None

@@ -1,12 +1,12 @@
-"""The secure compose stack's identities and its committed NATS and Redis ACL files.
+"""The secure compose stack's identities and its committed NATS configuration.
 
 ``docker-compose.secure.yml`` mounts ``docker/secure/nats.conf`` (users and subject
 permissions; passwords are ``$GS_NATS_PASSWORD_<USER>`` variables, defined as bcrypt hashes
-by the ``passwords.conf`` it includes, which ``greenserve secrets`` writes) and
-``docker/secure/redis-users.acl.in`` (ACL rules with ``${GS_REDIS_PASSWORD_<USER>}``
-placeholders, rendered from the redis container's environment at start). Regenerate both
+by the ``passwords.conf`` it includes, which ``greenserve secrets`` writes). Regenerate it
 after a fleet or protocol change with ``python -m shared.security.compose docker/secure``;
-``tests/unit/deploy/test_compose.py`` fails while they are stale.
+``tests/unit/deploy/test_compose.py`` fails while it is stale. Redis has no committed file:
+its ACL file pairs every rule with a password hash, so ``greenserve secrets`` writes it
+whole beside the credentials (``greenserve.secure_env``).
 """
 
 from __future__ import annotations
@@ -14,25 +14,21 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from proto.keys import Keys
 from proto.subjects import Subjects
 from shared.security.identities import Identity
 from shared.security.nats_acl import nats_server_config
-from shared.security.redis_acl import redis_acl_template
 
 __all__ = [
     "COMPOSE_IDENTITIES",
     "COMPOSE_NAMESPACE",
     "NATS_CONF",
     "NATS_PASSWORDS_INCLUDE",
-    "REDIS_ACL_TEMPLATE",
     "compose_files",
     "main",
 ]
 
 COMPOSE_NAMESPACE = "gs"
 NATS_CONF = "nats.conf"
-REDIS_ACL_TEMPLATE = "redis-users.acl.in"
 
 COMPOSE_IDENTITIES = (
     Identity("scheduler", "scheduler"),
@@ -63,10 +59,7 @@ def compose_files() -> dict[str, str]:
     # The variables the users' passwords name are bcrypt hashes defined in the included
     # file, so the server's environment holds no password (a missing file stops the server).
     include = f'include "{NATS_PASSWORDS_INCLUDE}"\n'
-    return {
-        NATS_CONF: f"{header}\n{include}{body}",
-        REDIS_ACL_TEMPLATE: redis_acl_template(Keys(COMPOSE_NAMESPACE), COMPOSE_IDENTITIES),
-    }
+    return {NATS_CONF: f"{header}\n{include}{body}"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from proto.keys import Keys
 from proto.subjects import Subjects
 from shared.security.api_keys import issue_api_key
 from shared.security.credentials import (
     Credential,
+    SecretFiles,
     bcrypt_hash,
     by_user,
     issue_credentials,
@@ -31,7 +31,7 @@ from shared.security.credentials import (
 from shared.security.identities import Identity
 from shared.security.nats_acl import nats_server_config
 from shared.security.redis_acl import redis_acl_file
-from shared.security.secrets import write_secret
+from shared.security.secrets import url_with_user, write_secret
 from shared.security.tls import TlsFiles, make_local_ca
 from shared.servers import ServerProcess, start_nats, start_redis
 
@@ -61,11 +61,9 @@ class SecureServers:
     """Redis URL carrying the monitor identity (for ``greenserve status``)."""
     api_key_file: Path | None = None
     """The HTTP API's key (``Authorization: Bearer``), when the stack has a gateway."""
-
-
-def _url_with(url: str, user: str, password: str) -> str:
-    scheme, rest = url.split("://", 1)
-    return f"{scheme}://{quote(user, safe='')}:{quote(password, safe='')}@{rest}"
+    admin_files: SecretFiles | None = None
+    """The ``admin`` identity's password files: what ``greenserve down`` connects with to
+    read and clear the queues, which loadgen and monitor may not touch."""
 
 
 def start_secure_servers(
@@ -111,12 +109,14 @@ def start_secure_servers(
     for user in gateways:
         overrides[user]["gateway"] = {"api_keys_file": str(keys_file)}
     creds = by_user(credentials)
+    loadgen, monitor = creds["loadgen"], creds["monitor"]
     return SecureServers(
         servers=servers,
         overrides=overrides,
         credentials=credentials,
         tls=tls_files,
-        tool_nats_url=_url_with(servers[0].url, "loadgen", creds["loadgen"].nats_password),
-        tool_redis_url=_url_with(servers[1].url, "monitor", creds["monitor"].redis_password) + "/0",
+        tool_nats_url=url_with_user(servers[0].url, "loadgen", loadgen.nats_password),
+        tool_redis_url=url_with_user(f"{servers[1].url}/0", "monitor", monitor.redis_password),
         api_key_file=key_file,
+        admin_files=files["admin"],
     )

@@ -33,17 +33,9 @@ import hashlib
 from collections.abc import Sequence
 
 from proto.keys import Keys
-from shared.security.identities import COMPOSITE_ROLES, Identity, env_var_name
+from shared.security.identities import COMPOSITE_ROLES, Identity
 
-__all__ = [
-    "REDIS_PASSWORD_ENV_PREFIX",
-    "acl_rules",
-    "redis_acl_file",
-    "redis_acl_template",
-]
-
-REDIS_PASSWORD_ENV_PREFIX = "GS_REDIS_PASSWORD_"
-"""The compose template reads each user's password from ``<prefix><USER>``."""
+__all__ = ["acl_rules", "redis_acl_file"]
 
 _CONNECTION = ("ping", "hello")
 _SCRIPT = ("evalsha", "eval", "script|load", "script|exists")
@@ -167,17 +159,4 @@ def redis_acl_file(keys: Keys, users: Sequence[tuple[Identity, str]]) -> str:
             raise ValueError(f"password of {identity.user!r} must be non-empty without spaces")
         rules = acl_rules(keys, identity)
         lines.append(f"user {identity.user} on #{_password_hash(password)} {rules}")
-    return "\n".join(lines) + "\n"
-
-
-def redis_acl_template(keys: Keys, identities: Sequence[Identity]) -> str:
-    """The ACL file with ``>${GS_REDIS_PASSWORD_<USER>}`` placeholders for the passwords.
-
-    The compose stack renders it from the environment when Redis starts, so the committed
-    file holds rules but no secrets.
-    """
-    lines = ["user default off resetkeys resetchannels -@all"]
-    for identity in identities:
-        variable = env_var_name(REDIS_PASSWORD_ENV_PREFIX, identity.user)
-        lines.append(f"user {identity.user} on >${{{variable}}} {acl_rules(keys, identity)}")
     return "\n".join(lines) + "\n"

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import SecretStr
 
-__all__ = ["generate_password", "read_secret", "redact_url", "write_secret"]
+__all__ = ["generate_password", "read_secret", "redact_url", "url_with_user", "write_secret"]
 
 
 def generate_password(nbytes: int = 24) -> str:
@@ -72,4 +72,15 @@ def redact_url(url: str) -> str:
         netloc = f"***@{hostport}"
     else:
         return url
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def url_with_user(url: str, user: str, password: str) -> str:
+    """``url`` authenticating as ``user`` with ``password`` (percent-encoded), in place of
+    any user it named; a comma list of URLs (a NATS cluster) gets the user on each."""
+    if "," in url:
+        return ",".join(url_with_user(one, user, password) for one in url.split(","))
+    parts = urlsplit(url)
+    hostport = parts.netloc.rpartition("@")[2]
+    netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{hostport}"
     return urlunsplit(parts._replace(netloc=netloc))

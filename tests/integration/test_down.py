@@ -126,3 +126,72 @@ def test_down_twice_stops_the_stack_then_says_no_stack_is_running(
     finally:
         service.kill()
         service.wait()
+
+
+async def test_down_sweeps_a_secured_stack_as_its_admin_identity(
+    tmp_path: Path, namespace: str
+) -> None:
+    """Test, on servers started as ``greenserve up --secure`` starts them, that ``down``
+    answers and clears what the ingress stream and Redis hold, connecting as the ``admin``
+    identity whose password files the state names: the state's own URLs carry loadgen
+    and monitor, which may not read the queues, and with them alone the sweep stops on
+    a permission error and answers nothing (what ``down --secure`` did before)."""
+    import dataclasses
+
+    from greenserve.leftovers import as_admin
+    from shared.security.local_servers import start_secure_servers
+
+    subjects, keys = Subjects(namespace), Keys(namespace)
+    secured = start_secure_servers([], namespace, tmp_path)
+    assert secured.admin_files is not None
+    state = StackState(
+        namespace=namespace,
+        nats_url=secured.tool_nats_url,
+        redis_url=secured.tool_redis_url,
+        speedup=1.0,
+        origin_wall_s=time.time(),
+        model="llama-3-8b",
+        workers=0,
+        secure=True,
+        admin_nats_password_file=str(secured.admin_files.nats_password_file),
+        admin_redis_password_file=str(secured.admin_files.redis_password_file),
+    )
+    operator = as_admin(state)
+    assert "admin:" in operator.nats_url
+    assert "admin:" in operator.redis_url
+    client = await connect_nats(NatsSettings(url=operator.nats_url), "test-client")
+    redis = operator.redis_client()
+    try:
+        errors, _ = await error_replies(client, subjects.client_wildcard("c"))
+        js = client.jetstream()
+        await ensure_ingress_stream(js, subjects)
+        await js.publish(subjects.ingress_client("c"), encode(_published(subjects, "r1")))
+        await redis.hset(keys.queued, "c.r2", encode(client_request(subjects, "c", "r2")))
+        placed = Assignment(
+            request=client_request(subjects, "c", "r3"), worker_id="w0", dispatched_at=1.0
+        )
+        await redis.hset(keys.dispatched, "c.r3", encode(placed))
+
+        unprivileged = dataclasses.replace(
+            state, admin_nats_password_file=None, admin_redis_password_file=None
+        )
+        refused = await answer_leftovers(unprivileged)
+        assert "NoPermissionError" in refused.error
+        assert refused.answered == []
+
+        outcome = await answer_leftovers(state)
+
+        assert outcome.error == ""
+        assert sorted(outcome.answered) == ["c.r1", "c.r2", "c.r3"]
+        await until(lambda: len(errors) >= 3, timeout_s=5.0)
+        assert sorted((e.request_id or "", e.code) for e in errors) == [
+            (rid, LEFTOVER_CODE) for rid in ("r1", "r2", "r3")
+        ]
+        assert (await js.stream_info(subjects.ingress_stream)).state.messages == 0
+        assert await redis.hlen(keys.queued) == 0
+        assert await redis.hlen(keys.dispatched) == 0
+    finally:
+        await redis.aclose()
+        await client.close()
+        for server in reversed(secured.servers):
+            server.stop()

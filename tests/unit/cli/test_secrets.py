@@ -91,3 +91,34 @@ def test_beside_it_go_the_bcrypt_hashes_of_the_nats_passwords(tmp_path: Path) ->
     out.unlink()
     assert main(["secrets", "--out", str(out)]) == 1
     assert not out.exists()
+
+
+def test_beside_it_goes_the_redis_acl_file_of_the_redis_passwords(tmp_path: Path) -> None:
+    """Test that the Redis ACL file (0600) has one user per identity with the SHA-256 hash of
+    its credentials-file password, the default user off, holds no password, and that an
+    existing ACL file alone also stops a run without --force."""
+    import hashlib
+
+    from greenserve.secure_env import redis_users_path
+
+    out = tmp_path / "secure.env"
+    assert main(["secrets", "--out", str(out)]) == 0
+    acl_file = redis_users_path(out)
+    assert acl_file.name == "secure.redis-users.acl"
+    assert stat.S_IMODE(acl_file.stat().st_mode) == 0o600
+    text = acl_file.read_text(encoding="utf-8")
+    passwords = _read(out)
+    lines = text.splitlines()
+    assert lines[0].startswith("user default off ")
+    redis = {n: v for n, v in passwords.items() if n.startswith("GS_REDIS_PASSWORD_")}
+    assert len(lines) == 1 + len(redis)
+    for name, password in redis.items():
+        digest = hashlib.sha256(password.encode()).hexdigest()
+        user = name.removeprefix("GS_REDIS_PASSWORD_").lower().replace("_", "-")
+        assert f"user {user} on #{digest} resetkeys " in text, name
+    assert not any(value in text for value in passwords.values())
+    out.unlink()
+    redis_hashes = text
+    assert main(["secrets", "--out", str(out)]) == 1
+    assert not out.exists()
+    assert acl_file.read_text(encoding="utf-8") == redis_hashes

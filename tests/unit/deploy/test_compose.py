@@ -13,7 +13,7 @@ import importlib.util
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -332,6 +332,10 @@ def test_redis_keeps_an_append_only_file_in_both_compose_files() -> None:
 SECURE = REPO / "docker-compose.secure.yml"
 SECURE_DIR = REPO / "docker" / "secure"
 REQUIRED = re.compile(r"\$\{(\w+):\?[^}]*\}")
+REDIS_ACL_MOUNT = "/etc/greenserve/users.acl"
+"""Where the redis service mounts the ACL file greenserve secrets writes beside secure.env."""
+REDIS_ACL_COPY = "/tmp/users.acl"
+"""redis's own copy of it, which --aclfile names."""
 
 
 def _secure() -> dict[str, Any]:
@@ -385,27 +389,26 @@ def test_every_greenserve_service_connects_as_its_own_identity() -> None:
         assert "GREENSERVE_REDIS__PASSWORD" not in env
 
 
-def test_redis_requires_a_password_variable_for_every_identity_and_nats_gets_none() -> None:
-    """Test that redis gets GS_REDIS_PASSWORD_<USER> (required) for each identity, and that
-    nats gets no password at all: it mounts the hashes greenserve secrets writes beside
-    secure.env, as the passwords.conf its nats.conf includes."""
-    services = _secure()["services"]
-    env = services["redis"]["environment"]
-    expected = {f"GS_REDIS_PASSWORD_{u.upper().replace('-', '_')}" for u in _identities()}
-    assert set(env) == expected
-    for variable, value in env.items():
-        assert REQUIRED.findall(value) == [variable], f"{variable} must be required (:?)"
-    nats = services["nats"]
-    assert not nats.get("environment")
-    mounts = {m.split(":")[1]: m.split(":")[0] for m in nats["volumes"] if m.startswith("./")}
-    from greenserve.secure_env import nats_hashes_path
+def test_neither_server_gets_a_password_only_the_files_beside_secure_env() -> None:
+    """Test that nats and redis get no password at all, in their environment or anywhere in
+    their service: each mounts what ``greenserve secrets`` writes beside secure.env (the
+    NATS bcrypt hashes, as the passwords.conf its nats.conf includes; the Redis ACL file)."""
+    from greenserve.secure_env import nats_hashes_path, redis_users_path
     from shared.security.compose import NATS_PASSWORDS_INCLUDE
 
+    services = _secure()["services"]
+    for name in ("nats", "redis"):
+        assert not services[name].get("environment"), name
+        assert "PASSWORD" not in yaml.safe_dump(services[name]), name
+    nats, redis = services["nats"], services["redis"]
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in nats["volumes"] if m.startswith("./")}
     assert mounts[f"/etc/greenserve/{NATS_PASSWORDS_INCLUDE}"] == (
         "./" + nats_hashes_path(Path("secure.env")).name
     )
     config = (SECURE_DIR / "nats.conf").read_text(encoding="utf-8")
     assert f'include "{NATS_PASSWORDS_INCLUDE}"' in config
+    mounts = {m.split(":")[0]: m.split(":")[1] for m in redis["volumes"] if m.startswith("./")}
+    assert mounts == {"./" + redis_users_path(Path("secure.env")).name: REDIS_ACL_MOUNT}
 
 
 def test_nats_server_takes_the_secrets_passwords_against_their_hashes(tmp_path: Path) -> None:
@@ -460,91 +463,170 @@ def test_nats_server_takes_the_secrets_passwords_against_their_hashes(tmp_path: 
         server.stop()
 
 
+def test_redis_server_takes_the_secrets_passwords_against_the_acl_file(tmp_path: Path) -> None:
+    """Test, on a real redis-server loading the ACL file ``greenserve secrets`` writes beside
+    secure.env (0600), that each identity's password from secure.env logs in as that user
+    with exactly its rules, a wrong password is refused, the default user is off, and the
+    file holds no password."""
+    import contextlib
+    import shutil
+    import stat
+
+    from greenserve.secure_env import redis_users_path, write_secure_env
+    from proto.keys import Keys
+    from shared.security.compose import COMPOSE_NAMESPACE
+    from shared.security.redis_acl import acl_rules
+    from shared.servers import start_redis
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    env_file = write_secure_env(tmp_path / "secure.env")
+    passwords = dict(
+        line.split("=", 1)
+        for line in env_file.read_text(encoding="utf-8").splitlines()
+        if line and not line.startswith("#")
+    )
+    acl = redis_users_path(env_file)
+    assert stat.S_IMODE(acl.stat().st_mode) == 0o600
+    text = acl.read_text(encoding="utf-8")
+    for value in passwords.values():
+        assert value not in text
+    # The same users without passwords, each with acl_rules as they stand, on a second
+    # server: Redis's normalised form of each user's rules must be the same on both.
+    keys = Keys(COMPOSE_NAMESPACE)
+    reference = tmp_path / "reference.acl"
+    reference.write_text(
+        "".join(f"user {u} on nopass {acl_rules(keys, i)}\n" for u, i in _identities().items())
+    )
+    stack = contextlib.ExitStack()
+    server = start_redis(tmp_path / "redis", aclfile=acl, aof=False)
+    stack.callback(server.stop)
+    with stack:
+        expected = start_redis(tmp_path / "reference", aclfile=reference, aof=False)
+        stack.callback(expected.stop)
+        _check_the_acl_users(server.port, expected.port, passwords)
+
+
+def _check_the_acl_users(port: int, reference_port: int, passwords: dict[str, str]) -> None:
+    """The checks of the test above on its two servers: ``port`` loaded greenserve secrets'
+    file, ``reference_port`` the passwordless reference."""
+    import redis as redis_py
+
+    from proto.keys import Keys
+    from shared.security.compose import COMPOSE_NAMESPACE
+
+    keys = Keys(COMPOSE_NAMESPACE)
+
+    def client(
+        user: str | None = None, password: str | None = None, port: int = port
+    ) -> redis_py.Redis:
+        return redis_py.Redis(port=port, username=user, password=password, decode_responses=True)
+
+    def variable(user: str) -> str:
+        return f"GS_REDIS_PASSWORD_{user.upper().replace('-', '_')}"
+
+    def users(admin: redis_py.Redis) -> dict[str, list[str]]:
+        """User → its ACL LIST words after ``user <name> on|off``."""
+        lines = cast("list[str]", admin.acl_list())
+        return {line.split()[1]: line.split()[2:] for line in lines}
+
+    admin = client("admin", passwords[variable("admin")])
+    loaded = users(admin)
+    wanted = users(client("admin", "any", port=reference_port))
+    for user in _identities():
+        with client(user, passwords[variable(user)]) as own:
+            assert own.ping()  # AUTH as that user went through
+        assert loaded[user][0] == "on", user
+        assert loaded[user][1].startswith("#"), user
+        assert wanted[user][:2] == ["on", "nopass"], user
+        # Sorted: Redis lists commands in its command table's order, which is per process.
+        assert sorted(loaded[user][2:]) == sorted(wanted[user][2:]), user
+    scheduler = client("scheduler", passwords[variable("scheduler")])
+    scheduler.hset(keys.queued, "r1", "x")
+    with pytest.raises(redis_py.exceptions.NoPermissionError):
+        scheduler.set(keys.plan, "x")  # read only for the scheduler
+    with pytest.raises(redis_py.exceptions.AuthenticationError):
+        client("scheduler", passwords[variable("router")]).ping()
+    with pytest.raises(redis_py.exceptions.AuthenticationError):
+        client().ping()  # the default user is off
+    assert loaded["default"][0] == "off"
+
+
 def test_the_servers_load_the_mounted_files() -> None:
-    """Test that nats runs -c on the mounted nats.conf and redis on the rendered ACL file."""
+    """Test that nats runs -c on the mounted nats.conf and redis runs redis-server itself
+    (so the image drops to its uid 999) with --aclfile on redis's copy of the mounted file."""
     services = _secure()["services"]
     nats, redis = services["nats"], services["redis"]
     mounts = {m.split(":")[1]: m.split(":")[0] for m in nats["volumes"] if m.startswith("./")}
     config = nats["command"][nats["command"].index("-c") + 1]
     assert (COMPOSE.parent / mounts[config]).resolve() == SECURE_DIR / "nats.conf"
     assert "-js" in nats["command"]
-    mounts = {m.split(":")[1]: m.split(":")[0] for m in redis["volumes"] if m.startswith("./")}
-    script = redis["command"][-1]
-    template = next(path for path in mounts if path in script)
-    assert (COMPOSE.parent / mounts[template]).resolve() == SECURE_DIR / "redis-users.acl.in"
-    assert "--aclfile /tmp/users.acl" in script
-    assert "--user monitor" in " ".join(redis["healthcheck"]["test"])
+    command = redis["command"]
+    assert command[0] == "redis-server"
+    assert command[command.index("--aclfile") + 1] == REDIS_ACL_COPY
 
 
-def test_the_redis_renderer_fills_every_password(tmp_path: Path) -> None:
-    """Test that the container's awk renderer turns the template into an ACL without holes."""
+def test_the_redis_entrypoint_copies_the_acl_file_and_starts_the_images_entrypoint(
+    tmp_path: Path,
+) -> None:
+    """Test the redis service's entrypoint script, run by sh with stand-ins for ``install``
+    and the image's ``docker-entrypoint.sh``: it copies the mounted ACL file (0600, the
+    host user's) to where --aclfile reads it, owned by redis, then hands the command over
+    unchanged, so the image's entrypoint sees redis-server first and drops to uid 999."""
     import shutil
     import subprocess
 
-    if shutil.which("awk") is None:
-        pytest.skip("no awk on this machine")
-    script = _secure()["services"]["redis"]["command"][-1].replace("$$", "$")
-    program = script.split("awk '", 1)[1].split("' ", 1)[0]
-    env = {f"GS_REDIS_PASSWORD_{u.upper().replace('-', '_')}": f"pw-{u}" for u in _identities()}
-    rendered = subprocess.run(
-        ["awk", program, str(SECURE_DIR / "redis-users.acl.in")],
-        env={"PATH": os.environ["PATH"], **env},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "${" not in rendered
-    for user in _identities():
-        assert f"user {user} on >pw-{user} " in rendered
+    if shutil.which("sh") is None:
+        pytest.skip("no sh on this machine")
+    redis = _secure()["services"]["redis"]
+    entrypoint = [arg.replace("$$", "$") for arg in redis["entrypoint"]]
+    assert entrypoint[:2] == ["sh", "-c"]
+    log = tmp_path / "calls"
+    for stub in ("install", "docker-entrypoint.sh"):
+        (tmp_path / stub).write_text(f'#!/bin/sh\necho "{stub} $*" >> {log}\n')
+        (tmp_path / stub).chmod(0o755)
+    env = {"PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    subprocess.run([*entrypoint, *redis["command"]], env=env, check=True)
+    install, handover = log.read_text(encoding="utf-8").splitlines()
+    assert install.split()[1:] == [
+        "-m", "0400", "-o", "redis", "-g", "redis", REDIS_ACL_MOUNT, REDIS_ACL_COPY,
+    ]  # fmt: skip
+    assert handover.split() == ["docker-entrypoint.sh", *redis["command"]]
 
 
-def test_the_redis_healthcheck_keeps_the_password_off_the_command_line(tmp_path: Path) -> None:
-    """Test that the healthcheck passes the monitor's password through ``REDISCLI_AUTH``.
-
-    ``redis-cli --pass "$GS_REDIS_PASSWORD_MONITOR"`` put the expanded password in
-    redis-cli's argv every few seconds, where ``ps`` on the Docker host shows it to any
-    user. The command is also run against a local redis-server when one is installed.
-    """
+def test_the_redis_healthcheck_needs_no_password(tmp_path: Path) -> None:
+    """Test, on a local redis-server, that the unauthenticated healthcheck passes on a
+    server whose ACL file switches the default user off and fails on one left open (or
+    on none): the container holds no password to check with."""
     import shutil
-    import socket
     import subprocess
-    import time
+
+    from shared.servers import start_redis
 
     test = _secure()["services"]["redis"]["healthcheck"]["test"]
     assert test[0] == "CMD-SHELL"
     command = test[1].replace("$$", "$")
-    cli = command[command.index("redis-cli") :]
-    assert "--pass" not in cli, cli
-    assert " -a " not in cli, cli
-    assert "REDISCLI_AUTH=" in command
-    server = shutil.which("redis-server")
-    if server is None or shutil.which("redis-cli") is None:
+    for credential in ("REDISCLI_AUTH", "--pass", "--user", " -a ", "PASSWORD"):
+        assert credential not in command, credential
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
         pytest.skip("no redis-server/redis-cli on this machine")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+
+    def healthy(port: int) -> bool:
+        local = command.replace("redis-cli", f"redis-cli -p {port}", 1)
+        env = {"PATH": os.environ["PATH"]}
+        return subprocess.run(["sh", "-c", local], env=env, check=False).returncode == 0
+
     acl = tmp_path / "users.acl"
-    acl.write_text("user default off\nuser monitor on >pw-monitor resetkeys -@all +ping +hello\n")
-    proc = subprocess.Popen(
-        [server, "--port", str(port), "--aclfile", str(acl), "--save", ""],
-        stdout=subprocess.DEVNULL,
-        cwd=tmp_path,
-    )
+    acl.write_text("user default off\nuser monitor on >pw resetkeys -@all +ping\n")
+    closed = start_redis(tmp_path / "closed", aclfile=acl, aof=False)
+    opened = start_redis(tmp_path / "open", aof=False)
     try:
-
-        def healthy(password: str) -> bool:
-            env = {"PATH": os.environ["PATH"], "GS_REDIS_PASSWORD_MONITOR": password}
-            local = command.replace("redis-cli", f"redis-cli -p {port}", 1)
-            return subprocess.run(["sh", "-c", local], env=env, check=False).returncode == 0
-
-        deadline = time.monotonic() + 5.0
-        while not healthy("pw-monitor") and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert healthy("pw-monitor")
-        assert not healthy("wrong")
+        assert healthy(closed.port)
+        assert not healthy(opened.port)
     finally:
-        proc.terminate()
-        proc.wait(5)
+        closed.stop()
+        opened.stop()
+    assert not healthy(closed.port)
 
 
 # --- the compose-spec schema, the image, the operator's view ------------------------------
@@ -741,12 +823,14 @@ def test_greenserve_secrets_generates_every_variable_the_secure_file_requires() 
     names = secure_env_names()
     assert len(names) == len(set(names))
     assert required <= set(names)
-    # Beyond those: the NATS passwords of the host's tool identities, which no container
-    # reads (nats-server gets their hashes, from the file beside secure.env).
+    # Beyond those: the passwords of the host's tool identities, which no container reads
+    # (the servers get their hashes, from the files beside secure.env).
     services = set(_secure()["services"])
     tools = {u for u in _identities() if u not in services}
     assert tools == {"loadgen", "monitor", "admin"}
-    assert set(names) - required == {f"GS_NATS_PASSWORD_{u.upper()}" for u in tools}
+    assert set(names) - required == {
+        f"GS_{kind}_PASSWORD_{u.upper()}" for u in tools for kind in ("NATS", "REDIS")
+    }
 
 
 RESTART_POLICIES = {"unless-stopped", "always", "on-failure"}

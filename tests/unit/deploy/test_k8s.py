@@ -35,6 +35,8 @@ K8S_VERSION = "1.33.0"
 OVERLAY = "overlays/nvml-clocks"
 INFRA = {"nats", "redis", "jaeger"}
 TOOLS = {"loadgen", "monitor", "admin"}
+REDIS_ACL_FILE = "/etc/greenserve/users.acl"
+"""Where the redis pod reads the ACL file of the greenserve-redis-users Secret."""
 INTERPOLATION = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
 Obj = dict[str, Any]
 
@@ -64,7 +66,9 @@ def _resolve(value: str) -> str:
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """deploy/k8s copied aside with a fresh credentials file (as an operator makes one)."""
     root = tmp_path_factory.mktemp("k8s") / "k8s"
-    shutil.copytree(K8S, root, ignore=shutil.ignore_patterns("secure.env"))
+    shutil.copytree(
+        K8S, root, ignore=shutil.ignore_patterns("secure.env", "secure.*.conf", "secure.*.acl")
+    )
     write_secure_env(root / "base" / "secure.env")
     return root
 
@@ -210,8 +214,14 @@ def test_the_servers_run_the_compose_images_and_commands(base: list[Obj]) -> Non
         published = {p.split(":")[1] for p in COMPOSE[name]["ports"]}
         assert published <= listening, name
     assert _main(workloads["nats"])["args"] == SECURE["nats"]["command"]
-    script = SECURE["redis"]["command"][-1].replace("$$", "$")
-    assert _main(workloads["redis"])["command"] == ["sh", "-c", script]
+    # Redis: the compose command, redis-server itself, but on the ACL file as mounted here
+    # (the pod runs as uid 999 and reads it directly; compose reads redis's copy of it).
+    command = list(_main(workloads["redis"])["command"])
+    acl = command.index("--aclfile") + 1
+    assert command[acl] == REDIS_ACL_FILE
+    assert command[:acl] + command[acl + 1 :] == [
+        arg for i, arg in enumerate(SECURE["redis"]["command"]) if i != acl
+    ]
     jaeger = {e["name"]: e["value"] for e in _main(workloads["jaeger"])["env"]}
     assert jaeger == COMPOSE["jaeger"]["environment"]
 
@@ -347,23 +357,30 @@ def test_each_service_mounts_only_its_own_two_passwords(base: list[Obj], name: s
     assert not any(item.get("valueFrom") for item in container.get("env", []))
 
 
-def test_redis_gets_every_password_and_nats_only_their_hashes(base: list[Obj]) -> None:
-    """Test Redis gets each GS_REDIS_PASSWORD_<USER> from a key the credentials Secret has,
-    and NATS no password at all: its nats.conf and the passwords.conf of bcrypt hashes it
-    includes share one folder, from the ConfigMap and the hashes Secret, the latter built
-    from the file greenserve secrets writes beside secure.env."""
+def test_neither_server_gets_a_password_only_their_hashes(tree: Path, base: list[Obj]) -> None:
+    """Test NATS and Redis get no password at all, in their environment or anywhere in their
+    manifests: NATS's nats.conf and the passwords.conf of bcrypt hashes it includes share one
+    folder, from the ConfigMap and the hashes Secret; Redis's ACL file, from the Secret built
+    from the file greenserve secrets writes beside secure.env, holds one SHA-256 hash per
+    identity of its secure.env password, and the rules of shared.security.redis_acl."""
+    import hashlib
+
+    from greenserve.secure_env import redis_users_text
+
     secrets = _by(base, "Secret")
-    credentials = secrets["greenserve-credentials"]
     workloads = _workloads(base)
-    env = {e["name"]: e for e in _main(workloads["redis"])["env"]}
-    expected = {f"GS_REDIS_PASSWORD_{u.upper().replace('-', '_')}" for u in _identities()}
-    assert expected <= set(env)
-    for variable in expected:
-        ref = env[variable]["valueFrom"]["secretKeyRef"]
-        assert ref == {"name": "greenserve-credentials", "key": variable}
-        assert variable in credentials["data"]
+    passwords = {
+        key: base64.b64decode(value).decode()
+        for key, value in secrets["greenserve-credentials"]["data"].items()
+    }
+    for name in ("nats", "redis"):
+        container = _main(workloads[name])
+        assert not container.get("env"), name
+        manifests = yaml.safe_dump([o for o in base if o["metadata"]["name"] == name])
+        assert "PASSWORD" not in manifests, name
+        assert "greenserve-credentials" not in manifests, name
+        assert not any(value in manifests for value in passwords.values()), name
     nats = _main(workloads["nats"])
-    assert not any("PASSWORD" in e["name"] or "SECRET" in e["name"] for e in nats.get("env", []))
     [mount] = [m for m in nats["volumeMounts"] if m["mountPath"] == "/etc/greenserve"]
     [volume] = [v for v in workloads["nats"]["spec"]["template"]["spec"]["volumes"]
                 if v["name"] == mount["name"]]  # fmt: skip
@@ -382,6 +399,29 @@ def test_redis_gets_every_password_and_nats_only_their_hashes(base: list[Obj]) -
     hashes = base64.b64decode(secrets["greenserve-nats-passwords"]["data"]["passwords.conf"])
     names = {line.split(":")[0] for line in hashes.decode().splitlines() if line[:1] != "#"}
     assert names == {f"GS_NATS_PASSWORD_{u.upper().replace('-', '_')}" for u in _identities()}
+
+    redis = _main(workloads["redis"])
+    [mount] = [m for m in redis["volumeMounts"] if m["mountPath"] == "/etc/greenserve"]
+    assert mount["readOnly"] is True
+    [volume] = [v for v in _pod(workloads["redis"])["volumes"] if v["name"] == mount["name"]]
+    source = volume["secret"]
+    assert source["secretName"] == "greenserve-redis-users"
+    assert source["items"] == [{"key": "users.acl", "path": "users.acl"}]
+    assert f"{mount['mountPath']}/users.acl" == REDIS_ACL_FILE
+    # Readable by redis's uid 999 only through the pod's fsGroup, by nobody else.
+    assert source["defaultMode"] == 0o440
+    assert _pod(workloads["redis"])["securityContext"]["fsGroup"] == 999
+    acl = base64.b64decode(secrets["greenserve-redis-users"]["data"]["users.acl"]).decode()
+    assert acl == (tree / "base" / "secure.redis-users.acl").read_text(encoding="utf-8")
+    assert acl == redis_users_text(passwords)
+    for user in _identities():
+        digest = hashlib.sha256(passwords[_variable("REDIS", user)].encode()).hexdigest()
+        assert f"user {user} on #{digest} " in acl
+    assert not any(value in acl for value in passwords.values())
+
+
+def _variable(kind: str, user: str) -> str:
+    return f"GS_{kind}_PASSWORD_{user.upper().replace('-', '_')}"
 
 
 def _selects(selector: Obj, labels: dict[str, str]) -> bool:

@@ -9,7 +9,7 @@ import pytest
 
 from proto.keys import Keys
 from shared.security.identities import ROLES, Identity
-from shared.security.redis_acl import acl_rules, redis_acl_file, redis_acl_template
+from shared.security.redis_acl import acl_rules, redis_acl_file
 
 K = Keys("gs")
 SCOPES = {"worker": "w1", "dvfs": "n1", "client": "c1"}
@@ -126,12 +126,6 @@ def test_the_acl_file_refuses_bad_users_and_passwords() -> None:
         redis_acl_file(K, [(Identity("default", "router"), "x")])
     with pytest.raises(ValueError, match="spaces"):
         redis_acl_file(K, [(a, "has space")])
-
-
-def test_the_template_names_one_variable_per_user() -> None:
-    """Test that the compose template has a >${GS_REDIS_PASSWORD_<USER>} per user."""
-    text = redis_acl_template(K, [Identity("worker-0", "worker", "worker-0")])
-    assert "user worker-0 on >${GS_REDIS_PASSWORD_WORKER_0} resetkeys ~gs:worker:worker-0" in text
 
 
 def test_the_request_path_user_is_the_union_of_its_three_parts() -> None:

@@ -17,7 +17,13 @@ from shared.security.credentials import (
     write_credentials,
 )
 from shared.security.identities import Identity
-from shared.security.secrets import generate_password, read_secret, redact_url, write_secret
+from shared.security.secrets import (
+    generate_password,
+    read_secret,
+    redact_url,
+    url_with_user,
+    write_secret,
+)
 
 SECRET = "hunter2-very-secret"
 
@@ -126,3 +132,15 @@ def test_credentials_become_files_env_and_settings_without_secrets(tmp_path: Pat
     assert env["GS_NATS_PASSWORD_WORKER_0"] == f'"{creds[0].nats_password}"'
     with pytest.raises(ValueError, match="duplicate"):
         issue_credentials([worker, worker])
+
+
+def test_url_with_user_replaces_the_user_on_every_url_of_a_list() -> None:
+    """Test that the given user replaces the one a URL named (or is added), the password
+    percent-encoded, path kept, and that a NATS cluster's comma list gets it on each URL."""
+    assert url_with_user("redis://monitor:pw@127.0.0.1:6379/0", "admin", "a/b") == (
+        "redis://admin:a%2Fb@127.0.0.1:6379/0"
+    )
+    assert url_with_user("nats://127.0.0.1:4222", "admin", "x") == "nats://admin:x@127.0.0.1:4222"
+    assert url_with_user("nats://u:p@h1:1,nats://u:p@h2:2", "admin", "x") == (
+        "nats://admin:x@h1:1,nats://admin:x@h2:2"
+    )
