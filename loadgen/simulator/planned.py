@@ -37,6 +37,14 @@ class groups (a pool serves the long-input classes or the others, DynamoLLM's po
 request type); ``slo_feedback`` re-plans when a pool's observed misses are significantly
 above the goal, de-rating that pool (:mod:`loadgen.simulator.feedback`); ``plan_alpha``
 measures α from the forecast's past errors.
+
+The planner reads the cluster through a :class:`~loadgen.simulator.cluster_view.PlannerView`
+and acts on it through :class:`~loadgen.simulator.cluster_view.FleetActions`. This module
+builds its state and runs the epoch; its bases hold the rest: profile rows
+(:mod:`~loadgen.simulator.plan_profiles`), carbon intensity
+(:mod:`~loadgen.simulator.plan_intensity`), demand and re-plan triggers
+(:mod:`~loadgen.simulator.plan_demand`), and putting a plan in force
+(:mod:`~loadgen.simulator.plan_switch`).
 """
 
 from __future__ import annotations
@@ -164,7 +172,6 @@ class EpochPlanner(PlanProfiles, PlanIntensity, PlanDemand, PlanSwitch):
             )
         )
         """Per pool: capacity share learned from observed misses, and clock boosts."""
-        """Per pool: capacity share learned from observed misses (1: as profiled)."""
         self.capacity: dict[str, float] = {}
         """Per pool: the QPS the current plan's slices give it (Σ over classes)."""
         # The energy objective sees λ = 1 (FREESH MinEnergy), unless its tie-break may trade
