@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--reference-trace", default=None)
     args = parser.parse_args()
 
-    from loadgen.simulator import planned
+    from loadgen.simulator import plan_profiles, planned
     from loadgen.simulator.compare import SimRunner
     from loadgen.simulator.policies import policy_by_name
     from loadgen.simulator.scenario import load_scenario
@@ -61,10 +61,11 @@ def main() -> None:
         def mix(scheme: str) -> tuple[mixed_profiles.MixRequest, ...]:
             return mixed_profiles.trace_mix(scheme_by_name(scheme), trace_file)
 
-        # Both modules hold their own reference to the functions: replace both.
+        # Each module holds its own reference to the functions: replace them all.
         setattr(live_profiles, "reference_lengths", lengths)  # noqa: B010
         setattr(planned, "reference_lengths", lengths)  # noqa: B010
-        setattr(planned, "_trace_mix", mix)  # noqa: B010
+        setattr(plan_profiles, "reference_lengths", lengths)  # noqa: B010
+        setattr(plan_profiles, "_trace_mix", mix)  # noqa: B010
     start, end = (0.0, 3600.0)
     if args.window:
         start, end = (float(v) for v in args.window.split(":"))

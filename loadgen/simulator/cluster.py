@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from loadgen.simulator.carbon import CarbonClock
+from loadgen.simulator.cluster_view import ClusterActions, FleetActions
 from loadgen.simulator.control import ControlLoops
 from loadgen.simulator.instance import RequestState, SimInstance
 from loadgen.simulator.nodes import NodeFleet
@@ -130,7 +131,29 @@ class ClusterSimulator:
         self.now_s = 0.0
         self._heap: list[tuple[float, int, int, object]] = []
         self._seq = itertools.count()
-        self.control = ControlLoops(self)
+        actions = ClusterActions(
+            schedule_tick=self.schedule_tick,
+            start_instance=self.start_instance,
+            retire=self.retire,
+            dispatch=self.dispatch,
+            update_routes=self.update_routes,
+            resteer_orphans=self.resteer_orphans,
+        )
+        self.control = ControlLoops(self, actions, self._fleet_planner)
+
+    def _fleet_planner(self, actions: FleetActions) -> Any:
+        """The policy's fleet planner: the epoch planner, DynamoLLM's ScaleShard pool manager
+        (in the epoch planner's place), or None."""
+        if self.policy.scaling == "planned":
+            from loadgen.simulator.planned import EpochPlanner
+            from services.planner.problem import Objective
+
+            return EpochPlanner(self, actions, Objective(self.policy.objective))
+        if self.policy.scaling == "shard":
+            from loadgen.simulator.scaleshard import ShardManager
+
+            return ShardManager(self)
+        return None
 
     # -- events -------------------------------------------------------------------------
     def schedule(self, t_s: float, kind: int, payload: object) -> None:

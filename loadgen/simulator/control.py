@@ -6,16 +6,22 @@ charges ``clock_change_s`` of stall on a change; the scale tick resizes the flee
 policies) and orders regions by forecast carbon; the sample tick reads every engine's energy
 counter, adds the bare idle power of the unused GPUs of every powered node
 (:mod:`loadgen.simulator.nodes`), prices it with the region's hourly intensity, and records
-the report's time series. Energy, GPU- and node-time before ``sim.measure_from_s`` (a warm-up)
+the report's time series. Energy, GPU- and node-time before ``measure_from_s`` (a warm-up)
 are left out of the totals, not out of the series.
+
+What the loops read of the cluster and what they do to it are
+:class:`~loadgen.simulator.cluster_view.ControlView` and
+:class:`~loadgen.simulator.cluster_view.ClusterActions`, given at construction.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from loadgen.simulator.cluster_view import ClusterActions, ControlView, FleetActions
 from loadgen.simulator.instance import RequestState, SimInstance
 from loadgen.simulator.nodes import NodeFullError, drain_order
 from loadgen.simulator.policies import instances_needed, miad_available
@@ -27,9 +33,6 @@ from services.dvfs.slo_miad import (
 )
 from shared.metrics.energy import JOULES_PER_KWH
 from shared.metrics.latency import SLO_WINDOW_FACTOR
-
-if TYPE_CHECKING:
-    from loadgen.simulator.cluster import ClusterSimulator
 
 __all__ = ["ControlLoops", "Series"]
 
@@ -52,18 +55,33 @@ class Series:
 class ControlLoops:
     """The ticks of one simulation, and the energy/CO2 accounting they drive."""
 
-    def __init__(self, sim: ClusterSimulator) -> None:
-        """Bind to a simulator; :meth:`start` brings the initial fleet up."""
-        self.sim = sim
-        control = sim.scenario.control
-        self.use_miad = sim.policy.clock == "miad" and miad_available()
-        self.use_profile = sim.policy.clock == "profile"
+    def __init__(
+        self,
+        view: ControlView,
+        actions: ClusterActions,
+        fleet_planner: Callable[[FleetActions], Any],
+    ) -> None:
+        """Bind to a simulator's view and actions; :meth:`start` brings the initial fleet up.
+
+        Args:
+            view: what the loops read of the cluster.
+            actions: what they do to it.
+            fleet_planner: builds the policy's fleet planner (the epoch planner, ScaleShard's
+                pool manager, or None) from the actions the loops give it.
+        """
+        self.view = view
+        self.actions = actions
+        control = view.scenario.control
+        self.use_miad = view.policy.clock == "miad" and miad_available()
+        self.use_profile = view.policy.clock == "profile"
         self.clock_note = (
             "miad"
             if self.use_miad
             else "profile"
             if self.use_profile
-            else ("max (services.dvfs MIAD not available)" if sim.policy.clock == "miad" else "max")
+            else (
+                "max (services.dvfs MIAD not available)" if view.policy.clock == "miad" else "max"
+            )
         )
         # DynamoLLM's instance manager decides every 5 s, MIAD every dvfs period.
         self.clock_period_s = control.dvfs_period_s
@@ -93,30 +111,31 @@ class ControlLoops:
         self._last_sample_s = 0.0
         self._peak_load = 0
         self.scale_events = 0
-        self.share = sim.policy.scaler.target_share
+        self.share = view.policy.scaler.target_share
         self._window_done = 0
         self._window_missed = 0
         self._cut_this_period = False
         self.clock_changes = 0
         self.end_s = 0.0
-        self.planner: Any = None
-        if sim.policy.scaling == "planned":
-            from loadgen.simulator.planned import EpochPlanner
-            from services.planner.problem import Objective
-
-            self.planner = EpochPlanner(sim, Objective(sim.policy.objective))
-        elif sim.policy.scaling == "shard":  # DynamoLLM ScaleShard takes the planner's place
-            from loadgen.simulator.scaleshard import ShardManager
-
-            self.planner = ShardManager(sim)
+        self.planner: Any = fleet_planner(
+            FleetActions(
+                schedule_tick=actions.schedule_tick,
+                start_instance=self.new_instance,
+                update_routes=actions.update_routes,
+                resteer_orphans=actions.resteer_orphans,
+                count_scale_event=self._count_scale_event,
+            )
+        )
+        """The epoch planner, ScaleShard's pool manager, or None (its ``tick``, ``observe``,
+        ``plan`` and ``clock_caps`` are what the loops and the router use)."""
 
     # -- set-up ---------------------------------------------------------------------------
     def start(self) -> None:
         """Start every instance warm (sized for peak), then let reactive policies trim."""
-        sim = self.sim
-        modes = sim.policy.plan_tps
-        shared = bool(modes) or sim.policy.plan_group_pools
-        for pool in sim.pools:
+        view = self.view
+        modes = view.policy.plan_tps
+        shared = bool(modes) or view.policy.plan_group_pools
+        for pool in view.pools:
             if modes and pool.config.tp != max(modes):
                 continue  # TP modes share GPUs: the bootstrap fleet is the largest mode's
             for _ in range(pool.max_instances):
@@ -126,32 +145,35 @@ class ControlLoops:
                     if not shared:
                         raise
                     break  # group pools share GPUs: the bootstrap fills them in pool order
-        sim.update_routes(0.0)
-        control = sim.scenario.control
-        sim.schedule_tick(control.sample_period_s, self._sample_tick)
+        self.actions.update_routes(0.0)
+        control = view.scenario.control
+        self.actions.schedule_tick(control.sample_period_s, self._sample_tick)
         if self.use_miad or self.use_profile:
-            sim.schedule_tick(self.clock_period_s, self._dvfs_tick)
-        if sim.policy.scaling == "reactive":
-            sim.schedule_tick(control.scale_period_s, self._scale_tick)
-        if sim.policy.router_view == "stats":
+            self.actions.schedule_tick(self.clock_period_s, self._dvfs_tick)
+        if view.policy.scaling == "reactive":
+            self.actions.schedule_tick(control.scale_period_s, self._scale_tick)
+        if view.policy.router_view == "stats":
             # The heartbeat's phase against the trace is whatever the workers' start-up made it.
-            sim.schedule_tick(
+            self.actions.schedule_tick(
                 control.stats_phase_s % control.stats_period_s or control.stats_period_s,
                 self._stats_tick,
             )
         if self.planner is not None:
-            sim.schedule_tick(0.0, self._plan_tick)
+            self.actions.schedule_tick(0.0, self._plan_tick)
 
     def _plan_tick(self, t_s: float) -> bool:
-        self.sim.schedule_tick(self.planner.tick(t_s), self._plan_tick)
+        self.actions.schedule_tick(self.planner.tick(t_s), self._plan_tick)
         return False
+
+    def _count_scale_event(self) -> None:
+        self.scale_events += 1
 
     def new_instance(self, pool: Any, t_s: float) -> SimInstance | None:
         """Start a cold instance (start delay) with the policy's clock controller."""
         return self._new(pool, t_s, warm=False)
 
     def _new(self, pool: Any, t_s: float, *, warm: bool) -> SimInstance | None:
-        instance = self.sim.start_instance(pool, t_s, warm=warm)
+        instance = self.actions.start_instance(pool, t_s, warm=warm)
         if instance is not None and self.use_profile:
             instance.controller = self._profile_policy(instance.engine.config)
         if instance is not None and self.use_miad:
@@ -159,11 +181,11 @@ class ControlLoops:
 
             instance.controller = MiadController(
                 slo_miad_config(
-                    self.sim.slos,
-                    guard=self.sim.policy.miad_guard,
+                    self.view.slos,
+                    guard=self.view.policy.miad_guard,
                     floor_mhz=self._floor(instance.engine.config),
-                    period_s=self.sim.scenario.control.dvfs_period_s,
-                    queue_triggers=self.sim.policy.miad_queue_triggers,
+                    period_s=self.view.scenario.control.dvfs_period_s,
+                    queue_triggers=self.view.policy.miad_queue_triggers,
                 )
             )
         return instance
@@ -180,16 +202,16 @@ class ControlLoops:
         from services.dvfs.profile_build import profile_of_lengths
         from services.dvfs.profile_live import live_profile_policy
 
-        sim = self.sim
+        view = self.view
         table = self._profiles.get(config)
         if table is None:
-            prompts = [t.prompt_tokens for t in sim.trace]
-            outputs = [t.output_tokens for t in sim.trace]
+            prompts = [t.prompt_tokens for t in view.trace]
+            outputs = [t.output_tokens for t in view.trace]
             table = self._profiles[config] = profile_of_lengths(
                 config, prompts, outputs, partition="cluster", name="trace"
             )
-        served = frozenset(sim.slos)
-        return live_profile_policy(table, sim.slos, served, period_s=self.clock_period_s)
+        served = frozenset(view.slos)
+        return live_profile_policy(table, view.slos, served, period_s=self.clock_period_s)
 
     def _served_floor(self, pool_id: str, config: Any) -> float:
         """The SLO floor of the long prompts a pool is sent (0 when none applies).
@@ -200,30 +222,34 @@ class ControlLoops:
         ``plan_observed_sizes``): the observed p99 prompt of that bucket stands for it.
         """
         planner = self.planner
-        sim = self.sim
+        view = self.view
         observed = getattr(planner, "observed", None)
-        if observed is None or not sim.policy.miad_slo_floor:
+        if observed is None or not view.policy.miad_slo_floor:
             return 0.0
-        pool = sim.pool_by_id.get(pool_id)
+        pool = view.pool_by_id.get(pool_id)
         if pool is None or pool.class_group == "short":
             return 0.0
         p99 = observed.open_bucket_p99()
         if p99 is None:
             return 0.0
         return slo_clock_floor_mhz(
-            config, sim.scheme, sim.slos, sim.policy.miad_guard, open_prompt=p99
+            config, view.scheme, view.slos, view.policy.miad_guard, open_prompt=p99
         )
 
     def _floor(self, config: Any) -> float:
         """MIAD's f_min: FREESH's 300 MHz, or the SLO floor when the policy asks for it."""
-        sim = self.sim
+        view = self.view
         return miad_floor_mhz(
-            config, sim.scheme, sim.slos, sim.policy.miad_guard, slo_floor=sim.policy.miad_slo_floor
+            config,
+            view.scheme,
+            view.slos,
+            view.policy.miad_guard,
+            slo_floor=view.policy.miad_slo_floor,
         )
 
     def on_finish(self, state: RequestState) -> None:
         """Count whether a finished request met its class SLO (the scaler's feedback)."""
-        slo = self.sim.slos.get(state.request_class)
+        slo = self.view.slos.get(state.request_class)
         self._window_done += 1
         if self.planner is not None:
             self.planner.observe(state)
@@ -237,33 +263,35 @@ class ControlLoops:
 
     def on_arrival(self, t_s: float) -> None:
         """Track the peak load the scaler sizes for."""
-        if self.sim.outstanding > self._peak_load:
-            self._peak_load = self.sim.outstanding
+        if self.view.outstanding > self._peak_load:
+            self._peak_load = self.view.outstanding
 
     # -- ticks --------------------------------------------------------------------------
     def _all_instances(self) -> list[SimInstance]:
-        return [i for p in self.sim.pools for i in p.instances]
+        return [i for p in self.view.pools for i in p.instances]
 
     def _sample_tick(self, t_s: float) -> bool:
-        sim = self.sim
+        view = self.view
         self._account(t_s)
-        for pool in sim.pools:
-            sim.dispatch(pool, t_s)
+        for pool in view.pools:
+            self.actions.dispatch(pool, t_s)
         self._retire_drained(t_s)
-        if sim.policy.scaling == "reactive":
+        if view.policy.scaling == "reactive":
             self._scale_out_if_congested(t_s)
-        if sim.progress is not None and sim.trace:
-            sim.progress(min(1.0, t_s / max(sim.trace[-1].t_s, 1e-9)))
-        done = sim.outstanding == 0 and len(sim.states) == len(sim.trace)
+        if view.progress is not None and view.trace:
+            view.progress(min(1.0, t_s / max(view.trace[-1].t_s, 1e-9)))
+        done = view.outstanding == 0 and len(view.states) == len(view.trace)
         if done:
             self.end_s = t_s
             self._finish(t_s)
         else:
-            sim.schedule_tick(t_s + sim.scenario.control.sample_period_s, self._sample_tick)
+            self.actions.schedule_tick(
+                t_s + view.scenario.control.sample_period_s, self._sample_tick
+            )
         return done
 
     def _account(self, t_s: float) -> None:
-        sim = self.sim
+        view = self.view
         dt = max(t_s - self._last_sample_s, 1e-9)
         power = 0.0
         co2 = 0.0
@@ -278,10 +306,10 @@ class ControlLoops:
             by_region[instance.region] += delta / dt
             clock_sum += instance.engine.clock_mhz * instance.gpus
             gpus += instance.gpus
-        powered = sim.nodes.powered_count()
+        powered = view.nodes.powered_count()
         self.max_gpus = max(self.max_gpus, gpus)
         self.max_instances = max(self.max_instances, len(self._all_instances()))
-        bare, node_s = sim.nodes.account(self._last_sample_s, t_s)
+        bare, node_s = view.nodes.account(self._last_sample_s, t_s)
         counted = self._counted_share(t_s, dt)
         for region, joules in bare.items():
             co2 += self._charge(region, joules, t_s, dt)
@@ -297,9 +325,9 @@ class ControlLoops:
         s.active_gpus.append(gpus)
         s.powered_nodes.append(powered)
         s.co2_g_per_s.append(co2 / dt)
-        s.queued.append(sum(len(p.queue) for p in sim.pools))
-        s.outstanding.append(sim.outstanding)
-        for region in {r.name for r in sim.scenario.regions}:
+        s.queued.append(sum(len(p.queue) for p in view.pools))
+        s.outstanding.append(view.outstanding)
+        for region in {r.name for r in view.scenario.regions}:
             s.power_w_by_region.setdefault(region, []).append(by_region.get(region, 0.0))
         self._last_sample_s = t_s
 
@@ -312,7 +340,7 @@ class ControlLoops:
 
     def _counted_share(self, t_s: float, dt: float) -> float:
         """Share of ``(t_s - dt, t_s]`` inside the measured window (after the warm-up)."""
-        start = self.sim.measure_from_s
+        start = self.view.measure_from_s
         if t_s <= start:
             return 0.0
         if dt <= 0.0 or t_s - dt >= start:
@@ -325,7 +353,7 @@ class ControlLoops:
         Only the share inside the measured window enters the totals; the whole is returned
         (for the time series).
         """
-        grams = joules / JOULES_PER_KWH * self.sim.carbon.intensity(region, t_s - dt / 2)
+        grams = joules / JOULES_PER_KWH * self.view.carbon.intensity(region, t_s - dt / 2)
         counted = self._counted_share(t_s, dt)
         self.energy_j += joules * counted
         self.co2_g += grams * counted
@@ -334,14 +362,14 @@ class ControlLoops:
         return grams
 
     def _retire_drained(self, t_s: float) -> None:
-        for pool in self.sim.pools:
+        for pool in self.view.pools:
             for instance in [i for i in pool.instances if i.draining and not i.requests]:
-                self.sim.retire(instance, t_s)
+                self.actions.retire(instance, t_s)
 
     def _finish(self, t_s: float) -> None:
-        for pool in self.sim.pools:
+        for pool in self.view.pools:
             for instance in list(pool.instances):
-                self.sim.retire(instance, t_s)
+                self.actions.retire(instance, t_s)
 
     def _stats_tick(self, t_s: float) -> bool:
         """Every worker's stats heartbeat: the router's KV view catches up."""
@@ -349,15 +377,17 @@ class ControlLoops:
             if instance.ready_s <= t_s:
                 instance.advance(t_s)
                 instance.kv_seen = instance.engine.kv_blocks_used
-        self.sim.schedule_tick(t_s + self.sim.scenario.control.stats_period_s, self._stats_tick)
+        self.actions.schedule_tick(
+            t_s + self.view.scenario.control.stats_period_s, self._stats_tick
+        )
         return False
 
     def _dvfs_tick(self, t_s: float) -> bool:
         from loadgen.instance_sim import engine_observation
         from services.dvfs.controller import LatencyWindow
 
-        sim = self.sim
-        stall = sim.scenario.delays.clock_change_s
+        view = self.view
+        stall = view.scenario.delays.clock_change_s
         for instance in self._all_instances():
             if instance.ready_s > t_s or instance.controller is None:
                 continue
@@ -391,53 +421,52 @@ class ControlLoops:
                 engine.set_clock_mhz(target)
                 instance.stall(stall)
                 self.clock_changes += 1
-        sim.schedule_tick(t_s + self.clock_period_s, self._dvfs_tick)
+        self.actions.schedule_tick(t_s + self.clock_period_s, self._dvfs_tick)
         return False
 
     # -- scaling ------------------------------------------------------------------------
     def _live_count(self) -> int:
-        return sum(len(p.live()) for p in self.sim.pools)
+        return sum(len(p.live()) for p in self.view.pools)
 
     def _scale_out_if_congested(self, t_s: float) -> None:
-        sim = self.sim
-        settings = sim.policy.scaler
+        view = self.view
+        settings = view.policy.scaler
         done, missed = self._window_done, self._window_missed
         if done >= settings.min_window_requests:
             self._window_done = self._window_missed = 0
             if missed > (1.0 - settings.slo_goal) * done:
                 self.share = max(settings.min_share, self.share * settings.share_decrease)
                 self._cut_this_period = True
-                self._resize(self._needed(sim.outstanding), t_s, grow_only=True)
+                self._resize(self._needed(view.outstanding), t_s, grow_only=True)
                 return
-        slots = self._live_count() * sim.max_num_seqs
-        if sim.outstanding > settings.scale_out_share * slots:
-            self._resize(self._needed(sim.outstanding), t_s, grow_only=True)
+        slots = self._live_count() * view.max_num_seqs
+        if view.outstanding > settings.scale_out_share * slots:
+            self._resize(self._needed(view.outstanding), t_s, grow_only=True)
 
     def _needed(self, load: float) -> int:
-        sim = self.sim
-        return instances_needed(load, sim.max_num_seqs, sim.policy.scaler, self.share)
+        view = self.view
+        return instances_needed(load, view.max_num_seqs, view.policy.scaler, self.share)
 
     def _scale_tick(self, t_s: float) -> bool:
-        sim = self.sim
-        settings = sim.policy.scaler
+        view = self.view
+        settings = view.policy.scaler
         if not self._cut_this_period:
             self.share = min(settings.target_share, self.share + settings.share_increase)
         self._cut_this_period = False
         target = self._needed(self._peak_load)
-        self._peak_load = sim.outstanding
+        self._peak_load = view.outstanding
         self._resize(target, t_s, grow_only=False)
-        sim.schedule_tick(t_s + sim.scenario.control.scale_period_s, self._scale_tick)
+        self.actions.schedule_tick(t_s + view.scenario.control.scale_period_s, self._scale_tick)
         return False
 
     def _pool_order(self, t_s: float) -> list[Any]:
-        sim = self.sim
-        if sim.policy.region_choice != "carbon":
-            return list(sim.pools)
-        return sorted(sim.pools, key=lambda p: (sim.carbon.forecast(p.region, t_s), p.pool_id))
+        view = self.view
+        if view.policy.region_choice != "carbon":
+            return list(view.pools)
+        return sorted(view.pools, key=lambda p: (view.carbon.forecast(p.region, t_s), p.pool_id))
 
     def _resize(self, target: int, t_s: float, *, grow_only: bool) -> None:
         """Fill pools in carbon order up to ``target`` live instances; drain the rest."""
-        sim = self.sim
         left = target
         changed = False
         for pool in self._pool_order(t_s):
@@ -458,5 +487,5 @@ class ControlLoops:
                     changed = True
         if changed:
             self.scale_events += 1
-            sim.update_routes(t_s)
-            sim.resteer_orphans(t_s)
+            self.actions.update_routes(t_s)
+            self.actions.resteer_orphans(t_s)

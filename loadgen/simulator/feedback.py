@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from services.planner.slo_feedback import MissWindow, missed_slo
 
 if TYPE_CHECKING:
-    from loadgen.simulator.cluster import ClusterSimulator
+    from loadgen.simulator.cluster_view import ClusterView
     from loadgen.simulator.instance import RequestState
 
 __all__ = ["SloFeedback"]
@@ -23,21 +23,21 @@ class SloFeedback(MissWindow):
 
     def __init__(
         self,
-        sim: ClusterSimulator,
+        cluster: ClusterView,
         window_s: float,
         bin_s: float = 5.0,
         *,
         coincident: bool = False,
     ) -> None:
-        """Judge ``sim``'s pools over the last ``window_s`` at its scaler's SLO goal."""
+        """Judge ``cluster``'s pools over the last ``window_s`` at its scaler's SLO goal."""
         super().__init__(
             window_s,
-            goal=sim.policy.scaler.slo_goal,
-            min_requests=sim.policy.scaler.min_window_requests,
+            goal=cluster.policy.scaler.slo_goal,
+            min_requests=cluster.policy.scaler.min_window_requests,
             bin_s=bin_s,
             coincident=coincident,
         )
-        self._slos = sim.slos
+        self._slos = cluster.slos
 
     def add_state(self, state: RequestState) -> None:
         """A completion: did it meet its class SLO (TTFT, TBT, and E2E ≤ 5·Lat)?"""

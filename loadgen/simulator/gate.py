@@ -78,7 +78,7 @@ class PlanGate:
         """
         planner = self.planner
         old = self.running
-        gated = planner.sim.policy.overhead_gate
+        gated = planner.view.policy.overhead_gate
         if old is None or not gated or old[0].partition != core.partition:
             self.running = (core, dict(decisions))
             return True
@@ -129,12 +129,12 @@ class PlanGate:
         weight: Mapping[str, float] | None,
     ) -> float:
         """What the simulator charges for the switch: idle power while starting/re-clocking."""
-        sim = self.planner.sim
-        delays = sim.scenario.delays
+        view = self.planner.view
+        delays = view.scenario.delays
         total = 0.0
         # pool_allocations keys each live pool by its id in the GPU-type field.
         for (region, pool_id, _, _, _), n in count_transitions(old, new).items():
-            idle = instance_idle_w(sim.pool_by_id[pool_id].config)
+            idle = instance_idle_w(view.pool_by_id[pool_id].config)
             seconds = n.starts * delays.instance_start_s + n.reclocks * delays.clock_change_s
             joules = idle * seconds
             total += joules * (weight or {}).get(region, 1.0)

@@ -68,7 +68,7 @@ def test_a_feedback_replan_is_forced_when_the_running_plan_misses_at_the_learned
         pools={"P": POOL},
         epoch_s=60.0,
         live=SimpleNamespace(gate_margin=1.0),
-        sim=SimpleNamespace(
+        view=SimpleNamespace(
             scenario=SimpleNamespace(
                 delays=SimpleNamespace(instance_start_s=5.0, clock_change_s=0.1)
             ),
