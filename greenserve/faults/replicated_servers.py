@@ -23,6 +23,7 @@ __all__ = [
     "NODE_DOWN_S",
     "PROMOTED_WITHIN_S",
     "client_on_killed_node",
+    "ingress_leaders",
     "stream_leader",
     "stream_replicas",
     "wait_promoted",
@@ -55,6 +56,18 @@ async def stream_leader(nc: Client, namespace: str) -> str:
     if info.cluster is None or not info.cluster.leader:
         raise RuntimeError("the ingress stream has no cluster leader (not a cluster?)")
     return info.cluster.leader
+
+
+async def ingress_leaders(nc: Client, namespace: str) -> dict[str, str]:
+    """The node leading the ingress stream (``stream``) and each of its consumers."""
+    js = nc.jetstream()
+    name = Subjects(namespace).ingress_stream
+    info = await js.stream_info(name)
+    leaders = {"stream": (info.cluster.leader or "") if info.cluster is not None else ""}
+    for consumer in await js.consumers_info(name):
+        cluster = consumer.cluster
+        leaders[consumer.name or "?"] = (cluster.leader or "") if cluster is not None else ""
+    return leaders
 
 
 async def stream_replicas(nc: Client, namespace: str) -> int:

@@ -21,6 +21,7 @@ from greenserve.faults.replicated_servers import (
     NODE_DOWN_S,
     PROMOTED_WITHIN_S,
     client_on_killed_node,
+    ingress_leaders,
     stream_leader,
     stream_replicas,
     wait_promoted,
@@ -109,6 +110,7 @@ async def _run(
     failover_s: float | None = None
     killed: str | None = None
     replicas: int | None = None
+    leaders: dict[str, str] | None = None
     start: Callable[[], LocalStack] = (
         functools.partial(
             start_local_stack,
@@ -170,6 +172,7 @@ async def _run(
                 scenario_run = scenario
             if (cluster_size(scenario) > 1 or hosts is not None) and nc is not None:
                 replicas = await stream_replicas(nc, spec.namespace)
+                leaders = await ingress_leaders(nc, spec.namespace)
             # A partition is survived by the hosts left, as a lost node by the others.
             survived = (
                 cluster_size(scenario) > 1 or with_sentinels(scenario) or partitioned(scenario)
@@ -224,6 +227,7 @@ async def _run(
             failover_s=failover_s,
             killed_node=killed,
             stream_replicas=replicas,
+            ingress_leaders=leaders,
             client_on_killed_node=on_killed,
         )
     if late is not None:  # the replay stopped listening before the thaw; this did not

@@ -45,6 +45,12 @@ class ScenarioResult:
     """``kill:nats-leader``: the node that led the ingress stream and was killed."""
     stream_replicas: int | None = None
     """On a NATS cluster: the ingress stream's replicas just before the fault."""
+    ingress_leaders: dict[str, str] | None = None
+    """On a NATS cluster: the node leading the ingress stream (``stream``) and each of its
+    consumers (by name) just before the fault. A group whose leader is lost stalls until
+    the others elect one: nats-server's raft waits 4 to 9 s for a lost leader
+    (``minElectionTimeoutDefault``/``maxElectionTimeoutDefault`` in ``server/raft.go``,
+    not configurable), which is what a node kill's or a partition's recovery time shows."""
     client_on_killed_node: bool | None = None
     """``kill:nats-*``: whether the replaying client was connected to the node killed. Its
     subscriptions move to another node on reconnect, and what was published to it
