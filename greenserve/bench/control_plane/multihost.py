@@ -80,13 +80,16 @@ def multihost_table(
     step_s: float,
     replicas: list[int],
     delays_ms: Sequence[float] = (),
+    hops: bool = False,
 ) -> dict[str, Any]:
     """One host first, then each replica count on :data:`HOSTS` hosts (host i delaying what
-    it sends by ``delays_ms[i]``); the table and runs."""
+    it sends by ``delays_ms[i]``); the table and runs, with per-hop latencies if ``hops``."""
     print("one host, separate request path", file=sys.stderr, flush=True)
-    single = sweep(spec_for(workers, "separate"), rates, step_s)
+    single = sweep(spec_for(workers, "separate"), rates, step_s, hops)
     print("one host, NATS cluster and Redis Sentinels", file=sys.stderr, flush=True)
-    replicated = sweep(spec_for(workers, "separate"), rates, step_s, start=_replicated(workers))
+    replicated = sweep(
+        spec_for(workers, "separate"), rates, step_s, hops, start=_replicated(workers)
+    )
     rows = [_row("one host", 1, single), _row("one host, replicated servers", 1, replicated)]
     runs: dict[str, dict[str, Any]] = {
         "one host": single,
@@ -97,7 +100,11 @@ def multihost_table(
             label = f"{HOSTS} hosts, {count} classifier replica{'s' if count > 1 else ''}"
             print(label, file=sys.stderr, flush=True)
             run = sweep(
-                spec_for(workers, "separate"), rates, step_s, start=_starter(hosts, workers, count)
+                spec_for(workers, "separate"),
+                rates,
+                step_s,
+                hops,
+                start=_starter(hosts, workers, count),
             )
             rows.append(_row(f"{HOSTS} hosts", count, run))
             runs[label] = run

@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if len(args.delays_ms) > HOSTS:
             raise UsageError(f"--delays-ms names {HOSTS} hosts at most")
         return multihost_table(
-            args.workers, rates, args.step_s, list(args.replicas), args.delays_ms
+            args.workers, rates, args.step_s, list(args.replicas), args.delays_ms, args.hops
         )
     if args.delays_ms:
         raise UsageError("--delays-ms needs --multihost")
