@@ -6,12 +6,12 @@ import argparse
 from pathlib import Path
 
 from greenserve.argtypes import (
-    non_negative_floats,
     positive_float,
     positive_floats,
     positive_int,
     positive_ints,
 )
+from greenserve.multihost.options import add_delays_option
 
 __all__ = ["ENTRIES", "HELP", "NAME", "REQUEST_PATHS", "add_arguments"]
 
@@ -86,15 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="1,2,3",
         help="with --multihost: classifier replicas to measure, comma-separated",
     )
-    parser.add_argument(
-        "--delays-ms",
-        type=non_negative_floats,
-        default=(),
-        metavar="D0,D1,D2",
-        help="with --multihost: milliseconds added to what host i sends (tc netem, or a "
-        "user-space delay line where the kernel has no netem); the round trip between "
-        "hosts i and j is Di + Dj",
-    )
+    add_delays_option(parser)
     parser.add_argument(
         "--plots",
         type=Path,

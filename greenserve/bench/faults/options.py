@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from greenserve.argtypes import non_negative_floats, positive_float, positive_int
+from greenserve.argtypes import positive_float, positive_int
 from greenserve.fault_scenarios import ALL_SCENARIOS, MULTIHOST_SCENARIOS
+from greenserve.multihost.options import add_delays_option
 
 __all__ = ["ALL_SCENARIOS", "HELP", "MULTIHOST_SCENARIOS", "NAME", "OUTAGE_S", "add_arguments"]
 
@@ -35,15 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the NATS cluster, Redis with Sentinels and the services spread over them; adds "
         "partition:host-<i> (docs/deploy.md, Multi-host on one machine)",
     )
-    parser.add_argument(
-        "--delays-ms",
-        type=non_negative_floats,
-        default=(),
-        metavar="D0,D1,D2",
-        help="with --multihost: milliseconds added to what host i sends (tc netem, or a "
-        "user-space delay line where the kernel has no netem); the round trip between "
-        "hosts i and j is Di + Dj (e.g. 15,25,40 for 40-65 ms between regions)",
-    )
+    add_delays_option(parser)
     parser.add_argument(
         "--requests", type=positive_int, default=300, help="trace requests per scenario"
     )
