@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -15,7 +17,10 @@ import pytest
 
 from greenserve.local import StackState, load_state, stop_state
 from greenserve.local.processes import alive
+from greenserve.local.server_commands import record_server, start_server
+from greenserve.local.state import ServerCommand
 from greenserve.local.supervisor import SupervisorSettings, backoff_s, save_state, supervise
+from shared.servers import ServerProcess
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -123,3 +128,86 @@ def test_down_stops_the_supervisor_before_the_services_it_would_restart(
     assert supervisor.wait(5.0) is not None
     assert service.wait(5.0) is not None
     assert not (tmp_path / "stack.json").exists()
+
+
+def test_a_killed_server_is_started_again_from_its_recorded_command(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """Test that a recorded server killed with SIGKILL is started again from its recorded
+    command line (the new PID in ``server_pids``, one restart counted), while a server
+    recorded without a command (an older state file) is left alone."""
+    server, legacy = subprocess.Popen(SLEEP), subprocess.Popen(SLEEP)
+    started += [server, legacy]
+    state = _state(os.getpid())
+    state.server_pids = {"nats": server.pid, "legacy": legacy.pid}
+    command = ServerCommand(args=[*SLEEP, "nats"], cwd=str(tmp_path))
+    state.server_commands = {"nats": command}
+    save_state(tmp_path, state)
+    commands: list[ServerCommand] = []
+
+    def start_again(recorded: ServerCommand) -> subprocess.Popen[bytes]:
+        commands.append(recorded)
+        proc = subprocess.Popen(SLEEP)
+        started.append(proc)
+        return proc
+
+    settings = SupervisorSettings(poll_s=0.05, first_backoff_s=0.1)
+    stop = threading.Event()
+    watcher = threading.Thread(
+        target=supervise, args=(tmp_path, settings, stop), kwargs={"start_again": start_again}
+    )
+    watcher.start()
+    try:
+        for proc in (server, legacy):
+            proc.kill()
+            proc.wait()
+        _until(lambda: load_state(tmp_path).restarts.get("nats") == 1)
+        time.sleep(0.3)  # several polls: the legacy server would have been restarted by now
+        state = load_state(tmp_path)
+        assert commands == [command]
+        assert state.server_pids["nats"] != server.pid
+        assert alive(state.server_pids["nats"], state)
+        assert state.server_pids["legacy"] == legacy.pid
+        assert "legacy" not in state.restarts
+        assert state.server_commands == {"nats": command}
+    finally:
+        stop.set()
+        watcher.join(5.0)
+
+
+def test_a_server_s_environment_is_kept_owner_only_out_of_the_state_file(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """Test that recording a server started with extra environment writes it to an
+    owner-only file, not into the state file, and that starting the record again runs the
+    same command line in the recorded directory with that environment."""
+    out = tmp_path / "seen.json"
+    script = (
+        "import json, os, sys; "
+        "json.dump([os.getcwd(), os.environ.get('GS_TEST_SECRET')], open(sys.argv[1], 'w'))"
+    )
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    server = ServerProcess(
+        "nats",
+        1,
+        subprocess.Popen(["true"]),
+        workdir,
+        args=(sys.executable, "-c", script, str(out)),
+        env={"GS_TEST_SECRET": "hunter2"},
+    )
+    started.append(server.proc)
+    command = record_server(server, tmp_path, workdir)
+    state = _state(os.getpid())
+    state.server_commands = {"nats": command}
+    save_state(tmp_path, state)
+
+    assert command.env_file is not None
+    assert stat.S_IMODE(Path(command.env_file).stat().st_mode) == 0o600
+    assert "hunter2" not in (tmp_path / "stack.json").read_text()
+    assert load_state(tmp_path).server_commands == {"nats": command}
+
+    proc = start_server(command)
+    started.append(proc)
+    assert proc.wait(10.0) == 0
+    assert json.loads(out.read_text()) == [str(workdir), "hunter2"]
