@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -15,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from greenserve.local import StackState, load_state, stop_state
+from greenserve.local import LocalStack, StackState, load_state, stop_state
 from greenserve.local.processes import alive
 from greenserve.local.server_commands import record_server, start_server
 from greenserve.local.state import ServerCommand
 from greenserve.local.supervisor import SupervisorSettings, backoff_s, save_state, supervise
+from greenserve.runner import ProcessGroup
 from shared.servers import ServerProcess
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -211,3 +213,29 @@ def test_a_server_s_environment_is_kept_owner_only_out_of_the_state_file(
     started.append(proc)
     assert proc.wait(10.0) == 0
     assert json.loads(out.read_text()) == [str(workdir), "hunter2"]
+
+
+def test_stopping_a_local_stack_stops_the_server_its_supervisor_started_again(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """Test that ``LocalStack.stop`` stops the supervisor, then the server process the
+    supervisor recorded in place of the one this process started (which had exited)."""
+    supervisor, first, again = (subprocess.Popen(SLEEP) for _ in range(3))
+    started += [supervisor, first, again]
+    first.kill()
+    first.wait()
+    state = _state(os.getpid())
+    state.pids = {}
+    state.supervisor_pid = supervisor.pid
+    state.server_pids = {"nats": first.pid}
+    stack = LocalStack(
+        state, tmp_path, ProcessGroup({}), [ServerProcess("nats", 1, first, tmp_path)]
+    )
+    recorded = dataclasses.replace(state, server_pids={"nats": again.pid})
+    save_state(tmp_path, recorded)  # as the supervisor leaves it after the restart
+
+    stack.stop(timeout_s=5.0)
+
+    assert supervisor.wait(5.0) is not None
+    assert again.wait(5.0) is not None
+    assert not (tmp_path / "stack.json").exists()
