@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from greenserve.local.processes import alive, start_ticks
@@ -144,11 +145,11 @@ def supervise(
         for name in state.pids:
             module = state.modules.get(name)
             if module is not None:  # else recorded by an older ``up``: nothing to start
-                launches.append((state.pids, name, _bind(start, state_dir, name, module)))
+                launches.append((state.pids, name, partial(start, state_dir, name, module)))
         for name in state.server_pids:
             command = state.server_commands.get(name)
             if command is not None:  # else recorded by an older ``up``
-                launches.append((state.server_pids, name, _bind_server(start_again, command)))
+                launches.append((state.server_pids, name, partial(start_again, command)))
         changed = False
         for pids, name, launch in launches:
             child = _tend(state, pids, name, watches.setdefault(name, _Watch()), settings, launch)
@@ -157,21 +158,6 @@ def supervise(
                 changed = True
         if changed and (state_dir / STATE_FILE).exists():
             save_state(state_dir, state)
-
-
-def _bind(
-    start: Callable[[Path, str, str], subprocess.Popen[bytes]],
-    state_dir: Path,
-    name: str,
-    module: str,
-) -> Launch:
-    return lambda: start(state_dir, name, module)
-
-
-def _bind_server(
-    start_again: Callable[[ServerCommand], subprocess.Popen[bytes]], command: ServerCommand
-) -> Launch:
-    return lambda: start_again(command)
 
 
 def _tend(
