@@ -35,6 +35,8 @@ ALL_SCENARIOS = (
     "kill:nats-1",
     "kill:nats-leader",
     "failover:redis",
+    # --- supervised servers: the stack's supervisor restarts what crashed ---
+    "crash:nats",
 )
 """``kill:<process>`` = SIGKILL then restart; ``drop:<worker>`` = SIGKILL, no restart;
 ``term:<process>`` = SIGTERM (graceful drain), no restart; ``kill:worker-<i>`` runs with a
@@ -57,6 +59,9 @@ it again after ``greenserve.faults.replicated_servers.NODE_DOWN_S`` on its store
 ``failover:redis`` = SIGKILL the Redis primary of a primary/replica/Sentinels set, wait
 until the Sentinels promote the replica (recovery counts from then), and start the old
 primary again after the downtime, which the Sentinels make a replica of the new one.
+``crash:<server>`` = SIGKILL the server and leave it down: the stack runs under ``greenserve
+up``'s supervisor (:mod:`greenserve.local.supervisor`), which starts it again on its
+command line, port and store; recovery counts from when it listens again.
 ``requestpath`` is the co-located classifier + scheduler + router process; a scenario that
 names it runs on a stack with the request path co-located; one that names ``gateway``
 replays through the OpenAI-compatible HTTP gateway instead of the ingress stream

@@ -170,8 +170,8 @@ def report_status(args: argparse.Namespace) -> int:
         "healthy": healthy,
         "namespace": state.namespace,
         "processes": processes,
-        # Times the supervisor started each service again; a crash loop shows here.
-        "restarts": {name: state.restarts.get(name, 0) for name in state.pids},
+        # Times the supervisor started each process again; a crash loop shows here.
+        "restarts": {name: state.restarts.get(name, 0) for name in processes},
         "supervised": state.supervisor_pid is not None and alive(state.supervisor_pid, state),
         # Where Prometheus scrapes each service, and the file-SD file that lists them.
         "metrics": state.metrics,
@@ -269,7 +269,7 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
     if report.get("metrics_targets_file"):
         console.print(f"Prometheus file_sd_configs targets: {report['metrics_targets_file']}")
     if not report.get("supervised", False):
-        console.print("supervisor: not running (a service that exits stays down)")
+        console.print("supervisor: not running (a service or server that exits stays down)")
     console.print(_workers_table(report["workers"], console))
     plan = report.get("plan")
     console.print(plan_table(plan) if plan else "plan: none published yet")

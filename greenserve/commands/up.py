@@ -78,14 +78,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-supervise",
         action="store_true",
-        help="do not restart a service that exits (by default a supervisor restarts it with "
-        "exponential backoff and counts it; greenserve status shows the restarts)",
+        help="do not restart a service, or a server started here, that exits (by default a "
+        "supervisor restarts it with exponential backoff and counts it; greenserve status "
+        "shows the restarts)",
     )
     parser.add_argument(
         "--restart-max-backoff-s",
         type=positive_float,
         default=30.0,
-        help="longest wait of the supervisor before restarting a service that keeps exiting "
+        help="longest wait of the supervisor before restarting a process that keeps exiting "
         "(the wait doubles from 0.5 s per restart in a row)",
     )
     parser.add_argument(

@@ -1,7 +1,8 @@
 """Injecting a scenario's faults into a running local stack, and undoing them.
 
 Processes are killed (SIGKILL), stopped (SIGTERM) or frozen (SIGSTOP) by their pid; NATS and
-Redis servers are killed and started again on the same port and store (``wipe:nats`` with
+Redis servers are killed and started again on the same port and store (``crash:`` leaves
+that to the stack's supervisor) (``wipe:nats`` with
 its JetStream store deleted, the sequenced Redis restart with its append-only file
 removed); ``refuse:redis`` makes Redis refuse every write; a partition cuts a host off the
 multi-host fabric.
@@ -20,13 +21,20 @@ from urllib.parse import urlsplit
 from redis import Redis as SyncRedis
 
 from greenserve.faults.scenario_names import SEQUENCED, faults_of
-from greenserve.local import LocalStack
+from greenserve.local import LocalStack, load_state
 from greenserve.multihost.fabric import Fabric
 from greenserve.runner import start_process
 from greenserve.stack import StackSpec, stack_launches
-from shared.servers import start_nats, start_redis
+from shared.servers import start_nats, start_redis, wait_for_port
 
-__all__ = ["KILLED_FOR_S", "KILL_AFTER_WIPE_S", "inject", "recover", "server_named"]
+__all__ = [
+    "KILLED_FOR_S",
+    "KILL_AFTER_WIPE_S",
+    "inject",
+    "recover",
+    "server_named",
+    "wait_supervised",
+]
 
 KILL_AFTER_WIPE_S = 3.0
 """Wall seconds between the empty Redis's restart and the request path's kill (a
@@ -34,6 +42,8 @@ KILL_AFTER_WIPE_S = 3.0
 KILLED_FOR_S = 1.0
 """Wall seconds the request path stays dead in a sequenced scenario (``run_scenario``'s
 default ``downtime_s``)."""
+SUPERVISED_POLL_S = 0.05
+"""How often :func:`wait_supervised` reads the state file for the supervisor's restart."""
 
 
 def server_named(stack: LocalStack, name: str) -> int | None:
@@ -61,8 +71,8 @@ def _inject_one(
         if hosts is None:
             raise ValueError(f"{scenario!r} needs the multi-host stack (--multihost)")
         hosts.partition(target)
-    elif kind in ("kill", "failover") and named is not None:
-        stack.servers[named].kill()
+    elif kind in ("kill", "failover", "crash") and named is not None:
+        stack.servers[named].kill()  # ``crash``: the supervisor, not the bench, restarts it
     elif kind in ("kill", "drop"):
         proc = stack.group.procs[target]
         os.kill(proc.pid, signal.SIGKILL)
@@ -145,6 +155,26 @@ def _recover_one(stack: LocalStack, spec: StackSpec, kind: str, target: str, fol
         old = stack.servers[index]
         start = start_nats if target == "nats" else start_redis
         stack.servers[index] = start(old.workdir, old.port)
+
+
+def wait_supervised(stack: LocalStack, scenario: str, timeout_s: float) -> None:
+    """Wait until the stack's supervisor has started every server that ``scenario``
+    crashed again and it listens on its port.
+
+    Raises:
+        RuntimeError: one was not back within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    for kind, target in faults_of(scenario):
+        named = server_named(stack, target)
+        if kind != "crash" or named is None:
+            continue
+        while load_state(stack.state_dir).restarts.get(target, 0) < 1:
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"the supervisor did not restart {target} in {timeout_s} s")
+            time.sleep(SUPERVISED_POLL_S)
+        server = stack.servers[named]
+        wait_for_port(server.port, max(0.1, deadline - time.monotonic()), host=server.host)
 
 
 def _refuse_writes(redis_url: str, *, refuse: bool) -> None:

@@ -19,6 +19,7 @@ __all__ = [
     "faults_of",
     "frozen",
     "partitioned",
+    "supervised",
     "with_sentinels",
 ]
 
@@ -62,6 +63,12 @@ def cluster_size(scenario: str) -> int:
 def with_sentinels(scenario: str) -> bool:
     """Whether the scenario's Redis runs with Sentinels (it fails the primary over)."""
     return any(kind == "failover" for kind, _ in faults_of(scenario))
+
+
+def supervised(scenario: str) -> bool:
+    """Whether the scenario's stack runs under ``up``'s supervisor: ``crash:<server>``
+    leaves the restart to it, as a stack started by ``greenserve up`` does."""
+    return any(kind == "crash" for kind, _ in faults_of(scenario))
 
 
 def partitioned(scenario: str) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from greenserve.faults.freeze import FREEZE_S, FROZEN_CLIENT_ID, LISTEN_AFTER_THAW_S, LateEndings
-from greenserve.faults.injection import inject, recover, server_named
+from greenserve.faults.injection import inject, recover, server_named, wait_supervised
 from greenserve.faults.replicated_servers import (
     NODE_DOWN_S,
     PROMOTED_WITHIN_S,
@@ -36,6 +36,7 @@ from greenserve.faults.scenario_names import (
     faults_of,
     frozen,
     partitioned,
+    supervised,
     with_sentinels,
 )
 from greenserve.faults.scoring import ScenarioResult, score, score_http
@@ -46,6 +47,7 @@ from greenserve.faults.stack_probes import (
     placed_on,
 )
 from greenserve.local import LocalStack, start_local_stack
+from greenserve.local.supervisor import SupervisorSettings
 from greenserve.multihost.fabric import Fabric, fabric
 from greenserve.multihost.stack import PING_INTERVAL_S, start_multihost_stack
 from greenserve.stack import StackSpec
@@ -62,6 +64,7 @@ __all__ = [
     "PARTITION_S",
     "RESTART_TIMEOUT_S",
     "SETTLE_AFTER_OUTAGE_S",
+    "SUPERVISED_WITHIN_S",
     "run_scenario",
 ]
 
@@ -81,6 +84,9 @@ SETTLE_AFTER_OUTAGE_S = 30.0
 backoff reaches its 5 s ceiling within it)."""
 PARTITION_S = 10.0
 """Wall seconds a host stays cut off."""
+SUPERVISED_WITHIN_S = 30.0
+"""How long a ``crash:`` scenario waits for the supervisor to bring its server back (the
+first restart waits ``SupervisorSettings.first_backoff_s``, 0.5 s)."""
 
 
 def _client_settings(stack: LocalStack, hosts: Fabric | None) -> NatsSettings:
@@ -118,6 +124,8 @@ async def _run(
             folder,
             nats_cluster=cluster_size(scenario),
             redis_sentinel=with_sentinels(scenario),
+            # As ``greenserve up`` runs it; the other scenarios restart what they kill.
+            supervise=SupervisorSettings() if supervised(scenario) else None,
         )
         if hosts is None
         else functools.partial(start_multihost_stack, spec, hosts, folder)
@@ -191,6 +199,9 @@ async def _run(
                 await asyncio.to_thread(wait_promoted, stack, old_primary, PROMOTED_WITHIN_S)
                 restored_at = time.time()
                 failover_s = restored_at - fault_at
+            if supervised(scenario):
+                await asyncio.to_thread(wait_supervised, stack, scenario, SUPERVISED_WITHIN_S)
+                restored_at = time.time()
             if any(kind in RESTORED for kind, _ in faults_of(scenario)):
                 await asyncio.sleep(downtime_s)
                 await asyncio.to_thread(recover, stack, spec, scenario_run, folder, hosts)

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from greenserve.local.metrics_targets import metrics_urls, with_metrics_ports, write_targets
 from greenserve.local.processes import alive, start_ticks, stop_pids, stop_supervisor
+from greenserve.local.server_commands import record_server
 from greenserve.local.servers import StackServers, start_servers
 from greenserve.local.state import DEFAULT_STATE_DIR, STATE_FILE, StackState, load_state
 from greenserve.local.supervisor import SupervisorSettings, save_state, start_supervisor
@@ -65,25 +66,32 @@ class LocalStack:
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Stop the supervisor, services (graceful drain), then the servers we started."""
+        restarted: dict[str, int] = {}
         if stop_supervisor(self.state, timeout_s):
-            self._stop_restarted(timeout_s)
+            restarted = self._stop_restarted(timeout_s)
         self.group.stop(timeout_s)
         for server in reversed(self.servers):  # Sentinels before the Redis they watch
-            server.stop()
+            if server.name in restarted:
+                stop_pids({server.name: restarted[server.name]}, self.state, timeout_s)
+            else:
+                server.stop()
         with contextlib.suppress(FileNotFoundError):
             (self.state_dir / STATE_FILE).unlink()
 
-    def _stop_restarted(self, timeout_s: float) -> None:
+    def _stop_restarted(self, timeout_s: float) -> dict[str, int]:
         """Stop the services the supervisor started again (this process is not their
-        parent, so they are not in ``group``)."""
+        parent, so they are not in ``group``); return the servers it started again, by
+        name, for :meth:`stop` to stop in their turn."""
         try:
             state = load_state(self.state_dir)
         except (FileNotFoundError, ValueError, TypeError):
-            return
+            return {}
         ours = {proc.pid for proc in self.group.procs.values()}
         restarted = {name: pid for name, pid in state.pids.items() if pid not in ours}
         stop_pids(restarted, state, timeout_s)
         self.state = state
+        first = {server.proc.pid for server in self.servers}
+        return {name: pid for name, pid in state.server_pids.items() if pid not in first}
 
 
 async def _wait_ready(stack: LocalStack, timeout_s: float) -> None:
@@ -165,8 +173,9 @@ def start_local_stack(
     process its own identity (``shared.security.local_servers``); ``tls`` adds a local CA.
     ``origin_wall_s`` (default: now) is the wall time of model time's origin; cells share
     their first cell's, so their model clocks agree. ``supervise`` starts a supervisor
-    (:mod:`greenserve.local.supervisor`) that restarts a service that exits; the fault
-    bench and the tests that kill services on purpose leave it ``None``.
+    (:mod:`greenserve.local.supervisor`) that restarts a service or a server started here
+    that exits; the fault bench and the tests that kill processes on purpose leave it
+    ``None``.
 
     ``nats_cluster`` > 1 starts that many NATS nodes with routes (every JetStream resource
     on min(3, nodes) of them); ``redis_sentinel`` a Redis primary, replica and three
@@ -258,6 +267,9 @@ def start_local_stack(
         admin_redis_password_file=_admin_file(secured, "redis"),
         gateway_url=f"http://127.0.0.1:{spec.gateway_port}",
         modules={launch.name: launch.module for launch in launches},
+        server_commands={
+            s.name: record_server(s, state_dir, Path.cwd()) for s in servers.started if s.args
+        },
         metrics=metrics_urls(launches),
         metrics_targets_file=str(write_targets(state_dir, launches, spec.namespace)),
     )

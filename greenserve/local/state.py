@@ -15,10 +15,26 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["DEFAULT_STATE_DIR", "STATE_FILE", "StackState", "load_state"]
+__all__ = ["DEFAULT_STATE_DIR", "STATE_FILE", "ServerCommand", "StackState", "load_state"]
 
 DEFAULT_STATE_DIR = Path(".greenserve")
 STATE_FILE = "stack.json"
+
+
+@dataclass(slots=True)
+class ServerCommand:
+    """How to start a server of the stack again exactly as ``up`` started it: the same
+    command line keeps its port, its store (JetStream directory, Redis append-only file)
+    and its options (``greenserve.local.server_commands``)."""
+
+    args: list[str]
+    cwd: str
+    """The directory it was started in (its paths are absolute; this is for the rest)."""
+    log_file: str | None = None
+    """Where its standard output goes (``None``: discarded; it logs by its own option)."""
+    env_file: str | None = None
+    """Owner-only JSON file of what its environment had on top of the inherited one; only
+    where it had anything, so a password there never lands in this state file."""
 
 
 @dataclass(slots=True)
@@ -55,8 +71,11 @@ class StackState:
     modules: dict[str, str] = field(default_factory=dict)
     """The module each service process runs (``python -m``), by name: what the supervisor
     starts again, on the settings file in ``<state_dir>/config/<name>.yaml``."""
+    server_commands: dict[str, ServerCommand] = field(default_factory=dict)
+    """How to start each server of ``server_pids`` again, by name: what the supervisor
+    runs when one exits. Only servers this stack started are here, never one given by URL."""
     restarts: dict[str, int] = field(default_factory=dict)
-    """Times the supervisor started each service again after it exited."""
+    """Times the supervisor started each service or server again after it exited."""
     supervisor_pid: int | None = None
     """The supervisor process (``greenserve.local.supervisor``); ``None``: unsupervised.
     Stopped before the services, so that their stop is not taken for a crash."""
@@ -124,4 +143,8 @@ def load_state(state_dir: Path = DEFAULT_STATE_DIR) -> StackState:
         raise FileNotFoundError(
             f"no running stack recorded in {path}; start one with `greenserve up`"
         )
-    return StackState(**json.loads(path.read_text()))
+    fields = json.loads(path.read_text())
+    commands = fields.pop("server_commands", None) or {}
+    return StackState(
+        **fields, server_commands={name: ServerCommand(**c) for name, c in commands.items()}
+    )

@@ -20,6 +20,8 @@ SCENARIOS = [
     # Publishes are retried with the same id; replies swallowed by the outage are re-sent;
     # a dispatch whose reply was lost is not run twice (worker memory, scheduler's ends).
     "restart:nats",
+    # The same kill, left to the stack's supervisor: back on its port and store.
+    "crash:nats",
     "drop:worker-0",  # the router re-queues the silent worker's requests elsewhere
     # Back within the heartbeat timeout: its new start time tells the router it lost them.
     "kill:worker-0",

@@ -13,7 +13,8 @@ __all__ = ["ALL_SCENARIOS", "HELP", "MULTIHOST_SCENARIOS", "NAME", "OUTAGE_S", "
 NAME = "faults"
 HELP = (
     "fault injection (kill -9 each service, restart NATS and Redis, NATS without its store, "
-    "Redis down 30 s, drop a worker, kill a NATS cluster node, fail Redis over) during replays"
+    "Redis down 30 s, drop a worker, kill a NATS cluster node, fail Redis over, crash NATS "
+    "for the supervisor to restart) during replays"
 )
 
 OUTAGE_S = 30.0

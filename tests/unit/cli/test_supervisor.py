@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -13,9 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from greenserve.local import StackState, load_state, stop_state
+from greenserve.local import LocalStack, StackState, load_state, stop_state
 from greenserve.local.processes import alive
+from greenserve.local.server_commands import record_server, start_server
+from greenserve.local.state import ServerCommand
 from greenserve.local.supervisor import SupervisorSettings, backoff_s, save_state, supervise
+from greenserve.runner import ProcessGroup
+from shared.servers import ServerProcess
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -122,4 +129,113 @@ def test_down_stops_the_supervisor_before_the_services_it_would_restart(
     assert stop_state(tmp_path, timeout_s=5.0) == ["planner"]
     assert supervisor.wait(5.0) is not None
     assert service.wait(5.0) is not None
+    assert not (tmp_path / "stack.json").exists()
+
+
+def test_a_killed_server_is_started_again_from_its_recorded_command(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """Test that a recorded server killed with SIGKILL is started again from its recorded
+    command line (the new PID in ``server_pids``, one restart counted), while a server
+    recorded without a command (an older state file) is left alone."""
+    server, legacy = subprocess.Popen(SLEEP), subprocess.Popen(SLEEP)
+    started += [server, legacy]
+    state = _state(os.getpid())
+    state.server_pids = {"nats": server.pid, "legacy": legacy.pid}
+    command = ServerCommand(args=[*SLEEP, "nats"], cwd=str(tmp_path))
+    state.server_commands = {"nats": command}
+    save_state(tmp_path, state)
+    commands: list[ServerCommand] = []
+
+    def start_again(recorded: ServerCommand) -> subprocess.Popen[bytes]:
+        commands.append(recorded)
+        proc = subprocess.Popen(SLEEP)
+        started.append(proc)
+        return proc
+
+    settings = SupervisorSettings(poll_s=0.05, first_backoff_s=0.1)
+    stop = threading.Event()
+    watcher = threading.Thread(
+        target=supervise, args=(tmp_path, settings, stop), kwargs={"start_again": start_again}
+    )
+    watcher.start()
+    try:
+        for proc in (server, legacy):
+            proc.kill()
+            proc.wait()
+        _until(lambda: load_state(tmp_path).restarts.get("nats") == 1)
+        time.sleep(0.3)  # several polls: the legacy server would have been restarted by now
+        state = load_state(tmp_path)
+        assert commands == [command]
+        assert state.server_pids["nats"] != server.pid
+        assert alive(state.server_pids["nats"], state)
+        assert state.server_pids["legacy"] == legacy.pid
+        assert "legacy" not in state.restarts
+        assert state.server_commands == {"nats": command}
+    finally:
+        stop.set()
+        watcher.join(5.0)
+
+
+def test_a_server_s_environment_is_kept_owner_only_out_of_the_state_file(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """Test that recording a server started with extra environment writes it to an
+    owner-only file, not into the state file, and that starting the record again runs the
+    same command line in the recorded directory with that environment."""
+    out = tmp_path / "seen.json"
+    script = (
+        "import json, os, sys; "
+        "json.dump([os.getcwd(), os.environ.get('GS_TEST_SECRET')], open(sys.argv[1], 'w'))"
+    )
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    server = ServerProcess(
+        "nats",
+        1,
+        subprocess.Popen(["true"]),
+        workdir,
+        args=(sys.executable, "-c", script, str(out)),
+        env={"GS_TEST_SECRET": "hunter2"},
+    )
+    started.append(server.proc)
+    command = record_server(server, tmp_path, workdir)
+    state = _state(os.getpid())
+    state.server_commands = {"nats": command}
+    save_state(tmp_path, state)
+
+    assert command.env_file is not None
+    assert stat.S_IMODE(Path(command.env_file).stat().st_mode) == 0o600
+    assert "hunter2" not in (tmp_path / "stack.json").read_text()
+    assert load_state(tmp_path).server_commands == {"nats": command}
+
+    proc = start_server(command)
+    started.append(proc)
+    assert proc.wait(10.0) == 0
+    assert json.loads(out.read_text()) == [str(workdir), "hunter2"]
+
+
+def test_stopping_a_local_stack_stops_the_server_its_supervisor_started_again(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """Test that ``LocalStack.stop`` stops the supervisor, then the server process the
+    supervisor recorded in place of the one this process started (which had exited)."""
+    supervisor, first, again = (subprocess.Popen(SLEEP) for _ in range(3))
+    started += [supervisor, first, again]
+    first.kill()
+    first.wait()
+    state = _state(os.getpid())
+    state.pids = {}
+    state.supervisor_pid = supervisor.pid
+    state.server_pids = {"nats": first.pid}
+    stack = LocalStack(
+        state, tmp_path, ProcessGroup({}), [ServerProcess("nats", 1, first, tmp_path)]
+    )
+    recorded = dataclasses.replace(state, server_pids={"nats": again.pid})
+    save_state(tmp_path, recorded)  # as the supervisor leaves it after the restart
+
+    stack.stop(timeout_s=5.0)
+
+    assert supervisor.wait(5.0) is not None
+    assert again.wait(5.0) is not None
     assert not (tmp_path / "stack.json").exists()
