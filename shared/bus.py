@@ -120,6 +120,7 @@ async def connect_nats(settings: NatsSettings, name: str) -> Client:
 
     options: dict[str, Any] = {
         "servers": settings.servers,
+        "dont_randomize": settings.prefer_first,
         "name": name,
         "connect_timeout": settings.connect_timeout_s,
         "reconnect_time_wait": settings.reconnect_wait_s,

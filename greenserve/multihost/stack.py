@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from greenserve.local import LocalStack
 from greenserve.local.metrics_targets import metrics_urls
@@ -42,6 +43,7 @@ __all__ = [
     "NATS_PORTS",
     "SERVICE_HOSTS",
     "host_of",
+    "local_first",
     "multihost_launches",
     "start_multihost_stack",
 ]
@@ -107,11 +109,24 @@ def multihost_launches(
         launch.name: {
             "telemetry": {"metrics_host": host.address, "metrics_port": METRICS_PORT + i},
             "gateway": {"host": host.address, "port": GATEWAY_PORT},
+            "nats": {"url": local_first(spec.nats_url, host.address), "prefer_first": True},
         }
         for i, (launch, host) in enumerate(placed)
     }
     named = {x.name: x for x in with_settings([x for x, _ in placed], overrides)}
     return [(named[launch.name], host) for launch, host in placed]
+
+
+def local_first(nats_url: str, address: str) -> str:
+    """``nats_url``'s servers with the one at ``address`` (the service's own host) first.
+
+    nats-py shuffles its server list by default, so a service landed on another host's
+    node about two times in three, and a message between two services on one host crossed
+    hosts twice: with the hosts 40-65 ms apart, local first took the request path's added
+    p50 from 418 to 235 ms (docs/deploy.md, Multi-host on one machine)."""
+    servers = [s.strip() for s in nats_url.split(",")]
+    own = [s for s in servers if urlsplit(s).hostname == address]
+    return ",".join(own + [s for s in servers if s not in own])
 
 
 def _start_nats(fabric: Fabric, workdir: Path) -> list[ServerProcess]:

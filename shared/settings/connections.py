@@ -21,6 +21,11 @@ class NatsSettings(_Section):
     """Replicas of each JetStream resource (the ingress stream, its consumer): 1 for one
     server, min(3, nodes) for a cluster. Used when a resource is created; JetStream allows
     at most 5 and needs as many nodes."""
+    prefer_first: bool = False
+    """Connect to the first server of :attr:`url` and, when it is lost, try the others in
+    their order. A service across zones or hosts lists its own zone's node first, so a
+    message leaves the zone only where its peer is elsewhere (the multi-host harness does;
+    docs/deploy.md). Off: nats-py shuffles the list, spreading clients over a cluster."""
     connect_timeout_s: float = 5.0
     reconnect_wait_s: float = 0.5
     max_reconnect_attempts: int = -1

@@ -52,6 +52,18 @@ def test_classifier_replicas_go_one_per_host_and_every_process_listens_on_its_ho
     assert by_name["gateway"].settings.gateway.port == GATEWAY_PORT
 
 
+def test_every_process_connects_to_its_own_hosts_nats_node_first() -> None:
+    """Test that each process lists the NATS node of its own host first and keeps that
+    order (no shuffle), with every node still in its list to move to."""
+    nodes = [f"nats://{h.address}:4222" for h in HOSTS]
+    spec = StackSpec(workers=2, regions=("PJM",), nats_url=",".join(reversed(nodes)))
+    for launch, host in multihost_launches(spec, HOSTS, 3):
+        servers = launch.settings.nats.servers
+        assert servers[0] == f"nats://{host.address}:4222", launch.name
+        assert sorted(servers) == sorted(nodes)
+        assert launch.settings.nats.prefer_first
+
+
 def test_replicas_are_refused_on_the_colocated_request_path_and_below_one() -> None:
     """Test the two refusals of classifier replicas."""
     colocated = StackSpec(workers=2, regions=("PJM",), colocate_request_path=True)
