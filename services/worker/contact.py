@@ -15,6 +15,14 @@ could reach the store. The publisher keeps replies while contact is lost, sends 
 followed ``confirmed_at`` once it is back, and checks revocations first (:mod:`.publisher`,
 :mod:`.outbox`).
 
+A connection found silent this way is dropped at once (:func:`drop_connection`): aborted
+with a zero linger, so that neither asyncio nor the kernel keeps what was written to it,
+and replaced by one to another node. Left alone, the kernel retransmits that data for
+minutes and delivers it when the cut heals, so a request the router took back and ran
+elsewhere meanwhile was answered twice; dropped, everything written after the last
+round trip that succeeded is the outbox's, which sends it again unless the request was
+taken back.
+
 A lost NATS node is noticed by its reconnect, not by ``is_connected`` alone: nats-py moves to
 another node of a cluster within milliseconds, between two looks of the re-send loop, and
 what the worker had written to the dying node's socket is gone all the same. So a
@@ -24,6 +32,10 @@ reconnect since the last look counts as contact lost for that look.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import socket
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from typing import Final
@@ -38,8 +50,11 @@ __all__ = [
     "PROBE_PERIOD_S",
     "PROBE_TIMEOUT_S",
     "ContactWatch",
+    "drop_connection",
     "nats_round_trip",
 ]
+
+logger = logging.getLogger(__name__)
 
 PROBE_PERIOD_S: Final = 0.1
 """How often the watch looks whether the store needs a PING or NATS a round trip."""
@@ -70,6 +85,26 @@ async def nats_round_trip(nc: Client, timeout_s: float) -> None:
         raise ConnectionError("NATS reconnected during the round trip")
 
 
+async def drop_connection(nc: Client) -> None:
+    """Abort ``nc``'s current connection, discarding what is still queued on it, and
+    reconnect to another server of its list.
+
+    nats-py's own reconnect closes the transport gracefully, which keeps sending what is
+    queued (and waits for it while the peer is silent). The transport is reached through
+    nats-py's private ``_transport``; where that is not a plain TCP one, only the
+    reconnect is asked for.
+    """
+    writer = getattr(getattr(nc, "_transport", None), "_io_writer", None)
+    if isinstance(writer, asyncio.StreamWriter):
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                # A zero linger makes the close a reset: the kernel's send queue goes too.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+    await nc.force_reconnect()
+
+
 def _connected(nc: Client) -> bool:
     # A call, not the property inline: the connection may change across the await.
     return nc.is_connected
@@ -87,12 +122,15 @@ class ContactWatch:
         beat_period_s: float,
         nats_reconnects: Callable[[], int] = lambda: 0,
         nats_ping: RoundTrip | None = None,
+        nats_drop: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """``lost_after_s`` without a store round trip (or, given ``nats_ping``, without a
         NATS one) is lost contact; the watch PINGs the store once no heartbeat (every
         ``beat_period_s``) got through for a period and more, and NATS every
         :data:`NATS_CHECK_PERIOD_S`. ``nats_reconnects`` counts the NATS client's
-        reconnects (``nc.stats``)."""
+        reconnects (``nc.stats``); ``nats_drop`` (:func:`drop_connection`) is called once
+        when a connection that reads as connected has answered no round trip for
+        ``lost_after_s``."""
         self._redis = redis
         self._nats_connected = nats_connected
         self._nats_ping = nats_ping
@@ -100,6 +138,9 @@ class ContactWatch:
         self._beat_period_s = beat_period_s
         self._nats_reconnects = nats_reconnects
         self._reconnects_seen = nats_reconnects()
+        self._nats_drop = nats_drop
+        self._dropped_at: float | None = None
+        """When the silent connection was dropped (None: none since the last round trip)."""
         now = time.time()
         self._store_seen_at = now
         """Wall time the last store round trip that succeeded began."""
@@ -131,6 +172,7 @@ class ContactWatch:
     def nats_seen(self, started: float) -> None:
         """A NATS round trip begun at ``started`` (wall) succeeded."""
         self._nats_seen_at = max(self._nats_seen_at, started)
+        self._dropped_at = None
         self._confirm()
 
     def _confirm(self) -> None:
@@ -160,8 +202,24 @@ class ContactWatch:
         try:
             await self._nats_ping(PROBE_TIMEOUT_S)
         except (TimeoutError, ConnectionError, nats.errors.Error):
+            await self._drop_if_silent()
             return
         self.nats_seen(started)
+
+    async def _drop_if_silent(self) -> None:
+        """Drop a connection that reads as connected but answered no round trip for
+        ``lost_after_s``, once until a round trip succeeds again."""
+        now = time.time()
+        silent = now - self._nats_seen_at > self._lost_after_s and self._nats_connected()
+        if self._nats_drop is None or not silent or self._dropped_at is not None:
+            return
+        self._dropped_at = now
+        logger.warning(
+            "NATS answered no round trip for %.1f s: dropping the connection (what it still "
+            "queues is discarded; the outbox sends it again) and moving to another node",
+            now - self._nats_seen_at,
+        )
+        await self._nats_drop()
 
     async def _probe_store(self) -> None:
         started = time.time()

@@ -41,7 +41,7 @@ from services.worker.backend import BackendRefusalError, OutputBatch, WorkerBack
 from services.worker.clock_range import CLOCK_OUT_OF_RANGE, out_of_range
 from services.worker.co2 import RegionCarbon
 from services.worker.completions import CompletionSender
-from services.worker.contact import ContactWatch, nats_round_trip
+from services.worker.contact import ContactWatch, drop_connection, nats_round_trip
 from services.worker.drain import hand_back
 from services.worker.ended_log import EndedLog
 from services.worker.gpu_meters import GpuMeters
@@ -134,6 +134,7 @@ class WorkerShim:
             beat_period_s=self._cfg.stats_period_s,
             nats_reconnects=lambda: int(ctx.nc.stats["reconnects"]),
             nats_ping=lambda timeout_s: nats_round_trip(ctx.nc, timeout_s),
+            nats_drop=lambda: drop_connection(ctx.nc),
         )
         """NATS connected and the store answering (:mod:`.contact`)."""
         self._recorded: set[str] = set()

@@ -119,3 +119,46 @@ async def test_a_silent_nats_connection_is_lost_contact_and_confirms_nothing_aft
         assert watch.confirmed_at > confirmed
     finally:
         probe.cancel()
+
+
+async def test_a_silent_connection_is_dropped_once_per_silence() -> None:
+    """Test that the watch drops a connection that reads as connected but has answered no
+    round trip for ``lost_after_s``, once until a round trip succeeds again, and never one
+    that reads as disconnected (nats-py is already moving) or that answers."""
+    answering, connected = [False], [True]
+    drops: list[float] = []
+
+    async def ping(timeout_s: float) -> None:
+        if not answering[0]:
+            raise TimeoutError
+
+    async def drop() -> None:
+        drops.append(time.time())
+
+    watch = ContactWatch(
+        _Store(),  # type: ignore[arg-type]
+        lambda: connected[0],
+        lost_after_s=0.3,
+        beat_period_s=0.1,
+        nats_ping=ping,
+        nats_drop=drop,
+    )
+    probe = asyncio.create_task(watch.probe())
+    try:
+        await asyncio.sleep(0.2)
+        assert drops == []  # silent, but not for lost_after_s yet
+        await asyncio.sleep(0.6)
+        assert len(drops) == 1  # once, however long the silence
+        answering[0] = True
+        await asyncio.sleep(0.4)
+        answering[0] = False
+        await asyncio.sleep(0.8)
+        assert len(drops) == 2  # a new silence after a round trip: dropped again
+        connected[0] = False
+        answering[0] = True
+        await asyncio.sleep(0.4)
+        answering[0] = False
+        await asyncio.sleep(0.8)
+        assert len(drops) == 2  # disconnected: nats-py's own reconnect is under way
+    finally:
+        probe.cancel()
