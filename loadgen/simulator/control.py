@@ -220,7 +220,7 @@ class ControlLoops:
         serves the open-ended long-input bucket also needs its long prompts' first token in
         time, and how long they are is what the planner observes (its served sizes,
         ``plan_observed_sizes``): the observed p99 prompt of that bucket stands for it, and
-        the maximum clock until it is known (:func:`served_floor_mhz`).
+        the maximum clock until the sample is trusted (:func:`served_floor_mhz`).
         """
         planner = self.planner
         view = self.view
@@ -236,6 +236,7 @@ class ControlLoops:
             view.slos,
             view.policy.miad_guard,
             serves_open=True,
+            sample_trusted=observed.trusted,
             open_prompt=observed.open_bucket_p99(),
         )
 

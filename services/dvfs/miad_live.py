@@ -4,7 +4,8 @@ One :class:`~services.dvfs.miad.MiadController` per worker, built for the worker
 (its SLO floor depends on GPU, model and TP, computed on the engine model like the
 predictive mode's fits), and the floor of the long prompts a pool is sent: the observed p99
 prompt of the open-ended input bucket among the requests this node served (the simulator's
-planner keeps the same sample over all requests), the maximum clock until that is known.
+planner keeps the same sample over all requests), the maximum clock until the node has
+served enough requests to trust its sample.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class LiveSloMiad:
                 self._slos,
                 self._dvfs.miad_guard,
                 serves_open=serves_open_input(self._classes.get(stats.pool_id, ()), self._scheme),
+                sample_trusted=self._served.trusted,
                 open_prompt=self._open_p99,
                 max_clock_mhz=self._dvfs.clock_mhz,
             )

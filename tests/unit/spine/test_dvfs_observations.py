@@ -137,20 +137,28 @@ def test_live_miad_holds_a_long_prompt_pool_at_the_maximum_clock_until_it_served
     assert bounded.target(stats, 600.0, None) < top
 
 
-def test_the_served_floor_is_zero_without_long_prompts_and_the_maximum_before_their_p99() -> None:
+def test_the_served_floor_is_the_maximum_before_the_sample_is_trusted_then_the_p99s() -> None:
     """Test the shared served floor: none for a pool not sent the open bucket, the maximum
-    clock (or the agent's configured maximum) before the p99 is known, the p99's SLO floor
-    after."""
+    clock (or the agent's configured maximum) before the served sample is trusted, the
+    p99's SLO floor once known, and none when a trusted sample holds too few long prompts."""
     scheme = scheme_by_name("dynamollm9")
     slos = default_slos(scheme)
     config = EngineConfig(gpu="H100-80GB", model="llama-3-70b", tp=8, max_num_seqs=64)
     args = (config, scheme, slos, 0.5)
-    assert served_floor_mhz(*args, serves_open=False, open_prompt=None) == 0.0
-    assert served_floor_mhz(*args, serves_open=True, open_prompt=None) == pytest.approx(1980.0)
-    capped = served_floor_mhz(*args, serves_open=True, open_prompt=None, max_clock_mhz=1500.0)
-    assert capped == pytest.approx(1500.0)
-    known = served_floor_mhz(*args, serves_open=True, open_prompt=2048)
+
+    def cold(serves_open: bool, max_clock_mhz: float | None = None) -> float:
+        return served_floor_mhz(
+            *args, serves_open=serves_open, sample_trusted=False, open_prompt=None,
+            max_clock_mhz=max_clock_mhz,
+        )  # fmt: skip
+
+    assert cold(serves_open=False) == 0.0
+    assert cold(serves_open=True) == pytest.approx(1980.0)
+    assert cold(serves_open=True, max_clock_mhz=1500.0) == pytest.approx(1500.0)
+    known = served_floor_mhz(*args, serves_open=True, sample_trusted=True, open_prompt=2048)
     assert known == slo_clock_floor_mhz(*args, open_prompt=2048) < 1980.0
+    rare = served_floor_mhz(*args, serves_open=True, sample_trusted=True, open_prompt=None)
+    assert rare == 0.0
 
 
 def test_miad_is_built_per_worker_not_by_make_controller() -> None:
