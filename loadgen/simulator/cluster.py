@@ -218,7 +218,7 @@ class ClusterSimulator:
         except RequestRejectedError as error:
             self._reject(state, error.code)
             return
-        pool = self.staffed(self.pool_by_id[classified.pool_id])
+        pool = self.staffed(self.pool_by_id[classified.pool_id], t_s)
         state.predicted = classified.predicted_output_tokens
         state.request_class = classified.request_class
         state.pool = pool.pool_id
@@ -391,18 +391,18 @@ class ClusterSimulator:
         # Every live instance is still starting: queue where they will come up.
         return {p.pool_id: float(len(p.live())) for p in self.pools}
 
-    def staffed(self, pool: Pool) -> Pool:
+    def staffed(self, pool: Pool, t_s: float) -> Pool:
         """``pool``, or, when every instance of it drains (a TP-mode switch freed its GPUs
-        before the plan's routes moved), the staffed pool of its class group with the most
-        live instances, so no arrival waits for a pool nobody will serve again."""
+        before the plan's routes moved), the best-staffed pool of its class group
+        (:func:`_best_staffed`), so no arrival waits for a pool nobody will serve again."""
         if pool.live():
             return pool
         same = [p for p in self.pools if p.class_group in (None, pool.class_group)]
-        return _best_staffed(same) or _best_staffed(self.pools) or pool
+        return _best_staffed(same, t_s) or _best_staffed(self.pools, t_s) or pool
 
     def resteer_orphans(self, t_s: float) -> None:
         """Move the queue of a pool left without live instances to the best-staffed pool."""
-        target = _best_staffed(self.pools)
+        target = _best_staffed(self.pools, t_s)
         if target is None:
             return
         for pool in self.pools:
@@ -429,10 +429,24 @@ class ClusterSimulator:
         self.schedule(t_s, _TICK, tick)
 
 
-def _best_staffed(pools: Sequence[Pool]) -> Pool | None:
-    """The pool with the most live instances (the first on a tie); None when none has one."""
+def _best_staffed(pools: Sequence[Pool], t_s: float) -> Pool | None:
+    """The pool with the most live instances ready at ``t_s``, then the most live ones (the
+    first on a tie); None when none has a live instance.
+
+    Ready ones first: a pool whose only instance is still starting (on a node that may be
+    booting too, 33 + 90 s here) leaves every request sent to it waiting that long, where
+    a pool that serves now meets it. On the code trace a re-plan drained the short group's
+    pool and a tie on live instances sent 41 requests to a booting one (120 s waits).
+    """
     staffed = [p for p in pools if p.live()]
-    return max(staffed, key=lambda p: len(p.live())) if staffed else None
+    if not staffed:
+        return None
+
+    def rank(pool: Pool) -> tuple[int, int]:
+        live = pool.live()
+        return sum(1 for i in live if i.ready_s <= t_s), len(live)
+
+    return max(staffed, key=rank)
 
 
 def _predicted_remaining(instance: SimInstance, t_s: float) -> tuple[int, ...]:

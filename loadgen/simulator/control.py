@@ -28,7 +28,7 @@ from loadgen.simulator.policies import instances_needed, miad_available
 from services.dvfs.slo_miad import (
     capped_clock,
     miad_floor_mhz,
-    slo_clock_floor_mhz,
+    served_floor_mhz,
     slo_miad_config,
 )
 from shared.metrics.energy import JOULES_PER_KWH
@@ -219,7 +219,8 @@ class ControlLoops:
         The floor of :meth:`_floor` covers the bounded input buckets only. A pool that
         serves the open-ended long-input bucket also needs its long prompts' first token in
         time, and how long they are is what the planner observes (its served sizes,
-        ``plan_observed_sizes``): the observed p99 prompt of that bucket stands for it.
+        ``plan_observed_sizes``): the observed p99 prompt of that bucket stands for it, and
+        the maximum clock until the sample is trusted (:func:`served_floor_mhz`).
         """
         planner = self.planner
         view = self.view
@@ -229,11 +230,14 @@ class ControlLoops:
         pool = view.pool_by_id.get(pool_id)
         if pool is None or pool.class_group == "short":
             return 0.0
-        p99 = observed.open_bucket_p99()
-        if p99 is None:
-            return 0.0
-        return slo_clock_floor_mhz(
-            config, view.scheme, view.slos, view.policy.miad_guard, open_prompt=p99
+        return served_floor_mhz(
+            config,
+            view.scheme,
+            view.slos,
+            view.policy.miad_guard,
+            serves_open=True,
+            sample_trusted=observed.trusted,
+            open_prompt=observed.open_bucket_p99(),
         )
 
     def _floor(self, config: Any) -> float:

@@ -4,7 +4,8 @@ One :class:`~services.dvfs.miad.MiadController` per worker, built for the worker
 (its SLO floor depends on GPU, model and TP, computed on the engine model like the
 predictive mode's fits), and the floor of the long prompts a pool is sent: the observed p99
 prompt of the open-ended input bucket among the requests this node served (the simulator's
-planner keeps the same sample over all requests).
+planner keeps the same sample over all requests), the maximum clock until the node has
+served enough requests to trust its sample.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from services.dvfs.profile_live import EngineKey, engine_config, engine_key
 from services.dvfs.slo_miad import (
     capped_clock,
     miad_floor_mhz,
+    served_floor_mhz,
     serves_open_input,
-    slo_clock_floor_mhz,
     slo_miad_config,
 )
 from shared.config import DvfsSettings, PlannerSettings
@@ -90,15 +91,16 @@ class LiveSloMiad:
         if self._open_p99_stale:  # sorted once per new completion, not per worker and period
             self._open_p99 = self._served.open_bucket_p99()
             self._open_p99_stale = False
-        p99 = self._open_p99
-        classes = self._classes.get(stats.pool_id, ())
-        if (
-            self._dvfs.miad_slo_floor
-            and p99 is not None
-            and serves_open_input(classes, self._scheme)
-        ):
-            served_floor = slo_clock_floor_mhz(
-                engine_config(key), self._scheme, self._slos, self._dvfs.miad_guard, open_prompt=p99
+        if self._dvfs.miad_slo_floor:
+            served_floor = served_floor_mhz(
+                engine_config(key),
+                self._scheme,
+                self._slos,
+                self._dvfs.miad_guard,
+                serves_open=serves_open_input(self._classes.get(stats.pool_id, ()), self._scheme),
+                sample_trusted=self._served.trusted,
+                open_prompt=self._open_p99,
+                max_clock_mhz=self._dvfs.clock_mhz,
             )
         return capped_clock(
             decided_mhz,

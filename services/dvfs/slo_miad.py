@@ -15,7 +15,9 @@ guard rails, one definition for the live DVFS agent and the simulator's headline
   at each bounded input bucket's longest prompt reaches its first token within ``guard`` ×
   the bucket's TTFT SLO (:func:`slo_clock_floor_mhz`, on the engine model). A pool sent
   the open-ended long-input bucket also floors at that bucket's observed p99 prompt
-  (``open_prompt``): how long the long prompts are is known only once served.
+  (``open_prompt``): how long the long prompts are is known only once served, so until
+  the served sample is trusted such a pool floors at the maximum clock
+  (:func:`served_floor_mhz`).
 
 The plan's clock caps MIAD, but never below the floor (:func:`capped_clock`).
 """
@@ -35,6 +37,7 @@ from shared.engine import EngineConfig, EngineRequest, create_engine
 __all__ = [
     "capped_clock",
     "miad_floor_mhz",
+    "served_floor_mhz",
     "serves_open_input",
     "slo_clock_floor_mhz",
     "slo_miad_config",
@@ -102,6 +105,43 @@ def serves_open_input(classes: Sequence[str], scheme: ClassScheme) -> bool:
         return True
     last = scheme.labels[len(scheme.input_edges)]
     return any(c.startswith(last) for c in classes)
+
+
+@functools.lru_cache(maxsize=64)
+def _max_clock_mhz(config: EngineConfig) -> float:
+    return max(create_engine(config).supported_clocks_mhz)
+
+
+def served_floor_mhz(
+    config: EngineConfig,
+    scheme: ClassScheme,
+    slos: Mapping[str, ClassSLO],
+    guard: float,
+    *,
+    serves_open: bool,
+    sample_trusted: bool,
+    open_prompt: int | None,
+    max_clock_mhz: float | None = None,
+) -> float:
+    """The clock floor of the long prompts a pool is sent (0 when it is sent none).
+
+    A pool sent the open-ended input bucket floors at the clock that serves that bucket's
+    observed p99 prompt (``open_prompt``, :func:`slo_clock_floor_mhz`). Before the served
+    sample is trusted (``sample_trusted``: a cold start) the floor is the maximum clock
+    (``max_clock_mhz`` where the agent is capped below the GPU's): a long prompt may be of
+    any length, and MIAD's walk down under a light load is no evidence about the next
+    burst's prefills (on the code trace, whose first burst comes after two idle minutes and
+    63 requests, its long prompts met clocks of 360-750 MHz). A trusted sample with too few
+    long prompts for a p99 (``open_prompt`` None) says they are rare: no floor.
+    """
+    if not serves_open:
+        return 0.0
+    if open_prompt is not None:
+        return slo_clock_floor_mhz(config, scheme, slos, guard, open_prompt=open_prompt)
+    if sample_trusted:
+        return 0.0
+    top = _max_clock_mhz(config)
+    return top if max_clock_mhz is None else min(top, max_clock_mhz)
 
 
 def _lone_ttft_s(config: EngineConfig, prompt: int, clock_mhz: float) -> float:

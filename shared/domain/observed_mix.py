@@ -71,6 +71,11 @@ class ObservedMix:
     def __len__(self) -> int:
         return len(self._seen)
 
+    @property
+    def trusted(self) -> bool:
+        """Whether ``min_requests`` are held (:meth:`sample` is not ``None``)."""
+        return len(self._seen) >= self.settings.min_requests
+
     def sample(self) -> Lengths | None:
         """The kept lengths, oldest first; ``None`` until ``min_requests`` are held."""
         if len(self._seen) < self.settings.min_requests:

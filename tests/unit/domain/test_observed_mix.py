@@ -24,7 +24,10 @@ def _mix(pairs: list[tuple[int, int]]) -> ObservedMix:
 def test_no_verdict_before_enough_requests() -> None:
     mix = _mix([(4000, 50)] * 49)
     assert mix.sample() is None
+    assert not mix.trusted
     assert not mix.drifted(CONV_LIKE)
+    mix.add(4000, 50)
+    assert mix.trusted
 
 
 def test_same_mix_is_not_drift() -> None:

@@ -11,6 +11,7 @@ from loadgen.simulator.policies import policy_by_name
 from loadgen.simulator.pools import build_pools
 from loadgen.simulator.scenario import Scenario
 from loadgen.traces import synthetic_trace
+from shared.engine import create_engine
 
 MODES = {
     "plan_demand": "coincident",
@@ -123,7 +124,54 @@ def test_an_arrival_for_a_pool_whose_instances_all_drain_goes_to_a_staffed_pool(
     assert sim.control.new_instance(pools["R-H100-80GB-tp1-long"], 0.0) is not None
     assert sim.control.new_instance(pools["R-H100-80GB-tp1-short"], 0.0) is not None
 
-    assert sim.staffed(draining) is pools["R-H100-80GB-tp1-long"]
-    assert sim.staffed(pools["R-H100-80GB-tp1-short"]) is pools["R-H100-80GB-tp1-short"]
+    assert sim.staffed(draining, 10.0) is pools["R-H100-80GB-tp1-long"]
+    assert sim.staffed(pools["R-H100-80GB-tp1-short"], 10.0) is pools["R-H100-80GB-tp1-short"]
     pools["R-H100-80GB-tp1-long"].instances[0].draining = True
-    assert sim.staffed(draining) is pools["R-H100-80GB-tp1-short"]
+    assert sim.staffed(draining, 10.0) is pools["R-H100-80GB-tp1-short"]
+
+
+def test_an_orphaned_arrival_goes_to_a_pool_that_serves_now_not_one_still_starting() -> None:
+    """Test that of two pools of its class group with one live instance each, an arrival
+    whose pool drains is sent to the one whose instance is ready, not the one whose instance
+    is still starting (on a node that boots first), whichever comes first in pool order."""
+    trace = synthetic_trace(rate_rps=1.0, duration_s=10.0, seed=3)
+    scenario = _scenario((("A", "CISO"), ("B", "PJM")))
+    sim = ClusterSimulator(scenario, policy_by_name("min-energy-split-feedback", **MODES), trace)
+    pools = sim.pool_by_id
+    draining = pools["A-H100-80GB-tp2-short"]
+    assert sim.control.new_instance(draining, 0.0) is not None
+    draining.instances[0].draining = True
+    first = sim.control.new_instance(pools["A-H100-80GB-tp1-short"], 0.0)
+    second = sim.control.new_instance(pools["B-H100-80GB-tp1-short"], 0.0)
+    assert first is not None
+    assert second is not None
+    first.ready_s, second.ready_s = 100.0, 1.0
+    assert sim.staffed(draining, 10.0) is pools["B-H100-80GB-tp1-short"]
+    first.ready_s, second.ready_s = 1.0, 100.0
+    assert sim.staffed(draining, 10.0) is pools["A-H100-80GB-tp1-short"]
+
+
+def test_a_long_prompt_pool_floors_at_the_maximum_clock_until_its_p99_prompt_is_observed() -> None:
+    """Test that the simulator's MIAD floor for a pool sent the open-ended input bucket is
+    the maximum clock before the planner has observed enough served lengths, then the SLO
+    floor of the observed p99 long prompt; a short-group pool gets no such floor."""
+    trace = synthetic_trace(rate_rps=1.0, duration_s=10.0, seed=3)
+    policy = policy_by_name(
+        "min-energy-split-feedback",
+        **MODES,
+        clock="miad",
+        miad_slo_floor=True,
+        plan_observed_sizes=True,
+    )
+    sim = ClusterSimulator(_scenario(), policy, trace)
+    long_pool = sim.pool_by_id["R-H100-80GB-tp1-long"]
+    config = long_pool.config
+    top = max(create_engine(config).supported_clocks_mhz)
+    control = sim.control
+    assert control._served_floor(long_pool.pool_id, config) == pytest.approx(top)
+    assert control._served_floor("R-H100-80GB-tp1-short", config) == 0.0
+    observed = control.planner.observed
+    for _ in range(observed.settings.min_requests):
+        observed.add(2048, 8)
+    floor = control._served_floor(long_pool.pool_id, config)
+    assert 0.0 < floor < top

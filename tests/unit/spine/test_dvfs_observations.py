@@ -13,7 +13,7 @@ from services.dvfs.observations import LatencyCollector, observation_for
 from services.dvfs.perf_model import IpsModel, ModelAccuracy, PredictiveModels, PrefillModel
 from services.dvfs.predictive import DEFAULT_ARRIVAL_WINDOW_S, PredictiveController
 from services.dvfs.service import make_controller
-from services.dvfs.slo_miad import slo_clock_floor_mhz
+from services.dvfs.slo_miad import served_floor_mhz, slo_clock_floor_mhz
 from shared.config import DvfsSettings, PlannerSettings
 from shared.domain.classes import default_slos, scheme_by_name
 from shared.domain.plan import pool_clock_caps
@@ -52,8 +52,9 @@ def _slo_miad(**dvfs: object) -> LiveSloMiad:
 def test_live_miad_doubles_on_a_slow_request_and_never_falls_below_the_slo_floor() -> None:
     """Test the default live MIAD: a TTFT over half its SLO doubles the clock (Eq. 5a with
     the guard), quiet periods lower it by 100 MHz, but never below the SLO floor the
-    simulator's headline uses for the same engine."""
+    simulator's headline uses for the same engine (a pool sent bounded prompts only)."""
     miad = _slo_miad()
+    miad.on_plan(_pool_plan(["SS", "MS"]))
     stats = _stats(600.0)
     controller = miad.controller(stats)
     scheme = scheme_by_name("dynamollm9")
@@ -85,7 +86,7 @@ def test_live_miad_cap_of_the_plan_stops_at_the_slo_floor() -> None:
     plan = Plan(
         epoch=0, issued_at=0.0, valid_until=1.0, scheme="dynamollm9",
         pools=[PoolPlan(pool_id="p", region="PJM", gpu="A100-80GB", tp=1, instances=1,
-                        clock_mhz=210.0)],
+                        clock_mhz=210.0, classes=["SS", "MS"])],
         routes={"*": [RouteWeight(pool_id="p", weight=1.0)]}, objective="carbon",
     )  # fmt: skip
     cap = pool_clock_caps(plan)["p"]
@@ -96,6 +97,68 @@ def test_live_miad_cap_of_the_plan_stops_at_the_slo_floor() -> None:
     unfloored = _slo_miad(miad_slo_floor=False)
     unfloored.on_plan(plan)
     assert unfloored.target(_stats(1410.0), 1410.0, cap) == pytest.approx(300.0)
+
+
+def _pool_plan(classes: list[str]) -> Plan:
+    return Plan(
+        epoch=0, issued_at=0.0, valid_until=1.0, scheme="dynamollm9",
+        pools=[PoolPlan(pool_id="p", region="PJM", gpu="A100-80GB", tp=1, instances=1,
+                        classes=classes)],
+        routes={"*": [RouteWeight(pool_id="p", weight=1.0)]}, objective="carbon",
+    )  # fmt: skip
+
+
+def _long_done(prompt: int) -> Completion:
+    return Completion(
+        request_id="r", worker_id="w", pool_id="p", region="PJM", request_class="LS",
+        input_tokens=prompt, output_tokens=8, sent_at=0.0, accepted_at=0.0,
+        first_token_at=0.1, finished_at=0.2, energy_j=1.0,
+    )  # fmt: skip
+
+
+def test_live_miad_holds_a_long_prompt_pool_at_the_maximum_clock_until_it_served_enough() -> None:
+    """Test that a pool sent the open-ended input bucket floors at the maximum clock while
+    the node has not served enough requests to know its p99 long prompt, then at that
+    prompt's SLO floor; a pool sent bounded classes only never gets that floor."""
+    scheme = scheme_by_name("dynamollm9")
+    config = EngineConfig(gpu="A100-80GB", model="llama-3-8b", tp=1, max_num_seqs=8)
+    miad = _slo_miad()
+    miad.on_plan(_pool_plan(["LS", "LM"]))
+    stats = _stats(600.0)
+    top = 1410.0  # the A100's maximum clock
+    assert miad.target(stats, 600.0, None) == pytest.approx(top)
+    for _ in range(PlannerSettings().observed_min_requests):
+        miad.on_done(_long_done(2048))
+    served = slo_clock_floor_mhz(config, scheme, default_slos(scheme), 0.5, open_prompt=2048)
+    assert served < top
+    assert miad.target(stats, 600.0, None) == pytest.approx(max(600.0, served))
+    bounded = _slo_miad()
+    bounded.on_plan(_pool_plan(["SS", "MS"]))
+    assert bounded.target(stats, 600.0, None) < top
+
+
+def test_the_served_floor_is_the_maximum_before_the_sample_is_trusted_then_the_p99s() -> None:
+    """Test the shared served floor: none for a pool not sent the open bucket, the maximum
+    clock (or the agent's configured maximum) before the served sample is trusted, the
+    p99's SLO floor once known, and none when a trusted sample holds too few long prompts."""
+    scheme = scheme_by_name("dynamollm9")
+    slos = default_slos(scheme)
+    config = EngineConfig(gpu="H100-80GB", model="llama-3-70b", tp=8, max_num_seqs=64)
+    args = (config, scheme, slos, 0.5)
+
+    def cold(serves_open: bool, max_clock_mhz: float | None = None) -> float:
+        return served_floor_mhz(
+            *args, serves_open=serves_open, sample_trusted=False, open_prompt=None,
+            max_clock_mhz=max_clock_mhz,
+        )  # fmt: skip
+
+    assert cold(serves_open=False) == 0.0
+    assert cold(serves_open=True) == pytest.approx(1980.0)
+    assert cold(serves_open=True, max_clock_mhz=1500.0) == pytest.approx(1500.0)
+    known = served_floor_mhz(*args, serves_open=True, sample_trusted=True, open_prompt=2048)
+    assert known == slo_clock_floor_mhz(*args, open_prompt=2048) < 1980.0
+    rare = served_floor_mhz(*args, serves_open=True, sample_trusted=True, open_prompt=None)
+    assert rare == 0.0
 
 
 def test_miad_is_built_per_worker_not_by_make_controller() -> None:
