@@ -20,10 +20,15 @@ from dataclasses import replace
 from typing import Any
 
 from loadgen.simulator.carbon import CarbonClock
-from loadgen.simulator.cluster_view import ClusterActions, FleetActions
+from loadgen.simulator.cluster_view import (
+    ClusterActions,
+    FleetActions,
+    FleetPlanner,
+    ShardActions,
+)
 from loadgen.simulator.control import ControlLoops
 from loadgen.simulator.instance import RequestState, SimInstance
-from loadgen.simulator.nodes import NodeFleet
+from loadgen.simulator.nodes import Node, NodeFleet
 from loadgen.simulator.policies import PolicySet
 from loadgen.simulator.pools import Pool, build_pools, routing_plan
 from loadgen.simulator.results import SimResult, build_result
@@ -141,7 +146,7 @@ class ClusterSimulator:
         )
         self.control = ControlLoops(self, actions, self._fleet_planner)
 
-    def _fleet_planner(self, actions: FleetActions) -> Any:
+    def _fleet_planner(self, actions: FleetActions) -> FleetPlanner | None:
         """The policy's fleet planner: the epoch planner, DynamoLLM's ScaleShard pool manager
         (in the epoch planner's place), or None."""
         if self.policy.scaling == "planned":
@@ -152,7 +157,19 @@ class ClusterSimulator:
         if self.policy.scaling == "shard":
             from loadgen.simulator.scaleshard import ShardManager
 
-            return ShardManager(self)
+            return ShardManager(
+                self,
+                ShardActions(
+                    schedule_tick=actions.schedule_tick,
+                    dispatch=self.dispatch,
+                    retire=self.retire,
+                    update_routes=actions.update_routes,
+                    settle_energy=actions.settle_energy,
+                    count_scale_event=actions.count_scale_event,
+                    boot_node=self.boot_node,
+                    start_on_node=self.start_on_node,
+                ),
+            )
         return None
 
     # -- events -------------------------------------------------------------------------
@@ -189,7 +206,7 @@ class ClusterSimulator:
                 index += 1
             else:
                 break
-        return build_result(self)
+        return build_result(self, self.control)
 
     # -- requests -----------------------------------------------------------------------
     def arrive(self, index: int, item: TraceRequest) -> None:
@@ -354,6 +371,40 @@ class ClusterSimulator:
         if instance.ready_s > t_s:
             self.schedule(instance.ready_s, _READY, instance)
         return instance
+
+    def boot_node(self, region: str, gpu: str, gpus: int, t_s: float) -> Node:
+        """Power on a server for ``gpus`` GPUs of type ``gpu`` in ``region`` (boot delay)."""
+        return self.nodes.place(region, gpu, gpus, t_s, warm=False)
+
+    def start_on_node(
+        self,
+        server: Node,
+        pool: Pool,
+        instance_id: str,
+        config: EngineConfig,
+        *,
+        start_s: float,
+        ready_s: float,
+    ) -> SimInstance:
+        """Start an instance of ``pool`` on ``server`` (a re-shard's new layout, which the
+        re-shard's own tick makes ready: no start-up event)."""
+        instance = SimInstance(
+            instance_id,
+            pool_id=pool.pool_id,
+            region=server.region,
+            config=config,
+            start_s=start_s,
+            ready_s=ready_s,
+            on_finish=self.on_finish,
+        )
+        pool.instances.append(instance)
+        self.nodes.attach(server, instance)
+        return instance
+
+    @property
+    def wake_bound_s(self) -> float:
+        """The longest an instance runs ahead before a control tick may look at it."""
+        return self.control.wake_bound_s
 
     def retire(self, instance: SimInstance, t_s: float) -> None:
         """Stop an instance at ``t_s``: it leaves its pool and frees its node's GPUs."""

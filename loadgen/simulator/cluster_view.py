@@ -10,32 +10,43 @@ written down here rather than spread over its body:
 * :class:`ControlView` and :class:`ClusterActions`: the clock, scaling and sampling ticks;
 * :class:`PlannerView` and :class:`FleetActions`: the epoch planner, which starts instances
   through the control loops (so each gets the policy's clock controller) and never retires
-  or dispatches itself.
+  or dispatches itself;
+* :class:`ShardView` and :class:`ShardActions`: DynamoLLM's ScaleShard pool manager, which
+  re-shards whole nodes: it retires a node's instances (their energy booked first) and
+  starts the new layout's on the same server.
+
+Both fleet planners are a :class:`FleetPlanner` to the control loops and the router.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 if TYPE_CHECKING:
     from loadgen.simulator.carbon import CarbonClock
     from loadgen.simulator.instance import RequestState, SimInstance
-    from loadgen.simulator.nodes import NodeFleet
+    from loadgen.simulator.nodes import Node, NodeFleet
     from loadgen.simulator.policy_set import PolicySet
     from loadgen.simulator.pools import Pool
     from loadgen.simulator.scenario import Scenario
     from loadgen.traces import TraceRequest
+    from proto.messages import Plan
     from shared.domain.classes import ClassScheme, ClassSLO
+    from shared.engine import EngineConfig
 
 __all__ = [
     "ClusterActions",
     "ClusterView",
     "ControlView",
     "FleetActions",
+    "FleetPlanner",
     "InstanceStart",
+    "NodeInstanceStart",
     "PlannerView",
+    "ShardActions",
+    "ShardView",
     "Tick",
 ]
 
@@ -121,12 +132,68 @@ class PlannerView(ClusterView, Protocol):
         """The intensity forecast ``(region, t_s) → gCO2/kWh``, when the run is given one."""
 
 
+class ShardView(ClusterView, Protocol):
+    """What ScaleShard's pool manager reads besides: the requests and the wake bound."""
+
+    @property
+    def scheme(self) -> ClassScheme:
+        """The request classes."""
+
+    @property
+    def states(self) -> Sequence[RequestState]:
+        """Every request arrived so far (the manager counts each pool's arrivals)."""
+
+    @property
+    def wake_bound_s(self) -> float:
+        """The longest an instance runs ahead before a control tick may look at it."""
+
+
+class FleetPlanner(Protocol):
+    """What the control loops and the router use of a fleet planner (the epoch planner or
+    ScaleShard's pool manager)."""
+
+    @property
+    def plan(self) -> Plan | None:
+        """The routing plan the classifier follows (None: route by the live instances)."""
+
+    @property
+    def clock_caps(self) -> Mapping[str, float]:
+        """Each pool's clock cap in MHz (none: uncapped)."""
+
+    @property
+    def solves(self) -> list[dict[str, Any]]:
+        """The decision log, the result's ``plans``."""
+
+    def tick(self, t_s: float) -> float:
+        """Plan at ``t_s``; return the time of the next tick."""
+
+    def observe(self, state: RequestState) -> None:
+        """A completed request."""
+
+
 class InstanceStart(Protocol):
     """Starts an instance in a pool's first free slot (``warm``: no start delay); None when
     the pool has no free slot."""
 
     def __call__(self, pool: Pool, t_s: float, *, warm: bool) -> SimInstance | None:
         """Start it at ``t_s``."""
+
+
+class NodeInstanceStart(Protocol):
+    """Starts an instance of ``pool`` on a given server (a re-shard's new layout), taking
+    requests from ``ready_s``."""
+
+    def __call__(
+        self,
+        server: Node,
+        pool: Pool,
+        instance_id: str,
+        config: EngineConfig,
+        *,
+        start_s: float,
+        ready_s: float,
+    ) -> SimInstance:
+        """Start it: it joins the pool and holds GPUs of ``server``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +216,8 @@ class ClusterActions:
 
 @dataclass(frozen=True, slots=True)
 class FleetActions:
-    """What the epoch planner may do to the cluster."""
+    """What the control loops give a fleet planner: the epoch planner's actions, and the
+    ones ScaleShard's pool manager takes from the loops (:class:`ShardActions`)."""
 
     schedule_tick: Callable[[float, Tick], None]
     """Run a tick at a virtual time."""
@@ -161,3 +229,27 @@ class FleetActions:
     """Move the queue of a pool without live instances to the best-staffed pool."""
     count_scale_event: Callable[[], None]
     """Count a fleet change in the run's ``scale_events``."""
+    settle_energy: Callable[[SimInstance, float], None]
+    """Book an instance's energy up to a time, before its GPUs change hands."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShardActions:
+    """What ScaleShard's pool manager may do to the cluster."""
+
+    schedule_tick: Callable[[float, Tick], None]
+    """Run a tick at a virtual time."""
+    dispatch: Callable[[Pool, float], None]
+    """Offer a pool's queue to its free slots (a router pull)."""
+    retire: Callable[[SimInstance, float], None]
+    """Stop an instance: it leaves its pool and frees its GPUs."""
+    update_routes: Callable[[float], None]
+    """Give the classifier the manager's plan."""
+    settle_energy: Callable[[SimInstance, float], None]
+    """Book an instance's energy up to a time, before its GPUs change hands."""
+    count_scale_event: Callable[[], None]
+    """Count a fleet change in the run's ``scale_events``."""
+    boot_node: Callable[[str, str, int, float], Node]
+    """Power on a server ``(region, gpu, gpus, t_s)`` with a boot delay."""
+    start_on_node: NodeInstanceStart
+    """Start a new layout's instance on a given server."""

@@ -21,7 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.simulator.cluster_view import ClusterActions, ControlView, FleetActions
+from loadgen.simulator.cluster_view import (
+    ClusterActions,
+    ControlView,
+    FleetActions,
+    FleetPlanner,
+)
 from loadgen.simulator.instance import RequestState, SimInstance
 from loadgen.simulator.nodes import NodeFullError, drain_order
 from loadgen.simulator.policies import instances_needed, miad_available
@@ -59,7 +64,7 @@ class ControlLoops:
         self,
         view: ControlView,
         actions: ClusterActions,
-        fleet_planner: Callable[[FleetActions], Any],
+        fleet_planner: Callable[[FleetActions], FleetPlanner | None],
     ) -> None:
         """Bind to a simulator's view and actions; :meth:`start` brings the initial fleet up.
 
@@ -117,17 +122,17 @@ class ControlLoops:
         self._cut_this_period = False
         self.clock_changes = 0
         self.end_s = 0.0
-        self.planner: Any = fleet_planner(
+        self.planner: FleetPlanner | None = fleet_planner(
             FleetActions(
                 schedule_tick=actions.schedule_tick,
                 start_instance=self.new_instance,
                 update_routes=actions.update_routes,
                 resteer_orphans=actions.resteer_orphans,
                 count_scale_event=self._count_scale_event,
+                settle_energy=self.settle_energy,
             )
         )
-        """The epoch planner, ScaleShard's pool manager, or None (its ``tick``, ``observe``,
-        ``plan`` and ``clock_caps`` are what the loops and the router use)."""
+        """The epoch planner, ScaleShard's pool manager, or None."""
 
     # -- set-up ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -162,6 +167,7 @@ class ControlLoops:
             self.actions.schedule_tick(0.0, self._plan_tick)
 
     def _plan_tick(self, t_s: float) -> bool:
+        assert self.planner is not None
         self.actions.schedule_tick(self.planner.tick(t_s), self._plan_tick)
         return False
 
@@ -341,6 +347,14 @@ class ControlLoops:
         delta = total - self._seen_j.get(key, 0.0)
         self._seen_j[key] = total
         return delta
+
+    def settle_energy(self, instance: SimInstance, t_s: float) -> None:
+        """Book ``instance``'s energy up to ``t_s`` now, before the sample tick would.
+
+        A re-shard hands the same GPUs to new instances at ``t_s``; the energy is booked as
+        a point at ``t_s`` (intensity and measured window of that instant).
+        """
+        self._charge(instance.region, self._take_energy(instance), t_s, 0.0)
 
     def _counted_share(self, t_s: float, dt: float) -> float:
         """Share of ``(t_s - dt, t_s]`` inside the measured window (after the warm-up)."""

@@ -2,15 +2,18 @@
 
 Metrics are computed by ``shared.metrics.summarize``, the very function the live load
 generator's report uses (TTFT/TBT/E2E percentiles per class, SLO attainment and FREESH Eq. 10
-violations, Eq. 9 Jain fairness, energy, CO2, tokens per joule).
+violations, Eq. 9 Jain fairness, energy, CO2, tokens per joule). :func:`build_result` reads
+the requests and settings of a :class:`RunRecord` and the totals of the control loops, both
+passed in.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -18,10 +21,42 @@ from loadgen.simulator.control import Series
 from shared.metrics import ClassSlo, EnergyAccount, RecordColumns, RunSummary, summarize
 
 if TYPE_CHECKING:
-    from loadgen.simulator.cluster import ClusterSimulator
+    from loadgen.simulator.control import ControlLoops
     from loadgen.simulator.instance import RequestState
+    from loadgen.simulator.nodes import NodeFleet
+    from loadgen.simulator.policy_set import PolicySet
+    from shared.domain.classes import ClassSLO
 
-__all__ = ["SimResult", "build_result", "columns_of"]
+__all__ = ["RunRecord", "SimResult", "build_result", "columns_of"]
+
+
+class RunRecord(Protocol):
+    """What a result reads of a finished run besides the control loops' totals (a
+    :class:`~loadgen.simulator.cluster.ClusterSimulator` is one)."""
+
+    @property
+    def policy(self) -> PolicySet:
+        """The policy set that ran."""
+
+    @property
+    def slos(self) -> Mapping[str, ClassSLO]:
+        """Each class's TTFT/TBT SLO."""
+
+    @property
+    def states(self) -> Sequence[RequestState]:
+        """Every request of the run."""
+
+    @property
+    def measure_from_s(self) -> float:
+        """Start of the measured window."""
+
+    @property
+    def record_token_times(self) -> bool:
+        """Whether every token's time was kept."""
+
+    @property
+    def nodes(self) -> NodeFleet:
+        """The servers (their power-on times)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -119,7 +154,7 @@ class SimResult:
         return out
 
 
-def columns_of(sim: ClusterSimulator) -> RecordColumns:
+def columns_of(sim: RunRecord) -> RecordColumns:
     """Request outcomes as the shared metric columns (requests of the measured window)."""
     states = _measured(sim)
     n = len(states)
@@ -153,15 +188,19 @@ def columns_of(sim: ClusterSimulator) -> RecordColumns:
     )
 
 
-def _measured(sim: ClusterSimulator) -> list[RequestState]:
+def _measured(sim: RunRecord) -> Sequence[RequestState]:
     """Requests that arrived in the measured window (from ``sim.measure_from_s``)."""
     start = sim.measure_from_s
     return [s for s in sim.states if s.arrival_s >= start] if start > 0 else sim.states
 
 
-def build_result(sim: ClusterSimulator) -> SimResult:
-    """Summarise a finished simulation (requests, energy and time of the measured window)."""
-    control = sim.control
+def build_result(sim: RunRecord, control: ControlLoops) -> SimResult:
+    """Summarise a finished simulation (requests, energy and time of the measured window).
+
+    Args:
+        sim: the run's requests and settings.
+        control: its control loops, whose totals, series and planner log are the result's.
+    """
     states = _measured(sim)
     columns = columns_of(sim)
     energy = EnergyAccount(

@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from loadgen.simulator.cluster_view import ShardActions, ShardView
 from loadgen.simulator.demand import ArrivalHistory
 from loadgen.simulator.gate import instance_idle_w
 from loadgen.simulator.instance import RequestState, SimInstance
@@ -62,7 +63,6 @@ from shared.config import PlannerSettings as LivePlannerSettings
 from shared.domain.load_forecast import LoadForecastConfig
 
 if TYPE_CHECKING:
-    from loadgen.simulator.cluster import ClusterSimulator
     from loadgen.simulator.pools import Pool
 
 __all__ = ["ShardManager", "ShardSettings"]
@@ -115,26 +115,30 @@ class ShardManager:
 
     It takes the epoch planner's place in :class:`~loadgen.simulator.control.ControlLoops`:
     ``tick`` runs every scale period, ``plan`` is the routing plan the classifier follows,
-    ``solves`` is the decision log that becomes the result's ``plans``.
+    ``solves`` is the decision log that becomes the result's ``plans``. What it reads of the
+    cluster and does to it are :class:`~loadgen.simulator.cluster_view.ShardView` and
+    :class:`~loadgen.simulator.cluster_view.ShardActions`.
     """
 
     def __init__(
         self,
-        sim: ClusterSimulator,
+        view: ShardView,
+        actions: ShardActions,
         settings: ShardSettings | None = None,
         profile: ProfileSource | None = None,
     ) -> None:
-        """Bind to a simulator whose pools are MultiPool's class pools of 8-GPU slots.
+        """Bind to a cluster whose pools are MultiPool's class pools of 8-GPU slots.
 
         Raises:
             ValueError: when the policy's pools are not class pools of whole nodes.
         """
-        if sim.policy.pooling != "class" or sim.policy.tp != NODE_GPUS:
+        if view.policy.pooling != "class" or view.policy.tp != NODE_GPUS:
             raise ValueError("ScaleShard re-shards whole 8-GPU nodes of class pools (tp = 8)")
-        self.sim = sim
+        self.view = view
+        self.actions = actions
         self.settings = settings or ShardSettings()
         self.live = LivePlannerSettings()
-        self.period_s = sim.scenario.control.scale_period_s
+        self.period_s = view.scenario.control.scale_period_s
         bins = max(1, round(self.period_s / self.live.demand_bin_s))
         self.history = ArrivalHistory(
             LoadForecastConfig(bin_s=self.period_s / bins, step_s=self.period_s, steps=1),
@@ -154,11 +158,11 @@ class ShardManager:
         request = ProfileRequest(
             gpu=gpu,
             tp=tp,
-            model=self.sim.scenario.model,
-            scheme=self.sim.scheme.name,
+            model=self.view.scenario.model,
+            scheme=self.view.scheme.name,
             clock_fractions=(1.0,),
             window_s=self.live.profile_window_s,
-            max_num_seqs=self.sim.max_num_seqs,
+            max_num_seqs=self.view.max_num_seqs,
         )
         return measured_curve(request, request_class, self.settings.load_fractions)
 
@@ -166,7 +170,7 @@ class ShardManager:
         """Completions are not needed: the pool manager counts its arrivals directly."""
 
     def _read_arrivals(self) -> None:
-        states = self.sim.states
+        states = self.view.states
         for state in states[self._seen :]:
             if not state.rejected and state.pool:
                 self.history.add(state.arrival_s, state.pool)
@@ -210,7 +214,7 @@ class ShardManager:
         return t_s + self.period_s
 
     def _bind(self, t_s: float) -> None:
-        for pool in self.sim.pools:
+        for pool in self.view.pools:
             nodes = [
                 _Node(pool, int(i.instance_id.rsplit("#", 1)[1]), i.region, i.engine.config.gpu,
                       i.engine.config.tp, [i])
@@ -266,13 +270,12 @@ class ShardManager:
         self._begin(*changes[0], t_s)
 
     def _delay(self, node: _Node, target_tp: int) -> float:
-        tau = tau_s(self.sim.scenario.model, node.gpu)
+        tau = tau_s(self.view.scenario.model, node.gpu)
         return reshard_delay_s(node.tp, target_tp, tau, self.settings.sync_s)
 
     # -- one node's re-shard --------------------------------------------------------------
     def _begin(self, node: _Node, target_tp: int, t_s: float) -> None:
         """Stop placing on the node; re-queue its not-yet-started requests; drain the rest."""
-        sim = self.sim
         pool = node.pool
         node.target_tp = target_tp
         node.pending = NODE_GPUS // target_tp
@@ -306,22 +309,22 @@ class ShardManager:
         }  # fmt: skip
         self.reshards.append(node.record)
         self._publish(t_s)
-        sim.dispatch(pool, t_s)
+        self.actions.dispatch(pool, t_s)
         self._drain_check(node, t_s)
 
     def _drain_check(self, node: _Node, t_s: float) -> None:
         """Run the node's instances to their next finish (nothing can join them) until empty."""
-        bound = t_s + self.sim.control.wake_bound_s
+        bound = t_s + self.view.wake_bound_s
         pending = [i for i in node.instances if i.requests]
         if not pending:
             done_s = max([t_s, *(i.now_s for i in node.instances)])
             if done_s > t_s:
-                self.sim.schedule_tick(done_s, lambda at_s: self._complete(node, at_s))
+                self.actions.schedule_tick(done_s, lambda at_s: self._complete(node, at_s))
             else:
                 self._complete(node, t_s)
             return
         next_s = min(max(i.run_to_next_finish(bound), t_s) for i in pending)
-        self.sim.schedule_tick(next_s, lambda at_s: self._recheck(node, at_s))
+        self.actions.schedule_tick(next_s, lambda at_s: self._recheck(node, at_s))
 
     def _recheck(self, node: _Node, t_s: float) -> bool:
         self._drain_check(node, t_s)
@@ -329,8 +332,7 @@ class ShardManager:
 
     def _complete(self, node: _Node, t_s: float) -> bool:
         """The node is empty: retire its instances, start the new layout after the delay."""
-        sim = self.sim
-        control = sim.control
+        actions = self.actions
         pool = node.pool
         delay = self._delay(node, node.target_tp)
         server = next((i.node for i in node.instances if isinstance(i.node, Node)), None)
@@ -338,49 +340,38 @@ class ShardManager:
             if instance in pool.instances:  # the sample tick may have retired it already
                 instance.advance(t_s)
                 # Charge its energy up to now: from here the same GPUs belong to the new layout.
-                control._charge(
-                    instance.region,
-                    control._take_energy(instance),
-                    t_s,
-                    0.0,
-                )
-                sim.retire(instance, t_s)
+                actions.settle_energy(instance, t_s)
+                actions.retire(instance, t_s)
         if server is None or not server.powered:
             # Not held (no old instance knew its node): boot one.
-            server = sim.nodes.place(node.region, node.gpu, NODE_GPUS, t_s, warm=False)
+            server = actions.boot_node(node.region, node.gpu, NODE_GPUS, t_s)
         begin = max(t_s, server.ready_s)
         config = replace(pool.config, gpu=node.gpu, tp=node.target_tp)
+        # The same server's GPUs: it stays powered through the re-shard.
         node.instances = [
-            SimInstance(
+            actions.start_on_node(
+                server,
+                pool,
                 f"{pool.pool_id}#{node.slot}.tp{node.target_tp}.{k}",
-                pool_id=pool.pool_id,
-                region=node.region,
-                config=config,
+                config,
                 start_s=begin,
                 ready_s=begin + delay,
-                on_finish=sim.on_finish,
             )
             for k in range(node.pending)
         ]
-        pool.instances.extend(node.instances)
-        for instance in node.instances:
-            # The same server's GPUs: it stays powered through the re-shard.
-            sim.nodes.attach(server, instance)
         server.held = False
         delay = begin + delay - t_s
         node.record.update(drained_s=t_s, delay_s=delay, ready_s=t_s + delay)
-        sim.schedule_tick(t_s + delay, lambda at_s: self._ready(node, at_s))
+        actions.schedule_tick(t_s + delay, lambda at_s: self._ready(node, at_s))
         return False
 
     def _ready(self, node: _Node, t_s: float) -> bool:
         node.tp = node.target_tp
         node.target_tp = 0
         node.pending = 0
-        sim = self.sim
-        control = sim.control
-        control.scale_events += 1
+        self.actions.count_scale_event()
         self._publish(t_s)
-        sim.dispatch(node.pool, t_s)
+        self.actions.dispatch(node.pool, t_s)
         state = self._pools[node.pool.pool_id]
         if state.queued:
             following, tp = state.queued.pop(0)
@@ -391,10 +382,9 @@ class ShardManager:
     def _publish(self, t_s: float) -> None:
         """Each class to its own pool; a pool whose only node re-shards keeps its route, so
         its arrivals wait in its queue for the new instances instead of being refused."""
-        sim = self.sim
         pools = []
         routes: dict[str, list[RouteWeight]] = {}
-        for pool in sim.pools:
+        for pool in self.view.pools:
             state = self._pools[pool.pool_id]
             serving = sum(len(n.instances) for n in state.nodes if not n.busy)
             count = serving + sum(n.pending for n in state.nodes if n.busy)
@@ -414,8 +404,8 @@ class ShardManager:
             epoch=len(self.reshards),
             issued_at=max(t_s, 0.0),
             valid_until=max(t_s, 0.0),
-            scheme=sim.scheme.name,
+            scheme=self.view.scheme.name,
             pools=pools,
             routes=routes,
         )
-        sim.update_routes(t_s)
+        self.actions.update_routes(t_s)

@@ -7,6 +7,7 @@ import pytest
 
 from loadgen.simulator.carbon import CarbonClock
 from loadgen.simulator.cluster import ClusterSimulator
+from loadgen.simulator.planned import EpochPlanner
 from loadgen.simulator.policies import policy_by_name
 from loadgen.simulator.pools import build_pools
 from loadgen.simulator.scenario import Scenario
@@ -100,6 +101,7 @@ def test_a_feedback_derating_holds_for_the_same_mode_and_group_in_every_region()
     trace = synthetic_trace(rate_rps=1.0, duration_s=10.0, seed=3)
     sim = ClusterSimulator(scenario, policy_by_name("min-energy-split-feedback", **MODES), trace)
     planner = sim.control.planner
+    assert isinstance(planner, EpochPlanner)
     planner.learned.derating["A-H100-80GB-tp1-short"] = 0.5
     assert planner.pool_derating("B-H100-80GB-tp1-short") == 0.5
     assert planner.pool_derating("B-H100-80GB-tp2-short") == 1.0
@@ -170,7 +172,9 @@ def test_a_long_prompt_pool_floors_at_the_maximum_clock_until_its_p99_prompt_is_
     control = sim.control
     assert control._served_floor(long_pool.pool_id, config) == pytest.approx(top)
     assert control._served_floor("R-H100-80GB-tp1-short", config) == 0.0
+    assert isinstance(control.planner, EpochPlanner)
     observed = control.planner.observed
+    assert observed is not None
     for _ in range(observed.settings.min_requests):
         observed.add(2048, 8)
     floor = control._served_floor(long_pool.pool_id, config)

@@ -106,7 +106,9 @@ def _run(
     carbon = CarbonClock({"R": np.full(48, 300.0)}, start_offset_s=3600.0)
     sim = ClusterSimulator(scenario, policy_by_name(policy), trace, carbon=carbon)
     if policy == "scale-shard":
-        sim.control.planner = ShardManager(sim, profile=_fake_profile)
+        built = sim.control.planner
+        assert isinstance(built, ShardManager)
+        sim.control.planner = ShardManager(built.view, built.actions, profile=_fake_profile)
     sim.run()
     return sim
 

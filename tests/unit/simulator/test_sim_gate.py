@@ -9,6 +9,7 @@ import pytest
 
 from loadgen.simulator.carbon import CarbonClock
 from loadgen.simulator.cluster import ClusterSimulator
+from loadgen.simulator.planned import EpochPlanner
 from loadgen.simulator.policies import policy_by_name
 from loadgen.simulator.scenario import Scenario
 from loadgen.traces import TraceRequest
@@ -72,8 +73,14 @@ def _served_in_b_after_the_second_plan(sim: ClusterSimulator) -> int:
     )
 
 
+def _planner(sim: ClusterSimulator) -> EpochPlanner:
+    planner = _planner(sim)
+    assert isinstance(planner, EpochPlanner)
+    return planner
+
+
 def _second_epoch(sim: ClusterSimulator) -> dict[str, Any]:
-    solves: list[dict[str, Any]] = sim.control.planner.solves
+    solves: list[dict[str, Any]] = _planner(sim).solves
     assert solves[0]["instances"]["A-H100-80GB"] > 0
     assert solves[0]["instances"]["B-H100-80GB"] == 0
     second: dict[str, Any] = next(s for s in solves if s["t_s"] == EPOCH_S)
@@ -87,7 +94,7 @@ def test_a_replan_whose_saving_is_below_its_cost_is_rejected() -> None:
     gate = _second_epoch(sim)["gate"]
     assert not gate["reconfigure"]
     assert 0.0 < gate["saving"] < gate["transition_cost"]
-    plan = sim.control.planner.plan
+    plan = _planner(sim).plan
     assert plan is not None
     assert plan.epoch == 0, "the first plan stays in force"
     assert not _served_in_b_after_the_second_plan(sim)
@@ -109,7 +116,7 @@ def test_a_rejected_replan_leaves_the_feedback_capacity_of_the_plan_in_force() -
     the rejected re-plan's, or a miss would be measured against a plan that never ran.
     """
     sim = _run({"A": 300.0, "B": 299.0})
-    planner = sim.control.planner
+    planner = _planner(sim)
     assert not _second_epoch(sim)["gate"]["reconfigure"]
     running = planner.gate.running
     assert running is not None
@@ -132,7 +139,7 @@ def test_a_rejected_replan_leaves_the_planned_demand_of_the_plan_in_force() -> N
         TraceRequest(t_s=30.0 + k / 2.3, prompt_tokens=300, output_tokens=40) for k in range(391)
     ]
     sim = _run({"A": 300.0, "B": 299.0}, trace=trace)
-    planner = sim.control.planner
+    planner = _planner(sim)
     first, second = planner.solves[0], _second_epoch(sim)
     assert not second["gate"]["reconfigure"]
     sized = [s["alpha"] * s["peak_demand_qps"] for s in (first, second)]
@@ -153,7 +160,7 @@ def test_event_replanning_does_not_ask_the_gate_again_below_what_it_said_is_cove
     trace += [
         TraceRequest(t_s=30.0 + k / 2.3, prompt_tokens=300, output_tokens=40) for k in range(391)
     ]
-    planner = _run({"A": 300.0, "B": 299.0}, trace=trace, replan="event").control.planner
+    planner = _planner(_run({"A": 300.0, "B": 299.0}, trace=trace, replan="event"))
     times = [s["t_s"] for s in planner.solves]
     event = [t for t in times if 0.0 < t < EPOCH_S and t != times[0]]
     assert len(event) == 1, times

@@ -9,7 +9,7 @@ import pytest
 
 from loadgen.simulator.cluster import ClusterSimulator
 from loadgen.simulator.demand import forecast_error_alpha
-from loadgen.simulator.planned import input_groups
+from loadgen.simulator.planned import EpochPlanner, input_groups
 from loadgen.simulator.policies import policy_by_name
 from loadgen.simulator.scenario import Scenario
 from loadgen.traces import synthetic_trace
@@ -68,6 +68,7 @@ def test_a_split_plan_routes_each_pool_one_input_group_only() -> None:
     sim = ClusterSimulator(scenario, policy_by_name("min-energy-split", tp=1), trace)
     result = sim.run()
     planner = sim.control.planner
+    assert isinstance(planner, EpochPlanner)
     assert result.plans
     assert planner.plan is not None
     groups = input_groups(sim.scheme.classes, sim.scheme.labels)
