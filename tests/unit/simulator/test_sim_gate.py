@@ -74,7 +74,7 @@ def _served_in_b_after_the_second_plan(sim: ClusterSimulator) -> int:
 
 
 def _planner(sim: ClusterSimulator) -> EpochPlanner:
-    planner = _planner(sim)
+    planner = sim.control.planner
     assert isinstance(planner, EpochPlanner)
     return planner
 
