@@ -266,8 +266,8 @@ def fabric(hosts: int, delays_ms: Sequence[float] = ()) -> Iterator[Fabric]:
 
     Raises:
         ValueError: a host count outside 1..16, or more delays than hosts.
-        FabricError: namespaces or netem cannot be used here (the reason), or a command
-            failed (what was made is removed first).
+        FabricError: namespaces cannot be made here (the reason), a delay line did not
+            start, or a command failed (what was made is removed first).
     """
     if not 1 <= hosts <= MAX_HOSTS:
         raise ValueError(f"a fabric has 1 to {MAX_HOSTS} hosts, not {hosts}")
