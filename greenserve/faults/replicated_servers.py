@@ -23,9 +23,8 @@ __all__ = [
     "NODE_DOWN_S",
     "PROMOTED_WITHIN_S",
     "client_on_killed_node",
-    "ingress_leaders",
+    "ingress_layout",
     "stream_leader",
-    "stream_replicas",
     "wait_promoted",
 ]
 
@@ -58,8 +57,9 @@ async def stream_leader(nc: Client, namespace: str) -> str:
     return info.cluster.leader
 
 
-async def ingress_leaders(nc: Client, namespace: str) -> dict[str, str]:
-    """The node leading the ingress stream (``stream``) and each of its consumers."""
+async def ingress_layout(nc: Client, namespace: str) -> tuple[int, dict[str, str]]:
+    """The ingress stream's configured replicas, and the node leading it (``stream``) and
+    each of its consumers (one stream read, the consumers' list)."""
     js = nc.jetstream()
     name = Subjects(namespace).ingress_stream
     info = await js.stream_info(name)
@@ -67,13 +67,7 @@ async def ingress_leaders(nc: Client, namespace: str) -> dict[str, str]:
     for consumer in await js.consumers_info(name):
         cluster = consumer.cluster
         leaders[consumer.name or "?"] = (cluster.leader or "") if cluster is not None else ""
-    return leaders
-
-
-async def stream_replicas(nc: Client, namespace: str) -> int:
-    """The ingress stream's configured replicas."""
-    info = await nc.jetstream().stream_info(Subjects(namespace).ingress_stream)
-    return int(info.config.num_replicas or 1)
+    return int(info.config.num_replicas or 1), leaders
 
 
 def wait_promoted(stack: LocalStack, old_primary: str, within_s: float) -> None:

@@ -21,9 +21,8 @@ from greenserve.faults.replicated_servers import (
     NODE_DOWN_S,
     PROMOTED_WITHIN_S,
     client_on_killed_node,
-    ingress_leaders,
+    ingress_layout,
     stream_leader,
-    stream_replicas,
     wait_promoted,
 )
 from greenserve.faults.scenario_names import (
@@ -179,8 +178,7 @@ async def _run(
             else:
                 scenario_run = scenario
             if (cluster_size(scenario) > 1 or hosts is not None) and nc is not None:
-                replicas = await stream_replicas(nc, spec.namespace)
-                leaders = await ingress_leaders(nc, spec.namespace)
+                replicas, leaders = await ingress_layout(nc, spec.namespace)
             # A partition is survived by the hosts left, as a lost node by the others.
             survived = (
                 cluster_size(scenario) > 1 or with_sentinels(scenario) or partitioned(scenario)

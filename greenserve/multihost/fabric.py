@@ -280,7 +280,7 @@ def fabric(hosts: int, delays_ms: Sequence[float] = ()) -> Iterator[Fabric]:
         raise FabricError(reason)
     delay_by = delay_method(delays_ms)
     if delay_by == "line":
-        logger.info("delaying with user-space delay lines: %s", netem_missing())
+        logger.info("delaying with user-space delay lines: this kernel has no tc netem")
     sweep_stale()
     tag = f"{PREFIX}{os.getpid()}"
     net = ipaddress.ip_network(_free_subnet())

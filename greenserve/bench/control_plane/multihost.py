@@ -21,7 +21,7 @@ from typing import Any
 from greenserve.bench.control_plane.cpu import named_pids, wait_quiet
 from greenserve.bench.control_plane.run import spec_for, sweep
 from greenserve.local import LocalStack, start_local_stack
-from greenserve.multihost.fabric import Fabric, delay_method, fabric
+from greenserve.multihost.fabric import Fabric, fabric
 from greenserve.multihost.stack import start_multihost_stack
 
 __all__ = ["HOSTS", "multihost_table"]
@@ -96,6 +96,7 @@ def multihost_table(
         "one host, replicated servers": replicated,
     }
     with fabric(HOSTS, delays_ms) as hosts:
+        delay_by = next((h.delay_by for h in hosts.hosts if h.delay_by), "")
         for count in replicas:
             label = f"{HOSTS} hosts, {count} classifier replica{'s' if count > 1 else ''}"
             print(label, file=sys.stderr, flush=True)
@@ -112,7 +113,7 @@ def multihost_table(
         "multihost": True,
         "hosts": HOSTS,
         "delays_ms": list(delays_ms),
-        "delay_by": delay_method(delays_ms),
+        "delay_by": delay_by,
         "machine_cores": len(os.sched_getaffinity(0)),
         "request_path": "separate",
         "table": rows,
