@@ -33,13 +33,11 @@ from tests.factories import client_request, error_replies, until
 pytestmark = pytest.mark.connected
 
 
-def _state(
-    namespace: str, nats: ServerProcess, redis: ServerProcess, **fields: object
-) -> StackState:
+def _state(namespace: str, nats_url: str, redis_url: str, **fields: object) -> StackState:
     return StackState(
         namespace=namespace,
-        nats_url=nats.url,
-        redis_url=redis.url,
+        nats_url=nats_url,
+        redis_url=redis_url,
         speedup=1.0,
         origin_wall_s=time.time(),
         model="llama-3-8b",
@@ -64,7 +62,7 @@ async def test_down_answers_each_request_left_in_the_stream_and_in_redis_once(
     stream and both hashes are left empty."""
     subjects, keys = Subjects(namespace), Keys(namespace)
     client = await connect_nats(NatsSettings(url=nats_server.url), "test-client")
-    redis = _state(namespace, nats_server, redis_server).redis_client()
+    redis = _state(namespace, nats_server.url, redis_server.url).redis_client()
     try:
         errors, _ = await error_replies(client, subjects.client_wildcard("c"))
         js = client.jetstream()
@@ -86,7 +84,7 @@ async def test_down_answers_each_request_left_in_the_stream_and_in_redis_once(
         await redis.hset(keys.dispatched, mapping=placed)  # type: ignore[arg-type]
         await redis.zadd(keys.ended("w0"), {"c.r5": time.time()})  # r5 finished there
 
-        outcome = await answer_leftovers(_state(namespace, nats_server, redis_server))
+        outcome = await answer_leftovers(_state(namespace, nats_server.url, redis_server.url))
 
         assert outcome.error == ""
         assert sorted(outcome.answered) == ["c.r1", "c.r2", "c.r3", "c.r4"]
@@ -113,7 +111,7 @@ def test_down_twice_stops_the_stack_then_says_no_stack_is_running(
     ``down`` with nothing running exits 0 too, saying "no stack running"."""
     service = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        state = _state(namespace, nats_server, redis_server, pids={"svc": service.pid})
+        state = _state(namespace, nats_server.url, redis_server.url, pids={"svc": service.pid})
         (tmp_path / STATE_FILE).write_text(json.dumps(asdict(state)))
         args = argparse.Namespace(state_dir=tmp_path)
 
@@ -144,14 +142,10 @@ async def test_down_sweeps_a_secured_stack_as_its_admin_identity(
     subjects, keys = Subjects(namespace), Keys(namespace)
     secured = start_secure_servers([], namespace, tmp_path)
     assert secured.admin_files is not None
-    state = StackState(
-        namespace=namespace,
-        nats_url=secured.tool_nats_url,
-        redis_url=secured.tool_redis_url,
-        speedup=1.0,
-        origin_wall_s=time.time(),
-        model="llama-3-8b",
-        workers=0,
+    state = _state(
+        namespace,
+        secured.tool_nats_url,
+        secured.tool_redis_url,
         secure=True,
         admin_nats_password_file=str(secured.admin_files.nats_password_file),
         admin_redis_password_file=str(secured.admin_files.redis_password_file),
