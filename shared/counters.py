@@ -14,6 +14,7 @@ __all__ = [
     "GC_PAUSE_S",
     "MESSAGES",
     "MISSED_ENDINGS",
+    "PLANNER_ADDED_INSTANCES",
     "PLANNER_SOLVE_S",
     "PROFILE_SWEEPS",
     "QUEUE_DEPTH",
@@ -76,6 +77,12 @@ PROFILE_SWEEPS: Final = Counter(
     "Profiles the dvfs agent swept in profile mode: first (enough lengths seen) or drift "
     "(the served mix moved)",
     ["reason"],
+)
+
+PLANNER_ADDED_INSTANCES: Final = Counter(
+    "greenserve_planner_added_instances_total",
+    "Instances SLO feedback added to a pool that still missed at its maximum clock",
+    ["pool"],
 )
 
 PLANNER_SOLVE_S: Final = Histogram(

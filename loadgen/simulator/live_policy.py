@@ -53,6 +53,7 @@ def policy_from_settings(settings: Settings, *, name: str = DEFAULT_SET) -> Poli
         feedback_floor=planner.feedback_floor,
         feedback_boost=planner.feedback_boost,
         feedback_replan=planner.feedback_replan,
+        feedback_grow=planner.feedback_grow,
         plan_observed_sizes=planner.observed_profiles,
         plan_demand="coincident" if planner.coincident_demand else "class-peaks",
         plan_tps=FLEET_TP_MODES if planner.whole_instances else (),
@@ -135,6 +136,7 @@ def _ablations(base: PolicySet) -> tuple[PolicySet, ...]:
             feedback_floor=0.0,
             feedback_boost=False,
             feedback_replan=True,
+            feedback_grow=0,
         ),
         _variant(
             base,

@@ -15,13 +15,21 @@ import msgspec
 
 from loadgen.simulator.mode_switch import make_room, missing_instances, start_wanted
 from loadgen.simulator.nodes import drain_order
+from services.planner.slo_feedback import growth_hosts
 
 if TYPE_CHECKING:
     from loadgen.simulator.cluster_view import FleetActions, PlannerView
     from loadgen.simulator.feedback import SloFeedback
+    from loadgen.simulator.pools import Pool
     from proto.messages import Plan as WirePlan
+    from services.planner.slo_feedback import CapacityFeedback
 
 __all__ = ["PlanSwitch"]
+
+Added = tuple[tuple[str, str], ...]
+"""SLO feedback's added instances: (short pool, host)."""
+Amend = Callable[[Added], "WirePlan"]
+"""The plan in force, wired again with the added instances."""
 
 
 class PlanSwitch:
@@ -30,10 +38,17 @@ class PlanSwitch:
     view: PlannerView
     actions: FleetActions
     feedback: SloFeedback | None
+    learned: CapacityFeedback
+    capacity: dict[str, float]
+    step_s: float
     switching: bool
     plan: WirePlan | None
     clock_caps: dict[str, float]
     _waiting: tuple[dict[str, int], Callable[[float], bool]] | None
+    _mode: dict[str, tuple[str, int, str | None]]
+    _amend: Amend | None
+    """The plan in force, re-wired with added instances (``None``: no plan yet)."""
+    _order: tuple[str, ...]
 
     def top_up(self, t_s: float) -> None:
         """A plan waiting for GPUs its other TP modes held: start what now fits, and switch
@@ -50,15 +65,65 @@ class PlanSwitch:
         ready_s = max([ready_s, *(i.ready_s for p in self.view.pools for i in p.live())])
         self.actions.schedule_tick(max(ready_s, t_s), switch)
 
-    def _apply(self, plan: WirePlan, decisions_clock: Mapping[str, float | None]) -> None:
-        """Start planned instances now; switch routes and drain surplus once they are ready."""
-        view = self.view
-        t_s = view.now_s
-        want = {p.pool_id: p.instances for p in plan.pools}
-        ready_s = start_wanted(view, self.actions.start_instance, want, t_s)
-        # The router keeps the sim pools' measured no-queue profile (Lat of FREESH Eq. 6), so
-        # every policy set is judged against the same per-request E2E bound.
-        measured = {p.pool_id: p for p in view.pools}
+    def grow(self, t_s: float) -> None:
+        """SLO feedback's added instances (``CapacityFeedback.grow``): one more instance for
+        a pool that still misses at the maximum clock, in the pool itself or, where its
+        region is full, in a pool of its mode elsewhere (``growth_hosts``), without a
+        re-plan. A draining instance of the host is taken back first (it is ready now); the
+        host's share of the short pool's classes is routed to it once it is ready."""
+        if self.feedback is None or self.learned.settings.grow_limit <= 0 or self._amend is None:
+            return
+        gone = self.learned.expire(t_s)
+        if gone:
+            # The pools they were added for met their SLO for a hold: back to the plan.
+            self.plan = self._measured(self._amend(tuple(self.learned.added)))
+            wants = {p.pool_id: p.instances for p in self.plan.pools}
+            for host in {host for _, host in gone}:
+                pool, want = self.view.pool_by_id[host], wants.get(host, 0)
+                live = pool.live()
+                for instance in drain_order(live)[: max(0, len(live) - want)]:
+                    instance.draining = True
+            self.actions.update_routes(t_s)
+            self.actions.count_scale_event()
+        room = {p.pool_id: self._room(p) for p in self.view.pools}
+        hosts = {
+            p.pool_id: growth_hosts(p.pool_id, self._mode, room, self._order)
+            for p in self.view.pools
+            if p.live()
+        }
+        for short, host in self.learned.grow(self.feedback, t_s, hosts, self.capacity):
+            pool = self.view.pool_by_id[host]
+            draining = [i for i in pool.instances if i.draining]
+            if draining:
+                draining[0].draining = False
+                ready_s = max(t_s, draining[0].ready_s)
+            else:
+                started = self.actions.start_instance(pool, t_s)
+                ready_s = t_s if started is None else started.ready_s
+            self.learned.started(short, host, ready_s, self.step_s)
+            self.actions.count_scale_event()
+            amend, added = self._amend, tuple(self.learned.added)
+
+            def reroute(at_s: float, amend: Amend = amend, added: Added = added) -> bool:
+                if self._amend is amend:  # no other plan came in meanwhile
+                    self.plan = self._measured(amend(added))
+                    self.actions.update_routes(at_s)
+                return False
+
+            self.actions.schedule_tick(max(ready_s, t_s), reroute)
+
+    def _room(self, pool: Pool) -> int:
+        """Instances of ``pool`` that could start now: a draining one of its own, or its TP
+        on free GPUs of its (region, GPU type), powered or not."""
+        if any(i.draining for i in pool.instances):
+            return 1
+        nodes = self.view.nodes.groups.get((pool.region, pool.gpu), [])
+        return sum(n.free_gpus() // pool.config.tp for n in nodes)
+
+    def _measured(self, plan: WirePlan) -> WirePlan:
+        """``plan`` with the sim pools' measured no-queue profile (Lat of FREESH Eq. 6): the
+        router keeps it, so every policy set is judged against the same E2E bound."""
+        measured = self.view.pool_by_id
         pools = [
             msgspec.structs.replace(
                 p,
@@ -67,7 +132,23 @@ class PlanSwitch:
             )
             for p in plan.pools
         ]
-        pending = msgspec.structs.replace(plan, pools=pools)
+        return msgspec.structs.replace(plan, pools=pools)
+
+    def _apply(
+        self,
+        plan: WirePlan,
+        decisions_clock: Mapping[str, float | None],
+        amend: Amend | None = None,
+        order: tuple[str, ...] = (),
+    ) -> None:
+        """Start planned instances now; switch routes and drain surplus once they are ready.
+        ``amend`` re-wires the plan with SLO feedback's added instances (:meth:`grow`);
+        ``order``: the plan's least-carbon pool order, where added instances go first."""
+        view = self.view
+        t_s = view.now_s
+        want = {p.pool_id: p.instances for p in plan.pools}
+        ready_s = start_wanted(view, self.actions.start_instance, want, t_s)
+        pending = self._measured(plan)
         caps = {pid: c for pid, c in decisions_clock.items() if c is not None}
         # Cold instances take instance_start_s, and a node's boot before it when it was off.
         delay = ready_s - t_s
@@ -75,6 +156,7 @@ class PlanSwitch:
         def switch(at_s: float) -> bool:
             self.switching = False
             self.plan = pending
+            self._amend, self._order = amend, order
             self.clock_caps = caps
             for pool in view.pools:
                 live = pool.live()
@@ -82,6 +164,7 @@ class PlanSwitch:
                 for instance in drain_order(live)[: max(0, surplus)]:
                     instance.draining = True
             self.actions.count_scale_event()
+            self.learned.new_plan()
             if self.feedback is not None:
                 self.feedback.clear()  # judge the new plan on its own completions
             self.actions.update_routes(at_s)

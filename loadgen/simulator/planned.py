@@ -50,6 +50,7 @@ builds its state and runs the epoch; its bases hold the rest: profile rows
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -67,7 +68,7 @@ from proto.messages import Plan as WirePlan
 from services.planner import epoch_step
 from services.planner.errors import InfeasiblePlanError
 from services.planner.live_inputs import DemandTracker, LivePool
-from services.planner.live_plan import input_groups, wire_plan
+from services.planner.live_plan import input_groups, wire_plan, with_added_instances
 from services.planner.live_profiles import mode_idle_w, reference_lengths, slo_policy_for
 from services.planner.mixed_profiles import MixedCapacity
 from services.planner.problem import Objective, PlannerSettings, ServingConfig, SloPolicy
@@ -162,6 +163,8 @@ class EpochPlanner(PlanProfiles, PlanIntensity, PlanDemand, PlanSwitch):
         """A plan whose instances wait for GPUs its other TP modes hold: (want, switch)."""
         self._mode = {p.pool_id: (p.gpu, p.config.tp, p.class_group) for p in view.pools}
         """Per pool: (GPU type, TP, class group), what pools in other regions share."""
+        self._amend = None
+        self._order = ()
         policy = view.policy
         self.learned = CapacityFeedback(
             FeedbackSettings(
@@ -169,6 +172,7 @@ class EpochPlanner(PlanProfiles, PlanIntensity, PlanDemand, PlanSwitch):
                 floor=policy.feedback_floor,
                 boost=policy.feedback_boost,
                 replan=policy.feedback_replan,
+                grow_limit=policy.feedback_grow,
             )
         )
         """Per pool: capacity share learned from observed misses, and clock boosts."""
@@ -206,6 +210,8 @@ class EpochPlanner(PlanProfiles, PlanIntensity, PlanDemand, PlanSwitch):
         due = self.planned_qps is None or t_s % self.epoch_s == 0.0 or self._outgrown(t_s)
         due = self._reprofile_if_drifted(t_s) or due
         if not due and self.feedback is not None:
+            if not self.switching:
+                self.grow(t_s)  # before _missing() extends the boosts it judges
             due = self._missing(t_s)
         if due:
             try:
@@ -268,12 +274,13 @@ class EpochPlanner(PlanProfiles, PlanIntensity, PlanDemand, PlanSwitch):
         epoch = epoch_step.step(problem, settings, self.pools, self.slices, intensity)
         core, decisions, order = epoch.core, epoch.decisions, epoch.fallback_order
         busy = frozenset(p.pool_id for p in self.view.pools if len(p.queue))
-        plan = wire_plan(
-            decisions=decisions, pools=self.pools, partition=self.scheme.name,
+        wire = functools.partial(
+            wire_plan, pools=self.pools, partition=self.scheme.name,
             epoch=self.epochs, issued_at=t_s, valid_until=t_s + self.epoch_s,
             objective=self.objective.value, status=core.status.value, keep_one=busy,
             fallback_order=order,
         )  # fmt: skip
+        plan = wire(decisions=decisions)
         self.epochs += 1
         self.solves.append(
             {
@@ -301,4 +308,9 @@ class EpochPlanner(PlanProfiles, PlanIntensity, PlanDemand, PlanSwitch):
         # the demand the event trigger (_outgrown) compares the observed load with.
         self.planned_qps = self.covered_qps = sized_qps
         self.capacity = {pid: sum(d.capacity_by_class.values()) for pid, d in decisions.items()}
-        self._apply(plan, decisions_clock={d.pool_id: d.clock_mhz for d in decisions.values()})
+        self._apply(
+            plan,
+            decisions_clock={d.pool_id: d.clock_mhz for d in decisions.values()},
+            amend=lambda added: wire(decisions=with_added_instances(decisions, added)),
+            order=order,
+        )

@@ -186,6 +186,9 @@ class PolicySet:
     """``slo_feedback`` only: a pool that missed runs at its maximum clock for one step."""
     feedback_replan: bool = True
     """``slo_feedback`` only: a miss also cuts capacity and re-plans (else: boost only)."""
+    feedback_grow: int = 0
+    """``slo_feedback`` only: the most instances feedback adds to a pool that still misses
+    at the maximum clock, before the next plan (``slo_feedback.FeedbackSettings``)."""
     plan_observed_sizes: bool = False
     """``planned`` only: re-profile the modes on the request sizes served so far when they
     drift from the profiled ones (:mod:`shared.domain.observed_mix`; the live

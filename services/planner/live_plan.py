@@ -58,6 +58,7 @@ __all__ = [
     "pool_allocations",
     "pool_decisions",
     "wire_plan",
+    "with_added_instances",
 ]
 
 LIVE_PARTITION = "live"
@@ -77,6 +78,42 @@ class PoolDecision:
     """Planned QPS per class (Σ slices × L̄/K)."""
     ttft_ms: float = 0.0
     tbt_ms: float = 0.0
+
+
+def with_added_instances(
+    decisions: Mapping[str, PoolDecision], added: Sequence[tuple[str, str]]
+) -> dict[str, PoolDecision]:
+    """The plan's decisions with SLO feedback's added instances (short pool, host): the
+    host gets one more instance carrying one of the short pool's instances' worth of each of
+    its classes' capacity and power, so routes by capacity send the host its share of those
+    classes (the short pool's own, where the host is the pool itself). An instance added for
+    a pool without planned instances has no capacity to copy and is skipped."""
+    out = dict(decisions)
+    for short, host in added:
+        source = decisions.get(short)
+        if source is None or source.instances <= 0:
+            continue
+        per = {cls: qps / source.instances for cls, qps in source.capacity_by_class.items()}
+        was = out.get(host)
+        if was is None:
+            out[host] = replace(
+                source,
+                pool_id=host,
+                instances=1,
+                power_w=source.power_w / source.instances,
+                capacity_by_class=per,
+            )
+            continue
+        capacity = dict(was.capacity_by_class)
+        for cls, qps in per.items():
+            capacity[cls] = capacity.get(cls, 0.0) + qps
+        out[host] = replace(
+            was,
+            instances=was.instances + 1,
+            power_w=was.power_w + source.power_w / source.instances,
+            capacity_by_class=capacity,
+        )
+    return out
 
 
 def input_groups(classes: Sequence[str], labels: Sequence[str]) -> dict[str, str]:

@@ -29,6 +29,8 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from proto.messages import Plan as WirePlan
@@ -43,6 +45,7 @@ from services.planner.live_plan import (
     merged_plan,
     pool_allocations,
     wire_plan,
+    with_added_instances,
 )
 from services.planner.live_profiles import reference_lengths, scheme_name_for, slo_policy_for
 from services.planner.live_readings import LiveReadings
@@ -57,8 +60,13 @@ from services.planner.problem import (
     Solver,
 )
 from services.planner.profile_jobs import ProfileJobs, ProfileKey
-from services.planner.slo_feedback import CapacityFeedback, FeedbackSettings, MissWindow
-from shared.counters import PLANNER_SOLVE_S
+from services.planner.slo_feedback import (
+    CapacityFeedback,
+    FeedbackSettings,
+    MissWindow,
+    growth_hosts,
+)
+from shared.counters import PLANNER_ADDED_INSTANCES, PLANNER_SOLVE_S
 from shared.domain.classes import default_slos, scheme_by_name
 from shared.domain.load_forecast import LOAD_METHODS, LoadForecastConfig
 from shared.domain.observed_mix import ObservedMix, ObservedMixSettings
@@ -141,6 +149,7 @@ class LivePlanner(LiveReadings, ProfileJobs):
                 floor=cfg.feedback_floor,
                 boost=cfg.feedback_boost,
                 replan=cfg.feedback_replan,
+                grow_limit=cfg.feedback_grow,
             )
         )
         self._step_s = step_s
@@ -189,13 +198,36 @@ class LivePlanner(LiveReadings, ProfileJobs):
             overloaded = self._misses.overloaded(now)
             if overloaded:
                 logger.warning("pools missing their SLO: %s", sorted(overloaded))
+            grown = self._grow(now, planned)  # before learn() extends the boosts it judges
             if self._learned.learn(overloaded, planned, now, self._step_s):
                 self._misses.clear()  # the next plan is judged on its own completions
                 due = True
-            elif overloaded:
+            elif overloaded or grown:
                 self._misses.clear()  # a boost is judged on its own completions too
-                self.refresh()  # publish the boosted clocks now
+                self.refresh()  # publish the boosted clocks and added instances now
         return due
+
+    def _grow(self, now: float, planned: dict[str, float]) -> bool:
+        """SLO feedback's added instances: a pool that still misses at the maximum clock
+        gets one more of its parked workers in the plan (no re-plan), or, with none left,
+        one of a pool of its mode (GPU type, TP, model, class group) elsewhere; one added
+        for a pool that has met its SLO for a hold since goes. Whether any changed."""
+        assert self._misses is not None
+        if self._cfg.feedback_grow <= 0:
+            return False
+        gone = self._learned.expire(now)
+        for short, host in gone:
+            logger.info("pool %s met its SLO for a hold: its instance in %s goes", short, host)
+        hosts: dict[str, tuple[str, ...]] = {}
+        for running in self._running.values():
+            hosts |= _growth_hosts(running, self._learned.added)
+        grown = self._learned.grow(self._misses, now, hosts, planned)
+        for short, host in grown:
+            # A parked worker holds its model: the planner's start-up time bounds its wake.
+            self._learned.started(short, host, now + self._cfg.start_s, self._step_s)
+            logger.warning("pool %s still misses at its maximum clock: one more in %s", short, host)
+            PLANNER_ADDED_INSTANCES.labels(host).inc()
+        return bool(grown or gone)
 
     def _class_groups(self, pools: dict[str, LivePool]) -> dict[str, str]:
         """The configured exclusive groups, or none when the fleet has fewer pools than
@@ -223,6 +255,9 @@ class LivePlanner(LiveReadings, ProfileJobs):
             by_model.setdefault(pool.model, {})[pool_id] = pool
         for model in [m for m in self._running if m not in by_model]:
             del self._running[model]
+        # Each epoch's plan is sized for the load that missed: feedback's added instances
+        # are its to keep or drop.
+        self._learned.new_plan()
         self._model_plans = {
             model: await self._plan_model(model, group, epoch, issued, valid)
             for model, group in sorted(by_model.items())
@@ -332,7 +367,8 @@ class LivePlanner(LiveReadings, ProfileJobs):
             pid: dataclasses.replace(d, clock_mhz=None)
             if self._learned.boosted(pid, model_now)
             else d
-            for pid, d in running.decisions.items()
+            for pid, d in with_added_instances(running.decisions, self._learned.added).items()
+            if pid in running.pools
         }
         return wire_plan(
             decisions=decisions,
@@ -365,3 +401,37 @@ class LivePlanner(LiveReadings, ProfileJobs):
                     running, plan.epoch, plan.issued_at, plan.valid_until
                 )
         self.plan = merged_plan(list(self._model_plans.values()))
+
+
+def _growth_hosts(
+    running: _Running, added: Sequence[tuple[str, str]]
+) -> dict[str, tuple[str, ...]]:
+    """Per planned pool of ``running``: where one more instance for it can go
+    (``growth_hosts``): its parked workers first, else a pool of its GPU type, TP and model
+    elsewhere that serves none of the other class groups' classes."""
+    taken = Counter(host for _, host in added)
+    room = {
+        pid: len(pool.workers)
+        - (running.decisions[pid].instances if pid in running.decisions else 0)
+        - taken[pid]
+        for pid, pool in running.pools.items()
+    }
+
+    def groups(pid: str) -> frozenset[str]:
+        d = running.decisions.get(pid)
+        if d is None or d.instances <= 0:
+            return frozenset()
+        served = (c for c, qps in d.capacity_by_class.items() if qps > 0)
+        return frozenset(running.class_groups.get(c, "") for c in served)
+
+    out: dict[str, tuple[str, ...]] = {}
+    for short, d in running.decisions.items():
+        if d.instances <= 0:
+            continue
+        mine = groups(short)
+        modes = {
+            pid: (pool.gpu, pool.tp, pool.model, groups(pid) or mine)
+            for pid, pool in running.pools.items()
+        }
+        out[short] = growth_hosts(short, modes, room, running.fallback_order)
+    return out

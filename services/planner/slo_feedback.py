@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -41,6 +41,7 @@ __all__ = [
     "FeedbackSettings",
     "MissWindow",
     "binomial_tail",
+    "growth_hosts",
     "missed_slo",
 ]
 
@@ -49,6 +50,31 @@ Entry = tuple[float, float, str, bool]
 
 SIGNIFICANCE: Final = 0.01
 """One-sided test level: the chance that a pool exactly at the goal is reported short."""
+
+
+def growth_hosts(
+    pool: str,
+    modes: Mapping[str, Hashable],
+    room: Mapping[str, int],
+    order: Sequence[str] = (),
+) -> tuple[str, ...]:
+    """Where one more instance for ``pool`` can go: ``pool`` itself while it has ``room``
+    (instances that fit now), else the pools of its mode (``modes``: GPU type, TP and class
+    group, whatever makes an instance's capacity the same) that have room, in ``order``
+    (e.g. the plan's least-carbon order), then by name. Another region's pool of the same
+    mode takes a share of the short pool's classes, so an instance goes there only where
+    the short pool's own region is full."""
+    if room.get(pool, 0) > 0:
+        return (pool,)
+    if pool not in modes:
+        return ()
+    rank = {pid: k for k, pid in enumerate(order)}
+    same = [
+        pid
+        for pid, mode in modes.items()
+        if pid != pool and mode == modes.get(pool) and room.get(pid, 0) > 0
+    ]
+    return tuple(sorted(same, key=lambda pid: (rank.get(pid, len(rank)), pid)))
 
 
 def binomial_tail(misses: int, requests: int, rate: float) -> float:
@@ -145,6 +171,22 @@ class MissWindow:
                 out[pool] = sum(self._peaks(window, t_s).values())
         return out
 
+    def short_since(self, pool: str, since_s: float, t_s: float) -> bool:
+        """Whether ``pool``'s completions of requests that arrived from ``since_s`` on miss
+        significantly more than the goal allows (the test of :meth:`overloaded`)."""
+        self._prune(t_s)
+        judged = [entry for entry in self._done.get(pool, ()) if entry[1] >= since_s]
+        if len(judged) < self._min_requests:
+            return False
+        misses = sum(1 for entry in judged if entry[3])
+        return binomial_tail(misses, len(judged), 1.0 - self._goal) < SIGNIFICANCE
+
+    def load(self, pool: str, t_s: float) -> float:
+        """``pool``'s load over the window in the planner's unit: Σ over classes of the peak
+        ``bin_s`` QPS of its requests' arrivals (as :meth:`overloaded` reports it)."""
+        self._prune(t_s)
+        return sum(self._peaks(self._done.get(pool, ()), t_s).values())
+
     def peaks(self, t_s: float) -> dict[str, float]:
         """Peak ``bin_s`` QPS per class over every pool's window (arrival times)."""
         self._prune(t_s)
@@ -181,12 +223,18 @@ class FeedbackSettings:
     """A report also cuts the pool's capacity and asks for a re-plan; ``False``: only the
     clock boost (a re-plan moves instances between modes and groups, and its start-up
     time costs SLO itself: measured on code, docs/simulator.md "SLO feedback")."""
+    grow_limit: int = 0
+    """The most instances a pool that still misses at the maximum clock may get added for it
+    before the next plan, one at a time: in the pool itself, or where its region is full in
+    a pool of the same mode (GPU type, TP, class group) elsewhere. 0: none."""
 
     def __post_init__(self) -> None:
         if self.step is not None and not 0.0 < self.step <= 1.0:
             raise ValueError("feedback step must be in (0, 1]")
         if not 0.0 <= self.floor <= 1.0:
             raise ValueError("feedback floor must be in [0, 1]")
+        if self.grow_limit < 0:
+            raise ValueError("feedback grow limit must be >= 0")
 
 
 @dataclass(slots=True)
@@ -196,6 +244,13 @@ class CapacityFeedback:
     settings: FeedbackSettings
     derating: dict[str, float] = field(default_factory=dict)
     boost_until: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, int] = field(default_factory=dict)
+    """Per short pool: instances added for it beyond the plan in force (:meth:`grow`)."""
+    added: list[tuple[str, str]] = field(default_factory=list)
+    """Each added instance: (the short pool, the pool that got it), oldest first."""
+    judge_from: dict[str, float] = field(default_factory=dict)
+    """Per boosted pool: the arrival time from which its misses say the boost (or the last
+    added instance) was not enough."""
 
     def learn(
         self,
@@ -209,17 +264,80 @@ class CapacityFeedback:
         step = self.settings.step
         if not self.settings.replan:
             for pool in overloaded:
-                if self.settings.boost:
-                    self.boost_until[pool] = t_s + hold_s
+                self._boost(pool, t_s, hold_s)
             return False
         for pool, load in overloaded.items():
             capacity = planned.get(pool, 0.0)
             if capacity > 0 and load < capacity:
                 factor = load / capacity if step is None else max(step, load / capacity)
                 self.derating[pool] = max(self.settings.floor, self.share(pool) * factor)
-            if self.settings.boost:
-                self.boost_until[pool] = t_s + hold_s
+            self._boost(pool, t_s, hold_s)
         return bool(overloaded)
+
+    def _boost(self, pool: str, t_s: float, hold_s: float) -> None:
+        if not self.settings.boost:
+            return
+        if not self.boosted(pool, t_s):
+            # The boost acts at once: misses of requests that arrive from now on are the
+            # maximum clock's (live, MIAD's climb takes a few of its periods).
+            self.judge_from[pool] = t_s
+        self.boost_until[pool] = t_s + hold_s
+
+    def grow(
+        self,
+        window: MissWindow,
+        t_s: float,
+        hosts: Mapping[str, Sequence[str]],
+        planned: Mapping[str, float],
+    ) -> list[tuple[str, str]]:
+        """Pools that outgrew their plan and still miss at the maximum clock: their load
+        over the window is above the capacity the plan gave them (``planned``, QPS in
+        :meth:`MissWindow.load`'s unit), they are boosted, and their requests that arrived
+        since the boost (or since the last added instance was ready) miss significantly
+        more than the goal. A pool that misses within its planned load is a capacity model
+        that is off, not a burst: it keeps the boost alone. Each, under the limit, gets one
+        more instance in the first of its ``hosts`` (:func:`growth_hosts`); returns (short
+        pool, host) pairs, also kept in :attr:`added`. The caller starts each and says when
+        it is ready (:meth:`started`)."""
+        grown = []
+        for pool, since in sorted(self.judge_from.items()):
+            where = hosts.get(pool, ())
+            if (
+                where
+                and window.load(pool, t_s) > planned.get(pool, math.inf)
+                and self.boosted(pool, t_s)
+                and since <= t_s
+                and self.extra.get(pool, 0) < self.settings.grow_limit
+                and window.short_since(pool, since, t_s)
+            ):
+                self.extra[pool] = self.extra.get(pool, 0) + 1
+                grown.append((pool, where[0]))
+        self.added.extend(grown)
+        return grown
+
+    def started(self, pool: str, host: str, ready_s: float, hold_s: float) -> None:
+        """The instance added for ``pool`` in ``host`` is ready at ``ready_s``: judge what
+        arrives at ``pool`` from then on, and keep both at the maximum clock until then and
+        a hold after."""
+        self.judge_from[pool] = ready_s
+        for boosted in {pool, host}:
+            self.boost_until[boosted] = max(self.boost_until.get(boosted, 0.0), ready_s + hold_s)
+
+    def expire(self, t_s: float) -> list[tuple[str, str]]:
+        """Drop the instances added for pools no longer boosted (they met their SLO for a
+        hold since the last miss report, or since their added instance was ready): the
+        plan in force is enough again. Returns the dropped (short pool, host) pairs."""
+        gone = [(short, host) for short, host in self.added if not self.boosted(short, t_s)]
+        for short, _ in gone:
+            self.extra[short] -= 1
+        self.added = [pair for pair in self.added if pair not in gone]
+        return gone
+
+    def new_plan(self) -> None:
+        """A plan is in force: it sized every pool for the load that missed, so the added
+        instances are its to keep or drop."""
+        self.extra.clear()
+        self.added.clear()
 
     def share(self, pool: str) -> float:
         """The capacity share ``pool`` is planned at (1: as profiled)."""
@@ -232,3 +350,4 @@ class CapacityFeedback:
     def reset(self) -> None:
         """Forget what was learned (the profiles it was learned against were replaced)."""
         self.derating.clear()
+        self.new_plan()
