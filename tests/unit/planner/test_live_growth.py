@@ -89,7 +89,8 @@ async def _complete(
         )
         for i in range(n)
     ]  # fmt: skip
-    await planner.on_done(cast(Msg, SimpleNamespace(data=encode(CompletionBatch(completions=done)))))
+    batch = SimpleNamespace(data=encode(CompletionBatch(completions=done)))
+    await planner.on_done(cast(Msg, batch))
 
 
 def _instances(planner: LivePlanner) -> dict[str, int]:
@@ -147,7 +148,9 @@ async def test_a_pool_without_parked_workers_grows_in_its_mode_elsewhere() -> No
     await _complete(planner, clock, full, span_s=30.0, late_s=2.0, n=120)
     planner.wants_replan()
     grown = _instances(planner)
-    assert grown[full] == 2 and grown[other] == planned[other] + 1 and grown["x"] == 0
+    assert grown[full] == 2
+    assert grown[other] == planned[other] + 1
+    assert grown["x"] == 0
     assert planner.plan is not None
     assert other in {w.pool_id for w in planner.plan.routes["SS"]}
 
