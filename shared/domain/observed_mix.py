@@ -16,13 +16,16 @@ Pure: no I/O; the live planner and the simulator feed it completions and call
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Final
 
 from shared.domain.classes import ClassScheme
 
-__all__ = ["ObservedMix", "ObservedMixSettings", "profile_lengths"]
+__all__ = ["DRIFT_SIGNIFICANCE", "ObservedMix", "ObservedMixSettings", "profile_lengths"]
 
 Lengths = tuple[tuple[int, int], ...]
 
@@ -62,6 +65,7 @@ class ObservedMix:
         self.scheme = scheme
         self.settings = settings or ObservedMixSettings()
         self._seen: deque[tuple[int, int]] = deque(maxlen=self.settings.sample)
+        self._reference: tuple[Sequence[tuple[int, int]], dict[str, _ClassStat]] | None = None
 
     def add(self, prompt: int, output: int) -> None:
         """One completed request's prompt and output tokens (non-positive ones are ignored)."""
@@ -97,49 +101,95 @@ class ObservedMix:
         return -(-p99 // quantum) * quantum
 
     def drifted(self, reference: Sequence[tuple[int, int]]) -> bool:
-        """Whether the sample has moved away from ``reference`` (the profiled lengths)."""
+        """Whether the sample has moved away from ``reference`` (the profiled lengths): a
+        shift over the settings' thresholds that is also beyond sampling noise.
+
+        Two samples of one traffic differ by chance: with 2,000 completions a class at 5 %
+        share holds ≈ 100 heavy-tailed prompts, whose mean moves by more than 25 % between
+        two draws often enough that the planner re-profiled and re-planned every few minutes
+        on an unchanged mix (17 times in 40 minutes on ``conv`` at 1.5× its rate). So a
+        shift counts only when a two-sample z-test also rejects "same traffic" at
+        :data:`DRIFT_SIGNIFICANCE`, Bonferroni-corrected over the tests one look makes.
+        """
         seen = self.sample()
         if seen is None or not reference:
             return False
-        ours, theirs = self._stats(seen), self._stats(reference)
+        if self._reference is None or self._reference[0] is not reference:
+            # The reference (the profiled lengths) changes only at a re-profile: keep its
+            # statistics, which every look (each planner tick) compares with.
+            self._reference = (reference, _stats(self.scheme, reference))
+        ours, theirs = _stats(self.scheme, seen), self._reference[1]
         classes = set(ours) | set(theirs)
-        share = 0.5 * sum(abs(ours.get(c, _EMPTY).share - theirs.get(c, _EMPTY).share)
-                          for c in classes)  # fmt: skip
-        if share > self.settings.share_shift:
+        judged = [c for c, stat in ours.items() if stat.share >= self.settings.min_class_share]
+        z = NormalDist().inv_cdf(1.0 - DRIFT_SIGNIFICANCE / (2 * (len(classes) + 2 * len(judged))))
+        n_ours, n_theirs = len(seen), len(reference)
+        shifts = {c: ours.get(c, _EMPTY).share - theirs.get(c, _EMPTY).share for c in classes}
+        noise = {
+            c: _share_se(ours.get(c, _EMPTY).share, theirs.get(c, _EMPTY).share, n_ours, n_theirs)
+            for c in classes
+        }
+        moved = 0.5 * sum(abs(d) for d in shifts.values()) > self.settings.share_shift
+        if moved and any(abs(d) > z * noise[c] for c, d in shifts.items()):
             return True
-        for cls, stat in ours.items():
-            if stat.share < self.settings.min_class_share:
-                continue
-            ref = theirs.get(cls)
+        for cls in judged:
+            stat, ref = ours[cls], theirs.get(cls)
             if ref is None:
                 return True
             for mine, other in ((stat.prompt, ref.prompt), (stat.output, ref.output)):
-                if abs(mine - other) > self.settings.size_shift * other:
+                delta = abs(mine.mean - other.mean)
+                spread = math.sqrt(mine.var / mine.n + other.var / other.n)
+                if delta > self.settings.size_shift * other.mean and delta > z * spread:
                     return True
         return False
 
-    def _stats(self, lengths: Iterable[tuple[int, int]]) -> dict[str, _ClassStat]:
-        sums: dict[str, list[float]] = {}
-        for prompt, output in lengths:
-            row = sums.setdefault(self.scheme.classify(prompt, output), [0.0, 0.0, 0.0])
-            row[0] += 1.0
-            row[1] += prompt
-            row[2] += output
-        total = sum(r[0] for r in sums.values()) or 1.0
-        return {
-            cls: _ClassStat(share=n / total, prompt=p / n, output=o / n)
-            for cls, (n, p, o) in sums.items()
-        }
+
+DRIFT_SIGNIFICANCE: Final = 0.01
+"""The chance that one look at a sample of unchanged traffic calls it drifted (the level of
+SLO feedback's test, ``services/planner/slo_feedback.py``)."""
+
+
+def _share_se(p: float, q: float, n: int, m: int) -> float:
+    """Standard error of the difference of two class shares (independent samples)."""
+    return math.sqrt(p * (1.0 - p) / max(n, 1) + q * (1.0 - q) / max(m, 1))
+
+
+@dataclass(frozen=True, slots=True)
+class _Moments:
+    n: int
+    mean: float
+    var: float
 
 
 @dataclass(frozen=True, slots=True)
 class _ClassStat:
     share: float
-    prompt: float
-    output: float
+    prompt: _Moments
+    output: _Moments
 
 
-_EMPTY = _ClassStat(share=0.0, prompt=0.0, output=0.0)
+def _stats(scheme: ClassScheme, lengths: Iterable[tuple[int, int]]) -> dict[str, _ClassStat]:
+    by_class: dict[str, list[tuple[int, int]]] = {}
+    for prompt, output in lengths:
+        by_class.setdefault(scheme.classify(prompt, output), []).append((prompt, output))
+    total = sum(len(v) for v in by_class.values()) or 1
+
+    def moments(values: Sequence[int]) -> _Moments:
+        n = len(values)
+        mean = sum(values) / n
+        var = sum((v - mean) ** 2 for v in values) / max(n - 1, 1)
+        return _Moments(n, mean, var)
+
+    return {
+        cls: _ClassStat(
+            share=len(rows) / total,
+            prompt=moments([p for p, _ in rows]),
+            output=moments([o for _, o in rows]),
+        )
+        for cls, rows in by_class.items()
+    }
+
+
+_EMPTY = _ClassStat(share=0.0, prompt=_Moments(0, 0.0, 0.0), output=_Moments(0, 0.0, 0.0))
 
 
 def profile_lengths(

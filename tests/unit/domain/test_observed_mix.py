@@ -47,6 +47,33 @@ def test_longer_prompts_in_the_same_classes_are_drift() -> None:
     assert not _mix(slightly).drifted(CONV_LIKE)
 
 
+def _long_prompts(mean: int, spread: int, n: int) -> list[tuple[int, int]]:
+    """``n`` LS requests whose prompts alternate mean ± spread (output 40)."""
+    return [(mean + (spread if k % 2 else -spread), 40) for k in range(n)]
+
+
+def test_a_shift_within_sampling_noise_is_not_drift() -> None:
+    # LS holds 20 % of each sample. Its mean prompt is 30 % longer than the reference's (over
+    # the 25 % threshold), but the prompts spread so widely that two draws of the same
+    # traffic differ that much by chance: no re-profile.
+    reference = CONV_LIKE[:80] + _long_prompts(3000, 1900, 20)
+    noisy = CONV_LIKE[:80] + _long_prompts(3900, 2800, 20)
+    assert not _mix(noisy).drifted(reference)
+    # The same 30 % with little spread is beyond noise: drift.
+    tight = CONV_LIKE[:80] + _long_prompts(3900, 100, 20)
+    assert _mix(tight).drifted(CONV_LIKE[:80] + _long_prompts(3000, 100, 20))
+
+
+def test_share_shifts_within_sampling_noise_are_not_drift() -> None:
+    # Two classes of 10 requests each pass 8 to the other: total variation 0.13 > 0.10, yet
+    # with 60 requests per sample chance gives that (1.7 standard errors); with 20 times
+    # as many it does not.
+    reference = [(120, 40)] * 40 + [(600, 200)] * 10 + [(1500, 60)] * 10
+    swapped = [(120, 40)] * 40 + [(600, 200)] * 2 + [(1500, 60)] * 18
+    assert not _mix(swapped).drifted(reference)
+    assert _mix(swapped * 20).drifted(reference * 20)
+
+
 def test_bad_lengths_are_ignored() -> None:
     mix = _mix([(0, 10), (10, 0), (-1, 5)])
     assert len(mix) == 0
