@@ -33,8 +33,10 @@ def policy_from_settings(settings: Settings, *, name: str = DEFAULT_SET) -> Poli
         "whole instances choosing TP modes and class-group pools for coincident demand; "
         "profiles re-measured on the served sizes; SLO feedback (capacity cut <= "
         f"{1 - (planner.feedback_step or 0):.0%} per miss window, floor "
-        f"{planner.feedback_floor:.0%}, maximum clock for a step after a miss); MIAD under the "
-        f"plan's clock cap; {settings.scheduler.discipline.upper()}, {settings.router.placer}; "
+        f"{planner.feedback_floor:.0%}, maximum clock for a step after a miss, up to "
+        f"{planner.feedback_grow} added instance(s) per pool that outgrew its plan); MIAD "
+        f"under the plan's clock cap; {settings.scheduler.discipline.upper()}, "
+        f"{settings.router.placer}; "
         f"{settings.classifier.predictor} length predictor",
         pooling="region",
         discipline=settings.scheduler.discipline,
@@ -130,7 +132,7 @@ def _ablations(base: PolicySet) -> tuple[PolicySet, ...]:
             base,
             "no-guards",
             "the default without the robustness guard rails "
-            "(reference-trace profiles, unbounded feedback, no clock boost)",
+            "(reference-trace profiles, unbounded feedback, no clock boost, no added instances)",
             plan_observed_sizes=False,
             feedback_step=None,
             feedback_floor=0.0,

@@ -66,7 +66,7 @@ def test_each_ablation_switches_off_one_lever() -> None:
         "fcfs": {"discipline"},
         "bfio": {"placer"},
         "no-guards": {"plan_observed_sizes", "feedback_step", "feedback_floor",
-                      "feedback_boost", "feedback_replan"},
+                      "feedback_boost", "feedback_replan", "feedback_grow"},
         "oracle-lengths": {"predictor"},
     }  # fmt: skip
     assert set(ABLATIONS) == {f"{DEFAULT_SET}-{k}" for k in lever_fields}
