@@ -104,12 +104,13 @@ class ObservedMix:
         """Whether the sample has moved away from ``reference`` (the profiled lengths): a
         shift over the settings' thresholds that is also beyond sampling noise.
 
-        Two samples of one traffic differ by chance: with 2,000 completions a class at 5 %
-        share holds ≈ 100 heavy-tailed prompts, whose mean moves by more than 25 % between
-        two draws often enough that the planner re-profiled and re-planned every few minutes
-        on an unchanged mix (17 times in 40 minutes on ``conv`` at 1.5× its rate). So a
-        shift counts only when a two-sample z-test also rejects "same traffic" at
-        :data:`DRIFT_SIGNIFICANCE`, Bonferroni-corrected over the tests one look makes.
+        Two samples of one traffic differ by chance: a class at 5-20 % of 2,000 completions
+        holds 100-400 heavy-tailed lengths, whose mean can move by more than 25 % between two
+        draws. On ``code`` such a move (MS output 17 → 22 tokens, 3.0 standard errors) made
+        the planner re-profile and re-plan 43 minutes in, switching TP modes under load
+        (docs/simulator.md, "Drift beyond noise"). So a shift counts only when a two-sample
+        z-test also rejects "same traffic" at :data:`DRIFT_SIGNIFICANCE`,
+        Bonferroni-corrected over the tests one look makes.
         """
         seen = self.sample()
         if seen is None or not reference:
