@@ -8,6 +8,7 @@ builds the state declared here in its ``__init__``.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -49,6 +50,8 @@ class PlanSwitch:
     _amend: Amend | None
     """The plan in force, re-wired with added instances (``None``: no plan yet)."""
     _order: tuple[str, ...]
+    _added_log: list[tuple[str, str, float]]
+    """SLO feedback's added instances under the plan in force: (short pool, host, ready)."""
 
     def top_up(self, t_s: float) -> None:
         """A plan waiting for GPUs its other TP modes held: start what now fits, and switch
@@ -76,14 +79,16 @@ class PlanSwitch:
         gone = self.learned.expire(t_s)
         if gone:
             # The pools they were added for met their SLO for a hold: back to the plan.
-            self.plan = self._measured(self._amend(tuple(self.learned.added)))
-            wants = {p.pool_id: p.instances for p in self.plan.pools}
+            for short, host in gone:
+                self._added_log.remove(next(e for e in self._added_log if e[:2] == (short, host)))
+            kept = self._amend(tuple(self.learned.added))
+            wants = {p.pool_id: p.instances for p in kept.pools}
             for host in {host for _, host in gone}:
                 pool, want = self.view.pool_by_id[host], wants.get(host, 0)
                 live = pool.live()
                 for instance in drain_order(live)[: max(0, len(live) - want)]:
                     instance.draining = True
-            self.actions.update_routes(t_s)
+            self._rewire(t_s)
             self.actions.count_scale_event()
         room = {p.pool_id: self._room(p) for p in self.view.pools}
         hosts = {
@@ -102,15 +107,27 @@ class PlanSwitch:
                 ready_s = t_s if started is None else started.ready_s
             self.learned.started(short, host, ready_s, self.step_s)
             self.actions.count_scale_event()
-            amend, added = self._amend, tuple(self.learned.added)
+            self._added_log.append((short, host, ready_s))
 
-            def reroute(at_s: float, amend: Amend = amend, added: Added = added) -> bool:
+            def reroute(at_s: float, amend: Amend | None = self._amend) -> bool:
                 if self._amend is amend:  # no other plan came in meanwhile
-                    self.plan = self._measured(amend(added))
-                    self.actions.update_routes(at_s)
+                    self._rewire(at_s)
                 return False
 
             self.actions.schedule_tick(max(ready_s, t_s), reroute)
+
+    def _rewire(self, at_s: float) -> None:
+        """Route by the plan in force with the added instances that are ready at ``at_s``
+        (one still starting takes no share yet)."""
+        assert self._amend is not None
+        ready = Counter((short, host) for short, host, r in self._added_log if r <= at_s)
+        routable = []
+        for pair in self.learned.added:
+            if ready[pair] > 0:
+                ready[pair] -= 1
+                routable.append(pair)
+        self.plan = self._measured(self._amend(tuple(routable)))
+        self.actions.update_routes(at_s)
 
     def _room(self, pool: Pool) -> int:
         """Instances of ``pool`` that could start now: a draining one of its own, or its TP
@@ -156,7 +173,7 @@ class PlanSwitch:
         def switch(at_s: float) -> bool:
             self.switching = False
             self.plan = pending
-            self._amend, self._order = amend, order
+            self._amend, self._order, self._added_log = amend, order, []
             self.clock_caps = caps
             for pool in view.pools:
                 live = pool.live()

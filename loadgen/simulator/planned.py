@@ -165,6 +165,7 @@ class EpochPlanner(PlanProfiles, PlanIntensity, PlanDemand, PlanSwitch):
         """Per pool: (GPU type, TP, class group), what pools in other regions share."""
         self._amend = None
         self._order = ()
+        self._added_log = []
         policy = view.policy
         self.learned = CapacityFeedback(
             FeedbackSettings(
