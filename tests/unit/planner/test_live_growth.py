@@ -155,20 +155,22 @@ async def test_a_pool_without_parked_workers_grows_in_its_mode_elsewhere() -> No
     assert other in {w.pool_id for w in planner.plan.routes["SS"]}
 
 
-async def test_a_pool_missing_within_its_planned_load_keeps_the_boost_alone() -> None:
-    planner, clock = await _planned(1, {"a": _pool("a", "PJM", 4)})
+async def _miss_three_windows(planner: LivePlanner, clock: _Clock, n: int) -> None:
+    """Three 30-s windows of ``n`` late SS completions of pool a, each judged."""
     for offset in (0.0, 40.0, 80.0):
         clock.offset = offset
-        # 1 req/s against the 2 req/s planned: the capacity model is off, not the load.
-        await _complete(planner, clock, "a", span_s=30.0, late_s=2.0, n=30)
+        await _complete(planner, clock, "a", span_s=30.0, late_s=2.0, n=n)
         planner.wants_replan()
+
+
+async def test_a_pool_missing_within_its_planned_load_keeps_the_boost_alone() -> None:
+    planner, clock = await _planned(1, {"a": _pool("a", "PJM", 4)})
+    # 1 req/s against the 2 req/s planned: the capacity model is off, not the load.
+    await _miss_three_windows(planner, clock, n=30)
     assert _instances(planner) == {"a": 2}
 
 
 async def test_growth_is_off_when_its_limit_is_zero() -> None:
     planner, clock = await _planned(0, {"a": _pool("a", "PJM", 4)})
-    for offset in (0.0, 40.0, 80.0):
-        clock.offset = offset
-        await _complete(planner, clock, "a", span_s=30.0, late_s=2.0, n=120)
-        planner.wants_replan()
+    await _miss_three_windows(planner, clock, n=120)
     assert _instances(planner) == {"a": 2}

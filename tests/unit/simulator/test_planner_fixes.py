@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
-from loadgen.simulator.carbon import CarbonClock
-from loadgen.simulator.cluster import ClusterSimulator
 from loadgen.simulator.demand import ArrivalHistory, trend_peak_qps
-from loadgen.simulator.policies import policy_by_name
 from loadgen.simulator.results import SimResult
-from loadgen.simulator.scenario import Scenario
-from loadgen.traces import synthetic_trace
 from shared.domain.load_forecast import LoadForecastConfig
+from tests.unit.simulator.two_phase import two_phase_run
 
 
 def test_a_rising_load_forecasts_above_the_recent_max_and_keeps_rising() -> None:
@@ -43,32 +37,13 @@ def test_the_history_reports_each_steps_largest_bin_per_class() -> None:
 
 
 def _ramp_run(policy: str) -> SimResult:
-    scenario = Scenario.model_validate(
-        {
-            "name": "ramp",
-            "model": "llama-3-8b",
-            "start_utc": "2022-06-15T00:00:00Z",
-            "regions": [{"name": "R", "carbon": "CISO", "gpus": {"H100-80GB": 4}}],
-            "engine": {"max_num_seqs": 8},
-            "control": {"sample_period_s": 5.0, "epoch_s": 120.0, "steps_per_epoch": 6},
-            "delays": {"instance_start_s": 5.0},
-        }
+    return two_phase_run(
+        policy,
+        gpus=4,
+        control={"sample_period_s": 5.0, "epoch_s": 120.0, "steps_per_epoch": 6},
+        calm=(0.5, 60.0),
+        busy=(4.0, 50.0),
     )
-    calm = synthetic_trace(rate_rps=0.5, duration_s=60.0, seed=1, mean_prompt_tokens=300,
-                           mean_output_tokens=40)  # fmt: skip
-    busy = synthetic_trace(rate_rps=4.0, duration_s=50.0, seed=2, mean_prompt_tokens=300,
-                           mean_output_tokens=40)  # fmt: skip
-    trace = calm + [dataclasses.replace(r, t_s=r.t_s + 60.0) for r in busy]
-    trace = sorted(trace, key=lambda r: r.t_s)
-    carbon = CarbonClock({"R": np.full(48, 300.0)}, start_offset_s=3600.0)
-    sim = ClusterSimulator(
-        scenario,
-        policy_by_name(policy, tp=1),
-        trace,
-        carbon=carbon,
-        carbon_forecast=lambda region, t_s: carbon.forecast(region, t_s),
-    )
-    return sim.run()
 
 
 def test_event_replanning_plans_again_when_the_load_outgrows_the_plan() -> None:
