@@ -84,10 +84,7 @@ class PlanSwitch:
             kept = self._amend(tuple(self.learned.added))
             wants = {p.pool_id: p.instances for p in kept.pools}
             for host in {host for _, host in gone}:
-                pool, want = self.view.pool_by_id[host], wants.get(host, 0)
-                live = pool.live()
-                for instance in drain_order(live)[: max(0, len(live) - want)]:
-                    instance.draining = True
+                _drain_surplus(self.view.pool_by_id[host], wants.get(host, 0))
             self._rewire(t_s)
             self.actions.count_scale_event()
         room = {p.pool_id: self._room(p) for p in self.view.pools}
@@ -176,10 +173,7 @@ class PlanSwitch:
             self._amend, self._order, self._added_log = amend, order, []
             self.clock_caps = caps
             for pool in view.pools:
-                live = pool.live()
-                surplus = len(live) - want.get(pool.pool_id, 0)
-                for instance in drain_order(live)[: max(0, surplus)]:
-                    instance.draining = True
+                _drain_surplus(pool, want.get(pool.pool_id, 0))
             self.actions.count_scale_event()
             self.learned.new_plan()
             if self.feedback is not None:
@@ -199,3 +193,10 @@ class PlanSwitch:
             self.actions.schedule_tick(t_s + delay, switch)
         else:
             switch(t_s)
+
+
+def _drain_surplus(pool: Pool, want: int) -> None:
+    """Drain ``pool``'s live instances beyond ``want`` (emptiest nodes first)."""
+    live = pool.live()
+    for instance in drain_order(live)[: max(0, len(live) - want)]:
+        instance.draining = True

@@ -161,25 +161,24 @@ class MissWindow:
     def overloaded(self, t_s: float) -> dict[str, float]:
         """Pools whose window misses significantly more than the goal, with their load."""
         self._prune(t_s)
-        out: dict[str, float] = {}
-        for pool, window in self._done.items():
-            requests = len(window)
-            if requests < self._min_requests:
-                continue
-            misses = sum(1 for entry in window if entry[3])
-            if binomial_tail(misses, requests, 1.0 - self._goal) < SIGNIFICANCE:
-                out[pool] = sum(self._peaks(window, t_s).values())
-        return out
+        return {
+            pool: sum(self._peaks(window, t_s).values())
+            for pool, window in self._done.items()
+            if self._short(window)
+        }
+
+    def _short(self, entries: Sequence[Entry]) -> bool:
+        """Enough completions, and their misses significantly above ``1 − goal``."""
+        if len(entries) < self._min_requests:
+            return False
+        misses = sum(1 for entry in entries if entry[3])
+        return binomial_tail(misses, len(entries), 1.0 - self._goal) < SIGNIFICANCE
 
     def short_since(self, pool: str, since_s: float, t_s: float) -> bool:
         """Whether ``pool``'s completions of requests that arrived from ``since_s`` on miss
         significantly more than the goal allows (the test of :meth:`overloaded`)."""
         self._prune(t_s)
-        judged = [entry for entry in self._done.get(pool, ()) if entry[1] >= since_s]
-        if len(judged) < self._min_requests:
-            return False
-        misses = sum(1 for entry in judged if entry[3])
-        return binomial_tail(misses, len(judged), 1.0 - self._goal) < SIGNIFICANCE
+        return self._short([entry for entry in self._done.get(pool, ()) if entry[1] >= since_s])
 
     def load(self, pool: str, t_s: float) -> float:
         """``pool``'s load over the window in the planner's unit: Σ over classes of the peak
