@@ -96,6 +96,11 @@ class PlanSwitch:
         for short, host in self.learned.grow(self.feedback, t_s, hosts, self.capacity):
             pool = self.view.pool_by_id[host]
             draining = [i for i in pool.instances if i.draining]
+            if not draining and self._room(pool) <= 0:
+                # An earlier start of this tick (another pool's mode on the same GPUs, or
+                # a plan's make-before-break) took the GPUs the room was counted on.
+                self.learned.withdraw(short, host)
+                continue
             if draining:
                 draining[0].draining = False
                 ready_s = max(t_s, draining[0].ready_s)

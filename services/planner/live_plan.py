@@ -11,8 +11,10 @@ the pool id as GPU type, so Eq. 1c's inventory is per pool (exact for a pool of 
 A pool runs at one clock: the highest clock the solution picked among its slices (every
 class then gets at least its planned speed; power is charged at the rows' planned clocks, an
 under-estimate when the clocks differ). TTFT and TBT are the rows' values weighted by planned
-capacity. Routes: each class to the pools holding its slices, weighted by planned capacity;
-``*`` (classes with no slice) to every active pool by total capacity.
+capacity. Routes: each class to the pools holding its slices, weighted by the capacity of
+the instances the pool runs (its unassigned slices counted in its planned class mix, so every
+pool meets a burst beyond the forecast with the same headroom); ``*`` (classes with no slice)
+to every active pool by total capacity.
 
 With exclusive class groups (:func:`input_groups`, the MILP's ``class_groups``) a class with
 no slice is routed to the active pools of its own group instead of ``*``, so no pool is sent
@@ -75,7 +77,8 @@ class PoolDecision:
     power_w: float
     """Planned power of the pool (Σ slices × P̃/K)."""
     capacity_by_class: Mapping[str, float]
-    """Planned QPS per class (Σ slices × L̄/K)."""
+    """QPS per class the pool's running instances serve: Σ slices × L̄/K, scaled by
+    instances·K / Σ slices (the slices left unassigned on them, in the planned class mix)."""
     ttft_ms: float = 0.0
     tbt_ms: float = 0.0
 
@@ -252,11 +255,19 @@ def pool_decisions(
             if row is not None:
                 ttft += qps * row.ttft_ms
                 tbt += qps * row.tbt_ms
+        assigned = sum(a.instances for a in allocs)
+        instances = min(len(pool.workers), math.ceil(assigned / slices))
+        if assigned > 0:
+            # What the running instances serve: the slices the solution left unassigned on
+            # them count too, in the pool's planned class mix. Routes by it give every pool
+            # the same headroom, so a burst beyond the forecast does not land first on the
+            # pool whose instances the solution happened to fill.
+            scale = instances * slices / assigned
+            capacity = defaultdict(float, {c: q * scale for c, q in capacity.items()})
         total = sum(capacity.values())
         # None is the GPU's maximum, so any None row makes the pool run at maximum.
         clocks = [a.clock_mhz for a in allocs if a.clock_mhz is not None]
         clock = max(clocks) if clocks and len(clocks) == len(allocs) else None
-        instances = min(len(pool.workers), math.ceil(sum(a.instances for a in allocs) / slices))
         out[pool_id] = PoolDecision(
             pool_id=pool_id,
             instances=instances,

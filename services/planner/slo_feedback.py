@@ -298,9 +298,10 @@ class CapacityFeedback:
         more instance in the first of its ``hosts`` (:func:`growth_hosts`); returns (short
         pool, host) pairs, also kept in :attr:`added`. The caller starts each and says when
         it is ready (:meth:`started`)."""
-        grown = []
+        grown: list[tuple[str, str]] = []
         for pool, since in sorted(self.judge_from.items()):
-            where = hosts.get(pool, ())
+            # One instance per host per call: a host listed with room has room for one.
+            where = [h for h in hosts.get(pool, ()) if h not in {g for _, g in grown}]
             if (
                 where
                 and window.load(pool, t_s) > planned.get(pool, math.inf)
@@ -313,6 +314,12 @@ class CapacityFeedback:
                 grown.append((pool, where[0]))
         self.added.extend(grown)
         return grown
+
+    def withdraw(self, pool: str, host: str) -> None:
+        """The instance :meth:`grow` added for ``pool`` in ``host`` could not start (its
+        GPUs went to another start meanwhile): forget it, so a later call may try again."""
+        self.added.remove((pool, host))
+        self.extra[pool] -= 1
 
     def started(self, pool: str, host: str, ready_s: float, hold_s: float) -> None:
         """The instance added for ``pool`` in ``host`` is ready at ``ready_s``: judge what

@@ -206,3 +206,43 @@ def test_live_settings_turn_the_planner_modes_on_and_idle_power_is_the_engines()
     engine = create_engine(EngineConfig(gpu="H100-80GB", model="llama-3-70b", tp=4))
     assert tp4 == pytest.approx(engine.idle_power_w)
     assert mode_idle_w("H100-80GB", 8, "llama-3-70b", 64) > tp4 > 0
+
+
+def test_routes_weigh_each_pool_by_what_its_running_instances_serve() -> None:
+    """Test that a pool whose instance the solution filled and one whose instance it left
+    half unassigned get routes by their instances' capacity (equal here), not by the load
+    the solution assigned them (2:1): a burst beyond the forecast then meets the same
+    headroom in both, instead of landing first on the pool that was already full."""
+    from services.planner.live_plan import wire_plan
+
+    pools = {"a": _pool("a", "A", 4, 1), "b": _pool("b", "B", 4, 2)}
+    problem = build_live_problem(
+        pools=pools,
+        profiles={
+            "a": (config(partition="dynamollm9", cls="SS", tp=4, qps=2.0, power=400.0),),
+            "b": (config(partition="dynamollm9", cls="SS", tp=4, qps=2.0, power=400.0),),
+        },
+        demand_qps={("dynamollm9", "SS"): (3.0,) * STEPS},
+        intensity={"A": (100.0,) * STEPS, "B": (300.0,) * STEPS},
+        step_s=300.0,
+        alpha=1.0,
+        slo=SloPolicy(e2e_mean_scale=None),
+        slices=4,
+        instance_idle_w={"a": 200.0, "b": 200.0},
+    )
+    plan = solve_plan(problem, PlannerSettings(objective=Objective.CARBON, mip_rel_gap=1e-6))
+    assert plan.status.value == "optimal"
+    assigned = {
+        pid: sum(a.instances for a in plan.allocations if a.gpu_type == pid) for pid in pools
+    }
+    assert assigned == {"a": 4, "b": 2}  # the cleaner region's instance is filled first
+    decisions = pool_decisions(plan, problem, pools, 4)
+    assert {pid: d.instances for pid, d in decisions.items()} == {"a": 1, "b": 1}
+    assert decisions["a"].capacity_by_class["SS"] == pytest.approx(2.0)
+    assert decisions["b"].capacity_by_class["SS"] == pytest.approx(2.0)
+    wire = wire_plan(
+        decisions=decisions, pools=pools, partition="dynamollm9", epoch=1, issued_at=0.0,
+        valid_until=1.0, objective="carbon", status="optimal",
+    )  # fmt: skip
+    weights = {w.pool_id: w.weight for w in wire.routes["SS"]}
+    assert weights["a"] == pytest.approx(weights["b"])

@@ -85,6 +85,30 @@ def test_only_misses_since_the_boost_add_an_instance() -> None:
     assert learned.added == [("a", "a")]
 
 
+def test_one_call_puts_at_most_one_instance_in_a_host_and_a_withdrawn_one_may_come_again() -> None:
+    """Test that two pools short at once whose first host is the same get one instance
+    there and the other its next host (or none), since a host listed with room has room for
+    one; and that an instance that could not start is forgotten, so a later call retries."""
+    window = _window(10)
+    for k in range(50):
+        window.add("b", finish_s=100.0, arrival_s=50.0 + k, request_class="LS", missed=True)
+        window.add("b", finish_s=160.0, arrival_s=100.0 + k, request_class="LS", missed=k < 10)
+    learned = CapacityFeedback(FeedbackSettings(replan=False, grow_limit=2))
+    learned.learn({"a": 5.0, "b": 5.0}, {"a": 10.0, "b": 10.0}, t_s=100.0, hold_s=300.0)
+    planned = PLANNED | {"b": 0.1}
+    assert learned.grow(window, 170.0, {"a": ("h",), "b": ("h", "g")}, planned) == [
+        ("a", "h"),
+        ("b", "g"),
+    ]
+    learned.withdraw("b", "g")
+    assert learned.added == [("a", "h")]
+    assert learned.extra == {"a": 1, "b": 0}
+    assert learned.grow(window, 171.0, {"a": (), "b": ("h",)}, planned) == [("b", "h")]
+    fresh = CapacityFeedback(FeedbackSettings(replan=False, grow_limit=2))
+    fresh.learn({"a": 5.0, "b": 5.0}, {"a": 10.0, "b": 10.0}, t_s=100.0, hold_s=300.0)
+    assert fresh.grow(window, 170.0, {"a": ("h",), "b": ("h",)}, planned) == [("a", "h")]
+
+
 def test_a_pool_not_boosted_gets_no_instance() -> None:
     learned = CapacityFeedback(FeedbackSettings(replan=False, grow_limit=2))
     assert learned.grow(_window(50), 170.0, {"a": ("a",)}, PLANNED) == []
