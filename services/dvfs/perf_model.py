@@ -17,14 +17,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
-from sklearn.ensemble import HistGradientBoostingRegressor
 from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
 from shared.engine.api import Engine, EngineRequest
+
+if TYPE_CHECKING:
+    # scikit-learn takes over a second to import: only the predictive agent fits a model,
+    # so every other DVFS agent (MIAD, the default) starts without it.
+    from sklearn.ensemble import HistGradientBoostingRegressor
 
 __all__ = [
     "DEFAULT_BATCH_SIZES",
@@ -293,6 +297,8 @@ def fit_ips_model(
         max_leaf_nodes: leaves per tree.
         seed: random state (only used if early stopping were enabled; kept for clarity).
     """
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
     regressor = HistGradientBoostingRegressor(
         max_iter=max_iter,
         max_leaf_nodes=max_leaf_nodes,

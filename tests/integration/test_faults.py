@@ -14,8 +14,6 @@ pytestmark = pytest.mark.connected
 SCENARIOS = [
     "kill:classifier",  # JetStream redelivers what it had not acked; the scheduler dedups
     "kill:scheduler",  # queues come back from Redis; submits during downtime are redelivered
-    "kill:router",  # pulled-but-unplaced requests are re-queued by the scheduler's reaper
-    "kill:requestpath",  # co-located: what it pulled but had not placed is still queued
     "restart:redis",  # Redis is the recovery log; the hand-off never waits on it
     # Publishes are retried with the same id; replies swallowed by the outage are re-sent;
     # a dispatch whose reply was lost is not run twice (worker memory, scheduler's ends).
@@ -27,7 +25,9 @@ SCENARIOS = [
     "kill:worker-0",
     "term:worker-0",  # graceful drain: finish or hand back, then exit 0
     # A worker lost while the router that placed its requests is down: only Redis knows
-    # what it held; the restarted router adopts the records and re-dispatches them.
+    # what it held; the restarted router adopts the records and re-dispatches them. Each
+    # also covers its kill alone: pulled-but-unplaced requests are re-queued by the
+    # scheduler's reaper (the router), or are still queued (the co-located request path).
     "kill:router+drop:worker-0",
     "kill:requestpath+drop:worker-0",
 ]

@@ -186,8 +186,10 @@ def test_a_host_delays_what_it_sends_and_the_delay_line_leaves_nothing_behind() 
 
 @pytest.mark.parametrize(
     ("scenario", "delays_ms"),
-    [("kill:nats-1", ()), ("partition:host-2", ()), ("kill:nats-1", REGION_DELAYS_MS)],
-    ids=["kill:nats-1", "partition:host-2", "kill:nats-1,delayed"],
+    # The node kill runs under the regions' network delays only: the same kill without them
+    # asserted the same and was the easier case.
+    [("partition:host-2", ()), ("kill:nats-1", REGION_DELAYS_MS)],
+    ids=["partition:host-2", "kill:nats-1,delayed"],
 )
 async def test_a_fault_on_one_host_is_survived_and_leaves_it_consistent(
     scenario: str, delays_ms: tuple[float, ...]

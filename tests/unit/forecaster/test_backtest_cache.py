@@ -20,7 +20,8 @@ def test_a_fit_is_stored_once_and_loaded_for_the_same_inputs_only(
     """Test that the first call fits and stores, the same inputs load without fitting, and a
     different history (one hour more) fits again under another key."""
     history = synthetic_history(days=90)
-    config = ForecasterConfig()
+    # A small fit: the test is of the cache, not of the forecast (fit_80_days' settings).
+    config = ForecasterConfig(max_training_rows=10_000, hw_fit_days=14, booster_max_iter=40)
     first, cached = fit_cached(history, config, tmp_path)
     assert isinstance(first, CarbonForecaster)
     assert not cached
