@@ -7,7 +7,7 @@ every new solution with the plan in force through :mod:`services.planner.overhea
     (P_old − P_new) × remaining epoch time  >  margin × transition cost,
 
 or unconditionally when the running plan no longer covers the new forecast
-(:func:`services.planner.plan_model.demand_shortfall`). Under the carbon objective rates
+(:func:`services.planner.plan_coverage.covers_forecast`). Under the carbon objective rates
 and costs are weighted by each region's mean forecast intensity over the epoch, as live.
 
 The simulator uses the same cores (:func:`~services.planner.live_plan.pool_allocations`,
@@ -26,7 +26,6 @@ A rejected solution leaves the plan in force untouched (instances, routes, clock
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import Mapping
@@ -34,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from services.planner.live_plan import pool_allocations
 from services.planner.overhead_gate import GateDecision, count_transitions, reconfiguration_gate
-from services.planner.plan_model import demand_shortfall
+from services.planner.plan_coverage import covers_forecast
 from services.planner.problem import Objective
 from shared.engine import EngineConfig, create_engine
 
@@ -116,8 +115,12 @@ class PlanGate:
             new_rate=_rate(after, weight),
             remaining_s=(math.floor(t_s / epoch) + 1) * epoch - t_s,
             transition=self.transition_cost(before, after, weight),
-            old_covers_demand=not demand_shortfall(
-                _at_current_capacity(old[0].allocations, problem), problem, old[0].partition
+            old_covers_demand=covers_forecast(
+                old[0].allocations,
+                {pid: d.instances for pid, d in old[1].items()},
+                planner.slices,
+                problem,
+                old[0].partition,
             ),
             margin=planner.live.gate_margin,
         )
@@ -139,31 +142,6 @@ class PlanGate:
             joules = idle * seconds
             total += joules * (weight or {}).get(region, 1.0)
         return total
-
-
-def _at_current_capacity(
-    allocations: tuple[Allocation, ...], problem: PlanningProblem
-) -> tuple[Allocation, ...]:
-    """The running plan's allocations with each row's capacity (L̄) as ``problem`` has it.
-
-    Whether the running plan still covers the forecast (FREESH Eq. 1b, α·L̂ ≤ Σ x·L̄) must be
-    judged with what the planner now knows a row serves: SLO feedback de-rates a pool's
-    rows after it missed, and the running plan's own allocations keep the capacities it was
-    planned with. A row the problem no longer has keeps its planned capacity.
-    """
-    rows = {
-        (c.gpu_type, c.partition, c.request_class, c.mode, c.clock_mhz): c.max_qps
-        for c in problem.configs
-    }
-    return tuple(
-        dataclasses.replace(
-            a,
-            max_qps=rows.get(
-                (a.gpu_type, a.partition, a.request_class, a.mode, a.clock_mhz), a.max_qps
-            ),
-        )
-        for a in allocations
-    )
 
 
 def _rate(allocations: tuple[Allocation, ...], weight: Mapping[str, float] | None) -> float:

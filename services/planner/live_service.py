@@ -50,8 +50,8 @@ from services.planner.live_plan import (
 from services.planner.live_profiles import reference_lengths, scheme_name_for, slo_policy_for
 from services.planner.live_readings import LiveReadings
 from services.planner.overhead_gate import TransitionCosts, gate_plans
+from services.planner.plan_coverage import covers_forecast
 from services.planner.plan_model import Plan as CorePlan
-from services.planner.plan_model import demand_shortfall
 from services.planner.problem import (
     Objective,
     PlannerSettings,
@@ -337,7 +337,13 @@ class LivePlanner(LiveReadings, ProfileJobs):
             or old.class_groups != new.class_groups
         ):
             return False
-        covers = not demand_shortfall(old.core.allocations, problem, old.core.partition)
+        covers = covers_forecast(
+            old.core.allocations,
+            {pid: d.instances for pid, d in old.decisions.items()},
+            self._cfg.time_share_slices,
+            problem,
+            old.core.partition,
+        )
         weight = None
         if self._cfg.objective == Objective.CARBON:
             weight = {r: sum(v) / len(v) for r, v in intensity.items()}

@@ -67,6 +67,7 @@ def test_a_feedback_replan_is_forced_when_the_running_plan_misses_at_the_learned
         objective=Objective.ENERGY,
         pools={"P": POOL},
         epoch_s=60.0,
+        slices=1,
         live=SimpleNamespace(gate_margin=1.0),
         view=SimpleNamespace(
             scenario=SimpleNamespace(
