@@ -4,60 +4,73 @@ DynamoLLM's overhead gate (:mod:`services.planner.overhead_gate`) switches plans
 unconditionally when the running plan no longer covers the forecast (FREESH Eq. 1b,
 α·L̂ ≤ Σ x·L̄). The live planner (``live_service._keep_running``) and the simulator's gate
 (``loadgen/simulator/gate.py``) judge that with this one definition, on what the plan's
-running instances serve now:
+running instances can serve now:
 
-* each row at the capacity the new problem gives it: re-measured profiles (a drifted
-  mix) and SLO feedback's de-rating change what a row serves, and the plan's own
-  allocations keep the capacities it was planned with (a row the problem no longer has
-  keeps its planned capacity);
-* each pool's rows scaled by ``instances·K / its assigned slices``: the slices the solution
-  left unassigned on the pool's last instance serve too, in the pool's class mix, as its
-  routes send them (:func:`services.planner.live_plan.pool_decisions`). Without them a
-  forecast a little above the assigned load forced a switch the running instances did not
-  need.
+* **their whole time**: a pool runs ``instances`` × K slices, the ones the solution left
+  unassigned on its last instance included;
+* **in any class mix of the pool's group**: a pool serves every class its routes send it
+  (its class group's, :func:`services.planner.live_plan.wire_plan`), and routes follow the
+  plan's capacities, so the running plan covers the forecast when *some* split of each
+  pool's slices over the classes its group serves covers every class's α × peak (a small
+  LP). The solution's own split is one of many: checked class by class against it, a mix
+  that shifted within the same total forced a re-plan the running instances did not need;
+* **at the rows' current capacities**: re-measured profiles (a drifted mix) and SLO
+  feedback's de-rating change what a row serves; a row the problem no longer offers keeps
+  the capacity it was planned with.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 from collections.abc import Mapping
 
-from services.planner.plan_model import Allocation, demand_shortfall
+import numpy as np
+from scipy.optimize import linprog
+
+from services.planner.plan_model import Allocation
 from services.planner.problem import PlanningProblem
+from services.planner.slo_filter import eligible_configs
 
-__all__ = ["covers_forecast", "running_allocations"]
+__all__ = ["covers_forecast", "pool_rows"]
 
 
-def running_allocations(
-    allocations: tuple[Allocation, ...],
-    instances: Mapping[str, int],
-    slices: int,
-    problem: PlanningProblem,
-) -> tuple[Allocation, ...]:
-    """The plan's slice allocations as its running instances serve them under ``problem``.
+def pool_rows(
+    allocations: tuple[Allocation, ...], problem: PlanningProblem, partition: str
+) -> dict[str, dict[str, float]]:
+    """Per running pool: QPS of one slice per class it may serve, at the pool's clock.
 
-    Args:
-        allocations: the plan's allocations (one per slice row; ``gpu_type`` is the pool).
-        instances: running instances per pool (``PoolDecision.instances``).
-        slices: time-share slices per instance (K).
-        problem: the new problem, whose rows give the current capacities.
+    A pool's clock and mode are its allocations' (the highest clock, ``None`` when any is at
+    the maximum: :func:`~services.planner.live_plan.pool_decisions`); the classes are those
+    of its allocations' class groups (every class the problem has rows for when it has no
+    groups); each class's capacity is the problem's eligible row at that clock, else the
+    allocation's own.
     """
-    rows = {
-        (c.gpu_type, c.partition, c.request_class, c.mode, c.clock_mhz): c.max_qps
-        for c in problem.configs
-    }
-    assigned: dict[str, int] = defaultdict(int)
+    by_pool: dict[str, list[Allocation]] = defaultdict(list)
     for a in allocations:
-        assigned[a.gpu_type] += a.instances
-    out = []
-    for a in allocations:
-        share = assigned[a.gpu_type]
-        scale = instances.get(a.gpu_type, 0) * slices / share if share > 0 else 0.0
-        current = rows.get((a.gpu_type, a.partition, a.request_class, a.mode, a.clock_mhz))
-        qps = a.max_qps if current is None else current
-        out.append(dataclasses.replace(a, max_qps=qps * scale))
-    return tuple(out)
+        if a.partition == partition and a.instances > 0:
+            by_pool[a.gpu_type].append(a)
+    eligible, _ = eligible_configs(problem.configs, problem.slo)
+    groups = problem.class_groups
+    out: dict[str, dict[str, float]] = {}
+    for pool, allocs in by_pool.items():
+        clocks = [a.clock_mhz for a in allocs]
+        clock = None if any(c is None for c in clocks) else max(c for c in clocks if c is not None)
+        modes = {a.mode for a in allocs}
+        served = {groups.get(a.request_class) for a in allocs}
+        rows: dict[str, float] = {}
+        for c in eligible:
+            if (
+                c.gpu_type == pool
+                and c.partition == partition
+                and c.mode in modes
+                and c.clock_mhz == clock
+                and (not groups or groups.get(c.request_class) in served)
+            ):
+                rows[c.request_class] = max(rows.get(c.request_class, 0.0), c.max_qps)
+        for a in allocs:
+            rows.setdefault(a.request_class, a.max_qps)
+        out[pool] = rows
+    return out
 
 
 def covers_forecast(
@@ -67,7 +80,42 @@ def covers_forecast(
     problem: PlanningProblem,
     partition: str,
 ) -> bool:
-    """Whether the plan's running instances serve ``problem``'s forecast (α included) in
-    every class of ``partition`` (:func:`running_allocations`)."""
-    running = running_allocations(allocations, instances, slices, problem)
-    return not demand_shortfall(running, problem, partition)
+    """Whether the plan's running instances serve ``problem``'s forecast (α × each class's
+    peak) of ``partition`` in some split of their slices over the classes they serve.
+
+    Args:
+        allocations: the plan's allocations (one per slice row; ``gpu_type`` is the pool).
+        instances: running instances per pool (``PoolDecision.instances``).
+        slices: time-share slices per instance (K).
+        problem: the new problem: its forecast, α, rows and class groups.
+        partition: the plan's partition.
+    """
+    need = {
+        cls: problem.alpha * max(series)
+        for (part, cls), series in problem.demand_qps.items()
+        if part == partition and series and max(series) > 1e-12
+    }
+    if not need:
+        return True
+    rows = pool_rows(allocations, problem, partition)
+    pools = [p for p in sorted(rows) if instances.get(p, 0) > 0]
+    keys = [(p, cls) for p in pools for cls in sorted(rows[p]) if rows[p][cls] > 0]
+    if any(not any(cls == k[1] for k in keys) for cls in need):
+        return False  # a class with demand that no running pool serves
+    index = {k: i for i, k in enumerate(keys)}
+    classes = sorted(need)
+    a_ub = np.zeros((len(pools) + len(classes), len(keys)))
+    b_ub = np.zeros(len(pools) + len(classes))
+    for row, pool in enumerate(pools):
+        for cls in rows[pool]:
+            if (pool, cls) in index:
+                a_ub[row, index[(pool, cls)]] = 1.0
+        b_ub[row] = instances[pool] * slices
+    for offset, cls in enumerate(classes):
+        row = len(pools) + offset
+        for pool in pools:
+            if (pool, cls) in index:
+                a_ub[row, index[(pool, cls)]] = -rows[pool][cls]
+        b_ub[row] = -need[cls] * (1.0 - 1e-9)
+    result = linprog(np.zeros(len(keys)), A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
+    return bool(result.status == 0)

@@ -1,15 +1,14 @@
-"""Whether the plan in force covers a new forecast: its running instances, current rows."""
+"""Whether the plan in force covers a new forecast: its running instances, any class mix of
+their group, current rows."""
 
 from __future__ import annotations
 
 import dataclasses
 
-import pytest
-
 from services.planner.live_inputs import LivePool
 from services.planner.live_plan import build_live_problem, pool_decisions
 from services.planner.milp import solve_plan
-from services.planner.plan_coverage import covers_forecast, running_allocations
+from services.planner.plan_coverage import covers_forecast
 from services.planner.plan_model import Plan
 from services.planner.problem import (
     Objective,
@@ -28,11 +27,17 @@ ROW = ServingConfig(
 SLICES = 4
 
 
-def _problem(demand_qps: float, max_qps: float = 8.0) -> PlanningProblem:
+def _problem(
+    demand_qps: float, max_qps: float = 8.0, sm_qps: float = 0.0, sm_max_qps: float = 4.0
+) -> PlanningProblem:
+    sm = dataclasses.replace(ROW, request_class="SM", max_qps=sm_max_qps)
     return build_live_problem(
         pools={"P": POOL},
-        profiles={"P": (dataclasses.replace(ROW, max_qps=max_qps),)},
-        demand_qps={("dynamollm9", "SS"): (demand_qps,) * 6},
+        profiles={"P": (dataclasses.replace(ROW, max_qps=max_qps), sm)},
+        demand_qps={
+            ("dynamollm9", "SS"): (demand_qps,) * 6,
+            ("dynamollm9", "SM"): (sm_qps,) * 6,
+        },
         intensity={"r": (1.0,) * 6},
         step_s=10.0,
         alpha=1.0,
@@ -42,8 +47,8 @@ def _problem(demand_qps: float, max_qps: float = 8.0) -> PlanningProblem:
     )
 
 
-def _plan(demand_qps: float) -> tuple[Plan, dict[str, int]]:
-    problem = _problem(demand_qps)
+def _plan(demand_qps: float, sm_qps: float = 0.0) -> tuple[Plan, dict[str, int]]:
+    problem = _problem(demand_qps, sm_qps=sm_qps)
     core = solve_plan(problem, PlannerSettings(objective=Objective.ENERGY, mip_rel_gap=1e-6))
     decisions = pool_decisions(core, problem, {"P": POOL}, SLICES)
     return core, {pid: d.instances for pid, d in decisions.items()}
@@ -58,8 +63,6 @@ def test_the_running_instances_slack_covers_a_forecast_above_the_assigned_load()
     assert sum(a.instances for a in core.allocations) == 2
     assert covers_forecast(core.allocations, instances, SLICES, _problem(7.0), core.partition)
     assert not covers_forecast(core.allocations, instances, SLICES, _problem(9.0), core.partition)
-    running = running_allocations(core.allocations, instances, SLICES, _problem(7.0))
-    assert sum(a.instances * a.max_qps for a in running) == pytest.approx(8.0)
 
 
 def test_coverage_takes_each_row_at_the_capacity_the_new_problem_gives_it() -> None:
@@ -69,3 +72,18 @@ def test_coverage_takes_each_row_at_the_capacity_the_new_problem_gives_it() -> N
     assert covers_forecast(core.allocations, instances, SLICES, _problem(7.0), core.partition)
     halved = _problem(7.0, max_qps=4.0)
     assert not covers_forecast(core.allocations, instances, SLICES, halved, core.partition)
+
+
+def test_a_class_mix_that_shifts_within_the_running_capacity_is_covered() -> None:
+    """Test that a plan whose one instance the solution split between SS and SM (2 QPS of
+    each: one slice of SS at 2 QPS, two of SM at 1 QPS, 3 of its 4 slices) covers a
+    forecast of 6 QPS SS and no SM, which the same instance serves in another split (3
+    slices), and not 6 QPS SS with 2 QPS SM (3 + 2 = 5 slices > 4); checked class by class
+    against the solution's own split, the first forced a re-plan."""
+    core, instances = _plan(2.0, sm_qps=2.0)
+    assert instances == {"P": 1}
+    assigned = {a.request_class: a.instances for a in core.allocations}
+    assert assigned == {"SS": 1, "SM": 2}
+    assert covers_forecast(core.allocations, instances, SLICES, _problem(6.0), core.partition)
+    busier = _problem(6.0, sm_qps=2.0)
+    assert not covers_forecast(core.allocations, instances, SLICES, busier, core.partition)
