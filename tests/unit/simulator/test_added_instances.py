@@ -45,3 +45,45 @@ def test_a_burst_above_the_plan_adds_an_instance_only_when_growth_is_on(
     assert pool == host  # the region has room: the pool itself grows
     assert 120.0 < ready_s < 240.0
     assert on.scale_events > off.scale_events
+
+
+def test_an_added_instance_whose_gpus_another_start_took_is_withdrawn_not_a_crash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Test that when the room counted for a host is gone by the time its instance would
+    start (another start of the same tick took the GPUs), the grow is withdrawn (nothing
+    starts, nothing is recorded as added) instead of the node placement failing."""
+    from loadgen.simulator import plan_switch
+
+    withdrawn: list[tuple[str, str]] = []
+    original = slo_feedback.CapacityFeedback.withdraw
+
+    def withdraw(self: slo_feedback.CapacityFeedback, pool: str, host: str) -> None:
+        withdrawn.append((pool, host))
+        original(self, pool, host)
+        assert (pool, host) not in self.added
+
+    taken = {"now": False}
+    grow = slo_feedback.CapacityFeedback.grow
+    room = plan_switch.PlanSwitch._room
+
+    def grow_then_take(self: slo_feedback.CapacityFeedback, *args: object) -> object:
+        grown = grow(self, *args)  # type: ignore[arg-type]
+        taken["now"] = bool(grown)  # from here on this tick, the GPUs are gone
+        return grown
+
+    def room_unless_taken(self: plan_switch.PlanSwitch, pool: object) -> int:
+        return 0 if taken["now"] else room(self, pool)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(slo_feedback.CapacityFeedback, "grow", grow_then_take)
+    monkeypatch.setattr(slo_feedback.CapacityFeedback, "withdraw", withdraw)
+    monkeypatch.setattr(plan_switch.PlanSwitch, "_room", room_unless_taken)
+    started: list[str] = []
+    monkeypatch.setattr(
+        slo_feedback.CapacityFeedback,
+        "started",
+        lambda self, pool, host, ready_s, hold_s: started.append(pool),
+    )
+    _burst_run(1)
+    assert withdrawn
+    assert started == []
