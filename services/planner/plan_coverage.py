@@ -25,7 +25,6 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 import numpy as np
-from scipy.optimize import linprog
 
 from services.planner.plan_model import Allocation
 from services.planner.problem import PlanningProblem
@@ -117,5 +116,9 @@ def covers_forecast(
             if (pool, cls) in index:
                 a_ub[row, index[(pool, cls)]] = -rows[pool][cls]
         b_ub[row] = -need[cls] * (1.0 - 1e-9)
+    # Imported here: scipy.optimize adds a third of a second to the planner's start, and only
+    # a gate decision needs it.
+    from scipy.optimize import linprog
+
     result = linprog(np.zeros(len(keys)), A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
     return bool(result.status == 0)
