@@ -7,7 +7,10 @@ guard rails") are runs of this tool, e.g.::
     python tools/sim_variant.py --trace code --policy min-energy-modes \\
         --set plan_observed_sizes=true --set 'clock="max"'
     python tools/sim_variant.py --trace conv --window 1800:3600 --policy default
+    python tools/sim_variant.py --trace conv --rate 1.5 --window 0:2400 --policy default
 
+``--rate R`` replays the trace R times as fast (every arrival time divided by R; the
+window is in the replayed time): the busier conv of docs/simulator.md is ``--rate 1.5``.
 ``--set FIELD=JSON`` changes a :class:`~loadgen.simulator.policies.PolicySet` field (the
 value is JSON: ``true``, ``0.8``, ``"max"``, ``null``); ``--reference-trace FILE`` makes
 the planner profile on another trace's lengths than ``conv``'s (a diagnostic: the oracle
@@ -34,6 +37,7 @@ def main() -> None:
     parser.add_argument("--window", default=None, help="START_S:END_S (default 0:3600)")
     parser.add_argument("--scenario", default="scenarios/three_region.yaml")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=JSON")
+    parser.add_argument("--rate", type=float, default=1.0, help="replay R times as fast")
     parser.add_argument("--reference-trace", default=None)
     args = parser.parse_args()
 
@@ -41,7 +45,7 @@ def main() -> None:
     from loadgen.simulator.compare import SimRunner
     from loadgen.simulator.policies import policy_by_name
     from loadgen.simulator.scenario import load_scenario
-    from loadgen.traces import read_azure_trace, resolve_trace
+    from loadgen.traces import TraceRequest, read_azure_trace, resolve_trace
     from services.planner import live_profiles, mixed_profiles
     from shared.domain.classes import scheme_by_name
 
@@ -70,17 +74,25 @@ def main() -> None:
     if args.window:
         start, end = (float(v) for v in args.window.split(":"))
     scenario = load_scenario(args.scenario)
-    loaded = read_azure_trace(resolve_trace(args.trace), start_s=0.0, duration_s=end)
+    if args.rate <= 0:
+        parser.error("--rate must be positive")
+    loaded = read_azure_trace(resolve_trace(args.trace), start_s=0.0, duration_s=end * args.rate)
+    requests = [
+        TraceRequest(t_s=r.t_s / args.rate, prompt_tokens=r.prompt_tokens,
+                     output_tokens=r.output_tokens)
+        for r in loaded.requests
+    ]  # fmt: skip
     runner = SimRunner(scenario, measure_from_s=start, show_progress=False)
     policy = policy_by_name(args.policy, **changes)
     began = time.time()
-    result = runner.run(policy, loaded.requests)
+    result = runner.run(policy, requests)
     summary = result.summary
     print(
         json.dumps(
             {
                 "trace": args.trace,
                 "window_s": [start, end],
+                "rate": args.rate,
                 "policy": args.policy,
                 "set": changes,
                 "reference_trace": args.reference_trace,
