@@ -71,6 +71,7 @@ from services.planner.live_inputs import DemandTracker, LivePool
 from services.planner.live_plan import input_groups, wire_plan, with_added_instances
 from services.planner.live_profiles import mode_idle_w, reference_lengths, slo_policy_for
 from services.planner.mixed_profiles import MixedCapacity
+from services.planner.plan_coverage import adding_only, covers_forecast
 from services.planner.problem import Objective, PlannerSettings, ServingConfig, SloPolicy
 from services.planner.slo_feedback import CapacityFeedback, FeedbackSettings
 from shared.config import PlannerSettings as LivePlannerSettings
@@ -267,6 +268,13 @@ class EpochPlanner(PlanProfiles, PlanIntensity, PlanDemand, PlanSwitch):
             class_groups=self.class_groups,
             **self._whole_instances(),
         )
+        running = self.gate.running
+        if running is not None and t_s % self.epoch_s != 0.0:
+            held = {pid: d.instances for pid, d in running[1].items()}
+            if not covers_forecast(
+                running[0].allocations, held, self.slices, problem, running[0].partition
+            ):
+                problem = adding_only(problem, held)  # as live: within the epoch, only add
         settings = PlannerSettings(
             objective=self.objective, time_limit_s=self.live.time_limit_s,
             mip_rel_gap=self.view.policy.plan_mip_rel_gap or self.live.mip_rel_gap,

@@ -50,7 +50,7 @@ from services.planner.live_plan import (
 from services.planner.live_profiles import reference_lengths, scheme_name_for, slo_policy_for
 from services.planner.live_readings import LiveReadings
 from services.planner.overhead_gate import TransitionCosts, gate_plans
-from services.planner.plan_coverage import covers_forecast
+from services.planner.plan_coverage import adding_only, covers_forecast
 from services.planner.plan_model import Plan as CorePlan
 from services.planner.problem import (
     Objective,
@@ -93,6 +93,8 @@ class _Running:
     pools: dict[str, LivePool]
     fallback_order: tuple[str, ...]
     class_groups: dict[str, str]
+    epoch: int = -1
+    """The epoch it was planned in (a re-plan of the same epoch may only add to it)."""
 
 
 class LivePlanner(LiveReadings, ProfileJobs):
@@ -288,6 +290,13 @@ class LivePlanner(LiveReadings, ProfileJobs):
             slo=slo_policy_for(partitions), slices=cfg.time_share_slices, class_groups=groups,
             instance_idle_w=self._idle_w(pools) if cfg.whole_instances else None,
         )  # fmt: skip
+        running = self._running.get(model)
+        if running is not None and running.epoch == epoch and running.pools == pools:
+            held = {pid: d.instances for pid, d in running.decisions.items()}
+            core = running.core
+            if not covers_forecast(core.allocations, held, cfg.time_share_slices, problem,
+                                   core.partition):  # fmt: skip
+                problem = adding_only(problem, held)  # within the epoch, only add
         settings = PlannerSettings(
             objective=Objective(cfg.objective), solver=Solver(cfg.solver),
             time_limit_s=cfg.time_limit_s, mip_rel_gap=cfg.mip_rel_gap,
@@ -309,11 +318,11 @@ class LivePlanner(LiveReadings, ProfileJobs):
             span.set_attribute("planner.solve_s", core.solve_s)
         PLANNER_SOLVE_S.labels(core.status.value).observe(core.solve_s)
         candidate = _Running(
-            core, epoch_decision.decisions, pools, epoch_decision.fallback_order, groups
+            core, epoch_decision.decisions, pools, epoch_decision.fallback_order, groups, epoch
         )
-        running = self._running.get(model)
         if running is not None and self._keep_running(running, candidate, problem, intensity):
             running.fallback_order = epoch_decision.fallback_order
+            running.epoch = epoch  # kept into this epoch: its re-plans may only add to it
         else:
             running = self._running[model] = candidate
         logger.info(

@@ -183,9 +183,9 @@ def _add_instance_units(
     terms: list[tuple[str, float, pulp.LpVariable]] = []
     for index, unit in enumerate(problem.instance_units):
         group = groups[(unit.region, unit.group)]
-        n = pulp.LpVariable(
-            f"n{index}", lowBound=0, upBound=group.gpus // unit.gpus, cat=pulp.LpInteger
-        )
+        most = group.gpus // unit.gpus
+        least = min(problem.min_instances.get(unit.gpu_type, 0), most)
+        n = pulp.LpVariable(f"n{index}", lowBound=least, upBound=most, cat=pulp.LpInteger)
         held = slices.get((unit.region, unit.gpu_type), [])
         if held:
             lp += pulp.lpSum(held) <= unit.slices * n, f"instances_{index}"

@@ -17,10 +17,18 @@ running instances can serve now:
 * **at the rows' current capacities**: re-measured profiles (a drifted mix) and SLO
   feedback's de-rating change what a row serves; a row the problem no longer offers keeps
   the capacity it was planned with.
+
+A re-plan within the epoch that this test forces may only add (:func:`adding_only`): the
+load that forced it is there now, and a solution that moves a region's GPUs to another TP
+mode drains running instances before the new ones are ready (DynamoLLM §4.2: without
+spare capacity the old instance goes first), taking capacity away from that very load.
+Moves between modes wait for the epoch's re-plan (DynamoLLM's TP split is its pool
+level, not its emergency path).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Mapping
 
@@ -30,7 +38,7 @@ from services.planner.plan_model import Allocation
 from services.planner.problem import PlanningProblem
 from services.planner.slo_filter import eligible_configs
 
-__all__ = ["covers_forecast", "pool_rows"]
+__all__ = ["adding_only", "covers_forecast", "pool_rows"]
 
 
 def pool_rows(
@@ -122,3 +130,14 @@ def covers_forecast(
 
     result = linprog(np.zeros(len(keys)), A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
     return bool(result.status == 0)
+
+
+def adding_only(problem: PlanningProblem, instances: Mapping[str, int]) -> PlanningProblem:
+    """``problem`` whose solutions hold the GPUs of the running ``instances`` of every pool
+    (``PlanningProblem.min_instances``): new instances go where GPUs are free, in any
+    region, so no TP-mode switch waits for running instances to drain; a running instance
+    the solution leaves without load drains only once the new ones are ready (make before
+    break, as for every plan)."""
+    return dataclasses.replace(
+        problem, min_instances={pool: n for pool, n in sorted(instances.items()) if n > 0}
+    )

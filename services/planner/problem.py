@@ -232,6 +232,11 @@ class PlanningProblem:
     modes over the same GPUs); empty: Eq. 1 as FREESH states it."""
     gpu_groups: tuple[GpuGroup, ...] = ()
     """The physical GPU groups the instance units draw on (one per unit ``group``)."""
+    min_instances: Mapping[str, int] = field(default_factory=dict)
+    """Least whole instances per instance unit label (``gpu_type``; a live pool) that the
+    solution holds GPUs and idle power for: a re-plan that may only add to the instances
+    running (:func:`services.planner.plan_coverage.adding_only`). One left without load is
+    not planned (the new instances start on free GPUs; it drains once they are ready)."""
 
     def __post_init__(self) -> None:
         steps = {len(v) for v in self.demand_qps.values()} | {

@@ -87,3 +87,42 @@ def test_a_class_mix_that_shifts_within_the_running_capacity_is_covered() -> Non
     assert covers_forecast(core.allocations, instances, SLICES, _problem(6.0), core.partition)
     busier = _problem(6.0, sm_qps=2.0)
     assert not covers_forecast(core.allocations, instances, SLICES, busier, core.partition)
+
+
+def test_a_re_plan_that_may_only_add_switches_no_mode_over_gpus_running_instances_hold() -> None:
+    """Test that over one region's 8 shared GPUs, where 4.5 QPS would switch the running
+    TP4 instance to a TP8 one (its mode serves more per GPU; the TP4 instance must drain
+    first to free the GPUs), a problem that may only add keeps the TP4 instance's GPUs and
+    adds a second TP4 instance beside it, short of the forecast (the least shortfall)."""
+    from services.planner.plan_coverage import adding_only
+    from tests.unit.planner.test_live_modes import _pool
+
+    pools = {"tp4": _pool("tp4", "A", 4, 2), "tp8": _pool("tp8", "A", 8, 1)}
+    rows = {"tp4": (2.0, 500.0), "tp8": (5.0, 900.0)}
+
+    def _row(tp: int, qps: float, watts: float) -> ServingConfig:
+        return dataclasses.replace(
+            ROW, tensor_parallel=tp, mode=f"H100-tp{tp}", max_qps=qps, power_w=watts
+        )
+
+    def solve(held: dict[str, int] | None) -> tuple[str, dict[str, int]]:
+        problem = build_live_problem(
+            pools=pools,
+            profiles={pid: (_row(pools[pid].tp, q, w),) for pid, (q, w) in rows.items()},
+            demand_qps={("dynamollm9", "SS"): (4.5,) * 6},
+            intensity={"A": (1.0,) * 6},
+            step_s=10.0,
+            alpha=1.0,
+            slo=SloPolicy(e2e_mean_scale=None, tbt_ms=None, ttft_ms_by_class={}),
+            slices=SLICES,
+            instance_idle_w={"tp4": 300.0, "tp8": 600.0},
+            shared_gpus={("A", "H100"): 8},
+        )
+        if held is not None:
+            problem = adding_only(problem, held)
+        core = solve_plan(problem, PlannerSettings(objective=Objective.ENERGY, mip_rel_gap=1e-6))
+        decisions = pool_decisions(core, problem, pools, SLICES)
+        return core.status.value, {pid: d.instances for pid, d in decisions.items()}
+
+    assert solve(None) == ("optimal", {"tp4": 0, "tp8": 1})
+    assert solve({"tp4": 1, "tp8": 0}) == ("fallback_shortfall", {"tp4": 2, "tp8": 0})
