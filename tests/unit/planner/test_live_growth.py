@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import time
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
 
+import pytest
 from nats.aio.msg import Msg
 from opentelemetry import trace
 
@@ -15,6 +16,7 @@ from proto.codec import encode
 from proto.messages import Completion, CompletionBatch
 from services.planner.live_inputs import LivePool
 from services.planner.live_service import LivePlanner
+from services.planner.problem import PlanningProblem
 from shared.clock import ModelClock
 from shared.config import Settings
 from shared.domain.classes import dynamollm_scheme
@@ -174,3 +176,29 @@ async def test_growth_is_off_when_its_limit_is_zero() -> None:
     planner, clock = await _planned(0, {"a": _pool("a", "PJM", 4)})
     await _miss_three_windows(planner, clock, n=120)
     assert _instances(planner) == {"a": 2}
+
+
+async def test_a_re_plan_within_the_epoch_that_a_shortfall_forces_may_only_add(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Test that the live planner re-planning epoch 1 after the load doubled (the running
+    plan no longer covers it) solves a problem that holds the running instances' GPUs
+    (``min_instances``, ``plan_coverage.adding_only``), and the next epoch's plan a free one."""
+    from services.planner import epoch_step
+
+    planner, clock = await _planned(1, {"a": _pool("a", "PJM", 4)})
+    assert _instances(planner) == {"a": 2}
+    problems: list[PlanningProblem] = []
+    step = epoch_step.step
+
+    def capture(problem: PlanningProblem, *args: Any) -> Any:
+        problems.append(problem)
+        return step(problem, *args)
+
+    monkeypatch.setattr(epoch_step, "step", capture)
+    await _complete(planner, clock, "a", span_s=300.0, late_s=0.05, n=1200)  # 4 req/s more
+    await planner.plan_epoch(1)
+    assert dict(problems[-1].min_instances) == {"a": 2}
+    assert _instances(planner)["a"] >= 2
+    await planner.plan_epoch(2)
+    assert dict(problems[-1].min_instances) == {}
