@@ -46,6 +46,8 @@ class PlanSwitch:
     plan: WirePlan | None
     clock_caps: dict[str, float]
     _waiting: tuple[dict[str, int], Callable[[float], bool]] | None
+    _applied: int
+    """Plans applied so far: a switch still pending when a newer plan is applied is void."""
     _mode: dict[str, tuple[str, int, str | None]]
     _amend: Amend | None
     """The plan in force, re-wired with added instances (``None``: no plan yet)."""
@@ -165,6 +167,12 @@ class PlanSwitch:
         ``order``: the plan's least-carbon pool order, where added instances go first."""
         view = self.view
         t_s = view.now_s
+        # A newer plan voids the switch of one still waiting for its instances: run late,
+        # that switch drained the newer plan's instances as its surplus (and the newer one
+        # then drained the older's), which left an empty fleet that completes nothing.
+        self._applied += 1
+        self._waiting = None
+        applied = self._applied
         want = {p.pool_id: p.instances for p in plan.pools}
         ready_s = start_wanted(view, self.actions.start_instance, want, t_s)
         pending = self._measured(plan)
@@ -173,6 +181,8 @@ class PlanSwitch:
         delay = ready_s - t_s
 
         def switch(at_s: float) -> bool:
+            if applied != self._applied:
+                return False  # superseded: the newer plan switches when its instances are
             self.switching = False
             self.plan = pending
             self._amend, self._order, self._added_log = amend, order, []
