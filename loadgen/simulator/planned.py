@@ -161,8 +161,9 @@ class EpochPlanner(PlanProfiles, PlanIntensity, PlanDemand, PlanSwitch):
         self.switching = False
         """A plan is waiting for its instances: no feedback until it is in place."""
         self._waiting: tuple[dict[str, int], Callable[[float], bool]] | None = None
-        self._applied = 0
         """A plan whose instances wait for GPUs its other TP modes hold: (want, switch)."""
+        self._applied = 0
+        """Plans applied so far: a switch pending when a newer plan is applied is void."""
         self._mode = {p.pool_id: (p.gpu, p.config.tp, p.class_group) for p in view.pools}
         """Per pool: (GPU type, TP, class group), what pools in other regions share."""
         self._amend = None

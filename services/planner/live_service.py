@@ -293,9 +293,9 @@ class LivePlanner(LiveReadings, ProfileJobs):
         running = self._running.get(model)
         if running is not None and running.epoch == epoch and running.pools == pools:
             held = {pid: d.instances for pid, d in running.decisions.items()}
-            core = running.core
-            if not covers_forecast(core.allocations, held, cfg.time_share_slices, problem,
-                                   core.partition):  # fmt: skip
+            old = running.core
+            if not covers_forecast(old.allocations, held, cfg.time_share_slices, problem,
+                                   old.partition):  # fmt: skip
                 problem = adding_only(problem, held)  # within the epoch, only add
         settings = PlannerSettings(
             objective=Objective(cfg.objective), solver=Solver(cfg.solver),
