@@ -7,7 +7,8 @@ every new solution with the plan in force through :mod:`services.planner.overhea
     (P_old − P_new) × remaining epoch time  >  margin × transition cost,
 
 or unconditionally when the running plan no longer covers the new forecast
-(:func:`services.planner.plan_coverage.covers_forecast`). Under the carbon objective rates
+(:func:`services.planner.plan_coverage.covers_forecast`, which the planner computes once
+per re-plan and hands in). Under the carbon objective rates
 and costs are weighted by each region's mean forecast intensity over the epoch, as live.
 
 The simulator uses the same cores (:func:`~services.planner.live_plan.pool_allocations`,
@@ -33,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 from services.planner.live_plan import pool_allocations
 from services.planner.overhead_gate import GateDecision, count_transitions, reconfiguration_gate
-from services.planner.plan_coverage import covers_forecast
 from services.planner.problem import Objective
 from shared.engine import EngineConfig, create_engine
 
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from services.planner.live_plan import PoolDecision
     from services.planner.plan_model import Allocation
     from services.planner.plan_model import Plan as CorePlan
-    from services.planner.problem import PlanningProblem
 
 __all__ = ["PlanGate", "instance_idle_w"]
 
@@ -66,11 +65,14 @@ class PlanGate:
         self,
         core: CorePlan,
         decisions: Mapping[str, PoolDecision],
-        problem: PlanningProblem,
         intensity: Mapping[str, tuple[float, ...]],
         t_s: float,
+        *,
+        old_covers: bool,
     ) -> bool:
         """Whether to apply this solution; logs the gate's numbers in the planner's solve.
+        ``old_covers``: whether the plan in force covers the new forecast
+        (:func:`~services.planner.plan_coverage.covers_forecast`, computed by the caller).
 
         The first solution, and every one when the policy has ``overhead_gate = False``, is
         applied without a comparison (the live planner gates only against a running plan).
@@ -81,7 +83,7 @@ class PlanGate:
         if old is None or not gated or old[0].partition != core.partition:
             self.running = (core, dict(decisions))
             return True
-        decision = self.decide(old, core, decisions, problem, intensity, t_s)
+        decision = self.decide(old, core, decisions, intensity, t_s, old_covers=old_covers)
         if planner.solves:
             planner.solves[-1]["gate"] = {
                 "reconfigure": decision.reconfigure,
@@ -98,9 +100,10 @@ class PlanGate:
         old: tuple[CorePlan, Mapping[str, PoolDecision]],
         core: CorePlan,
         decisions: Mapping[str, PoolDecision],
-        problem: PlanningProblem,
         intensity: Mapping[str, tuple[float, ...]],
         t_s: float,
+        *,
+        old_covers: bool,
     ) -> GateDecision:
         """DynamoLLM's gate between the plan in force (``old``) and a new solution."""
         planner = self.planner
@@ -115,13 +118,7 @@ class PlanGate:
             new_rate=_rate(after, weight),
             remaining_s=(math.floor(t_s / epoch) + 1) * epoch - t_s,
             transition=self.transition_cost(before, after, weight),
-            old_covers_demand=covers_forecast(
-                old[0].allocations,
-                {pid: d.instances for pid, d in old[1].items()},
-                planner.slices,
-                problem,
-                old[0].partition,
-            ),
+            old_covers_demand=old_covers,
             margin=planner.live.gate_margin,
         )
 

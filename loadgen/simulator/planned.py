@@ -271,11 +271,15 @@ class EpochPlanner(PlanProfiles, PlanIntensity, PlanDemand, PlanSwitch):
             **self._whole_instances(),
         )
         running = self.gate.running
-        if running is not None and t_s % self.epoch_s != 0.0:
+        covers = True  # nothing runs: no plan to keep, nothing to hold
+        if running is not None:
             held = {pid: d.instances for pid, d in running[1].items()}
-            if not covers_forecast(
+            # Computed once: it decides here whether the re-plan may only add and, in the
+            # gate, whether a plan that stops covering is switched whatever it costs.
+            covers = covers_forecast(
                 running[0].allocations, held, self.slices, problem, running[0].partition
-            ):
+            )
+            if not covers and t_s % self.epoch_s != 0.0:
                 problem = adding_only(problem, held)  # as live: within the epoch, only add
         settings = PlannerSettings(
             objective=self.objective, time_limit_s=self.live.time_limit_s,
@@ -310,7 +314,7 @@ class EpochPlanner(PlanProfiles, PlanIntensity, PlanDemand, PlanSwitch):
             }
         )
         sized_qps = problem.alpha * sum(max(v) for v in problem.demand_qps.values())
-        if not self.gate.admit(core, decisions, problem, intensity, t_s):
+        if not self.gate.admit(core, decisions, intensity, t_s, old_covers=covers):
             # DynamoLLM's overhead gate keeps the plan in force (loadgen.simulator.gate),
             # which it does only if that plan covers sized_qps: the gate's latest word.
             self.covered_qps = sized_qps

@@ -55,7 +55,6 @@ from services.planner.plan_model import Plan as CorePlan
 from services.planner.problem import (
     Objective,
     PlannerSettings,
-    PlanningProblem,
     ServingConfig,
     Solver,
 )
@@ -291,11 +290,15 @@ class LivePlanner(LiveReadings, ProfileJobs):
             instance_idle_w=self._idle_w(pools) if cfg.whole_instances else None,
         )  # fmt: skip
         running = self._running.get(model)
-        if running is not None and running.epoch == epoch and running.pools == pools:
+        covers = False  # no running plan on these pools: nothing to keep or hold
+        if running is not None and running.pools == pools:
             held = {pid: d.instances for pid, d in running.decisions.items()}
             old = running.core
-            if not covers_forecast(old.allocations, held, cfg.time_share_slices, problem,
-                                   old.partition):  # fmt: skip
+            # Computed once: it decides whether the re-plan may only add and, in the gate,
+            # whether a plan that stops covering is switched whatever it costs.
+            covers = covers_forecast(old.allocations, held, cfg.time_share_slices, problem,
+                                     old.partition)  # fmt: skip
+            if not covers and running.epoch == epoch:
                 problem = adding_only(problem, held)  # within the epoch, only add
         settings = PlannerSettings(
             objective=Objective(cfg.objective), solver=Solver(cfg.solver),
@@ -320,7 +323,7 @@ class LivePlanner(LiveReadings, ProfileJobs):
         candidate = _Running(
             core, epoch_decision.decisions, pools, epoch_decision.fallback_order, groups, epoch
         )
-        if running is not None and self._keep_running(running, candidate, problem, intensity):
+        if running is not None and self._keep_running(running, candidate, covers, intensity):
             running.fallback_order = epoch_decision.fallback_order
             running.epoch = epoch  # kept into this epoch: its re-plans may only add to it
         else:
@@ -336,23 +339,17 @@ class LivePlanner(LiveReadings, ProfileJobs):
         self,
         old: _Running,
         new: _Running,
-        problem: PlanningProblem,
+        old_covers: bool,
         intensity: dict[str, tuple[float, ...]],
     ) -> bool:
-        """DynamoLLM's gate: keep the running plan unless switching pays for itself."""
+        """DynamoLLM's gate: keep the running plan unless switching pays for itself;
+        ``old_covers``: whether the running plan covers the new forecast."""
         if (
             old.pools != new.pools
             or old.core.partition != new.core.partition
             or old.class_groups != new.class_groups
         ):
             return False
-        covers = covers_forecast(
-            old.core.allocations,
-            {pid: d.instances for pid, d in old.decisions.items()},
-            self._cfg.time_share_slices,
-            problem,
-            old.core.partition,
-        )
         weight = None
         if self._cfg.objective == Objective.CARBON:
             weight = {r: sum(v) / len(v) for r, v in intensity.items()}
@@ -363,7 +360,7 @@ class LivePlanner(LiveReadings, ProfileJobs):
             costs=TransitionCosts(
                 start_s=self._cfg.start_s, start_power_w_per_gpu=self._cfg.start_power_w_per_gpu
             ),
-            old_covers_demand=covers,
+            old_covers_demand=old_covers,
             region_weight=weight,
             margin=self._cfg.gate_margin,
         )

@@ -12,6 +12,7 @@ from loadgen.simulator.gate import PlanGate
 from services.planner.live_inputs import LivePool
 from services.planner.live_plan import PoolDecision, build_live_problem, pool_decisions
 from services.planner.milp import solve_plan
+from services.planner.plan_coverage import covers_forecast
 from services.planner.plan_model import Plan
 from services.planner.problem import (
     Objective,
@@ -59,10 +60,16 @@ def test_a_feedback_replan_is_forced_when_the_running_plan_misses_at_the_learned
     DynamoLLM §2.3 as the gate's docstring states it).
     """
     monkeypatch.setattr(gate_module, "instance_idle_w", lambda config: 100.0)
-    _, old_core, old_decisions = _planned(10.0, 8.0)
+    old_problem, old_core, old_decisions = _planned(10.0, 8.0)
     new_problem, new_core, new_decisions = _planned(5.0, 8.0)
     assert old_decisions["P"].instances == 1
     assert new_decisions["P"].instances == 2
+    held = {pid: d.instances for pid, d in old_decisions.items()}
+    # What the planner hands the gate (planned._plan): coverage under the new problem's rows.
+    at_learned = covers_forecast(old_core.allocations, held, 1, new_problem, old_core.partition)
+    at_planned = covers_forecast(old_core.allocations, held, 1, old_problem, old_core.partition)
+    assert not at_learned
+    assert at_planned
     planner = SimpleNamespace(
         objective=Objective.ENERGY,
         pools={"P": POOL},
@@ -77,8 +84,10 @@ def test_a_feedback_replan_is_forced_when_the_running_plan_misses_at_the_learned
         ),
     )
     gate = PlanGate(planner)  # type: ignore[arg-type]
-    decision = gate.decide(
-        (old_core, old_decisions), new_core, new_decisions, new_problem, {"r": (1.0,) * 6}, 0.0
-    )
+    old, intensity = (old_core, old_decisions), {"r": (1.0,) * 6}
+    decision = gate.decide(old, new_core, new_decisions, intensity, 0.0, old_covers=at_learned)
     assert decision.reconfigure, decision.reason
     assert "no longer covers" in decision.reason
+    # Judged at the planned capacity the running plan covers, and the dearer re-plan is kept out.
+    kept = gate.decide(old, new_core, new_decisions, intensity, 0.0, old_covers=at_planned)
+    assert not kept.reconfigure, kept.reason
