@@ -17,7 +17,7 @@ planner (``services/planner/live_service.py``) calls:
   uses λ = 1.
 
 Then the live planner's epoch step, :func:`services.planner.epoch_step.step` (solve, and
-per-pool decisions), and :func:`~services.planner.live_plan.wire_plan` turn the solution
+per-pool decisions), and :func:`~services.planner.plan_wire.wire_plan` turn the solution
 into instance counts, per-class routes and pool clock caps. Changes are
 make-before-break: new instances start (``delays.instance_start_s``), and only when they are
 ready do routes switch and surplus instances drain. Until one whole step of demand history
@@ -68,10 +68,11 @@ from proto.messages import Plan as WirePlan
 from services.planner import epoch_step
 from services.planner.errors import InfeasiblePlanError
 from services.planner.live_inputs import DemandTracker, LivePool
-from services.planner.live_plan import input_groups, wire_plan, with_added_instances
+from services.planner.live_plan import input_groups, with_added_instances
 from services.planner.live_profiles import mode_idle_w, reference_lengths, slo_policy_for
 from services.planner.mixed_profiles import MixedCapacity
 from services.planner.plan_coverage import adding_only, covers_forecast
+from services.planner.plan_wire import wire_plan
 from services.planner.problem import Objective, PlannerSettings, ServingConfig, SloPolicy
 from services.planner.slo_feedback import CapacityFeedback, FeedbackSettings
 from shared.config import PlannerSettings as LivePlannerSettings

@@ -29,29 +29,22 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 from proto.messages import Plan as WirePlan
 from services.planner import epoch_step
 from services.planner.freesh_instance import load_profiles_csv
 from services.planner.live_inputs import DemandTracker, LivePool
 from services.planner.live_plan import (
-    PoolDecision,
-    bootstrap_plan,
     build_live_problem,
     input_groups,
-    merged_plan,
     pool_allocations,
-    wire_plan,
     with_added_instances,
 )
 from services.planner.live_profiles import reference_lengths, scheme_name_for, slo_policy_for
 from services.planner.live_readings import LiveReadings
 from services.planner.overhead_gate import TransitionCosts, gate_plans
 from services.planner.plan_coverage import adding_only, covers_forecast
-from services.planner.plan_model import Plan as CorePlan
+from services.planner.plan_wire import bootstrap_plan, merged_plan, wire_plan
 from services.planner.problem import (
     Objective,
     PlannerSettings,
@@ -59,11 +52,11 @@ from services.planner.problem import (
     Solver,
 )
 from services.planner.profile_jobs import ProfileJobs, ProfileKey
+from services.planner.running_plan import RunningPlan, growth_hosts_of
 from services.planner.slo_feedback import (
     CapacityFeedback,
     FeedbackSettings,
     MissWindow,
-    growth_hosts,
 )
 from shared.counters import PLANNER_ADDED_INSTANCES, PLANNER_SOLVE_S
 from shared.domain.classes import default_slos, scheme_by_name
@@ -81,19 +74,6 @@ SLO_GOAL = 0.99
 MISS_MIN_REQUESTS = 20
 """Completions a pool's window needs before its miss rate is trusted (the simulator's
 ``ScalerSettings.min_window_requests``)."""
-
-
-@dataclass(slots=True)
-class _Running:
-    """The plan in force, in the forms the gate and the republisher need."""
-
-    core: CorePlan
-    decisions: dict[str, PoolDecision]
-    pools: dict[str, LivePool]
-    fallback_order: tuple[str, ...]
-    class_groups: dict[str, str]
-    epoch: int = -1
-    """The epoch it was planned in (a re-plan of the same epoch may only add to it)."""
 
 
 class LivePlanner(LiveReadings, ProfileJobs):
@@ -162,7 +142,7 @@ class LivePlanner(LiveReadings, ProfileJobs):
         self._idle: dict[tuple[str, int, str, int], float] = {}
         self._last_intensity: dict[str, float] = {}
         self._ready_wall: dict[str, float] = {}
-        self._running: dict[str, _Running] = {}
+        self._running: dict[str, RunningPlan] = {}
         """The MILP plan in force per model (absent: the model is bootstrapping)."""
         self._model_plans: dict[str, WirePlan] = {}
         """The latest plan per model, merged into :attr:`plan`."""
@@ -221,7 +201,7 @@ class LivePlanner(LiveReadings, ProfileJobs):
             logger.info("pool %s met its SLO for a hold: its instance in %s goes", short, host)
         hosts: dict[str, tuple[str, ...]] = {}
         for running in self._running.values():
-            hosts |= _growth_hosts(running, self._learned.added)
+            hosts |= growth_hosts_of(running, self._learned.added)
         grown = self._learned.grow(self._misses, now, hosts, planned)
         for short, host in grown:
             # A parked worker holds its model: the planner's start-up time bounds its wake.
@@ -320,7 +300,7 @@ class LivePlanner(LiveReadings, ProfileJobs):
             span.set_attribute("planner.status", core.status.value)
             span.set_attribute("planner.solve_s", core.solve_s)
         PLANNER_SOLVE_S.labels(core.status.value).observe(core.solve_s)
-        candidate = _Running(
+        candidate = RunningPlan(
             core, epoch_decision.decisions, pools, epoch_decision.fallback_order, groups, epoch
         )
         if running is not None and self._keep_running(running, candidate, covers, intensity):
@@ -337,8 +317,8 @@ class LivePlanner(LiveReadings, ProfileJobs):
 
     def _keep_running(
         self,
-        old: _Running,
-        new: _Running,
+        old: RunningPlan,
+        new: RunningPlan,
         old_covers: bool,
         intensity: dict[str, tuple[float, ...]],
     ) -> bool:
@@ -367,7 +347,7 @@ class LivePlanner(LiveReadings, ProfileJobs):
         logger.info("overhead gate: %s", decision.reason)
         return not decision.reconfigure
 
-    def _wire(self, running: _Running, epoch: int, issued: float, valid: float) -> WirePlan:
+    def _wire(self, running: RunningPlan, epoch: int, issued: float, valid: float) -> WirePlan:
         now = time.time()
         busy = frozenset(
             pid
@@ -413,37 +393,3 @@ class LivePlanner(LiveReadings, ProfileJobs):
                     running, plan.epoch, plan.issued_at, plan.valid_until
                 )
         self.plan = merged_plan(list(self._model_plans.values()))
-
-
-def _growth_hosts(
-    running: _Running, added: Sequence[tuple[str, str]]
-) -> dict[str, tuple[str, ...]]:
-    """Per planned pool of ``running``: where one more instance for it can go
-    (``growth_hosts``): its parked workers first, else a pool of its GPU type, TP and model
-    elsewhere that serves none of the other class groups' classes."""
-    taken = Counter(host for _, host in added)
-    room = {
-        pid: len(pool.workers)
-        - (running.decisions[pid].instances if pid in running.decisions else 0)
-        - taken[pid]
-        for pid, pool in running.pools.items()
-    }
-
-    def groups(pid: str) -> frozenset[str]:
-        d = running.decisions.get(pid)
-        if d is None or d.instances <= 0:
-            return frozenset()
-        served = (c for c, qps in d.capacity_by_class.items() if qps > 0)
-        return frozenset(running.class_groups.get(c, "") for c in served)
-
-    out: dict[str, tuple[str, ...]] = {}
-    for short, d in running.decisions.items():
-        if d.instances <= 0:
-            continue
-        mine = groups(short)
-        modes = {
-            pid: (pool.gpu, pool.tp, pool.model, groups(pid) or mine)
-            for pid, pool in running.pools.items()
-        }
-        out[short] = growth_hosts(short, modes, room, running.fallback_order)
-    return out

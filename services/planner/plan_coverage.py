@@ -9,7 +9,7 @@ running instances can serve now:
 * **their whole time**: a pool runs ``instances`` × K slices, the ones the solution left
   unassigned on its last instance included;
 * **in any class mix of the pool's group**: a pool serves every class its routes send it
-  (its class group's, :func:`services.planner.live_plan.wire_plan`), and routes follow the
+  (its class group's, :func:`services.planner.plan_wire.wire_plan`), and routes follow the
   plan's capacities, so the running plan covers the forecast when *some* split of each
   pool's slices over the classes its group serves covers every class's α × peak (a small
   LP). The solution's own split is one of many: checked class by class against it, a mix

@@ -14,11 +14,9 @@ from services.planner.live_inputs import (
 )
 from services.planner.live_plan import (
     PoolDecision,
-    bootstrap_plan,
     build_live_problem,
     pool_allocations,
     pool_decisions,
-    wire_plan,
 )
 from services.planner.live_profiles import (
     ProfileRequest,
@@ -29,6 +27,7 @@ from services.planner.live_profiles import (
 )
 from services.planner.milp import solve_plan
 from services.planner.plan_model import Plan as CorePlan
+from services.planner.plan_wire import bootstrap_plan, wire_plan
 from services.planner.problem import PlannerSettings, PlanningProblem, SloPolicy
 from shared.domain.classes import dynamollm_scheme
 from shared.domain.load_forecast import LoadForecastConfig

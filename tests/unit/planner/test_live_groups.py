@@ -9,10 +9,10 @@ from services.planner.live_plan import (
     build_live_problem,
     input_groups,
     pool_decisions,
-    wire_plan,
 )
 from services.planner.live_profiles import ModeProfileJob, ProfileRequest, live_mode_profiles
 from services.planner.milp import solve_plan
+from services.planner.plan_wire import wire_plan
 from services.planner.problem import SloPolicy
 from shared.domain.classes import dynamollm_scheme
 from tests.unit.planner.helpers import config

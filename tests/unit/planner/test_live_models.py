@@ -13,8 +13,8 @@ from proto.codec import encode
 from proto.messages import Completion, CompletionBatch, Plan, PoolPlan, RouteWeight
 from services.classifier.pipeline import RoutingTable
 from services.planner.live_inputs import LivePool
-from services.planner.live_plan import merged_plan
 from services.planner.live_service import LivePlanner
+from services.planner.plan_wire import merged_plan
 from shared.clock import ModelClock
 from shared.config import Settings
 from shared.domain.classes import dynamollm_scheme

@@ -213,7 +213,7 @@ def test_routes_weigh_each_pool_by_what_its_running_instances_serve() -> None:
     half unassigned get routes by their instances' capacity (equal here), not by the load
     the solution assigned them (2:1): a burst beyond the forecast then meets the same
     headroom in both, instead of landing first on the pool that was already full."""
-    from services.planner.live_plan import wire_plan
+    from services.planner.plan_wire import wire_plan
 
     pools = {"a": _pool("a", "A", 4, 1), "b": _pool("b", "B", 4, 2)}
     problem = build_live_problem(
