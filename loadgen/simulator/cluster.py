@@ -42,9 +42,10 @@ from services.router.placement import WorkerLoad
 from services.router.placement_step import PlacementRound, Pulled, lookahead_remaining_tokens
 from services.scheduler.laxity import remaining_time_s
 from services.scheduler.queueing import QueuedRequest, pop_best
-from shared.config import ClassifierSettings
+from services.worker.admission_gate import EngineLimits, judge, scoreboard_entry
+from shared.config import ClassifierSettings, WorkerSettings
 from shared.domain.classes import default_slos, scheme_by_name
-from shared.engine import EngineConfig, create_engine, model_shape
+from shared.engine import EngineConfig, SimulatedEngine, create_engine, model_shape
 from shared.errors import RequestRejectedError
 
 __all__ = ["ClusterSimulator", "simulate"]
@@ -130,6 +131,11 @@ class ClusterSimulator:
         )
         self.bfio = policy.placer == "bfio"
         self.stats_view = policy.router_view == "stats"
+        self.admission_lat: float | None = None
+        """Deadline window (× Lat) of the simulated admission gate; None: no gate."""
+        if policy.worker_admission:
+            self.admission_lat = policy.admission_deadline_lat or scenario.slo.alpha_llf
+        self.admission_hold_s = WorkerSettings().admission_hold_s
         self.states: list[RequestState] = []
         self.outstanding = 0
         self.retired: list[SimInstance] = []
@@ -266,6 +272,7 @@ class ClusterSimulator:
     def on_finish(self, instance: SimInstance, state: RequestState, t_s: float) -> None:
         """A request produced its last token at ``t_s``."""
         self.outstanding -= 1
+        instance.gate_until = -1.0  # a request ended: the admission gate opens
         self.classifier.observe(state.prompt, state.output)
         self.control.on_finish(state)
 
@@ -278,7 +285,7 @@ class ClusterSimulator:
         for instance in ready:
             instance.advance(t_s)
         cap = self.max_num_seqs
-        open_instances = [i for i in ready if i.free_slots(cap) > 0]
+        open_instances = [i for i in ready if i.free_slots(cap) > 0 and i.gate_until <= t_s]
         capacity = sum(i.free_slots(cap) for i in open_instances)
         if capacity > 0:
             self._place(pool, open_instances, capacity, t_s)
@@ -324,13 +331,49 @@ class ClusterSimulator:
                 continue
             state = item.payload
             assert isinstance(state, RequestState)
+            target = by_id[worker]
+            if self.admission_lat is not None and not self._admits(target, state, t_s):
+                queue.push(item)
+                continue
             try:
-                by_id[worker].add(state, t_s)
+                target.add(state, t_s)
             except ValueError:
                 # Prompt plus output can never fit this engine's KV cache (the worker's
                 # error reply in the live stack).
                 self._reject(state, "kv_cache")
                 self.outstanding -= 1
+
+    def _admits(self, instance: SimInstance, state: RequestState, t_s: float) -> bool:
+        """The live worker's admission gate on one placement (``PolicySet.worker_admission``):
+        refused while closed; a refusal closes it until a request ends there or the hold
+        passes. An idle instance always admits, as live."""
+        if instance.gate_until > t_s:
+            return False
+        if not instance.requests:
+            return True
+        window = self.admission_lat
+        assert window is not None
+        running = [
+            scoreboard_entry(
+                s.request_id, s.prompt, s.tokens, s.predicted, s.output,
+                s.arrival_s + window * s.lat_s,
+            )
+            for s in instance.requests.values()
+        ]  # fmt: skip
+        candidate = scoreboard_entry(
+            state.request_id, state.prompt, 0, state.predicted, state.output,
+            state.arrival_s + window * state.lat_s,
+        )  # fmt: skip
+        pending = [s.prompt for s in instance.requests.values() if s.tokens == 0]
+        engine = instance.engine
+        costs = engine.cost_model if isinstance(engine, SimulatedEngine) else None
+        limits = EngineLimits(
+            engine.kv_blocks_total, engine.config.block_size, costs, engine.clock_mhz
+        )
+        if judge(running, candidate, pending, limits, t_s).admitted:
+            return True
+        instance.gate_until = t_s + self.admission_hold_s
+        return False
 
     @staticmethod
     def _reject(state: RequestState, reason: str) -> None:
@@ -340,9 +383,13 @@ class ClusterSimulator:
     def _schedule_wakes(self, instances: list[SimInstance], t_s: float) -> None:
         bound = t_s + self.control.wake_bound_s
         for instance in instances:
-            if not instance.wake_pending and instance.free_slots(self.max_num_seqs) <= 0:
+            closed = instance.gate_until > t_s
+            full = instance.free_slots(self.max_num_seqs) <= 0
+            if not instance.wake_pending and (full or closed):
                 instance.wake_pending = True
-                self.schedule(max(instance.run_to_next_finish(bound), t_s), _WAKE, instance)
+                # A closed gate opens at a finish there or when its hold ends, if earlier.
+                until = min(bound, instance.gate_until) if closed else bound
+                self.schedule(max(instance.run_to_next_finish(until), t_s), _WAKE, instance)
 
     # -- instances ----------------------------------------------------------------------
     def start_instance(self, pool: Pool, t_s: float, *, warm: bool) -> SimInstance | None:

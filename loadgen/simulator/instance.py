@@ -102,6 +102,7 @@ class SimInstance:
         "controller",
         "draining",
         "engine",
+        "gate_until",
         "instance_id",
         "kv_seen",
         "node",
@@ -146,6 +147,9 @@ class SimInstance:
         self.samples: dict[str, LatencySamples] = {}
         self.controller: object | None = None
         self.kv_seen = 0
+        self.gate_until = -1.0
+        """Cluster time until which the simulated admission gate refuses placements (it
+        refused one; a request ending here opens it sooner)."""
         """KV blocks in use at the last stats heartbeat (the live router's view)."""
         self.placed = 0
         """Requests handed to the engine since the clock controller last looked (its load)."""

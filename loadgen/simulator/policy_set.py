@@ -216,6 +216,17 @@ class PolicySet:
     router_view: RouterView = "fresh"
     """KV use the placer sees: ``fresh`` (the engine's now) or ``stats``, the live router's
     view, refreshed by each worker's stats heartbeat every ``control.stats_period_s``."""
+    worker_admission: bool = False
+    """The live worker's admission gate (``worker.admission``, throttLL'eM Eq. 1–4 through
+    :func:`services.worker.admission_gate.judge`): a placement that would break the
+    deadline of a request the instance holds is refused, the request goes back to its pool's
+    queue and the instance takes nothing more until a request ends there or
+    ``worker.admission_hold_s`` passes (0.5 s, model time here). Off in every set: the
+    scheduler's emergency ladder, which re-steers what such refusals leave queued, is not
+    simulated (docs/simulator.md, "What the simulator leaves out")."""
+    admission_deadline_lat: float | None = None
+    """``worker_admission`` only: deadlines the gate protects, as a multiple of each request's
+    Lat; ``None``: α_LLF (``slo.alpha_llf``), the live classifier's ``deadline_s``."""
 
     def __post_init__(self) -> None:
         shared = bool(self.plan_tps) or self.plan_group_pools

@@ -25,7 +25,7 @@ same queue head again and again; the scheduler keeps the request in LLF order me
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -52,7 +52,9 @@ __all__ = [
     "AdmissionGate",
     "EngineLimits",
     "decode_iteration_time",
+    "judge",
     "limits_of",
+    "scoreboard_entry",
 ]
 
 REFUSAL_REASON: Final = "admission"
@@ -130,6 +132,66 @@ def _no_time(batch: IntArray, kv_blocks: IntArray) -> FloatArray:
     return np.zeros(batch.shape, dtype=np.float64)
 
 
+def judge(
+    running: Sequence[ScoreboardEntry],
+    candidate: ScoreboardEntry,
+    pending_prompts: Sequence[int],
+    limits: EngineLimits,
+    now_s: float,
+) -> AdmissionDecision:
+    """The admission check of one dispatch (throttLL'eM Eq. 1–4), pure: the live gate and
+    the simulator's instances (``PolicySet.worker_admission``) both decide with it.
+
+    Args:
+        running: the engine's scoreboard now.
+        candidate: the request that asks to start.
+        pending_prompts: prompt tokens of the running requests that have no token yet (their
+            prefill delays the first projected iteration).
+        limits: the engine's KV capacity, block size and, optionally, its cost model.
+        now_s: now on the deadlines' clock.
+    """
+    config = AdmissionConfig(
+        kv_capacity_blocks=limits.kv_capacity_blocks, block_tokens=limits.block_tokens
+    )
+    model: IterationTimeModel = _no_time
+    if limits.costs is not None:
+        with_candidate = _prefill_s(limits, [*pending_prompts, candidate.prompt_tokens])
+        alone = _prefill_s(limits, list(pending_prompts))
+        base = decode_iteration_time(limits.costs, limits.clock_mhz, limits.block_tokens)
+        n_running = len(running)
+
+        def model(batch: IntArray, kv_blocks: IntArray) -> FloatArray:
+            out = base(batch, kv_blocks)
+            # check_admission projects with and without the candidate; the first
+            # iteration's batch tells which, and so whose prefill delays it.
+            if out.size:
+                out[0] += with_candidate if int(batch[0]) > n_running else alone
+            return out
+
+    return check_admission(running, candidate, now_s=now_s, config=config, iteration_time=model)
+
+
+def scoreboard_entry(
+    request_id: str,
+    prompt_tokens: int,
+    generated: int,
+    predicted_output_tokens: int,
+    max_tokens: int,
+    deadline_s: float | None,
+) -> ScoreboardEntry:
+    """One request on a scoreboard. Past its prediction a request runs to ``max_tokens`` at
+    most (throttLL'eM's overrun rule, with the request's own cap instead of a global one)."""
+    predicted = min(predicted_output_tokens, max_tokens)
+    remaining = predicted - generated if predicted > generated else max_tokens - generated
+    return ScoreboardEntry(
+        request_id=request_id,
+        prompt_tokens=prompt_tokens,
+        generated_tokens=generated,
+        predicted_remaining_tokens=max(remaining, 1),
+        deadline_s=deadline_s,
+    )
+
+
 @dataclass(slots=True)
 class _Held:
     request: ClassifiedRequest
@@ -169,28 +231,8 @@ class AdmissionGate:
             self.refusals += 1
             return False
         running = [_entry(h.request, h.generated) for h in self._held.values()]
-        entry = _entry(candidate, 0)
-        config = AdmissionConfig(
-            kv_capacity_blocks=limits.kv_capacity_blocks,
-            block_tokens=limits.block_tokens,
-        )
-        model: IterationTimeModel = _no_time
-        if limits.costs is not None:
-            pending = [h.request.input_tokens for h in self._held.values() if h.generated == 0]
-            with_candidate = _prefill_s(limits, [*pending, candidate.input_tokens])
-            alone = _prefill_s(limits, pending)
-            base = decode_iteration_time(limits.costs, limits.clock_mhz, limits.block_tokens)
-            n_running = len(running)
-
-            def model(batch: IntArray, kv_blocks: IntArray) -> FloatArray:
-                out = base(batch, kv_blocks)
-                # check_admission projects with and without the candidate; the first
-                # iteration's batch tells which, and so whose prefill delays it.
-                if out.size:
-                    out[0] += with_candidate if int(batch[0]) > n_running else alone
-                return out
-
-        decision = check_admission(running, entry, now_s=now_s, config=config, iteration_time=model)
+        pending = [h.request.input_tokens for h in self._held.values() if h.generated == 0]
+        decision = judge(running, _entry(candidate, 0), pending, limits, now_s)
         self.last_decision = decision
         if decision.admitted:
             return True
@@ -217,17 +259,13 @@ class AdmissionGate:
 
 
 def _entry(request: ClassifiedRequest, generated: int) -> ScoreboardEntry:
-    # Past its prediction a request runs to max_tokens at most (throttLL'eM's overrun rule,
-    # with the request's own cap instead of a global one).
-    cap = request.request.max_tokens
-    predicted = min(request.predicted_output_tokens, cap)
-    remaining = predicted - generated if predicted > generated else cap - generated
-    return ScoreboardEntry(
-        request_id=request.request.request_id,
-        prompt_tokens=request.input_tokens,
-        generated_tokens=generated,
-        predicted_remaining_tokens=max(remaining, 1),
-        deadline_s=request.deadline_s,
+    return scoreboard_entry(
+        request.request.request_id,
+        request.input_tokens,
+        generated,
+        request.predicted_output_tokens,
+        request.request.max_tokens,
+        request.deadline_s,
     )
 
 
