@@ -221,9 +221,9 @@ class PolicySet:
     :func:`services.worker.admission_gate.judge`): a placement that would break the
     deadline of a request the instance holds is refused, the request goes back to its pool's
     queue and the instance takes nothing more until a request ends there or
-    ``worker.admission_hold_s`` passes (0.5 s, model time here). Off in every set: the
-    scheduler's emergency ladder, which re-steers what such refusals leave queued, is not
-    simulated (docs/simulator.md, "What the simulator leaves out")."""
+    ``worker.admission_hold_s`` passes (0.5 s, model time here). The default set follows the
+    live setting (off by default); the scheduler's emergency ladder, which re-steers what
+    such refusals leave queued, is not simulated."""
     admission_deadline_lat: float | None = None
     """``worker_admission`` only: deadlines the gate protects, as a multiple of each request's
     Lat; ``None``: α_LLF (``slo.alpha_llf``), the live classifier's ``deadline_s``."""

@@ -29,14 +29,17 @@ def test_the_default_set_is_the_live_settings() -> None:
     assert default.feedback_step == live.feedback_step
     assert default.plan_observed_sizes is live.observed_profiles
     assert default.plan_mix_goal == PROFILE_PERCENTILE
+    assert default.worker_admission is Settings().worker.admission is False
     changed = Settings(
         planner={"objective": "carbon", "mixed_capacity": False, "slo_feedback": False,
                  "class_groups": "none", "whole_instances": False},
         scheduler={"discipline": "fcfs"},
+        worker={"admission": True},
     )  # fmt: skip
     other = policy_from_settings(changed)
     assert (other.objective, other.plan_mix_goal, other.slo_feedback) == ("carbon", None, False)
     assert (other.plan_split_long_input, other.plan_tps, other.discipline) == (False, (), "fcfs")
+    assert other.worker_admission
 
 
 def test_the_headline_places_and_clocks_as_the_live_router_and_dvfs_agent() -> None:
