@@ -42,7 +42,7 @@ from services.router.placement import WorkerLoad
 from services.router.placement_step import PlacementRound, Pulled, lookahead_remaining_tokens
 from services.scheduler.laxity import remaining_time_s
 from services.scheduler.queueing import QueuedRequest, pop_best
-from services.worker.admission_gate import EngineLimits, judge, scoreboard_entry
+from services.worker.admission_gate import engine_limits, judge, scoreboard_entry
 from shared.config import ClassifierSettings, WorkerSettings
 from shared.domain.classes import default_slos, scheme_by_name
 from shared.engine import EngineConfig, SimulatedEngine, create_engine, model_shape
@@ -366,11 +366,8 @@ class ClusterSimulator:
         )  # fmt: skip
         pending = [s.prompt for s in instance.requests.values() if s.tokens == 0]
         engine = instance.engine
-        costs = engine.cost_model if isinstance(engine, SimulatedEngine) else None
-        limits = EngineLimits(
-            engine.kv_blocks_total, engine.config.block_size, costs, engine.clock_mhz
-        )
-        if judge(running, candidate, pending, limits, t_s).admitted:
+        assert isinstance(engine, SimulatedEngine)  # what create_engine builds
+        if judge(running, candidate, pending, engine_limits(engine), t_s).admitted:
             return True
         instance.gate_until = t_s + self.admission_hold_s
         return False

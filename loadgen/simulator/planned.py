@@ -71,7 +71,7 @@ from services.planner.live_inputs import DemandTracker, LivePool
 from services.planner.live_plan import input_groups, with_added_instances
 from services.planner.live_profiles import mode_idle_w, reference_lengths, slo_policy_for
 from services.planner.mixed_profiles import MixedCapacity
-from services.planner.plan_coverage import adding_only, covers_forecast
+from services.planner.plan_coverage import replan_problem
 from services.planner.plan_wire import wire_plan
 from services.planner.problem import Objective, PlannerSettings, ServingConfig, SloPolicy
 from services.planner.slo_feedback import CapacityFeedback, FeedbackSettings
@@ -164,7 +164,6 @@ class EpochPlanner(PlanProfiles, PlanIntensity, PlanDemand, PlanSwitch):
         self._waiting: tuple[dict[str, int], Callable[[float], bool]] | None = None
         """A plan whose instances wait for GPUs its other TP modes hold: (want, switch)."""
         self._applied = 0
-        """Plans applied so far: a switch pending when a newer plan is applied is void."""
         self._mode = {p.pool_id: (p.gpu, p.config.tp, p.class_group) for p in view.pools}
         """Per pool: (GPU type, TP, class group), what pools in other regions share."""
         self._amend = None
@@ -275,13 +274,11 @@ class EpochPlanner(PlanProfiles, PlanIntensity, PlanDemand, PlanSwitch):
         covers = True  # nothing runs: no plan to keep, nothing to hold
         if running is not None:
             held = {pid: d.instances for pid, d in running[1].items()}
-            # Computed once: it decides here whether the re-plan may only add and, in the
-            # gate, whether a plan that stops covering is switched whatever it costs.
-            covers = covers_forecast(
-                running[0].allocations, held, self.slices, problem, running[0].partition
-            )
-            if not covers and t_s % self.epoch_s != 0.0:
-                problem = adding_only(problem, held)  # as live: within the epoch, only add
+            # The simulator's re-plans within the epoch are those off its boundary.
+            covers, problem = replan_problem(
+                problem, running[0].allocations, held, self.slices, running[0].partition,
+                within_epoch=t_s % self.epoch_s != 0.0,
+            )  # fmt: skip
         settings = PlannerSettings(
             objective=self.objective, time_limit_s=self.live.time_limit_s,
             mip_rel_gap=self.view.policy.plan_mip_rel_gap or self.live.mip_rel_gap,

@@ -43,7 +43,7 @@ from services.planner.live_plan import (
 from services.planner.live_profiles import reference_lengths, scheme_name_for, slo_policy_for
 from services.planner.live_readings import LiveReadings
 from services.planner.overhead_gate import TransitionCosts, gate_plans
-from services.planner.plan_coverage import adding_only, covers_forecast
+from services.planner.plan_coverage import replan_problem
 from services.planner.plan_wire import bootstrap_plan, merged_plan, wire_plan
 from services.planner.problem import (
     Objective,
@@ -273,13 +273,10 @@ class LivePlanner(LiveReadings, ProfileJobs):
         covers = False  # no running plan on these pools: nothing to keep or hold
         if running is not None and running.pools == pools:
             held = {pid: d.instances for pid, d in running.decisions.items()}
-            old = running.core
-            # Computed once: it decides whether the re-plan may only add and, in the gate,
-            # whether a plan that stops covering is switched whatever it costs.
-            covers = covers_forecast(old.allocations, held, cfg.time_share_slices, problem,
-                                     old.partition)  # fmt: skip
-            if not covers and running.epoch == epoch:
-                problem = adding_only(problem, held)  # within the epoch, only add
+            covers, problem = replan_problem(
+                problem, running.core.allocations, held, cfg.time_share_slices,
+                running.core.partition, within_epoch=running.epoch == epoch,
+            )  # fmt: skip
         settings = PlannerSettings(
             objective=Objective(cfg.objective), solver=Solver(cfg.solver),
             time_limit_s=cfg.time_limit_s, mip_rel_gap=cfg.mip_rel_gap,

@@ -38,7 +38,7 @@ from services.planner.plan_model import Allocation
 from services.planner.problem import PlanningProblem
 from services.planner.slo_filter import eligible_configs
 
-__all__ = ["adding_only", "covers_forecast", "pool_rows"]
+__all__ = ["adding_only", "covers_forecast", "pool_rows", "replan_problem"]
 
 
 def pool_rows(
@@ -141,3 +141,23 @@ def adding_only(problem: PlanningProblem, instances: Mapping[str, int]) -> Plann
     return dataclasses.replace(
         problem, min_instances={pool: n for pool, n in sorted(instances.items()) if n > 0}
     )
+
+
+def replan_problem(
+    problem: PlanningProblem,
+    allocations: tuple[Allocation, ...],
+    instances: Mapping[str, int],
+    slices: int,
+    partition: str,
+    *,
+    within_epoch: bool,
+) -> tuple[bool, PlanningProblem]:
+    """Whether the plan in force (``allocations`` over its running ``instances``) still
+    covers ``problem``'s forecast, and the problem a re-plan solves: :func:`adding_only`
+    when it does not and the re-plan falls within the epoch the plan belongs to. The live
+    planner and the simulator both decide with it; the coverage is then handed to the
+    overhead gate, so it is computed once per re-plan."""
+    covers = covers_forecast(allocations, instances, slices, problem, partition)
+    if not covers and within_epoch:
+        problem = adding_only(problem, instances)
+    return covers, problem

@@ -52,6 +52,7 @@ __all__ = [
     "AdmissionGate",
     "EngineLimits",
     "decode_iteration_time",
+    "engine_limits",
     "judge",
     "limits_of",
     "scoreboard_entry",
@@ -111,15 +112,20 @@ class EngineLimits:
     clock_mhz: float = 0.0
 
 
+def engine_limits(engine: SimulatedEngine) -> EngineLimits:
+    """What admission knows of a simulated engine now: its KV cache, cost model and clock
+    (the live ``sim`` backend's and the simulator's instances')."""
+    return EngineLimits(
+        engine.kv_blocks_total, engine.config.block_size, engine.cost_model, engine.clock_mhz
+    )
+
+
 def limits_of(backend: WorkerBackend) -> EngineLimits | None:
     """The admission limits a backend supports now, or None when admission is off for it."""
     if isinstance(backend, AgentClockedBackend):  # clocks through the agent, same engine
         backend = backend.inner
     if isinstance(backend, SimBackend) and isinstance(backend.engine, SimulatedEngine):
-        engine = backend.engine
-        return EngineLimits(
-            engine.kv_blocks_total, engine.config.block_size, engine.cost_model, engine.clock_mhz
-        )
+        return engine_limits(backend.engine)
     if isinstance(backend, VllmBackend):
         snap = backend.snapshot()
         if snap.kv_blocks_total > 0 and snap.kv_blocks_total != KV_FRACTION_BLOCKS:
