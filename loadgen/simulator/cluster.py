@@ -33,6 +33,7 @@ from loadgen.simulator.policies import PolicySet
 from loadgen.simulator.pools import Pool, build_pools, routing_plan
 from loadgen.simulator.results import SimResult, build_result
 from loadgen.simulator.scenario import Scenario
+from loadgen.simulator.sim_admission import SimAdmission
 from loadgen.traces import TraceRequest
 from proto.messages import Request
 from services.classifier.pipeline import ClassifierCore
@@ -42,10 +43,9 @@ from services.router.placement import WorkerLoad
 from services.router.placement_step import PlacementRound, Pulled, lookahead_remaining_tokens
 from services.scheduler.laxity import remaining_time_s
 from services.scheduler.queueing import QueuedRequest, pop_best
-from services.worker.admission_gate import engine_limits, judge, scoreboard_entry
 from shared.config import ClassifierSettings, WorkerSettings
 from shared.domain.classes import default_slos, scheme_by_name
-from shared.engine import EngineConfig, SimulatedEngine, create_engine, model_shape
+from shared.engine import EngineConfig, create_engine, model_shape
 from shared.errors import RequestRejectedError
 
 __all__ = ["ClusterSimulator", "simulate"]
@@ -131,11 +131,13 @@ class ClusterSimulator:
         )
         self.bfio = policy.placer == "bfio"
         self.stats_view = policy.router_view == "stats"
-        self.admission_lat: float | None = None
-        """Deadline window (× Lat) of the simulated admission gate; None: no gate."""
+        self.admission: SimAdmission | None = None
+        """The live worker's admission gate (``policy.worker_admission``); None: no gate."""
         if policy.worker_admission:
-            self.admission_lat = policy.admission_deadline_lat or scenario.slo.alpha_llf
-        self.admission_hold_s = WorkerSettings().admission_hold_s
+            self.admission = SimAdmission(
+                deadline_lat=policy.admission_deadline_lat or scenario.slo.alpha_llf,
+                hold_s=WorkerSettings().admission_hold_s,
+            )
         self.states: list[RequestState] = []
         self.outstanding = 0
         self.retired: list[SimInstance] = []
@@ -332,7 +334,7 @@ class ClusterSimulator:
             state = item.payload
             assert isinstance(state, RequestState)
             target = by_id[worker]
-            if self.admission_lat is not None and not self._admits(target, state, t_s):
+            if self.admission is not None and not self.admission.admits(target, state, t_s):
                 queue.push(item)
                 continue
             try:
@@ -342,35 +344,6 @@ class ClusterSimulator:
                 # error reply in the live stack).
                 self._reject(state, "kv_cache")
                 self.outstanding -= 1
-
-    def _admits(self, instance: SimInstance, state: RequestState, t_s: float) -> bool:
-        """The live worker's admission gate on one placement (``PolicySet.worker_admission``):
-        refused while closed; a refusal closes it until a request ends there or the hold
-        passes. An idle instance always admits, as live."""
-        if instance.gate_until > t_s:
-            return False
-        if not instance.requests:
-            return True
-        window = self.admission_lat
-        assert window is not None
-        running = [
-            scoreboard_entry(
-                s.request_id, s.prompt, s.tokens, s.predicted, s.output,
-                s.arrival_s + window * s.lat_s,
-            )
-            for s in instance.requests.values()
-        ]  # fmt: skip
-        candidate = scoreboard_entry(
-            state.request_id, state.prompt, 0, state.predicted, state.output,
-            state.arrival_s + window * state.lat_s,
-        )  # fmt: skip
-        pending = [s.prompt for s in instance.requests.values() if s.tokens == 0]
-        engine = instance.engine
-        assert isinstance(engine, SimulatedEngine)  # what create_engine builds
-        if judge(running, candidate, pending, engine_limits(engine), t_s).admitted:
-            return True
-        instance.gate_until = t_s + self.admission_hold_s
-        return False
 
     @staticmethod
     def _reject(state: RequestState, reason: str) -> None:

@@ -147,10 +147,10 @@ class SimInstance:
         self.samples: dict[str, LatencySamples] = {}
         self.controller: object | None = None
         self.kv_seen = 0
+        """KV blocks in use at the last stats heartbeat (the live router's view)."""
         self.gate_until = -1.0
         """Cluster time until which the simulated admission gate refuses placements (it
         refused one; a request ending here opens it sooner)."""
-        """KV blocks in use at the last stats heartbeat (the live router's view)."""
         self.placed = 0
         """Requests handed to the engine since the clock controller last looked (its load)."""
         self.node: object | None = None

@@ -20,6 +20,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from statistics import NormalDist
 from typing import Final
 
@@ -120,7 +121,7 @@ class ObservedMix:
             # statistics, which every look (each planner tick) compares with.
             self._reference = (reference, _stats(self.scheme, reference))
         ours, theirs = _stats(self.scheme, seen), self._reference[1]
-        classes = set(ours) | set(theirs)
+        classes = sorted(set(ours) | set(theirs))
         judged = [c for c, stat in ours.items() if stat.share >= self.settings.min_class_share]
         z = NormalDist().inv_cdf(1.0 - DRIFT_SIGNIFICANCE / (2 * (len(classes) + 2 * len(judged))))
         n_ours, n_theirs = len(seen), len(reference)
@@ -129,7 +130,7 @@ class ObservedMix:
             c: _share_se(ours.get(c, _EMPTY).share, theirs.get(c, _EMPTY).share, n_ours, n_theirs)
             for c in classes
         }
-        moved = 0.5 * sum(abs(d) for d in shifts.values()) > self.settings.share_shift
+        moved = _total_variation(ours, theirs, classes) > Fraction(self.settings.share_shift)
         if moved and any(abs(d) > z * noise[c] for c, d in shifts.items()):
             return True
         for cls in judged:
@@ -149,6 +150,26 @@ DRIFT_SIGNIFICANCE: Final = 0.01
 SLO feedback's test, ``services/planner/slo_feedback.py``)."""
 
 
+def _total_variation(
+    ours: dict[str, _ClassStat], theirs: dict[str, _ClassStat], classes: Iterable[str]
+) -> Fraction:
+    """Total-variation distance of two class mixes, exactly, from their counts.
+
+    The shares are counts over sample sizes, so a distance of exactly the threshold is
+    common (two 2,000-request samples whose mixes differ by 200 requests); a float sum would
+    put it on either side of the threshold by the order it adds the classes in, which is
+    the string-hash order of a set: the same run re-profiled at different times under
+    different ``PYTHONHASHSEED`` values.
+    """
+    n_ours = sum(s.count for s in ours.values()) or 1
+    n_theirs = sum(s.count for s in theirs.values()) or 1
+    moved = sum(
+        abs(ours.get(c, _EMPTY).count * n_theirs - theirs.get(c, _EMPTY).count * n_ours)
+        for c in classes
+    )
+    return Fraction(moved, 2 * n_ours * n_theirs)
+
+
 def _share_se(p: float, q: float, n: int, m: int) -> float:
     """Standard error of the difference of two class shares (independent samples)."""
     return math.sqrt(p * (1.0 - p) / max(n, 1) + q * (1.0 - q) / max(m, 1))
@@ -163,6 +184,7 @@ class _Moments:
 
 @dataclass(frozen=True, slots=True)
 class _ClassStat:
+    count: int
     share: float
     prompt: _Moments
     output: _Moments
@@ -182,6 +204,7 @@ def _stats(scheme: ClassScheme, lengths: Iterable[tuple[int, int]]) -> dict[str,
 
     return {
         cls: _ClassStat(
+            count=len(rows),
             share=len(rows) / total,
             prompt=moments([p for p, _ in rows]),
             output=moments([o for _, o in rows]),
@@ -190,7 +213,7 @@ def _stats(scheme: ClassScheme, lengths: Iterable[tuple[int, int]]) -> dict[str,
     }
 
 
-_EMPTY = _ClassStat(share=0.0, prompt=_Moments(0, 0.0, 0.0), output=_Moments(0, 0.0, 0.0))
+_EMPTY = _ClassStat(count=0, share=0.0, prompt=_Moments(0, 0.0, 0.0), output=_Moments(0, 0.0, 0.0))
 
 
 def profile_lengths(

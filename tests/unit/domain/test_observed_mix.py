@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from services.planner.live_profiles import class_pools, class_pools_from_sides
@@ -104,3 +109,51 @@ def test_open_bucket_p99_needs_samples_and_rounds_up() -> None:
     assert _mix(CONV_LIKE).open_bucket_p99() == 1536  # twenty prompts of 1,500 tokens
     assert _mix([(120, 40)] * 60).open_bucket_p99() is None  # nothing in the long bucket
     assert ObservedMix(SCHEME, SETTINGS).open_bucket_p99() is None  # no trusted sample
+
+
+# Nine class counts of 2,000 requests each, 200 requests apart: a total-variation distance
+# of exactly 0.10, the default share threshold, whose float sum lands on either side of it
+# depending on the order the classes are added in.
+_EDGE_REFERENCE = (83, 279, 324, 252, 142, 219, 256, 265, 180)
+_EDGE_OBSERVED = (141, 240, 324, 252, 174, 205, 109, 375, 180)
+_LENGTHS = [(p, o) for p in (120, 600, 1500) for o in (40, 200, 500)]  # SS, SM, ... LL
+
+
+def _pairs(counts: tuple[int, ...]) -> list[tuple[int, int]]:
+    return [pair for pair, n in zip(_LENGTHS, counts, strict=True) for _ in range(n)]
+
+
+def _edge_verdict(moved_extra: int = 0) -> bool:
+    observed = list(_EDGE_OBSERVED)
+    observed[0] += moved_extra  # SS, above its reference count
+    observed[1] -= moved_extra  # SM, below its reference count
+    mix = ObservedMix(SCHEME)
+    for prompt, output in _pairs(tuple(observed)):
+        mix.add(prompt, output)
+    return mix.drifted(_pairs(_EDGE_REFERENCE))
+
+
+def test_a_share_shift_of_exactly_the_threshold_is_not_drift() -> None:
+    assert sum(_EDGE_REFERENCE) == sum(_EDGE_OBSERVED) == 2000
+    assert not _edge_verdict()  # "more than share_shift": 0.10 is not
+    assert _edge_verdict(moved_extra=1)  # 201 requests apart
+
+
+def test_the_drift_verdict_does_not_depend_on_the_string_hash_seed() -> None:
+    """The verdict was a float sum over a set of class names, so the same traffic was
+    re-profiled at different times under different PYTHONHASHSEED values."""
+    code = (
+        "import sys; sys.path.insert(0, '.'); "
+        "from tests.unit.domain.test_observed_mix import _edge_verdict; "
+        "print(_edge_verdict())"
+    )
+    root = Path(__file__).resolve().parents[3]
+    verdicts = set()
+    for seed in range(8):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        out = subprocess.run(
+            [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
+            check=True, timeout=60,
+        )  # fmt: skip
+        verdicts.add(out.stdout.strip())
+    assert verdicts == {"False"}

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from loadgen.simulator import cluster
+from loadgen.simulator import sim_admission
 from loadgen.simulator.results import SimResult
 from services.worker.admission_gate import judge
 from tests.unit.simulator.two_phase import two_phase_run
@@ -37,7 +37,7 @@ def test_the_gate_refuses_under_load_holds_the_request_and_loses_nothing(
         verdicts.append(decision.admitted)
         return decision
 
-    monkeypatch.setattr(cluster, "judge", counted)
+    monkeypatch.setattr(sim_admission, "judge", counted)
     off = _run()
     assert verdicts == []
     on = _run(worker_admission=True, admission_deadline_lat=1.4)
