@@ -1,4 +1,4 @@
-"""Write an Azure-format trace with every prompt and output length scaled: another length mix.
+"""Write an Azure-format trace with its lengths scaled or its arrivals jittered.
 
 The robustness checks of docs/simulator.md ("Another length mix") run the default on a trace
 it was not tuned on, made from conv's arrival times with longer prompts and shorter outputs::
@@ -8,16 +8,25 @@ it was not tuned on, made from conv's arrival times with longer prompts and shor
     greenserve bench cluster --trace /tmp/conv_longmix.csv --window 600:1800 --json \\
         --no-options
 
+``--jitter-s J --seed N`` delays every arrival by a seeded uniform draw in [0, J) seconds:
+the same traffic drawn again at the scale of a few seconds, for how much of a figure is
+the draw (docs/simulator.md)::
+
+    python tools/scale_trace.py --trace code --jitter-s 1 --seed 3 --out /tmp/code_j3.csv
+    greenserve bench cluster --trace /tmp/code_j3.csv --json --no-options
+
 Scaled lengths are rounded down and kept at least 1; ``--max-prompt`` caps prompts (a prompt
-beyond the model's context is still a counted refusal in the bench). Arrival times and the
-row order are the source's.
+beyond the model's context is still a counted refusal in the bench). Without jitter the arrival
+times are the source's; the row order always is.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import random
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -30,10 +39,15 @@ def main() -> None:
     parser.add_argument("--prompt-scale", type=float, default=1.0)
     parser.add_argument("--output-scale", type=float, default=1.0)
     parser.add_argument("--max-prompt", type=int, default=None)
+    parser.add_argument("--jitter-s", type=float, default=0.0, help="delay arrivals by U[0, J)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of --jitter-s")
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args()
     if args.prompt_scale <= 0 or args.output_scale <= 0:
         parser.error("scales must be positive")
+    if args.jitter_s < 0:
+        parser.error("--jitter-s must be >= 0")
+    rng = random.Random(args.seed)
 
     from loadgen.traces import resolve_trace
 
@@ -50,9 +64,19 @@ def main() -> None:
             scaled = max(1, int(int(prompt) * args.prompt_scale))
             if args.max_prompt is not None:
                 scaled = min(scaled, args.max_prompt)
+            if args.jitter_s > 0:
+                stamp = _delayed(stamp, rng.uniform(0.0, args.jitter_s))
             out.writerow([stamp, scaled, max(1, int(int(output) * args.output_scale)), *rest])
             written += 1
     print(f"{written} rows → {args.out}")
+
+
+def _delayed(stamp: str, seconds: float) -> str:
+    """``stamp`` (the Azure traces' ``YYYY-MM-DD HH:MM:SS.fffffff``) moved ``seconds`` later."""
+    whole, _, fraction = stamp.partition(".")
+    moment = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S")
+    moment += timedelta(seconds=float(f"0.{fraction or 0}") + seconds)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
 if __name__ == "__main__":
