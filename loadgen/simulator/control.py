@@ -3,7 +3,7 @@
 Each loop is a tick at its own period (scenario ``control``): the dvfs tick asks each
 instance's clock controller (FREESH MIAD, Eq. 5a/5b, from ``services.dvfs``) for a clock and
 charges ``clock_change_s`` of stall on a change; the scale tick resizes the fleet (reactive
-policies) and orders regions by forecast carbon; the sample tick reads every engine's energy
+policies, :mod:`loadgen.simulator.reactive_scaling`); the sample tick reads every engine's energy
 counter, adds the bare idle power of the unused GPUs of every powered node
 (:mod:`loadgen.simulator.nodes`), prices it with the region's hourly intensity, and records
 the report's time series. Energy, GPU- and node-time before ``measure_from_s`` (a warm-up)
@@ -28,8 +28,9 @@ from loadgen.simulator.cluster_view import (
     FleetPlanner,
 )
 from loadgen.simulator.instance import RequestState, SimInstance
-from loadgen.simulator.nodes import NodeFullError, drain_order
-from loadgen.simulator.policies import instances_needed, miad_available
+from loadgen.simulator.nodes import NodeFullError
+from loadgen.simulator.policies import miad_available
+from loadgen.simulator.reactive_scaling import ReactiveScaler
 from services.dvfs.slo_miad import (
     capped_clock,
     miad_floor_mhz,
@@ -114,12 +115,8 @@ class ControlLoops:
         self.co2_by_region: dict[str, float] = defaultdict(float)
         self._seen_j: dict[int, float] = {}
         self._last_sample_s = 0.0
-        self._peak_load = 0
         self.scale_events = 0
-        self.share = view.policy.scaler.target_share
-        self._window_done = 0
-        self._window_missed = 0
-        self._cut_this_period = False
+        self.scaler = ReactiveScaler(view, actions, self.new_instance, self._count_scale_event)
         self.clock_changes = 0
         self.end_s = 0.0
         self.planner: FleetPlanner | None = fleet_planner(
@@ -156,7 +153,7 @@ class ControlLoops:
         if self.use_miad or self.use_profile:
             self.actions.schedule_tick(self.clock_period_s, self._dvfs_tick)
         if view.policy.scaling == "reactive":
-            self.actions.schedule_tick(control.scale_period_s, self._scale_tick)
+            self.actions.schedule_tick(control.scale_period_s, self.scaler.tick)
         if view.policy.router_view == "stats":
             # The heartbeat's phase against the trace is whatever the workers' start-up made it.
             self.actions.schedule_tick(
@@ -260,21 +257,20 @@ class ControlLoops:
     def on_finish(self, state: RequestState) -> None:
         """Count whether a finished request met its class SLO (the scaler's feedback)."""
         slo = self.view.slos.get(state.request_class)
-        self._window_done += 1
         if self.planner is not None:
             self.planner.observe(state)
         if slo is None:
+            self.scaler.on_finish(missed=False)
             return
         ttft = state.first_s - state.arrival_s
         tbt = (state.last_s - state.first_s) / (state.tokens - 1) if state.tokens > 1 else 0.0
         late = state.last_s - state.arrival_s > SLO_WINDOW_FACTOR * state.lat_s
-        if ttft > slo.ttft_ms / 1000.0 or tbt > slo.tbt_ms / 1000.0 or late:
-            self._window_missed += 1
+        missed = ttft > slo.ttft_ms / 1000.0 or tbt > slo.tbt_ms / 1000.0 or late
+        self.scaler.on_finish(missed=missed)
 
     def on_arrival(self, t_s: float) -> None:
-        """Track the peak load the scaler sizes for."""
-        if self.view.outstanding > self._peak_load:
-            self._peak_load = self.view.outstanding
+        """Track the peak load the reactive scaler sizes for."""
+        self.scaler.on_arrival()
 
     # -- ticks --------------------------------------------------------------------------
     def _all_instances(self) -> list[SimInstance]:
@@ -287,7 +283,7 @@ class ControlLoops:
             self.actions.dispatch(pool, t_s)
         self._retire_drained(t_s)
         if view.policy.scaling == "reactive":
-            self._scale_out_if_congested(t_s)
+            self.scaler.scale_out_if_congested(t_s)
         if view.progress is not None and view.trace:
             view.progress(min(1.0, t_s / max(view.trace[-1].t_s, 1e-9)))
         done = view.outstanding == 0 and len(view.states) == len(view.trace)
@@ -441,69 +437,3 @@ class ControlLoops:
                 self.clock_changes += 1
         self.actions.schedule_tick(t_s + self.clock_period_s, self._dvfs_tick)
         return False
-
-    # -- scaling ------------------------------------------------------------------------
-    def _live_count(self) -> int:
-        return sum(len(p.live()) for p in self.view.pools)
-
-    def _scale_out_if_congested(self, t_s: float) -> None:
-        view = self.view
-        settings = view.policy.scaler
-        done, missed = self._window_done, self._window_missed
-        if done >= settings.min_window_requests:
-            self._window_done = self._window_missed = 0
-            if missed > (1.0 - settings.slo_goal) * done:
-                self.share = max(settings.min_share, self.share * settings.share_decrease)
-                self._cut_this_period = True
-                self._resize(self._needed(view.outstanding), t_s, grow_only=True)
-                return
-        slots = self._live_count() * view.max_num_seqs
-        if view.outstanding > settings.scale_out_share * slots:
-            self._resize(self._needed(view.outstanding), t_s, grow_only=True)
-
-    def _needed(self, load: float) -> int:
-        view = self.view
-        return instances_needed(load, view.max_num_seqs, view.policy.scaler, self.share)
-
-    def _scale_tick(self, t_s: float) -> bool:
-        view = self.view
-        settings = view.policy.scaler
-        if not self._cut_this_period:
-            self.share = min(settings.target_share, self.share + settings.share_increase)
-        self._cut_this_period = False
-        target = self._needed(self._peak_load)
-        self._peak_load = view.outstanding
-        self._resize(target, t_s, grow_only=False)
-        self.actions.schedule_tick(t_s + view.scenario.control.scale_period_s, self._scale_tick)
-        return False
-
-    def _pool_order(self, t_s: float) -> list[Any]:
-        view = self.view
-        if view.policy.region_choice != "carbon":
-            return list(view.pools)
-        return sorted(view.pools, key=lambda p: (view.carbon.forecast(p.region, t_s), p.pool_id))
-
-    def _resize(self, target: int, t_s: float, *, grow_only: bool) -> None:
-        """Fill pools in carbon order up to ``target`` live instances; drain the rest."""
-        left = target
-        changed = False
-        for pool in self._pool_order(t_s):
-            want = min(left, pool.max_instances)
-            left -= want
-            live = pool.live()
-            if len(live) < want:
-                # Re-use draining (still warm) instances before starting cold ones.
-                for instance in [i for i in pool.instances if i.draining][: want - len(live)]:
-                    instance.draining = False
-                    changed = True
-                for _ in range(want - len(pool.live())):
-                    self._new(pool, t_s, warm=False)
-                    changed = True
-            elif len(live) > want and not grow_only:
-                for instance in drain_order(live)[: len(live) - want]:
-                    instance.draining = True
-                    changed = True
-        if changed:
-            self.scale_events += 1
-            self.actions.update_routes(t_s)
-            self.actions.resteer_orphans(t_s)
