@@ -26,7 +26,6 @@ import argparse
 import csv
 import random
 import sys
-from datetime import datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -72,11 +71,11 @@ def main() -> None:
 
 
 def _delayed(stamp: str, seconds: float) -> str:
-    """``stamp`` (the Azure traces' ``YYYY-MM-DD HH:MM:SS.fffffff``) moved ``seconds`` later."""
-    whole, _, fraction = stamp.partition(".")
-    moment = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S")
-    moment += timedelta(seconds=float(f"0.{fraction or 0}") + seconds)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
+    """``stamp`` moved ``seconds`` later, parsed as the trace reader parses it (pandas,
+    any timestamp form it accepts), written to the nanosecond."""
+    import pandas as pd
+
+    return str(pd.Timestamp(stamp) + pd.Timedelta(seconds=seconds))
 
 
 if __name__ == "__main__":
