@@ -67,14 +67,28 @@ def _pct(values: list[float], q: float) -> float | None:
 
 
 def judged_lat_s(done: Completion) -> float:
-    """Lat (FREESH Eq. 6) of the request's true output length on its pool's profile: the
-    bound its E2E is judged against, as the simulator judges every policy. The stack's own
-    ``lat_s`` is the predicted length's, which would let a guess move the bound (an
-    underpredicted request judged against a tighter one). A completion without the
-    profile (senders that predate the fields) keeps ``lat_s``."""
+    """Lat (FREESH Eq. 6), the bound the request's E2E is judged against (5 × Lat), as the
+    simulator judges every policy: the request's true lengths replayed alone on an idle
+    instance of the configuration that served it, at its GPU's maximum clock
+    (:mod:`shared.engine.unloaded`). A completion that does not name a configuration the
+    engine knows (senders that predate ``gpu``/``tp``, a model without a shape) is judged on
+    its pool's profile and its true output; one without the profile keeps ``lat_s``."""
+    if done.gpu and done.tp and done.model:
+        try:
+            return _unloaded_s(done.gpu, done.model, done.tp, done.input_tokens,
+                               max(1, done.output_tokens))  # fmt: skip
+        except ValueError:
+            pass
     if done.profile_tbt_ms <= 0.0 and done.profile_ttft_ms <= 0.0:
         return done.lat_s
     return (done.output_tokens * done.profile_tbt_ms + done.profile_ttft_ms) / 1000.0
+
+
+def _unloaded_s(gpu: str, model: str, tp: int, prompt: int, output: int) -> float:
+    from shared.engine.api import EngineConfig
+    from shared.engine.unloaded import unloaded_latency_s
+
+    return unloaded_latency_s(EngineConfig(gpu=gpu, model=model, tp=tp), prompt, output)
 
 
 def replay_records(result: ReplayResult) -> list[RequestRecord]:

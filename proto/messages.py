@@ -312,6 +312,12 @@ class Completion(_Message, tag="gs.v1.completion", frozen=True, kw_only=True):
     """The model that served it (the request's: a router places a request only on workers
     of its model); the planner counts demand per model by it. ``""`` from senders that
     predate the field."""
+    gpu: Annotated[str, Meta(max_length=64)] = ""
+    """GPU type of the worker that served it: with ``model`` and ``tp`` a report replays
+    the request alone on that configuration for the yardstick its E2E is judged against
+    (``shared.engine.unloaded``). ``""`` from senders that predate the field."""
+    tp: Annotated[int, Meta(ge=0, le=64)] = 0
+    """Tensor-parallel degree of that worker; 0 from senders that predate the field."""
 
 
 class CompletionBatch(_Message, tag="gs.v1.completion_batch", frozen=True, kw_only=True):

@@ -46,6 +46,7 @@ from services.scheduler.queueing import QueuedRequest, pop_best
 from shared.config import ClassifierSettings, WorkerSettings
 from shared.domain.classes import default_slos, scheme_by_name
 from shared.engine import EngineConfig, create_engine, model_shape
+from shared.engine.unloaded import unloaded_latency_s
 from shared.errors import RequestRejectedError
 
 __all__ = ["ClusterSimulator", "simulate"]
@@ -250,10 +251,18 @@ class ClusterSimulator:
         state.lat_s = classified.lat_s
         # Judged on the request's true lengths, as every policy is: a predictor's guess must
         # not move the SLO a policy is measured against (only how it serves the request).
+        # The E2E yardstick is the request alone on an idle instance of its pool's
+        # configuration (placement re-measures it on the instance that serves it), never a
+        # policy's own profile of the pool.
         state.judged_class = self.scheme.classify(item.prompt_tokens, item.output_tokens)
-        state.judged_lat_s = (
-            item.output_tokens * classified.profile_tbt_ms + classified.profile_ttft_ms
-        ) / 1000.0
+        try:
+            state.judged_lat_s = unloaded_latency_s(
+                pool.config, item.prompt_tokens, item.output_tokens
+            )
+        except ValueError:  # never fits this pool's KV cache: refused at placement
+            state.judged_lat_s = (
+                item.output_tokens * classified.profile_tbt_ms + classified.profile_ttft_ms
+            ) / 1000.0
         state.ttft_profile_s = pool.ttft_s
         state.tbt_profile_s = pool.tbt_s
         self.outstanding += 1

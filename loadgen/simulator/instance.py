@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shared.engine import EngineConfig, EngineRequest, IterationRun, MultiStepEngine, create_engine
+from shared.engine.unloaded import unloaded_latency_s
 
 __all__ = ["LatencySamples", "RequestState", "SimInstance"]
 
@@ -65,8 +66,10 @@ class RequestState:
         self.judged_class = "?"
         """The class of the request's true lengths: what its SLO is judged by."""
         self.judged_lat_s = 0.0
-        """Lat (FREESH Eq. 10) of its true output on its pool's profile: its E2E bound is
-        5× this, whatever the policy's predictor guessed (``lat_s`` is the guess's, which
+        """Lat (FREESH Eq. 6) of its true lengths: the request alone on an idle instance
+        of the configuration that serves it, at the GPU's maximum clock
+        (:mod:`shared.engine.unloaded`); its E2E bound is 5× this (Eq. 10), whatever the
+        policy's predictor, profiles or clocks (``lat_s`` is the stack's own estimate, which
         the control loops see as the live stack does)."""
         self.ttft_profile_s = 0.0
         self.tbt_profile_s = 0.0
@@ -186,6 +189,7 @@ class SimInstance:
         )
         state.instance = self
         state.placed_s = now_s
+        state.judged_lat_s = unloaded_latency_s(self.engine.config, state.prompt, state.output)
         self.requests[state.request_id] = state
         self.placed += 1
 

@@ -81,7 +81,12 @@ class WorkerShim:
             self._cfg.pool_id, self._cfg.node_id, self._cfg.worker_id
         )
         self._backend = backend
-        self._book = StreamBook(self._cfg.worker_id, self._cfg.stream_flush_ms / 1000.0)
+        self._book = StreamBook(
+            self._cfg.worker_id,
+            self._cfg.stream_flush_ms / 1000.0,
+            gpu=self._cfg.gpu,
+            tp=self._cfg.tp,
+        )
         self._co2 = RegionCarbon(ctx, self._cfg.region)
         """The energy counter's CO2, exported as ``greenserve_gpu_co2_grams_total``."""
         self._meters = GpuMeters(self._cfg.worker_id, self._cfg.region, model_s=ctx.clock.now())

@@ -34,9 +34,11 @@ class RequestStream:
 class StreamBook:
     """All requests in flight on one worker."""
 
-    def __init__(self, worker_id: str, flush_s: float) -> None:
+    def __init__(self, worker_id: str, flush_s: float, *, gpu: str = "", tp: int = 0) -> None:
         self._worker_id = worker_id
         self._flush_s = flush_s
+        self._gpu = gpu
+        self._tp = tp
         self._streams: dict[str, RequestStream] = {}
         self.intensity_g_per_kwh: float | None = None
         """The worker region's carbon intensity now (set by the stats heartbeat): a finished
@@ -157,6 +159,8 @@ class StreamBook:
             profile_ttft_ms=req.profile_ttft_ms,
             profile_tbt_ms=req.profile_tbt_ms,
             model=req.request.model,
+            gpu=self._gpu,
+            tp=self._tp,
             co2_g=None
             if self.intensity_g_per_kwh is None
             else stream.energy_j / JOULES_PER_KWH * self.intensity_g_per_kwh,

@@ -1,4 +1,4 @@
-"""The replay report judges E2E against Lat of the true output length, as the simulator does."""
+"""The replay report judges E2E against Lat of the true lengths, as the simulator does."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from loadgen.traces import TraceRequest
 from proto.messages import Completion
 
 
-def _completion(*, produced: int, predicted: int, profile: bool) -> Completion:
+def _completion(
+    *, produced: int, predicted: int, profile: bool, gpu: str = "", tp: int = 0
+) -> Completion:
     ttft_ms, tbt_ms = 100.0, 20.0
     return Completion(
         request_id="r1", worker_id="w", pool_id="p", region="PJM", request_class="SM",
@@ -18,6 +20,7 @@ def _completion(*, produced: int, predicted: int, profile: bool) -> Completion:
         first_token_at=0.1, finished_at=1.0, energy_j=1.0,
         predicted_output_tokens=predicted, lat_s=(predicted * tbt_ms + ttft_ms) / 1000.0,
         profile_ttft_ms=ttft_ms if profile else 0.0, profile_tbt_ms=tbt_ms if profile else 0.0,
+        model="llama-3-8b", gpu=gpu, tp=tp,
     )  # fmt: skip
 
 
@@ -46,3 +49,19 @@ def test_the_report_records_carry_the_judged_bound() -> None:
     )
     [judged] = replay_records(result)
     assert math.isclose(judged.latency_budget_s, 1.1)
+
+
+def test_a_completion_naming_its_configuration_is_judged_alone_on_it() -> None:
+    """Test that a completion carrying its worker's GPU and TP is judged against the
+    request's true lengths alone on an idle instance of that configuration (the simulator's
+    yardstick), and that a configuration the engine does not know falls back to the
+    profile."""
+    from shared.engine.api import EngineConfig
+    from shared.engine.unloaded import unloaded_latency_s
+
+    done = _completion(produced=50, predicted=10, profile=True, gpu="A100-80GB", tp=1)
+    alone = unloaded_latency_s(EngineConfig(gpu="A100-80GB", model="llama-3-8b"), 100, 50)
+    assert math.isclose(judged_lat_s(done), alone)
+    assert not math.isclose(alone, 1.1)
+    unknown = _completion(produced=50, predicted=10, profile=True, gpu="TPU-v9", tp=1)
+    assert math.isclose(judged_lat_s(unknown), 1.1)

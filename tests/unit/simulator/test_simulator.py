@@ -239,9 +239,11 @@ def test_refused_requests_are_counted_by_cause_not_raised() -> None:
 
 def test_a_request_is_judged_on_its_true_lengths_whatever_the_predictor_guessed() -> None:
     """Test that the SLO columns carry each request's true class and the Lat of its true
-    output (FREESH Eq. 10 on its pool's profile), while the control loops keep the guess,
-    so two predictors are measured against the same bounds."""
+    lengths alone on an idle instance of the configuration that served it (FREESH Eq. 6),
+    while the control loops keep the guess, so two predictors are measured against the same
+    bounds."""
     from loadgen.simulator.results import columns_of
+    from shared.engine.unloaded import unloaded_latency_s
 
     carbon = CarbonClock({"R": np.full(48, INTENSITY)}, start_offset_s=3600.0)
     policy = policy_by_name("max-clock-fcfs-rr", tp=1, predictor="quantile")
@@ -251,10 +253,26 @@ def test_a_request_is_judged_on_its_true_lengths_whatever_the_predictor_guessed(
     assert any(s.predicted != s.output for s in states)  # the guess differs somewhere
     for state in states:
         assert state.judged_class == sim.scheme.classify(state.prompt, state.output)
-        # Lat of the true output and of the guess differ by the guess's error × TBT.
-        tbt_s = (state.judged_lat_s - state.lat_s) / (state.output - state.predicted or 1)
-        assert state.output == state.predicted or tbt_s > 0
+        assert state.instance is not None
+        config = state.instance.engine.config
+        assert state.judged_lat_s == unloaded_latency_s(config, state.prompt, state.output)
     columns = columns_of(sim)
     assert list(columns.request_class) == [s.judged_class for s in sim.states]
     judged = [s.judged_lat_s for s in sim.states if not s.rejected]
     assert np.allclose(columns.latency_budget_s[~np.isnan(columns.latency_budget_s)], judged)
+
+
+def test_the_yardstick_does_not_depend_on_the_policys_profile() -> None:
+    """Test that two policies differing only in where their pools' profiled TTFT and TBT
+    come from (the engine, or the classifier's defaults) judge every request against the
+    same E2E bound: the yardstick is measured by the judge, not taken from the policy."""
+    carbon = CarbonClock({"R": np.full(48, INTENSITY)}, start_offset_s=3600.0)
+    bounds = []
+    for profile in ("measured", "classifier-default"):
+        policy = policy_by_name("max-clock-fcfs-rr", tp=1, profile=profile)
+        sim = ClusterSimulator(_scenario(), policy, _trace(), carbon=carbon)
+        sim.run()
+        bounds.append([s.judged_lat_s for s in sim.states])
+        lats = [s.lat_s for s in sim.states]
+    assert bounds[0] == bounds[1]
+    assert lats != bounds[1]  # the stack's own estimate differs: it is not the yardstick
