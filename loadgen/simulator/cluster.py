@@ -12,6 +12,7 @@ placer, the engine; clocks through the dvfs controller.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import time
@@ -255,14 +256,12 @@ class ClusterSimulator:
         # configuration (placement re-measures it on the instance that serves it), never a
         # policy's own profile of the pool.
         state.judged_class = self.scheme.classify(item.prompt_tokens, item.output_tokens)
-        try:
+        with contextlib.suppress(ValueError):
+            # A request no instance of the pool can ever hold is refused at placement and,
+            # like every refused request, carries no bound.
             state.judged_lat_s = unloaded_latency_s(
                 pool.config, item.prompt_tokens, item.output_tokens
             )
-        except ValueError:  # never fits this pool's KV cache: refused at placement
-            state.judged_lat_s = (
-                item.output_tokens * classified.profile_tbt_ms + classified.profile_ttft_ms
-            ) / 1000.0
         state.ttft_profile_s = pool.ttft_s
         state.tbt_profile_s = pool.tbt_s
         self.outstanding += 1

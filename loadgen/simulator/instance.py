@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shared.engine import EngineConfig, EngineRequest, IterationRun, MultiStepEngine, create_engine
-from shared.engine.unloaded import unloaded_latency_s
+from shared.engine.unloaded import UnloadedLatency, unloaded_for
 
 __all__ = ["LatencySamples", "RequestState", "SimInstance"]
 
@@ -119,6 +119,7 @@ class SimInstance:
         "samples",
         "stopped_s",
         "wake_pending",
+        "yardstick",
     )
 
     def __init__(
@@ -140,6 +141,8 @@ class SimInstance:
         if not isinstance(engine, MultiStepEngine):
             raise TypeError("the simulator needs an engine with step_many (api.MultiStepEngine)")
         self.engine: MultiStepEngine = engine
+        self.yardstick: UnloadedLatency = unloaded_for(config)
+        """Requests alone on an idle instance of this configuration: their judged Lat."""
         self.origin_s = start_s
         self.ready_s = ready_s
         self.requests: dict[str, RequestState] = {}
@@ -189,7 +192,7 @@ class SimInstance:
         )
         state.instance = self
         state.placed_s = now_s
-        state.judged_lat_s = unloaded_latency_s(self.engine.config, state.prompt, state.output)
+        state.judged_lat_s = self.yardstick.latency_s(state.prompt, state.output)
         self.requests[state.request_id] = state
         self.placed += 1
 

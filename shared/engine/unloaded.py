@@ -21,7 +21,7 @@ import itertools
 from shared.engine.api import EngineConfig, EngineRequest
 from shared.engine.simulated import SimulatedEngine, create_engine
 
-__all__ = ["UnloadedLatency", "unloaded_latency_s"]
+__all__ = ["UnloadedLatency", "unloaded_for", "unloaded_latency_s"]
 
 
 class UnloadedLatency:
@@ -60,6 +60,12 @@ class UnloadedLatency:
         return seconds
 
 
+def unloaded_for(config: EngineConfig) -> UnloadedLatency:
+    """The shared idle instance of ``config`` (its clock ignored: the yardstick is at the
+    maximum), so every caller with the same configuration shares one cache."""
+    return _instance(dataclasses.replace(config, clock_mhz=None))
+
+
 @functools.lru_cache(maxsize=64)
 def _instance(config: EngineConfig) -> UnloadedLatency:
     return UnloadedLatency(config)
@@ -71,6 +77,4 @@ def unloaded_latency_s(config: EngineConfig, prompt_tokens: int, output_tokens: 
     Raises:
         ValueError: see :meth:`UnloadedLatency.latency_s`.
     """
-    return _instance(dataclasses.replace(config, clock_mhz=None)).latency_s(
-        prompt_tokens, output_tokens
-    )
+    return unloaded_for(config).latency_s(prompt_tokens, output_tokens)
